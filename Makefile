@@ -1,0 +1,48 @@
+# The README's two commands are `make demo` and `make test`; every other target is
+# a step they take.  Each step is idempotent and skipped when already done.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.installed
+KAFKA_STAMP := .cache/kafka/.fetched
+
+.PHONY: all venv build kafka demo test bench clean
+
+all: test
+
+# Virtual environment with the package's and the tests' dependencies.  The
+# package itself is installed editable, without build isolation, so that
+# `make build` can recompile the native modules in place.
+$(VENV_STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "setuptools>=68" wheel "Cython>=3.0"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]"
+	touch $@
+
+venv: $(VENV_STAMP)
+
+# Recompile whatever native module changed (Cython and setuptools skip the rest).
+build: $(VENV_STAMP)
+	$(PY) setup.py --quiet build_ext --inplace -j 2
+
+# Apache Kafka's jars, from Maven Central, into .cache/ (ignored by git).
+$(KAFKA_STAMP): pom.xml
+	mvn --batch-mode --quiet -f pom.xml dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.cache/kafka/libs
+	touch $@
+
+kafka: $(KAFKA_STAMP)
+
+demo: build kafka
+	$(PY) -m netkafka.demo
+
+test: build kafka
+	$(PY) -m pytest tests
+
+bench: build kafka
+	$(PY) -m pytest bench --benchmark-only
+
+clean:
+	rm -rf build netkafka/*.so netkafka/*.c netkafka/*.html

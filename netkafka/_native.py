@@ -1,0 +1,34 @@
+"""Loads netkafka's native modules, or fails saying which one and how to build it.
+
+netkafka has no pure-Python fallback: a missing extension module is an install
+error, reported at import time rather than discovered as a slow path later.
+"""
+import importlib
+
+# Every compiled module the package needs; each is built from netkafka/<name>.pyx.
+NATIVE_MODULES = (
+)
+
+BUILD_HINT = (
+    "netkafka's native modules are built from source: run `pip install .` "
+    "(or `pip install -e .` in a checkout, or `make build`) with a C compiler "
+    "and Cython available"
+)
+
+
+def load_native_modules():
+    """Import every native module and return them by short name.
+
+    Raises:
+        ImportError: naming the first module that cannot be loaded and how to build it.
+    """
+    modules = {}
+    for name in NATIVE_MODULES:
+        qualified = "netkafka." + name
+        try:
+            modules[name] = importlib.import_module(qualified)
+        except ImportError as exc:
+            raise ImportError(
+                f"native module {qualified} is not available ({exc}); {BUILD_HINT}"
+            ) from exc
+    return modules
