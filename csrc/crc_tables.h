@@ -20,4 +20,11 @@ extern const uint32_t nk_crc32_slice8_table[8][256];
 extern const uint32_t nk_crc32c_long_zeros_table[4][256];
 extern const uint32_t nk_crc32c_short_zeros_table[4][256];
 
+/* [i]: { for the lane's first 8 bytes, for its last 8 } multipliers folding a 16-byte
+ * lane forward by 16 * (i + 1) bytes with carry-less multiplication. */
+extern const uint64_t nk_crc32c_fold_table[4][2];
+
+/* [i]: x^(2^i - 33) mod P, reflected: factors of the run-time shift multipliers. */
+extern const uint32_t nk_crc32c_xpow33_table[64];
+
 #endif

@@ -20,6 +20,12 @@ CRC32_POLY = 0xEDB88320  # IEEE 802.3 (zlib), reflected
 LONG_BLOCK_BYTES = 8192
 SHORT_BLOCK_BYTES = 256
 
+# Distances (bytes) by which the carry-less-multiply kernel folds a 16-byte lane forward.
+FOLD_DISTANCES_BYTES = (16, 32, 48, 64)
+
+# P(x) for CRC32C in the usual (not reflected) order, x^32 term included.
+CRC32C_P = 0x11EDC6F41
+
 
 def byte_table(poly):
     """Register after feeding one byte n into a zero register."""
@@ -69,6 +75,56 @@ def zeros_tables(poly, length_bytes):
     return tables
 
 
+def reflect32(v):
+    return int(f"{v:032b}"[::-1], 2)
+
+
+def poly_mulmod(a, b, p=CRC32C_P):
+    """a * b mod p over GF(2), polynomials as ints (bit i = coefficient of x^i)."""
+    product = 0
+    while b:
+        if b & 1:
+            product ^= a
+        b >>= 1
+        a <<= 1
+        if a >> 32 & 1:
+            a ^= p
+    return product
+
+
+def xpow_mod(e, p=CRC32C_P):
+    """x^e mod p for any integer e (x is invertible mod p: p has a constant term)."""
+    if e < 0:
+        # x * ((p - 1) / x) = p - 1 = 1 mod p, so x^-1 = (p ^ 1) >> 1.
+        base, e = (p ^ 1) >> 1, -e
+    else:
+        base = 2
+    result = 1
+    while e:
+        if e & 1:
+            result = poly_mulmod(result, base, p)
+        base = poly_mulmod(base, base, p)
+        e >>= 1
+    return result
+
+
+def fold_constants(distance_bytes):
+    """Multipliers that fold a 16-byte lane distance_bytes forward with two clmuls.
+
+    For the lane X = H*x^64 + L (H = its first 8 bytes), clmul of 64-bit reflected
+    operands yields the product times x, so H is multiplied by x^(8d+63) mod P and L by
+    x^(8d-1) mod P. A degree < 32 residue sits in the upper half of a reflected qword.
+    """
+    high = reflect32(xpow_mod(8 * distance_bytes + 63)) << 32
+    low = reflect32(xpow_mod(8 * distance_bytes - 1)) << 32
+    return high, low
+
+
+def xpow33_table():
+    """[i]: x^(2^i - 33) mod P, reflected; see nk_crc32c_shift_bytes in crc32c.c."""
+    return [reflect32(xpow_mod((1 << i) - 33)) for i in range(64)]
+
+
 def c_array(name, tables):
     rows = [f"const uint32_t {name}[{len(tables)}][256] = {{"]
     for table in tables:
@@ -76,6 +132,25 @@ def c_array(name, tables):
         for i in range(0, 256, 6):
             rows.append("        " + " ".join(f"0x{v:08x}," for v in table[i:i + 6]))
         rows.append("    },")
+    rows.append("};")
+    return "\n".join(rows)
+
+
+def fold_array():
+    assert FOLD_DISTANCES_BYTES == tuple(16 * (i + 1) for i in range(len(FOLD_DISTANCES_BYTES)))
+    rows = [f"const uint64_t nk_crc32c_fold_table[{len(FOLD_DISTANCES_BYTES)}][2] = {{"]
+    for d in FOLD_DISTANCES_BYTES:
+        high, low = fold_constants(d)
+        rows.append(f"    {{0x{high:016x}, 0x{low:016x}}}, /* {d} bytes */")
+    rows.append("};")
+    return "\n".join(rows)
+
+
+def xpow33_array():
+    table = xpow33_table()
+    rows = ["const uint32_t nk_crc32c_xpow33_table[64] = {"]
+    for i in range(0, 64, 6):
+        rows.append("    " + " ".join(f"0x{v:08x}," for v in table[i:i + 6]))
     rows.append("};")
     return "\n".join(rows)
 
@@ -103,6 +178,13 @@ extern const uint32_t nk_crc32_slice8_table[8][256];
 extern const uint32_t nk_crc32c_long_zeros_table[4][256];
 extern const uint32_t nk_crc32c_short_zeros_table[4][256];
 
+/* [i]: {{ for the lane's first 8 bytes, for its last 8 }} multipliers folding a 16-byte
+ * lane forward by 16 * (i + 1) bytes with carry-less multiplication. */
+extern const uint64_t nk_crc32c_fold_table[{len(FOLD_DISTANCES_BYTES)}][2];
+
+/* [i]: x^(2^i - 33) mod P, reflected: factors of the run-time shift multipliers. */
+extern const uint32_t nk_crc32c_xpow33_table[64];
+
 #endif
 """
 
@@ -115,6 +197,8 @@ def source():
         c_array("nk_crc32_slice8_table", slice8_tables(CRC32_POLY)),
         c_array("nk_crc32c_long_zeros_table", zeros_tables(CRC32C_POLY, LONG_BLOCK_BYTES)),
         c_array("nk_crc32c_short_zeros_table", zeros_tables(CRC32C_POLY, SHORT_BLOCK_BYTES)),
+        fold_array(),
+        xpow33_array(),
     ]
     return "\n\n".join(parts) + "\n"
 
