@@ -13,3 +13,12 @@ cdef extern from "crc32c.h" nogil:
     int nk_crc32c_hw_available()
     # CRC32 (IEEE 802.3, zlib's), for legacy message sets v0/v1.
     uint32_t nk_crc32(uint32_t crc, const void *data, size_t length)
+
+cdef extern from "murmur2.h" nogil:
+    # Kafka's murmur2 (the Java client's Utils.murmur2), as its 32 bits; cast to
+    # int32_t for the signed value Java returns.
+    uint32_t nk_murmur2(const void *data, size_t length_bytes)
+    # toPositive(murmur2(key)) % num_partitions: the Java client's partition for a
+    # keyed record.  num_partitions must be > 0.
+    uint32_t nk_murmur2_partition(const void *key, size_t length_bytes,
+                                  uint32_t num_partitions)

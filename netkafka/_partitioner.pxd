@@ -1,0 +1,8 @@
+# The partitioner interface as Cython callers (the accumulator) see it: a cimport of
+# Partitioner gives C-vtable calls to whichever partitioner the producer was given.
+# Semantics, threads and the on_new_batch flow: _partitioner.pyx's docstring.
+
+cdef class Partitioner:
+    cpdef int partition(self, topic, key_bytes, all_partitions,
+                        available_partitions) except -1
+    cpdef on_new_batch(self, topic, int prev_partition)

@@ -1,0 +1,78 @@
+"""Partitioners by name: what the Producer's `partitioner=` option accepts.
+
+The partitioners themselves are native (netkafka._partitioner, whose docstring
+describes the interface the accumulator calls); this module maps the option's
+values onto them:
+
+    'default' or 'murmur2'  DefaultPartitioner: the Java client's placement --
+                            murmur2 for keys, sticky (one partition per batch) for
+                            records without a key.  'murmur2' names the same thing
+                            (it is not librdkafka's 'murmur2', which sends every
+                            unkeyed record to one partition).
+    'round_robin'           RoundRobinPartitioner: every record to the next
+                            partition, key ignored, as Java's RoundRobinPartitioner.
+    'broker_aware'          BrokerAwarePartitioner: murmur2 for keys; unkeyed
+                            batches stay on one broker's partitions, then the next.
+    a Partitioner instance  used as it is.
+    a callable              kafka-python's `(key_bytes, all_partitions,
+                            available_partitions) -> partition`, result checked.
+"""
+from netkafka._partitioner import (
+    BrokerAwarePartitioner,
+    CallablePartitioner,
+    DefaultPartitioner,
+    Partitioner,
+    RoundRobinPartitioner,
+    default_partition,
+    murmur2,
+)
+
+__all__ = [
+    "BrokerAwarePartitioner",
+    "CallablePartitioner",
+    "DefaultPartitioner",
+    "Partitioner",
+    "RoundRobinPartitioner",
+    "default_partition",
+    "make_partitioner",
+    "murmur2",
+]
+
+PARTITIONER_NAMES = ("default", "murmur2", "round_robin", "broker_aware")
+
+
+def make_partitioner(spec="default", *, leaders_for=None):
+    """The partitioner for the `partitioner=` option's value.
+
+    Args:
+        spec: one of PARTITIONER_NAMES, a Partitioner, or a callable
+            `(key_bytes, all_partitions, available_partitions) -> partition`.
+            Default: 'default'.
+        leaders_for: callable(topic) -> {partition: leader broker id}, the
+            metadata cache's view; needed by 'broker_aware' only.
+
+    Raises:
+        ValueError: an unknown name or a value of another kind, or 'broker_aware'
+            without leaders_for.
+    """
+    if isinstance(spec, Partitioner):
+        return spec
+    if isinstance(spec, str):
+        if spec in ("default", "murmur2"):
+            return DefaultPartitioner()
+        if spec == "round_robin":
+            return RoundRobinPartitioner()
+        if spec == "broker_aware":
+            if leaders_for is None:
+                raise ValueError(
+                    "partitioner 'broker_aware' needs leaders_for(topic) -> "
+                    "{partition: leader broker id}")
+            return BrokerAwarePartitioner(leaders_for)
+        raise ValueError(
+            f"unknown partitioner {spec!r}: expected one of "
+            f"{', '.join(map(repr, PARTITIONER_NAMES))}, a Partitioner or a callable")
+    if callable(spec):
+        return CallablePartitioner(spec)
+    raise ValueError(
+        f"partitioner must be one of {', '.join(map(repr, PARTITIONER_NAMES))}, "
+        f"a Partitioner or a callable, got {spec!r}")
