@@ -11,7 +11,9 @@ cdef extern from "crc32c.h" nogil:
     uint32_t nk_crc32c_portable(uint32_t crc, const void *data, size_t length)
     uint32_t nk_crc32c_hw(uint32_t crc, const void *data, size_t length)
     int nk_crc32c_hw_available()
-    # CRC32 (IEEE 802.3, zlib's), for legacy message sets v0/v1.
+
+cdef extern from "crc32.h" nogil:
+    # CRC32 (IEEE 802.3, zlib's), for legacy message sets v0/v1; `crc` as above.
     uint32_t nk_crc32(uint32_t crc, const void *data, size_t length)
 
 cdef extern from "murmur2.h" nogil:
