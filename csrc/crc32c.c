@@ -189,8 +189,8 @@ enum {
     NK_FUSED_MIN_BYTES = 1024,
 };
 
-/* A * B * x^33 mod P for reflected a, b: the 64-bit carry-less product is A*B*x^33
- * once reflection is accounted for, and the CRC instruction reduces it mod P. */
+/* A * B * x^33 mod P for reflected a, b: the carry-less product of reflected values is
+ * A*B*x, and the CRC instruction, fed it as data, multiplies by x^32 and reduces mod P. */
 static NK_FUSED_TARGET inline uint32_t nk_mulmod33(uint32_t a, uint32_t b)
 {
     __m128i product = _mm_clmulepi64_si128(_mm_cvtsi32_si128((int)a),
