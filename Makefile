@@ -17,7 +17,7 @@ all: test
 $(VENV_STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "setuptools>=68" wheel "Cython>=3.0"
+	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0"
 	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]"
 	touch $@
 
