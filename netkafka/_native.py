@@ -7,6 +7,7 @@ import importlib
 
 # Every compiled module the package needs; each is built from netkafka/<name>.pyx.
 NATIVE_MODULES = (
+    "_compression",
     "_crc",
     "_partitioner",
 )
