@@ -1,0 +1,55 @@
+"""Topic administration for the tests and the demo, through confluent-kafka's AdminClient.
+
+Independent of netkafka on purpose: a test's topics exist because librdkafka made them, not
+because netkafka's own protocol code believes so.
+"""
+import time
+from typing import Mapping, Optional
+
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+
+CREATE_TIMEOUT_S = 30.0
+POLL_INTERVAL_S = 0.05
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,
+                 config: Optional[Mapping[str, str]] = None,
+                 timeout_s: float = CREATE_TIMEOUT_S) -> ClusterMetadata:
+    """Create a topic and wait until the metadata shows a leader for every partition.
+
+    Args:
+        config: topic-level settings, e.g. {"min.insync.replicas": "2"}.
+
+    Returns:
+        The cluster metadata, holding the topic with its partitions, leaders and ISRs.
+
+    Raises:
+        confluent_kafka.KafkaException: the broker refused the topic (it exists already, bad
+            settings, too few brokers for the replication factor, ...).
+        TimeoutError: the partitions had no leader within timeout_s.
+    """
+    admin = admin_client(bootstrap)
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                     config=dict(config or {}))
+    admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)
+    return wait_for_leaders(admin, name, partitions, timeout_s)
+
+
+def wait_for_leaders(admin: AdminClient, name: str, partitions: int,
+                     timeout_s: float = CREATE_TIMEOUT_S) -> ClusterMetadata:
+    """Poll the metadata until `name` has `partitions` partitions, each with a leader."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = admin.list_topics(topic=name, timeout=timeout_s)
+        topic = metadata.topics.get(name)
+        if (topic is not None and topic.error is None and len(topic.partitions) == partitions
+                and all(p.leader >= 0 and p.error is None for p in topic.partitions.values())):
+            return metadata
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name!r} has no leader for all {partitions} partitions "
+                               f"after {timeout_s:.0f} s (last metadata: {topic!r})")
+        time.sleep(POLL_INTERVAL_S)

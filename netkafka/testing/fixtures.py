@@ -1,0 +1,105 @@
+"""pytest plugin: a real Kafka broker and cluster per test session, and unique topic names.
+
+Registered from tests/conftest.py (and bench/conftest.py) with
+
+    pytest_plugins = ["netkafka.testing.fixtures"]
+
+NETKAFKA_BOOTSTRAP=host:port makes kafka_broker use a broker that already runs instead of
+starting one; kafka_cluster always starts its own nodes, since failover tests stop them.
+"""
+import os
+import re
+import sys
+import uuid
+from typing import Iterator, NamedTuple
+
+import pytest
+
+from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster, live_nodes
+
+CLUSTER_NODES = 3
+# Longest topic name taken from a test's name; Kafka allows 249 characters.
+TOPIC_BASE_CHARS = 180
+
+
+class ExternalBroker(NamedTuple):
+    """A broker this session did not start (NETKAFKA_BOOTSTRAP)."""
+
+    bootstrap: str
+
+
+@pytest.fixture(scope="session")
+def kafka_jvm_options() -> tuple[str, ...]:
+    """JVM options of the brokers the fixtures start.
+
+    Tests check behaviour, not speed: their brokers start without the C2 compiler, on 40% less
+    CPU.  Benchmarks override this fixture in their conftest.py to return BROKER_JVM_OPTIONS,
+    so that a broker compiled for throughput serves them.
+    """
+    return FAST_START_JVM_OPTIONS
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory, kafka_jvm_options) -> Iterator:
+    """One broker for the whole session; `.bootstrap` is "127.0.0.1:PORT".
+
+    Its directory (with server.log) stays under pytest's basetemp for the last few sessions.
+    """
+    external = os.environ.get("NETKAFKA_BOOTSTRAP")
+    if external:
+        yield ExternalBroker(external)
+        return
+    yield from _running(Cluster(1, directory=tmp_path_factory.mktemp("kafka-broker"),
+                                jvm_options=kafka_jvm_options))
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory, kafka_jvm_options) -> Iterator[Cluster]:
+    """Three combined broker+controller nodes for the session (replication factor 3 possible).
+
+    `.bootstrap` lists every node; `.nodes` give failover tests stop(), kill(), pause(),
+    resume() and restart() of one node.  Tests that do so take failover_cluster instead,
+    which brings every node back afterwards.
+    """
+    yield from _running(Cluster(CLUSTER_NODES, directory=tmp_path_factory.mktemp("kafka-cluster"),
+                                jvm_options=kafka_jvm_options))
+
+
+@pytest.fixture
+def failover_cluster(kafka_cluster: Cluster) -> Iterator[Cluster]:
+    """The session's cluster, healed after the test: paused nodes resumed, stopped ones restarted."""
+    yield kafka_cluster
+    kafka_cluster.heal()
+
+
+def _running(cluster: Cluster) -> Iterator[Cluster]:
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def topic_name(request) -> str:
+    """A topic name used by no other test: the test's name plus a random suffix."""
+    base = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name)[:TOPIC_BASE_CHARS].strip("-")
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session) -> None:
+    """Fail the session if a broker it started is still running once fixtures are torn down.
+
+    Runs after pytest's own teardown of session fixtures (also after Ctrl-C); the nodes
+    found are killed, so that none outlives the session either way.
+    """
+    leftover = live_nodes()
+    if not leftover:
+        return
+    for node in leftover:
+        node.kill()
+    print(f"\nnetkafka.testing: Kafka nodes still running at the end of the session, now killed: "
+          f"{leftover}", file=sys.stderr)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

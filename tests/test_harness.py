@@ -1,0 +1,303 @@
+"""The test harness itself: a real broker and cluster, topic creation, the independent reader.
+
+These prove the tools every other test stands on; they check nothing of netkafka's producer.
+"""
+import functools
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from netkafka.testing.admin import create_topic
+from netkafka.testing.broker import (BrokerError, Cluster, _decode_metadata, free_ports,
+                                     kafka_libs_dir, new_cluster_id, probe_metadata)
+from netkafka.testing.reader import Record, read_topic
+
+WAIT_S = 30.0
+
+
+def host_port(bootstrap: str) -> tuple[str, int]:
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
+def produce(bootstrap: str, topic: str, messages: list[dict], **config) -> list[Record]:
+    """Write messages with confluent-kafka; return the records the reader should see.
+
+    The expected records come from the messages as given, placed where the delivery reports
+    say (delivery reports carry no headers).
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
+    expected = []
+
+    def on_delivery(message, error, report):
+        assert error is None, error
+        timestamp_ms = message.get("timestamp", report.timestamp()[1])
+        expected.append(Record(report.partition(), report.offset(), message.get("key"),
+                               message.get("value"), message.get("headers", []), timestamp_ms,
+                               "create_time"))
+
+    for message in messages:
+        producer.produce(topic, on_delivery=functools.partial(on_delivery, message), **message)
+    assert producer.flush(WAIT_S) == 0
+    assert len(expected) == len(messages)
+    return expected
+
+
+def kafka_process_runs(pid: int) -> bool:
+    """True when pid is a live (not zombie) process running kafka.Kafka."""
+    try:
+        return b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/<pid>/stat: R, S, T (stopped), Z, ..."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+def wait_until(condition, what: str, timeout_s: float = WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+    return result
+
+
+# -- the single broker ---------------------------------------------------------------------------
+
+
+def test_broker_answers_metadata(kafka_broker):
+    result = probe_metadata(*host_port(kafka_broker.bootstrap))
+    assert len(result.brokers) == 1
+    node_id, host, port = result.brokers[0]
+    assert (host, port) == host_port(kafka_broker.bootstrap)
+    assert result.controller_id == node_id
+    assert result.cluster_id
+
+
+def test_topic_is_created_with_a_leader_per_partition(kafka_broker, topic_name):
+    metadata = create_topic(kafka_broker.bootstrap, topic_name, partitions=4)
+    partitions = metadata.topics[topic_name].partitions
+    assert sorted(partitions) == [0, 1, 2, 3]
+    assert all(p.leader == 1 and p.isrs == [1] for p in partitions.values())
+    with pytest.raises(KafkaException, match="already exists"):
+        create_topic(kafka_broker.bootstrap, topic_name, partitions=4)
+
+
+def test_reader_returns_exactly_what_the_producer_wrote(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    base_ms = 1_700_000_000_000
+    messages = [
+        {"key": None, "value": b"no key"},
+        {"key": b"", "value": b"", "headers": [("empty", b"")]},
+        {"key": b"tombstone", "value": None},
+        {"key": b"binary", "value": bytes(range(256)), "headers": [("bin", bytes(range(256)))]},
+        {"key": b"big", "value": os.urandom(200_000)},
+        {"key": b"headers", "value": b"v", "headers": [("a", b"1"), ("a", b"2"), ("null", None), ("\u00e9", b"x")]},
+    ]
+    messages += [{"key": f"key-{i}".encode(), "value": f"value-{i}".encode() * (i % 7),
+                  "headers": [("i", str(i).encode())]} for i in range(1000)]
+    for i, message in enumerate(messages):
+        message["partition"] = i % 3
+        message["timestamp"] = base_ms + i
+    expected = produce(kafka_broker.bootstrap, topic_name, messages)
+
+    records = read_topic(kafka_broker.bootstrap, topic_name, expected_count=len(messages))
+
+    assert sorted(records) == sorted(expected)
+    assert {r.timestamp_ms - base_ms for r in records} == set(range(len(messages)))
+    for partition in range(3):
+        offsets = [r.offset for r in records if r.partition == partition]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_reader_reports_log_append_time(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, config={"message.timestamp.type": "LogAppendTime"})
+    before_ms = int(time.time() * 1000)
+    produce(kafka_broker.bootstrap, topic_name, [{"value": b"x", "timestamp": 1}])
+    after_ms = int(time.time() * 1000)
+    [record] = read_topic(kafka_broker.bootstrap, topic_name, expected_count=1)
+    assert record.timestamp_type == "log_append_time"
+    # Clocks of broker and test are the same machine's; allow a second of rounding and skew.
+    assert before_ms - 1000 <= record.timestamp_ms <= after_ms + 1000
+
+
+def test_reader_reads_an_empty_topic_as_empty(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    assert read_topic(kafka_broker.bootstrap, topic_name) == []
+
+
+def test_reader_fails_when_records_are_missing(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    produce(kafka_broker.bootstrap, topic_name, [{"value": b"only one"}])
+    with pytest.raises(TimeoutError, match="read 1 records"):
+        read_topic(kafka_broker.bootstrap, topic_name, expected_count=2, timeout_s=2)
+
+
+def test_reader_fails_on_a_missing_topic(kafka_broker, topic_name):
+    with pytest.raises(KafkaException):
+        read_topic(kafka_broker.bootstrap, topic_name, timeout_s=5)
+
+
+# -- the three-node cluster ----------------------------------------------------------------------
+
+
+def test_cluster_forms_and_replicates_to_all_three(kafka_cluster, topic_name):
+    for node in kafka_cluster.nodes:
+        result = node.probe()
+        assert result.cluster_id == kafka_cluster.cluster_id
+        assert [broker[0] for broker in result.brokers] == [1, 2, 3]
+
+    metadata = create_topic(kafka_cluster.bootstrap, topic_name, partitions=3, replication_factor=3,
+                            config={"min.insync.replicas": "3"})
+    partitions = metadata.topics[topic_name].partitions
+    assert sorted(partitions) == [0, 1, 2]
+    for partition in partitions.values():
+        assert sorted(partition.replicas) == [1, 2, 3]
+        assert sorted(partition.isrs) == [1, 2, 3]
+
+    # With min.insync.replicas=3, acks=all succeeds only once every replica has the records.
+    expected = produce(kafka_cluster.bootstrap, topic_name,
+                       [{"key": f"k{i}".encode(), "value": b"v"} for i in range(30)], acks="all")
+    assert sorted(read_topic(kafka_cluster.bootstrap, topic_name, expected_count=30)) == sorted(expected)
+
+
+def test_one_node_pauses_stops_and_comes_back(failover_cluster):
+    node, witness = failover_cluster.node(3), failover_cluster.node(1)
+
+    node.pause()
+    assert process_state(node.pid) == "T"
+    with pytest.raises(OSError):
+        node.probe(timeout_s=1)
+    node.resume()
+    assert process_state(node.pid) in "RS"
+    assert node.probe().cluster_id == failover_cluster.cluster_id
+
+    old_pid = node.pid
+    node.stop()
+    assert not node.is_running() and not kafka_process_runs(old_pid)
+    wait_until(lambda: [b[0] for b in witness.probe().brokers] == [1, 2], "node 3 to leave the cluster")
+
+    node.restart()
+    assert node.pid != old_pid and kafka_process_runs(node.pid)
+    failover_cluster.wait_ready()
+    assert [b[0] for b in witness.probe().brokers] == [1, 2, 3]
+
+
+# -- the launcher's edges ------------------------------------------------------------------------
+
+
+def run_cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NETKAFKA_STATE_DIR": str(state_dir)}
+    return subprocess.run([sys.executable, "-m", "netkafka.testing.broker", *args], env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_cli_start_status_stop_and_a_failing_start(tmp_path):
+    [port] = free_ports(1)
+    state, other_state = tmp_path / "state", tmp_path / "other"
+
+    started = run_cli(state, "start", "--fast-start", "--port", str(port))
+    try:
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.splitlines()[-1] == f"127.0.0.1:{port}"
+        [node] = json.loads((state / "kafka.json").read_text())["nodes"]
+        assert kafka_process_runs(node["pid"])
+        assert probe_metadata("127.0.0.1", port).brokers[0][2] == port
+
+        status = run_cli(state, "status")
+        assert status.returncode == 0, status.stdout
+        assert f"running: 127.0.0.1:{port}" in status.stdout
+        assert "answers, alive brokers [1]" in status.stdout
+
+        again = run_cli(state, "start")
+        assert again.returncode == 1 and "still runs" in again.stderr
+
+        # Another cluster on the same port: its broker cannot bind and exits.
+        clash = run_cli(other_state, "start", "--fast-start", "--port", str(port))
+        assert clash.returncode == 1
+        assert "exited with status 1 while starting" in clash.stderr
+        assert "Address already in use" in clash.stderr
+        assert "---- last 40 lines of" in clash.stderr
+    finally:
+        stopped = run_cli(state, "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not kafka_process_runs(node["pid"])
+    after = run_cli(state, "status")
+    assert after.returncode == 3 and "not running" in after.stdout
+
+
+def test_no_broker_outlives_a_session_even_when_interrupted(tmp_path):
+    """A pytest session that leaks a node and is then interrupted leaves no JVM behind."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["netkafka.testing.fixtures"]\n')
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
+
+        PIDS = Path({str(pids)!r})
+
+        def test_leaks_a_node(tmp_path):
+            cluster = Cluster(1, directory=tmp_path, jvm_options=FAST_START_JVM_OPTIONS)
+            cluster.start()
+            (PIDS / "leaked").write_text(str(cluster.nodes[0].pid))
+
+        def test_interrupted(kafka_broker):
+            (PIDS / "fixture").write_text(str(kafka_broker.nodes[0].pid))
+            raise KeyboardInterrupt
+    """))
+    env = {key: value for key, value in os.environ.items() if key != "NETKAFKA_BOOTSTRAP"}
+    inner = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'tmp'}",
+         "test_inner.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    output = inner.stdout + inner.stderr
+    assert inner.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "Kafka nodes still running at the end of the session, now killed" in output
+    for name in ("leaked", "fixture"):
+        pid = int((pids / name).read_text())
+        assert not kafka_process_runs(pid), f"{name} broker (pid {pid}) still runs"
+
+
+def test_cluster_arguments_are_checked():
+    with pytest.raises(ValueError, match="node_count"):
+        Cluster(0)
+    with pytest.raises(ValueError, match="min_insync_replicas"):
+        Cluster(1, min_insync_replicas=2)
+
+
+def test_missing_jars_are_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETKAFKA_KAFKA_LIBS", str(tmp_path))
+    with pytest.raises(BrokerError, match="holds no kafka_"):
+        kafka_libs_dir()
+
+
+def test_cluster_ids_have_kafkas_form():
+    ids = {new_cluster_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(len(i) == 22 and not i.startswith("-") and "=" not in i for i in ids)
+
+
+def test_probe_rejects_truncated_responses():
+    host = b"127.0.0.1"
+    response = (struct.pack(">iii", 1, 0, 1) + struct.pack(">ih", 1, len(host)) + host
+                + struct.pack(">ih", 9092, -1) + struct.pack(">h", 2) + b"id" + struct.pack(">ii", 1, 0))
+    assert _decode_metadata(response, 1) == ("id", 1, ((1, "127.0.0.1", 9092),))
+    for size in range(len(response) - 4):  # the topic count is not read
+        with pytest.raises(struct.error):
+            _decode_metadata(response[:size], 1)
+    with pytest.raises(BrokerError, match="correlation id"):
+        _decode_metadata(response, 2)
