@@ -8,6 +8,7 @@ import collections
 import threading
 
 import pytest
+from confluent_kafka import Producer as ConfluentProducer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.cluster import ClusterMetadata
@@ -26,6 +27,8 @@ from netkafka.partitioner import (
     make_partitioner,
     murmur2,
 )
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
 
 # Apache Kafka, clients/.../common/utils/UtilsTest.testMurmur2: Java's signed results.
 JAVA_UTILS_TEST_VECTORS = {
@@ -546,3 +549,34 @@ def test_murmur2_from_eight_threads():
 
     run_threads(work)
 
+
+# ---------------------------------------------------------------- against a broker
+
+BROKER_TOPIC_PARTITIONS = 12
+
+
+def test_keyed_records_land_where_default_partition_predicts(kafka_broker, topic_name):
+    # librdkafka's 'murmur2_random' partitioner is the Java client's placement for keyed
+    # records; the broker and an independent reader say where each record went.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=BROKER_TOPIC_PARTITIONS)
+    keys = [b"user-%d" % i for i in range(300)]
+    keys += [bytes((0xFF - 11 * i - n) & 0xFF for i in range(n)) for n in range(1, 41)]
+    keys += list(JAVA_UTILS_TEST_VECTORS) + [k for k in LIBRDKAFKA_VECTORS if k]
+    delivery_errors = []
+    producer = ConfluentProducer({
+        "bootstrap.servers": kafka_broker.bootstrap,
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+    })
+    for index, key in enumerate(keys):
+        producer.produce(topic_name, key=key, value=b"%d" % index,
+                         on_delivery=lambda err, msg: err and delivery_errors.append(err))
+    assert producer.flush(30) == 0
+    assert delivery_errors == []
+
+    records = read_topic(kafka_broker.bootstrap, topic_name, expected_count=len(keys))
+    assert sorted(int(r.value) for r in records) == list(range(len(keys)))
+    for record in records:
+        assert record.key == keys[int(record.value)]
+        assert record.partition == default_partition(record.key, BROKER_TOPIC_PARTITIONS), record
+    assert {r.partition for r in records} == set(range(BROKER_TOPIC_PARTITIONS))
