@@ -10,6 +10,7 @@ NATIVE_MODULES = (
     "_compression",
     "_crc",
     "_partitioner",
+    "_records",
 )
 
 BUILD_HINT = (

@@ -16,6 +16,22 @@ cdef extern from "crc32.h" nogil:
     # CRC32 (IEEE 802.3, zlib's), for legacy message sets v0/v1; `crc` as above.
     uint32_t nk_crc32(uint32_t crc, const void *data, size_t length)
 
+from libc.stdint cimport int16_t, int32_t, int64_t
+
+cdef extern from "varint.h" nogil:
+    # Zigzag varint (int32) / varlong (int64) and big-endian stores.  Each writer
+    # returns the pointer past its bytes and checks no space: size first, check once.
+    enum:
+        NK_VARINT_MAX_BYTES
+        NK_VARLONG_MAX_BYTES
+    int nk_varint_size(int32_t v)
+    int nk_varlong_size(int64_t v)
+    unsigned char *nk_write_varint(unsigned char *p, int32_t v)
+    unsigned char *nk_write_varlong(unsigned char *p, int64_t v)
+    unsigned char *nk_store_be16(unsigned char *p, int16_t v)
+    unsigned char *nk_store_be32(unsigned char *p, int32_t v)
+    unsigned char *nk_store_be64(unsigned char *p, int64_t v)
+
 cdef extern from "murmur2.h" nogil:
     # Kafka's murmur2 (the Java client's Utils.murmur2), as its 32 bits; cast to
     # int32_t for the signed value Java returns.

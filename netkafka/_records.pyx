@@ -1,0 +1,1264 @@
+"""RecordBatch v2 (magic 2) encoder: records straight into pooled buffers.
+
+A batch is built in one buffer from a BufferPool: 61 bytes are left for the header,
+records are appended behind it as they come, and seal() fills the header in:
+
+    base offset int64 (0) | batch length int32 (bytes after this field) |
+    partition leader epoch int32 (-1) | magic int8 (2) | CRC32C uint32 |
+    attributes int16 | last offset delta int32 | first timestamp int64 |
+    max timestamp int64 | producer id int64 | producer epoch int16 |
+    base sequence int32 | record count int32 | records...
+
+The CRC covers attributes .. end.  A record is a varint length, then attributes
+int8 (0), timestamp delta varlong, offset delta varint, key and value as varint
+length (-1 for null) + bytes, and a varint count of headers, each a varint-length
+UTF-8 key and a nullable value.  With a codec, the records region (after the
+header) is compressed into a second pooled buffer and the header written before it.
+
+Life of a batch:  OPEN (appends) -> seal() -> SEALED (bytes exported, read-only) ->
+mark_acknowledged() / mark_failed() -> DONE -> release() -> RELEASED.  Its memory
+goes back to the pool only from DONE with no exported view alive: bytes that may
+still be on their way to a socket are never reused.
+"""
+import threading
+import time
+
+cimport cython
+from cpython.buffer cimport (
+    PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer,
+)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLong, PyLong_Check
+from cpython.object cimport PyObject
+from cpython.pythread cimport (
+    WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
+    PyThread_release_lock, PyThread_type_lock,
+)
+from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check, PyUnicode_DecodeUTF8
+from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint32_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+from netkafka._compression cimport CODEC_NONE, Compressor
+from netkafka.csrc cimport (
+    nk_crc32c, nk_store_be16, nk_store_be32, nk_store_be64, nk_varint_size,
+    nk_varlong_size, nk_write_varint, nk_write_varlong,
+)
+
+
+cdef enum:
+    # Byte offsets of the batch header fields.
+    _BASE_OFFSET = 0
+    _BATCH_LENGTH = 8
+    _LEADER_EPOCH = 12
+    _MAGIC = 16
+    _CRC = 17
+    _ATTRIBUTES = 21
+    _LAST_OFFSET_DELTA = 23
+    _FIRST_TIMESTAMP = 27
+    _MAX_TIMESTAMP = 35
+    _PRODUCER_ID = 43
+    _PRODUCER_EPOCH = 51
+    _BASE_SEQUENCE = 53
+    _RECORD_COUNT = 57
+    HEADER_SIZE_BYTES = 61
+    # Bytes counted by the batch length field start after it.
+    _LENGTH_EXCLUDED = 12
+    # Upper bound of a record's bytes besides key, value and headers: length varint
+    # (5), attributes (1), timestamp delta varlong (10), offset delta varint (5).
+    _RECORD_OVERHEAD_MAX = 21
+    # The smallest record: 1-byte length, attributes, delta 0, offset delta < 64,
+    # null key, null value, no headers.
+    _RECORD_MIN_BYTES = 7
+    # Below this the CRC takes less time than giving up and retaking the GIL.
+    _CRC_NOGIL_MIN_BYTES = 64 * 1024
+
+cdef enum:
+    # Attribute bits (the codec takes bits 0-2).
+    _ATTR_LOG_APPEND_TIME = 0x08
+    _ATTR_TRANSACTIONAL = 0x10
+    _ATTR_CONTROL = 0x20
+
+cdef enum:
+    # Batch states, in order.
+    _OPEN = 0
+    _SEALED = 1
+    _DONE = 2
+    _RELEASED = 3
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+RECORD_BATCH_HEADER_SIZE_BYTES = HEADER_SIZE_BYTES
+
+_STATE_NAMES = ("open", "sealed", "done", "released")
+
+
+class BatchStateError(RuntimeError):
+    """An operation was asked of a batch in a state that does not allow it."""
+
+
+class BufferPoolExhausted(Exception):
+    """The pool cannot hand out the memory asked for right now."""
+
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef str _arg_name(str name, Py_ssize_t index):
+    # Error messages name the argument, and the element of a bulk argument.  Built
+    # only when raising, so the hot paths create no string.
+    return name if index < 0 else f"{name}[{index}]"
+
+
+cdef int64_t _timestamp_arg(object timestamp, str name, Py_ssize_t index) except -1:
+    # Java's producer rejects negative timestamps; -1 would read as "no timestamp".
+    cdef int64_t ts
+    if not PyLong_Check(timestamp):
+        raise TypeError(f"{_arg_name(name, index)} must be an int (milliseconds since the "
+                        f"epoch) or None, not {type(timestamp).__name__}")
+    try:
+        ts = PyLong_AsLongLong(timestamp)
+    except OverflowError:
+        raise ValueError(f"{_arg_name(name, index)}={timestamp} does not fit in 64 bits") from None
+    if ts < 0:
+        raise ValueError(f"{_arg_name(name, index)}={ts} is negative; timestamps are "
+                         f"milliseconds since the epoch")
+    return ts
+
+
+# ----------------------------------------------------------------------------------
+# Buffer pool
+
+
+@cython.final
+cdef class BufferPool:
+    """Fixed-size buffers for record batches, with a bound on the memory they take.
+
+    Buffers are allocated on first demand and then reused: a released pooled buffer
+    goes to a free list, not back to malloc, so steady-state batching allocates
+    nothing.  A request larger than buffer_size_bytes (a batch whose first record
+    alone is larger) gets a one-off buffer, counted against total_bytes while in use
+    and freed on release; cached free buffers are dropped to make room for it.
+
+    Thread safety: acquire/try_acquire run on user threads (the accumulator), release
+    on I/O threads (or wherever a forgotten buffer is garbage-collected).  _mutex, a C
+    lock held only around a few lines of C, guards the free list and the counts.
+    Blocked acquires sleep on _lock, a threading.Condition that guards no state: a
+    release notifies it only when _waiters says someone sleeps there, so giving
+    memory back never runs Python code otherwise (it may run from __dealloc__, even
+    at interpreter exit).
+
+    Args:
+        buffer_size_bytes: capacity of each pooled buffer (see pool_buffer_size_bytes).
+        total_bytes: bound on the capacity of all buffers alive, in use or cached.
+    """
+
+    def __cinit__(self, Py_ssize_t buffer_size_bytes, Py_ssize_t total_bytes):
+        if buffer_size_bytes <= 0:
+            raise ValueError(f"buffer_size_bytes must be positive, got {buffer_size_bytes}")
+        if total_bytes < buffer_size_bytes:
+            raise ValueError(f"total_bytes ({total_bytes}) must be at least "
+                             f"buffer_size_bytes ({buffer_size_bytes})")
+        self.buffer_size_bytes = buffer_size_bytes
+        self.total_bytes = total_bytes
+        self._lock = threading.Condition(threading.Lock())
+        self._mutex = PyThread_allocate_lock()
+        if self._mutex == NULL:
+            raise MemoryError("cannot allocate a lock")
+        self._free_slots = total_bytes // buffer_size_bytes
+        self._free = <unsigned char **>malloc(self._free_slots * sizeof(unsigned char *))
+        if self._free == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        # Every handed-out buffer holds a reference to its pool, so none is in use here.
+        cdef Py_ssize_t i
+        if self._free != NULL:
+            for i in range(self._free_count):
+                free(self._free[i])
+            free(self._free)
+        if self._mutex != NULL:
+            PyThread_free_lock(self._mutex)
+
+    @property
+    def in_use_bytes(self):
+        """Capacity of the buffers handed out and not yet released."""
+        cdef Py_ssize_t in_use
+        PyThread_acquire_lock(self._mutex, WAIT_LOCK)
+        in_use = self._in_use_bytes
+        PyThread_release_lock(self._mutex)
+        return in_use
+
+    @property
+    def available_bytes(self):
+        """Bytes that could still be handed out (total_bytes - in_use_bytes)."""
+        return self.total_bytes - self.in_use_bytes
+
+    def try_acquire(self, Py_ssize_t size_bytes=0):
+        """A buffer of at least size_bytes (0: buffer_size_bytes), or None when the
+        pool has no room for it now.
+
+        Raises:
+            ValueError: size_bytes is larger than total_bytes: no wait could serve it.
+        """
+        return self._try_acquire(size_bytes)
+
+    def acquire(self, Py_ssize_t size_bytes=0, timeout_ms=None):
+        """As try_acquire, but wait for a release up to timeout_ms (None: forever).
+        Returns None if the time runs out.
+        """
+        cdef PooledBuffer buf = self._try_acquire(size_bytes)
+        if buf is not None:
+            return buf
+        deadline = None if timeout_ms is None else time.monotonic() + max(timeout_ms, 0) / 1000.0
+        with self._lock:
+            # Registered as a waiter before each retry, so a release in between
+            # sees us and notifies once we sleep (it needs _lock, held till wait()).
+            while True:
+                self._add_waiter(1)
+                try:
+                    buf = self._try_acquire(size_bytes)
+                    if buf is not None:
+                        return buf
+                    remaining_s = None if deadline is None else deadline - time.monotonic()
+                    if remaining_s is not None and remaining_s <= 0:
+                        return None
+                    self._lock.wait(remaining_s)
+                finally:
+                    self._add_waiter(-1)
+
+    cdef void _add_waiter(self, int change) noexcept:
+        PyThread_acquire_lock(self._mutex, WAIT_LOCK)
+        self._waiters += change
+        PyThread_release_lock(self._mutex)
+
+    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes):
+        # Thread-safe.  None when there is no room now.
+        cdef Py_ssize_t capacity = max(size_bytes, self.buffer_size_bytes)
+        cdef bint pooled = capacity == self.buffer_size_bytes
+        cdef unsigned char *data = NULL
+        cdef bint room = True
+        cdef PooledBuffer buf
+        if capacity > self.total_bytes:
+            raise ValueError(f"a buffer of {size_bytes} bytes was asked of a pool bounded "
+                             f"to {self.total_bytes} bytes (buffer_memory)")
+        PyThread_acquire_lock(self._mutex, WAIT_LOCK)
+        if pooled and self._free_count:
+            self._free_count -= 1
+            data = self._free[self._free_count]
+        else:
+            # Cached buffers count against the bound too: drop some if needed.
+            while (self._in_use_bytes + self._free_count * self.buffer_size_bytes
+                   + capacity > self.total_bytes and self._free_count):
+                self._free_count -= 1
+                free(self._free[self._free_count])
+            room = (self._in_use_bytes + self._free_count * self.buffer_size_bytes
+                    + capacity <= self.total_bytes)
+            if room:
+                data = <unsigned char *>malloc(capacity)
+        if data != NULL:
+            self._in_use_bytes += capacity
+        PyThread_release_lock(self._mutex)
+        if not room:
+            return None
+        if data == NULL:
+            raise MemoryError(f"cannot allocate a buffer of {capacity} bytes")
+        buf = PooledBuffer.__new__(PooledBuffer)
+        buf.data = data
+        buf.capacity_bytes = capacity
+        buf.pooled = pooled
+        buf.pool = self
+        return buf
+
+    cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes,
+                         bint pooled) noexcept:
+        # Runs on whatever thread releases (an I/O thread, or the garbage collector).
+        cdef int waiters
+        PyThread_acquire_lock(self._mutex, WAIT_LOCK)
+        self._in_use_bytes -= capacity_bytes
+        if pooled and self._free_count < self._free_slots:
+            self._free[self._free_count] = data
+            self._free_count += 1
+        else:
+            free(data)
+        waiters = self._waiters
+        PyThread_release_lock(self._mutex)
+        if waiters:
+            with self._lock:
+                self._lock.notify_all()
+
+
+@cython.final
+@cython.no_gc_clear
+cdef class PooledBuffer:
+    """Memory lent by a BufferPool; release() gives it back (so does garbage
+    collection, as a safety net).  Owned by one thread at a time."""
+
+    def __dealloc__(self):
+        self._give_back()
+
+    cdef void _give_back(self) noexcept:
+        cdef unsigned char *data = self.data
+        if data != NULL:
+            self.data = NULL
+            self.pool._give_back(data, self.capacity_bytes, self.pooled)
+
+    @property
+    def released(self):
+        return self.data == NULL
+
+    def release(self):
+        """Give the memory back to the pool now.
+
+        Raises:
+            BatchStateError: a record batch builder owns this buffer (release that), or
+                it was released already.
+        """
+        if self.claimed:
+            raise BatchStateError("this buffer belongs to a RecordBatchBuilder: "
+                                  "release the builder instead")
+        if self.data == NULL:
+            raise BatchStateError("buffer already released")
+        self._give_back()
+
+
+def pool_buffer_size_bytes(Py_ssize_t batch_size_bytes, compression=None):
+    """The buffer size a BufferPool needs so that batches of batch_size_bytes, and
+    their compressed copies, come from the pool without one-off buffers.
+
+    Args:
+        compression: as RecordBatchBuilder takes it.
+    """
+    cdef Compressor compressor = _compressor_for(compression)
+    if compressor is None:
+        return batch_size_bytes
+    return max(batch_size_bytes, HEADER_SIZE_BYTES
+               + compressor.max_compressed_size(batch_size_bytes - HEADER_SIZE_BYTES))
+
+
+cdef Compressor _compressor_for(object compression):
+    # None for no compression; a shared Compressor as given; a codec name or id
+    # gets a Compressor of its own at the codec's default level.
+    cdef Compressor compressor
+    if isinstance(compression, Compressor):
+        compressor = <Compressor>compression
+    elif compression is None:
+        return None
+    else:
+        compressor = Compressor(compression)
+    return None if compressor.codec == CODEC_NONE else compressor
+
+
+# ----------------------------------------------------------------------------------
+# Encoding helpers: sizes and writes of the variable parts of a record
+
+
+cdef inline Py_ssize_t _nullable_size(Py_ssize_t length) noexcept:
+    # Null is the varint -1 (one byte); lengths above INT32_MAX are rejected later
+    # by the size limits, and varlong sizing keeps this exact meanwhile.
+    if length < 0:
+        return 1
+    return nk_varlong_size(length) + length
+
+
+cdef inline unsigned char *_write_nullable(unsigned char *p, const unsigned char *data,
+                                           Py_ssize_t length) noexcept:
+    if length < 0:
+        return nk_write_varint(p, -1)
+    p = nk_write_varint(p, <int32_t>length)
+    memcpy(p, data, length)
+    return p + length
+
+
+cdef int _borrow_buffer(object obj, Py_buffer *view, str name, Py_ssize_t index) except -1:
+    # Cold path of _borrow: anything but bytes and None.
+    if PyUnicode_Check(obj):
+        raise TypeError(f"{_arg_name(name, index)} must be bytes, bytearray, memoryview or "
+                        f"None, not str (encode it first)")
+    try:
+        PyObject_GetBuffer(obj, view, PyBUF_SIMPLE)
+    except BufferError as exc:
+        raise TypeError(f"{_arg_name(name, index)} must be a contiguous bytes-like object: "
+                        f"{exc}") from None
+    except TypeError:
+        raise TypeError(f"{_arg_name(name, index)} must be bytes, bytearray, memoryview or "
+                        f"None, not {type(obj).__name__}") from None
+    return 1
+
+
+cdef inline int _borrow(object obj, const unsigned char **data, Py_ssize_t *length,
+                        Py_buffer *view, str name, Py_ssize_t index) except -1:
+    # Points data/length at obj's bytes (length -1 for None).  Returns 1 when a view
+    # was taken that the caller must release, 0 otherwise.
+    if PyBytes_CheckExact(obj):
+        data[0] = <const unsigned char *>PyBytes_AS_STRING(obj)
+        length[0] = PyBytes_GET_SIZE(obj)
+        return 0
+    if obj is None:
+        data[0] = NULL
+        length[0] = -1
+        return 0
+    _borrow_buffer(obj, view, name, index)
+    data[0] = <const unsigned char *>view.buf
+    length[0] = view.len
+    return 1
+
+
+cdef inline int _check_utf8(const unsigned char *data, Py_ssize_t length,
+                            Py_ssize_t index) except -1:
+    # A header key is a Kafka String: consumers decode it as UTF-8 and fail (or
+    # mangle it) otherwise.  ASCII is checked here; anything else is left to the
+    # strict decoder, a cold path.
+    cdef Py_ssize_t i
+    for i in range(length):
+        if data[i] >= 0x80:
+            try:
+                PyUnicode_DecodeUTF8(<const char *>data, length, "strict")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"headers[{index}] key is not UTF-8: {exc}") from None
+            return 0
+    return 0
+
+
+cdef extern from "Python.h":
+    # The bytes macros on borrowed pointers: no reference counting in the hot loops.
+    bint _bytes_check_exact "PyBytes_CheckExact"(PyObject *obj) noexcept
+    char *_bytes_as_string "PyBytes_AS_STRING"(PyObject *obj) noexcept
+    Py_ssize_t _bytes_get_size "PyBytes_GET_SIZE"(PyObject *obj) noexcept
+
+
+cdef inline bint _plain_bytes(PyObject *obj, const unsigned char **data,
+                              Py_ssize_t *length) noexcept:
+    # The fast path of keys and values: exact bytes (pointer into the object) or
+    # None (length -1).  False for anything else, which takes the general path.
+    if _bytes_check_exact(obj):
+        data[0] = <const unsigned char *>_bytes_as_string(obj)
+        length[0] = _bytes_get_size(obj)
+        return True
+    if obj == <PyObject *>None:
+        data[0] = NULL
+        length[0] = -1
+        return True
+    return False
+
+
+cdef inline int _header_parts(object header, Py_ssize_t index, const unsigned char **key,
+                              Py_ssize_t *key_len, const unsigned char **value,
+                              Py_ssize_t *value_len) except -1:
+    # The (key, value) of headers[index]: key str (sent as UTF-8) or bytes, value
+    # bytes or None.  Pointers stay valid while the header objects live: UTF-8 of a
+    # str is cached in the str itself.
+    cdef object k, v
+    if PyTuple_CheckExact(header) and PyTuple_GET_SIZE(header) == 2:
+        k = <object>PyTuple_GET_ITEM(header, 0)
+        v = <object>PyTuple_GET_ITEM(header, 1)
+    elif PyList_CheckExact(header) and PyList_GET_SIZE(header) == 2:
+        k = <object>PyList_GET_ITEM(header, 0)
+        v = <object>PyList_GET_ITEM(header, 1)
+    else:
+        raise TypeError(f"headers[{index}] must be a (key, value) pair, "
+                        f"not {type(header).__name__}")
+    if PyUnicode_Check(k):
+        key[0] = <const unsigned char *>PyUnicode_AsUTF8AndSize(k, key_len)
+    elif PyBytes_Check(k):
+        key[0] = <const unsigned char *>PyBytes_AS_STRING(k)
+        key_len[0] = PyBytes_GET_SIZE(k)
+        _check_utf8(key[0], key_len[0], index)
+    else:
+        raise TypeError(f"headers[{index}] key must be str or bytes, not {type(k).__name__}")
+    if v is None:
+        value[0] = NULL
+        value_len[0] = -1
+    elif PyBytes_Check(v):
+        value[0] = <const unsigned char *>PyBytes_AS_STRING(v)
+        value_len[0] = PyBytes_GET_SIZE(v)
+    else:
+        raise TypeError(f"headers[{index}] value must be bytes or None, not {type(v).__name__}")
+    return 0
+
+
+cdef inline object _sequence_item(object seq, Py_ssize_t i):
+    # seq is an exact list or tuple (checked by the caller); the length is read again
+    # on every access because a list may shrink while we work.
+    if PyList_CheckExact(seq):
+        if i < PyList_GET_SIZE(seq):
+            return <object>PyList_GET_ITEM(seq, i)
+    elif i < PyTuple_GET_SIZE(seq):
+        return <object>PyTuple_GET_ITEM(seq, i)
+    raise IndexError("sequence changed size during append")
+
+
+cdef Py_ssize_t _headers_size(object headers) except -1:
+    # Encoded size of a headers array, count included; validates every header.
+    cdef Py_ssize_t count, i, size
+    cdef const unsigned char *k
+    cdef const unsigned char *v
+    cdef Py_ssize_t k_len, v_len
+    if not (PyList_CheckExact(headers) or PyTuple_CheckExact(headers)):
+        raise TypeError(f"headers must be a list or tuple of (key, value) pairs or None, "
+                        f"not {type(headers).__name__}")
+    count = len(headers)
+    size = nk_varlong_size(count)
+    for i in range(count):
+        _header_parts(_sequence_item(headers, i), i, &k, &k_len, &v, &v_len)
+        size += nk_varlong_size(k_len) + k_len + _nullable_size(v_len)
+    return size
+
+
+cdef unsigned char *_write_headers(unsigned char *p, const unsigned char *end,
+                                   object headers) except NULL:
+    # Second pass over headers already sized by _headers_size.  Bounded by end in
+    # case another thread changed the list in between (no overrun, an error).
+    cdef Py_ssize_t count = len(headers), i
+    cdef const unsigned char *k
+    cdef const unsigned char *v
+    cdef Py_ssize_t k_len, v_len
+    if p + nk_varlong_size(count) > end:
+        raise RuntimeError("headers changed during append")
+    p = nk_write_varint(p, <int32_t>count)
+    for i in range(count):
+        _header_parts(_sequence_item(headers, i), i, &k, &k_len, &v, &v_len)
+        if p + nk_varlong_size(k_len) + k_len + _nullable_size(v_len) > end:
+            raise RuntimeError("headers changed during append")
+        p = _write_nullable(p, k, k_len)
+        p = _write_nullable(p, v, v_len)
+    return p
+
+
+# ----------------------------------------------------------------------------------
+# The builder
+
+
+@cython.final
+@cython.no_gc_clear
+@cython.binding(False)  # plain C methods: a cheaper call than a bound cyfunction
+cdef class RecordBatchBuilder:
+    """Builds one RecordBatch v2 in a pooled buffer, then exports it read-only.
+
+    Args:
+        buffer: a PooledBuffer from the pool the batch's memory comes from and goes
+            back to; the builder owns it from now on.
+        batch_size_bytes: appends stop (return -1) once the next record would take
+            the batch past this size -- except the first record, always taken.
+        max_request_size_bytes: hard cap on a batch holding a single record.
+        compression: None, a codec ("none", "gzip", "snappy", "lz4", "zstd" or its
+            id) at its default level, or a netkafka._compression.Compressor --
+            better shared by all batches, as it keeps the codec's state.
+        timestamp_type: TIMESTAMP_CREATE_TIME (default) or TIMESTAMP_LOG_APPEND_TIME.
+        transactional: set the transactional attribute bit.
+        control: set the control attribute bit (transaction markers).
+    """
+
+    def __cinit__(self, PooledBuffer buffer not None, Py_ssize_t batch_size_bytes,
+                  Py_ssize_t max_request_size_bytes, compression=None, *,
+                  int timestamp_type=TIMESTAMP_CREATE_TIME, bint transactional=False,
+                  bint control=False):
+        if buffer.claimed:
+            raise BatchStateError("buffer already belongs to another RecordBatchBuilder")
+        if buffer.data == NULL:
+            raise BatchStateError("buffer was released")
+        if batch_size_bytes < HEADER_SIZE_BYTES + _RECORD_MIN_BYTES:
+            raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold the "
+                             f"{HEADER_SIZE_BYTES}-byte batch header and a record")
+        if not batch_size_bytes <= max_request_size_bytes <= INT32_MAX:
+            raise ValueError(f"max_request_size_bytes={max_request_size_bytes} must be at "
+                             f"least batch_size_bytes={batch_size_bytes} and at most "
+                             f"{INT32_MAX}")
+        if buffer.capacity_bytes < batch_size_bytes:
+            raise ValueError(f"a buffer of {buffer.capacity_bytes} bytes cannot hold a batch of "
+                             f"batch_size_bytes={batch_size_bytes}: take it from a pool of "
+                             f"buffer_size_bytes >= batch_size_bytes")
+        if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
+            raise ValueError(f"timestamp_type must be TIMESTAMP_CREATE_TIME (0) or "
+                             f"TIMESTAMP_LOG_APPEND_TIME (1), got {timestamp_type}")
+        buffer.claimed = True
+        self._records_buf = buffer
+        self._data = buffer.data
+        self._pos_bytes = HEADER_SIZE_BYTES
+        self.batch_size_bytes = batch_size_bytes
+        self.max_request_size_bytes = max_request_size_bytes
+        self._compressor = _compressor_for(compression)
+        self.codec = CODEC_NONE if self._compressor is None else self._compressor.codec
+        self.sealed_codec = CODEC_NONE
+        self._attributes = ((_ATTR_LOG_APPEND_TIME if timestamp_type else 0)
+                            | (_ATTR_TRANSACTIONAL if transactional else 0)
+                            | (_ATTR_CONTROL if control else 0))
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._base_sequence = -1
+        self._state = _OPEN
+
+    def __dealloc__(self):
+        # No view can be alive (a view keeps its exporter alive), so no byte of ours
+        # can be in use: the buffers go back to the pool with their own references.
+        pass
+
+    # -- appending ------------------------------------------------------------------
+
+    def append(self, key, value, headers=None, timestamp_ms=None):
+        """Encode one record into the batch.
+
+        Args:
+            key, value: bytes, bytearray, memoryview (contiguous) or None.
+            headers: None or a list/tuple of (key, value): key str or bytes, value
+                bytes or None.
+            timestamp_ms: milliseconds since the epoch (>= 0); None: now.
+
+        Returns:
+            The record's offset delta (its index in the batch), or -1 if it does not
+            fit batch_size_bytes: nothing was written, open a new batch.
+
+        Raises:
+            TypeError: an argument has a type not listed above (the message names it).
+            ValueError: the first record alone exceeds max_request_size_bytes, or a
+                bad timestamp.
+            BatchStateError: the batch is sealed.
+            BufferPoolExhausted: the first record is larger than the buffer and the
+                pool has no room for a larger one now.
+        """
+        cdef const unsigned char *k
+        cdef const unsigned char *v
+        cdef Py_ssize_t k_len, v_len
+        cdef int64_t ts
+        if timestamp_ms is None:
+            ts = _now_ms()
+        else:
+            ts = _timestamp_arg(timestamp_ms, "timestamp_ms", -1)
+        if _plain_bytes(<PyObject *>key, &k, &k_len) and \
+                _plain_bytes(<PyObject *>value, &v, &v_len):
+            return self._append_raw(k, k_len, v, v_len, headers, ts)
+        return self._append_objects(key, value, headers, ts, -1)
+
+    cdef Py_ssize_t _append_objects(self, object key, object value, object headers,
+                                    int64_t timestamp_ms, Py_ssize_t index) except -2:
+        # Keys and values of any bytes-like type: their buffers are held across the
+        # encoding.  index is the element of a bulk call, for error messages (-1: none).
+        cdef const unsigned char *k
+        cdef const unsigned char *v
+        cdef Py_ssize_t k_len, v_len
+        cdef Py_buffer k_view, v_view
+        cdef int k_held, v_held = 0
+        k_held = _borrow(key, &k, &k_len, &k_view, "key" if index < 0 else "keys", index)
+        try:
+            v_held = _borrow(value, &v, &v_len, &v_view, "value" if index < 0 else "values",
+                             index)
+            return self._append_raw(k, k_len, v, v_len, headers, timestamp_ms)
+        finally:
+            if k_held:
+                PyBuffer_Release(&k_view)
+            if v_held:
+                PyBuffer_Release(&v_view)
+
+    def append_many(self, values, keys=None, headers=None, timestamps_ms=None,
+                    Py_ssize_t start=0):
+        """Append values[start:] (with keys, headers, timestamps at the same index)
+        until the batch is full.
+
+        Args:
+            values: list or tuple of bytes-like or None.
+            keys: None (all keys null) or a list/tuple as long as values.
+            headers: None (no headers) or a list/tuple as long as values, each item
+                None or a headers list as append() takes.
+            timestamps_ms: None (all stamped now, read once) or a list/tuple of int
+                or None.
+            start: index of the first record to append.
+
+        Returns:
+            How many records were appended; fewer than len(values) - start means the
+            batch is full: continue from start + that count in a new batch.
+        """
+        cdef Py_ssize_t n, i, appended
+        cdef int64_t now_ms = _now_ms(), ts
+        cdef PyObject *key
+        cdef PyObject *value
+        cdef const unsigned char *k
+        cdef const unsigned char *v
+        cdef Py_ssize_t k_len, v_len
+        cdef object header_list = None, timestamp
+        n = _check_sequence(values, "values", -1)
+        _check_sequence(keys, "keys", n)
+        _check_sequence(headers, "headers", n)
+        _check_sequence(timestamps_ms, "timestamps_ms", n)
+        if not 0 <= start <= n:
+            raise ValueError(f"start={start} is outside 0..{n}")
+        for i in range(start, n):
+            # Borrowed references: no Python code runs between taking and using them
+            # on the bytes path; the general path takes its own references.  Lists
+            # are re-measured because a buffer export or a header may run user code.
+            if (PySequence_Fast_GET_SIZE(values) < n
+                    or (keys is not None and PySequence_Fast_GET_SIZE(keys) < n)):
+                raise ValueError("values or keys changed size during append_many")
+            ts = now_ms
+            if timestamps_ms is not None:
+                timestamp = _sequence_item(timestamps_ms, i)
+                if timestamp is not None:
+                    ts = _timestamp_arg(timestamp, "timestamps_ms", i)
+            if headers is not None:
+                header_list = _sequence_item(headers, i)
+            value = PySequence_Fast_GET_ITEM(values, i)
+            key = <PyObject *>None if keys is None else PySequence_Fast_GET_ITEM(keys, i)
+            if _plain_bytes(key, &k, &k_len) and _plain_bytes(value, &v, &v_len):
+                appended = self._append_raw(k, k_len, v, v_len, header_list, ts)
+            else:
+                appended = self._append_objects(<object>key, <object>value, header_list, ts, i)
+            if appended < 0:
+                return i - start
+        return n - start
+
+    def append_column(self, values, keys=None, timestamps_ms=None, Py_ssize_t start=0):
+        """Append records start.. from binary columns until the batch is full.
+
+        Args:
+            values: a BinaryColumn, or a pyarrow Binary/LargeBinary/String/LargeString
+                array (null elements become null values).
+            keys: None (null keys) or a column of the same length, as values.
+            timestamps_ms: None (all stamped now, read once) or a buffer-protocol
+                object of int64 (e.g. array('q'), a numpy int64 array) of the same
+                length.
+            start: index of the first record to append.
+
+        Returns:
+            How many records were appended (see append_many).
+        """
+        cdef BinaryColumn value_col = _as_column(values, "values")
+        cdef BinaryColumn key_col = None if keys is None else _as_column(keys, "keys")
+        cdef Py_ssize_t n = value_col.length, i, appended
+        cdef int64_t now_ms = _now_ms(), ts
+        cdef const unsigned char *k = NULL
+        cdef const unsigned char *v
+        cdef Py_ssize_t k_len = -1, v_len
+        cdef Py_buffer ts_view
+        cdef const int64_t *ts_data = NULL
+        if key_col is not None and key_col.length != n:
+            raise ValueError(f"keys has {key_col.length} elements, values has {n}")
+        if not 0 <= start <= n:
+            raise ValueError(f"start={start} is outside 0..{n}")
+        if timestamps_ms is not None:
+            _borrow_int64s(timestamps_ms, &ts_view, n)
+            ts_data = <const int64_t *>ts_view.buf
+        try:
+            for i in range(start, n):
+                ts = now_ms
+                if ts_data != NULL:
+                    ts = ts_data[i]
+                    if ts < 0:
+                        raise ValueError(f"timestamps_ms[{i}]={ts} is negative")
+                if key_col is not None:
+                    key_col._element(i, &k, &k_len, "keys")
+                value_col._element(i, &v, &v_len, "values")
+                appended = self._append_raw(k, k_len, v, v_len, None, ts)
+                if appended < 0:
+                    return i - start
+            return n - start
+        finally:
+            if ts_data != NULL:
+                PyBuffer_Release(&ts_view)
+
+    cdef Py_ssize_t _append_raw(self, const unsigned char *key, Py_ssize_t key_len,
+                                const unsigned char *value, Py_ssize_t value_len,
+                                object headers, int64_t timestamp_ms) except -2:
+        # The one encoder every append path ends in.  Sizes the record, checks room
+        # once, then writes it with no further checks.
+        cdef int64_t ts_delta
+        cdef Py_ssize_t headers_bytes, body_bytes, record_bytes
+        cdef unsigned char *p
+        cdef unsigned char *end
+        if self._state != _OPEN:
+            raise BatchStateError(f"cannot append to a {_STATE_NAMES[self._state]} batch")
+        headers_bytes = 1 if headers is None else _headers_size(headers)
+        ts_delta = timestamp_ms - self._first_timestamp_ms if self._record_count else 0
+        body_bytes = (1 + nk_varlong_size(ts_delta) + nk_varint_size(self._record_count)
+                      + _nullable_size(key_len) + _nullable_size(value_len) + headers_bytes)
+        record_bytes = nk_varlong_size(body_bytes) + body_bytes
+        if self._pos_bytes + record_bytes > self.batch_size_bytes:
+            if self._record_count:
+                self._full = True
+                return -1
+            self._make_room_for_first(record_bytes)
+        p = self._data + self._pos_bytes
+        end = p + record_bytes
+        p = nk_write_varint(p, <int32_t>body_bytes)
+        p[0] = 0  # record attributes: none defined
+        p = nk_write_varlong(p + 1, ts_delta)
+        p = nk_write_varint(p, self._record_count)
+        p = _write_nullable(p, key, key_len)
+        p = _write_nullable(p, value, value_len)
+        if headers is None:
+            p[0] = 0  # zero headers
+            p += 1
+        else:
+            p = _write_headers(p, end, headers)
+        if p != end:
+            raise RuntimeError("headers changed during append")
+        self._pos_bytes += record_bytes
+        if self._record_count == 0:
+            self._first_timestamp_ms = timestamp_ms
+            self._max_timestamp_ms = timestamp_ms
+        elif timestamp_ms > self._max_timestamp_ms:
+            self._max_timestamp_ms = timestamp_ms
+        self._record_count += 1
+        return self._record_count - 1
+
+    cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1:
+        # The first record goes in whatever its size, up to max_request_size_bytes;
+        # if the buffer is too small it is swapped (still empty) for a larger one.
+        cdef Py_ssize_t needed = HEADER_SIZE_BYTES + record_bytes
+        cdef PooledBuffer larger
+        cdef BufferPool pool
+        if needed > self.max_request_size_bytes:
+            raise ValueError(f"the record is {needed} bytes when serialized in a batch, larger "
+                             f"than max_request_size_bytes={self.max_request_size_bytes}")
+        if needed > self._records_buf.capacity_bytes:
+            pool = self._records_buf.pool
+            larger = pool._try_acquire(needed)
+            if larger is None:
+                raise BufferPoolExhausted(
+                    f"a {needed}-byte buffer for a record larger than batch_size_bytes="
+                    f"{self.batch_size_bytes} is not available: {pool.available_bytes} of "
+                    f"{pool.total_bytes} bytes free")
+            larger.claimed = True
+            self._records_buf._give_back()
+            self._records_buf = larger
+            self._data = larger.data
+        return 0
+
+    # -- producer state ---------------------------------------------------------------
+
+    def set_producer_state(self, int64_t producer_id, int16_t producer_epoch,
+                           int32_t base_sequence):
+        """Idempotence fields for the header; allowed until sealed."""
+        if self._state != _OPEN:
+            raise BatchStateError(f"producer state of a {_STATE_NAMES[self._state]} batch "
+                                  f"cannot change")
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+
+    # -- sealing and export -------------------------------------------------------------
+
+    def seal(self):
+        """Compress (if a codec is set and it pays), write the header and CRC, and
+        return a read-only memoryview of the batch's wire bytes.
+
+        A sealed batch takes no more records; sealing again returns another view of
+        the same bytes (for a retry).
+
+        Raises:
+            ValueError: the batch has no record (Kafka has no empty batches).
+            BatchStateError: the batch was acknowledged, failed or released.
+        """
+        if self._state == _OPEN:
+            self._seal()
+        elif self._state != _SEALED:
+            raise BatchStateError(f"cannot seal a {_STATE_NAMES[self._state]} batch")
+        return memoryview(self)
+
+    cdef int _seal(self) except -1:
+        if self._record_count == 0:
+            raise ValueError("cannot seal an empty batch")
+        self._sealed_buf = self._records_buf
+        self._sealed_size_bytes = self._pos_bytes
+        self.sealed_codec = CODEC_NONE
+        if self._compressor is not None:
+            self._compress()
+        self._write_header(self._sealed_buf.data, self._sealed_size_bytes)
+        self._state = _SEALED
+        return 0
+
+    cdef int _compress(self) except -1:
+        # Compresses the records into a second pooled buffer, behind room for the
+        # header.  When that pays, the compressed buffer becomes the batch and the
+        # records buffer goes back to the pool at once: its bytes will never be sent.
+        # When it does not pay (output not smaller) the batch goes uncompressed, as
+        # librdkafka does.  So it does too when the pool has no room for the output:
+        # waiting could deadlock (every buffer held by open batches that are waiting
+        # to seal), and an uncompressed batch is as valid; sealed_codec tells.
+        cdef Py_ssize_t records_bytes = self._pos_bytes - HEADER_SIZE_BYTES
+        cdef Py_ssize_t bound = self._compressor.max_compressed_size(records_bytes)
+        cdef Py_ssize_t compressed_bytes
+        cdef BufferPool pool = self._records_buf.pool
+        cdef PooledBuffer out
+        if HEADER_SIZE_BYTES + bound > pool.total_bytes:
+            return 0
+        out = pool._try_acquire(HEADER_SIZE_BYTES + bound)
+        if out is None:
+            return 0
+        try:
+            compressed_bytes = self._compressor.compress_into(
+                self._data + HEADER_SIZE_BYTES, records_bytes,
+                out.data + HEADER_SIZE_BYTES, bound)
+        except BaseException:
+            out._give_back()
+            raise
+        if compressed_bytes >= records_bytes:
+            out._give_back()
+            return 0
+        out.claimed = True
+        self._sealed_buf = out
+        self._sealed_size_bytes = HEADER_SIZE_BYTES + compressed_bytes
+        self.sealed_codec = self.codec
+        self._records_buf._give_back()
+        self._data = NULL
+        return 0
+
+    cdef int _write_header(self, unsigned char *batch, Py_ssize_t size_bytes) except -1:
+        cdef uint32_t crc
+        cdef const unsigned char *crc_start = batch + _ATTRIBUTES
+        cdef size_t crc_bytes = size_bytes - _ATTRIBUTES
+        nk_store_be64(batch + _BASE_OFFSET, 0)
+        nk_store_be32(batch + _BATCH_LENGTH, <int32_t>(size_bytes - _LENGTH_EXCLUDED))
+        nk_store_be32(batch + _LEADER_EPOCH, -1)
+        batch[_MAGIC] = 2
+        nk_store_be16(batch + _ATTRIBUTES, self._attributes | self.sealed_codec)
+        nk_store_be32(batch + _LAST_OFFSET_DELTA, self._record_count - 1)
+        nk_store_be64(batch + _FIRST_TIMESTAMP, self._first_timestamp_ms)
+        nk_store_be64(batch + _MAX_TIMESTAMP, self._max_timestamp_ms)
+        nk_store_be64(batch + _PRODUCER_ID, self._producer_id)
+        nk_store_be16(batch + _PRODUCER_EPOCH, self._producer_epoch)
+        nk_store_be32(batch + _BASE_SEQUENCE, self._base_sequence)
+        nk_store_be32(batch + _RECORD_COUNT, self._record_count)
+        if crc_bytes >= _CRC_NOGIL_MIN_BYTES:
+            with nogil:
+                crc = nk_crc32c(0, crc_start, crc_bytes)
+        else:
+            crc = nk_crc32c(0, crc_start, crc_bytes)
+        nk_store_be32(batch + _CRC, <int32_t>crc)
+        return 0
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if self._state not in (_SEALED, _DONE):
+            raise BufferError(f"a {_STATE_NAMES[self._state]} batch exports no bytes "
+                              f"(seal it first)")
+        PyBuffer_FillInfo(view, self, self._sealed_buf.data, self._sealed_size_bytes,
+                          1, flags)
+        self._view_count += 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self._view_count -= 1
+
+    # -- completion -------------------------------------------------------------------
+
+    def mark_acknowledged(self):
+        """The broker acknowledged the batch: its memory may be released."""
+        if self._state != _SEALED:
+            raise BatchStateError(f"cannot acknowledge a {_STATE_NAMES[self._state]} batch")
+        self._state = _DONE
+
+    def mark_failed(self):
+        """The batch failed for good (or was never sent): its memory may be released."""
+        if self._state > _SEALED:
+            raise BatchStateError(f"cannot fail a {_STATE_NAMES[self._state]} batch")
+        self._state = _DONE
+
+    def release(self):
+        """Give the batch's buffers back to the pool.
+
+        Raises:
+            BatchStateError: the batch was not acknowledged or failed first, or was
+                released already.
+            BufferError: a view of its bytes is still alive (they may be on their way
+                to a socket).
+        """
+        if self._state != _DONE:
+            raise BatchStateError(f"cannot release a {_STATE_NAMES[self._state]} batch: "
+                                  f"only after mark_acknowledged() or mark_failed()")
+        if self._view_count:
+            raise BufferError(f"cannot release the batch: {self._view_count} view(s) of its "
+                              f"bytes still alive")
+        self._state = _RELEASED
+        self._records_buf._give_back()
+        if self._sealed_buf is not None:
+            self._sealed_buf._give_back()
+        self._data = NULL
+
+    # -- accessors --------------------------------------------------------------------
+
+    @property
+    def record_count(self):
+        return self._record_count
+
+    @property
+    def size_bytes(self):
+        """Wire size: of the sealed batch once sealed, else of the batch so far
+        (uncompressed)."""
+        if self._state == _OPEN:
+            return self._pos_bytes
+        return self._sealed_size_bytes
+
+    @property
+    def remaining_bytes(self):
+        """Room left below batch_size_bytes (0 when full)."""
+        return max(self.batch_size_bytes - self._pos_bytes, 0) if self._state == _OPEN else 0
+
+    @property
+    def is_full(self):
+        """True once no further record can be appended: sealed, an append was
+        refused, or not even the smallest record fits."""
+        return bool(self._state != _OPEN or self._full
+                    or (self._record_count
+                        and self._pos_bytes + _RECORD_MIN_BYTES > self.batch_size_bytes))
+
+    @property
+    def is_sealed(self):
+        return self._state >= _SEALED
+
+    @property
+    def state(self):
+        """'open', 'sealed', 'done' or 'released'."""
+        return _STATE_NAMES[self._state]
+
+    @property
+    def first_timestamp_ms(self):
+        """Timestamp of the first record (None while empty)."""
+        return self._first_timestamp_ms if self._record_count else None
+
+    @property
+    def max_timestamp_ms(self):
+        return self._max_timestamp_ms if self._record_count else None
+
+    @property
+    def producer_id(self):
+        return self._producer_id
+
+    @property
+    def producer_epoch(self):
+        return self._producer_epoch
+
+    @property
+    def base_sequence(self):
+        return self._base_sequence
+
+    @property
+    def is_transactional(self):
+        return bool(self._attributes & _ATTR_TRANSACTIONAL)
+
+    @property
+    def view_count(self):
+        """Exported views of the sealed bytes still alive."""
+        return self._view_count
+
+    @staticmethod
+    def size_upper_bound_bytes(key, value, headers=None):
+        """Bytes a batch holding only this record can take at most: the buffer to
+        acquire for a first record that may exceed the pool's buffer size."""
+        cdef const unsigned char *k
+        cdef const unsigned char *v
+        cdef Py_ssize_t k_len, v_len, size
+        cdef Py_buffer k_view, v_view
+        cdef int k_held, v_held = 0
+        k_held = _borrow(key, &k, &k_len, &k_view, "key", -1)
+        try:
+            v_held = _borrow(value, &v, &v_len, &v_view, "value", -1)
+            size = (HEADER_SIZE_BYTES + _RECORD_OVERHEAD_MAX + _nullable_size(k_len)
+                    + _nullable_size(v_len) + (1 if headers is None else _headers_size(headers)))
+        finally:
+            if k_held:
+                PyBuffer_Release(&k_view)
+            if v_held:
+                PyBuffer_Release(&v_view)
+        return size
+
+
+cdef Py_ssize_t _check_sequence(object seq, str name, Py_ssize_t expected_len) except -2:
+    # Validates a bulk argument: None (allowed unless expected_len < 0) or an exact
+    # list/tuple of expected_len items.  Returns its length.
+    cdef Py_ssize_t n
+    if seq is None:
+        if expected_len < 0:
+            raise TypeError(f"{name} must be a list or tuple, not None")
+        return 0
+    if not (PyList_CheckExact(seq) or PyTuple_CheckExact(seq)):
+        raise TypeError(f"{name} must be a list or tuple, not {type(seq).__name__}")
+    n = len(seq)
+    if expected_len >= 0 and n != expected_len:
+        raise ValueError(f"{name} has {n} elements, values has {expected_len}")
+    return n
+
+
+# ----------------------------------------------------------------------------------
+# Binary columns (Arrow layout)
+
+
+cdef int _borrow_int64s(object obj, Py_buffer *view, Py_ssize_t count) except -1:
+    # A buffer of at least count native int64 (the timestamps of a column).
+    try:
+        PyObject_GetBuffer(obj, view, PyBUF_SIMPLE | PyBUF_FORMAT)
+    except (TypeError, BufferError) as exc:
+        raise TypeError(f"timestamps_ms must be a contiguous buffer of int64: {exc}") from None
+    if view.itemsize != 8 or not _is_native_signed_int(view.format):
+        PyBuffer_Release(view)
+        raise TypeError("timestamps_ms must be a buffer of int64 (format 'q')")
+    if view.len < count * 8:
+        PyBuffer_Release(view)
+        raise ValueError(f"timestamps_ms has {view.len // 8} elements, values has {count}")
+    return 0
+
+
+cdef bint _is_native_signed_int(const char *fmt):
+    # A struct-module format of one native-order signed integer: 'i', 'l', 'q', ...
+    if fmt == NULL:
+        return False
+    f = fmt
+    if f[:1] in (b'@', b'='):
+        f = f[1:]
+    return f in (b'b', b'h', b'i', b'l', b'q', b'n')
+
+
+@cython.final
+cdef class BinaryColumn:
+    """A column of nullable binary values in Arrow's layout, over buffer-protocol
+    objects: no copy, no per-element Python object.
+
+    Element i of the column is data[offsets[first + i] : offsets[first + i + 1]],
+    null when bit (first + i) of validity (least significant bit first) is 0.
+
+    Args:
+        data: the values' bytes, back to back.
+        offsets: length + 1 (+ first) integers, int32 or int64, non-decreasing.
+        validity: None (no nulls) or the validity bitmap.
+        offset_width_bytes: 4 or 8; needed when offsets exports plain bytes (as
+            pyarrow.Buffer does), else taken from its item size.
+        length: number of elements (default: all that offsets describes).
+        first: index of the column's first element in offsets/validity (an Arrow
+            array's .offset).
+    """
+    cdef Py_buffer _data          # held for the column's lifetime
+    cdef Py_buffer _offsets
+    cdef Py_buffer _validity
+    cdef bint _has_data
+    cdef bint _has_offsets
+    cdef bint _has_validity
+    cdef int _offset_width_bytes  # 4 or 8
+    cdef readonly Py_ssize_t length
+    cdef Py_ssize_t _first
+    cdef object _source           # the Arrow array the buffers belong to, kept alive
+
+    def __cinit__(self, data, offsets, validity=None, *, offset_width_bytes=None,
+                  length=None, Py_ssize_t first=0):
+        cdef Py_ssize_t n_offsets
+        if first < 0:
+            raise ValueError(f"first must be >= 0, got {first}")
+        self._first = first
+        try:
+            PyObject_GetBuffer(offsets, &self._offsets, PyBUF_SIMPLE | PyBUF_FORMAT)
+        except (TypeError, BufferError) as exc:
+            raise TypeError(f"offsets must be a contiguous buffer: {exc}") from None
+        self._has_offsets = True
+        if self._offsets.itemsize == 1:
+            # Raw bytes (a pyarrow.Buffer, bytes): the width must be said.
+            if offset_width_bytes not in (4, 8):
+                raise ValueError("offsets exports plain bytes: give offset_width_bytes=4 "
+                                 "(int32 offsets) or 8 (int64)")
+            width = offset_width_bytes
+        elif (_is_native_signed_int(self._offsets.format)
+                and self._offsets.itemsize in (4, 8)):
+            width = self._offsets.itemsize
+            if offset_width_bytes is not None and offset_width_bytes != width:
+                raise ValueError(f"offset_width_bytes={offset_width_bytes} but offsets holds "
+                                 f"{width}-byte integers")
+        else:
+            raise TypeError(f"offsets must hold int32 or int64, not format "
+                            f"{self._offsets.format.decode()!r}")
+        self._offset_width_bytes = width
+        n_offsets = self._offsets.len // width
+        if length is None:
+            if n_offsets - first < 1:
+                raise ValueError(f"offsets holds {n_offsets} entries: none left after first={first}")
+            self.length = n_offsets - first - 1
+        else:
+            self.length = length
+            if self.length < 0 or first + self.length + 1 > n_offsets:
+                raise ValueError(f"length={length} with first={first} needs {first + length + 1} "
+                                 f"offsets, offsets holds {n_offsets}")
+        if data is not None:
+            try:
+                PyObject_GetBuffer(data, &self._data, PyBUF_SIMPLE)
+            except (TypeError, BufferError) as exc:
+                raise TypeError(f"data must be a contiguous buffer: {exc}") from None
+            self._has_data = True
+        if validity is not None:
+            try:
+                PyObject_GetBuffer(validity, &self._validity, PyBUF_SIMPLE)
+            except (TypeError, BufferError) as exc:
+                raise TypeError(f"validity must be a contiguous buffer: {exc}") from None
+            self._has_validity = True
+            if self._validity.len * 8 < first + self.length:
+                raise ValueError(f"validity has {self._validity.len * 8} bits, the column "
+                                 f"needs {first + self.length}")
+
+    def __dealloc__(self):
+        if self._has_data:
+            PyBuffer_Release(&self._data)
+        if self._has_offsets:
+            PyBuffer_Release(&self._offsets)
+        if self._has_validity:
+            PyBuffer_Release(&self._validity)
+
+    @staticmethod
+    def from_arrow(array):
+        """A column over a pyarrow Binary, LargeBinary, String or LargeString array
+        (no copy: the array's buffers are used in place)."""
+        import pyarrow
+        types = pyarrow.types
+        if isinstance(array, pyarrow.ChunkedArray):
+            raise TypeError("a ChunkedArray has several buffers: pass its .chunks one by one")
+        if not isinstance(array, pyarrow.Array):
+            raise TypeError(f"expected a pyarrow array, got {type(array).__name__}")
+        t = array.type
+        if types.is_binary(t) or types.is_string(t):
+            width = 4
+        elif types.is_large_binary(t) or types.is_large_string(t):
+            width = 8
+        else:
+            raise TypeError(f"a pyarrow array of {t} is not a binary column: expected "
+                            f"binary, large_binary, string or large_string")
+        validity, offsets, data = array.buffers()
+        if offsets is None:
+            # An empty array may have no buffers at all.
+            return BinaryColumn(b"", b"\0" * width, offset_width_bytes=width, length=0)
+        column = BinaryColumn(data, offsets, validity, offset_width_bytes=width,
+                              length=len(array), first=array.offset)
+        column._source = array
+        return column
+
+    cdef inline int _element(self, Py_ssize_t i, const unsigned char **ptr,
+                             Py_ssize_t *length, str name) except -1:
+        # Element i (0 <= i < length, guaranteed by the caller), bounds-checked
+        # against data: offsets come from the user and must not lead us astray.
+        cdef Py_ssize_t j = self._first + i
+        cdef int64_t lo, hi
+        cdef const unsigned char *bits
+        if self._has_validity:
+            bits = <const unsigned char *>self._validity.buf
+            if not (bits[j >> 3] >> (j & 7)) & 1:
+                ptr[0] = NULL
+                length[0] = -1
+                return 0
+        if self._offset_width_bytes == 4:
+            lo = (<const int32_t *>self._offsets.buf)[j]
+            hi = (<const int32_t *>self._offsets.buf)[j + 1]
+        else:
+            lo = (<const int64_t *>self._offsets.buf)[j]
+            hi = (<const int64_t *>self._offsets.buf)[j + 1]
+        if not 0 <= lo <= hi <= (self._data.len if self._has_data else 0):
+            raise ValueError(f"{name}[{i}]: offsets {lo}..{hi} are not a range within the "
+                             f"{self._data.len if self._has_data else 0} bytes of data")
+        ptr[0] = <const unsigned char *>self._data.buf + lo
+        length[0] = hi - lo
+        return 0
+
+
+cdef BinaryColumn _as_column(object obj, str name):
+    if isinstance(obj, BinaryColumn):
+        return <BinaryColumn>obj
+    if hasattr(obj, "buffers") and hasattr(obj, "type"):
+        return BinaryColumn.from_arrow(obj)
+    raise TypeError(f"{name} must be a BinaryColumn or a pyarrow binary/string array, "
+                    f"not {type(obj).__name__}")
