@@ -9,6 +9,7 @@ import importlib
 NATIVE_MODULES = (
     "_compression",
     "_crc",
+    "_legacy",
     "_partitioner",
     "_records",
 )
