@@ -5,6 +5,7 @@ from cpython.pythread cimport PyThread_type_lock
 from libc.stdint cimport int16_t, int32_t, int64_t
 
 from netkafka._compression cimport Compressor
+from netkafka.csrc cimport nk_clock_cache
 
 
 cdef class PooledBuffer
@@ -68,6 +69,7 @@ cdef class RecordBatchBuilder:
     cdef int _state                             # _OPEN, _SEALED, _DONE or _RELEASED
     cdef Py_ssize_t _sealed_size_bytes          # wire size of the sealed batch
     cdef int _view_count                        # exported buffer views still alive
+    cdef nk_clock_cache _clock                  # "now" for records appended without a timestamp
 
     cdef Py_ssize_t _append_raw(self, const unsigned char *key, Py_ssize_t key_len,
                                 const unsigned char *value, Py_ssize_t value_len,

@@ -38,14 +38,13 @@ from cpython.pythread cimport (
 from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check, PyUnicode_DecodeUTF8
-from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint32_t
+from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from netkafka._compression cimport CODEC_NONE, Compressor
 from netkafka.csrc cimport (
-    nk_crc32c, nk_store_be16, nk_store_be32, nk_store_be64, nk_varint_size,
+    nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16, nk_store_be32, nk_store_be64, nk_varint_size,
     nk_varlong_size, nk_write_varint, nk_write_varlong,
 )
 
@@ -105,10 +104,8 @@ class BufferPoolExhausted(Exception):
     """The pool cannot hand out the memory asked for right now."""
 
 
-cdef inline int64_t _now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+# Read once (CPUID may trap to a hypervisor), copied into every builder's clock cache.
+cdef uint64_t _TICKS_PER_MS = nk_clock_ticks_per_ms()
 
 
 cdef str _arg_name(str name, Py_ssize_t index):
@@ -593,6 +590,7 @@ cdef class RecordBatchBuilder:
         self._producer_id = -1
         self._producer_epoch = -1
         self._base_sequence = -1
+        nk_clock_init(&self._clock, _TICKS_PER_MS)
         self._state = _OPEN
 
     def __dealloc__(self):
@@ -628,7 +626,7 @@ cdef class RecordBatchBuilder:
         cdef Py_ssize_t k_len, v_len
         cdef int64_t ts
         if timestamp_ms is None:
-            ts = _now_ms()
+            ts = nk_clock_now_ms(&self._clock)
         else:
             ts = _timestamp_arg(timestamp_ms, "timestamp_ms", -1)
         if _plain_bytes(<PyObject *>key, &k, &k_len) and \
@@ -675,7 +673,7 @@ cdef class RecordBatchBuilder:
             batch is full: continue from start + that count in a new batch.
         """
         cdef Py_ssize_t n, i, appended
-        cdef int64_t now_ms = _now_ms(), ts
+        cdef int64_t now_ms = nk_clock_now_ms(&self._clock), ts
         cdef PyObject *key
         cdef PyObject *value
         cdef const unsigned char *k
@@ -730,7 +728,7 @@ cdef class RecordBatchBuilder:
         cdef BinaryColumn value_col = _as_column(values, "values")
         cdef BinaryColumn key_col = None if keys is None else _as_column(keys, "keys")
         cdef Py_ssize_t n = value_col.length, i, appended
-        cdef int64_t now_ms = _now_ms(), ts
+        cdef int64_t now_ms = nk_clock_now_ms(&self._clock), ts
         cdef const unsigned char *k = NULL
         cdef const unsigned char *v
         cdef Py_ssize_t k_len = -1, v_len

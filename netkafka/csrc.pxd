@@ -40,3 +40,15 @@ cdef extern from "murmur2.h" nogil:
     # keyed record.  num_partitions must be > 0.
     uint32_t nk_murmur2_partition(const void *key, size_t length_bytes,
                                   uint32_t num_partitions)
+
+from libc.stdint cimport uint64_t
+
+cdef extern from "clock.h" nogil:
+    # Wall-clock ms for record timestamps: the real clock read at most once per
+    # millisecond per cache, the CPU tick counter telling when the last reading is
+    # surely still current.  A cache is used by one thread at a time.
+    ctypedef struct nk_clock_cache:
+        pass
+    uint64_t nk_clock_ticks_per_ms()
+    void nk_clock_init(nk_clock_cache *cache, uint64_t ticks_per_ms)
+    int64_t nk_clock_now_ms(nk_clock_cache *cache)

@@ -399,6 +399,26 @@ def test_default_timestamp_is_wall_clock_ms(big_pool):
     finish(builder)
 
 
+def test_cached_clock_never_runs_early_or_late(big_pool):
+    # "Now" comes from a reading reused while the tick counter says its millisecond
+    # is still current: every record's timestamp must lie between wall-clock readings
+    # taken just before and just after its append, across many millisecond boundaries.
+    bounds = []
+    builder = new_builder(big_pool)
+    append = builder.append
+    deadline = time.monotonic() + 0.2
+    while time.monotonic() < deadline:
+        before = time.time_ns() // 1_000_000
+        append(None, b"")
+        bounds.append((before, time.time_ns() // 1_000_000))
+    _, decoded = decode_kafka_python(sealed_bytes(builder))
+    stamps = [ts for _, ts, _, _, _ in decoded]
+    assert len(stamps) == len(bounds) > 1000
+    assert all(lo <= ts <= hi for ts, (lo, hi) in zip(stamps, bounds))
+    assert len(set(stamps)) > 50, "the test must cross millisecond boundaries"
+    finish(builder)
+
+
 def test_timestamp_deltas_may_be_negative(big_pool):
     # Records need not come in timestamp order: deltas go below the first timestamp.
     records = [(None, b"a", None, 5_000), (None, b"b", None, 0), (None, b"c", None, MAX_INT64)]
