@@ -27,13 +27,13 @@ cimport cython
 from cpython.buffer cimport (
     PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer,
 )
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLong, PyLong_Check
 from cpython.object cimport PyObject
 from cpython.pythread cimport (
     WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
-    PyThread_release_lock, PyThread_type_lock,
+    PyThread_release_lock,
 )
 from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
@@ -44,8 +44,9 @@ from libc.string cimport memcpy
 
 from netkafka._compression cimport CODEC_NONE, Compressor
 from netkafka.csrc cimport (
-    nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16, nk_store_be32, nk_store_be64, nk_varint_size,
-    nk_varlong_size, nk_write_varint, nk_write_varlong,
+    nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16,
+    nk_store_be32, nk_store_be64, nk_varint_size, nk_varlong_size, nk_write_varint,
+    nk_write_varlong,
 )
 
 
@@ -91,7 +92,6 @@ cdef enum:
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
-RECORD_BATCH_HEADER_SIZE_BYTES = HEADER_SIZE_BYTES
 
 _STATE_NAMES = ("open", "sealed", "done", "released")
 
@@ -374,6 +374,28 @@ cdef inline unsigned char *_write_nullable(unsigned char *p, const unsigned char
     return p + length
 
 
+cdef extern from "Python.h":
+    # The bytes macros on borrowed pointers: no reference counting in the hot loops.
+    bint _bytes_check_exact "PyBytes_CheckExact"(PyObject *obj) noexcept
+    char *_bytes_as_string "PyBytes_AS_STRING"(PyObject *obj) noexcept
+    Py_ssize_t _bytes_get_size "PyBytes_GET_SIZE"(PyObject *obj) noexcept
+
+
+cdef inline bint _plain_bytes(PyObject *obj, const unsigned char **data,
+                              Py_ssize_t *length) noexcept:
+    # The fast path of keys and values: exact bytes (pointer into the object) or
+    # None (length -1).  False for anything else, which takes the general path.
+    if _bytes_check_exact(obj):
+        data[0] = <const unsigned char *>_bytes_as_string(obj)
+        length[0] = _bytes_get_size(obj)
+        return True
+    if obj == <PyObject *>None:
+        data[0] = NULL
+        length[0] = -1
+        return True
+    return False
+
+
 cdef int _borrow_buffer(object obj, Py_buffer *view, str name, Py_ssize_t index) except -1:
     # Cold path of _borrow: anything but bytes and None.
     if PyUnicode_Check(obj):
@@ -394,13 +416,7 @@ cdef inline int _borrow(object obj, const unsigned char **data, Py_ssize_t *leng
                         Py_buffer *view, str name, Py_ssize_t index) except -1:
     # Points data/length at obj's bytes (length -1 for None).  Returns 1 when a view
     # was taken that the caller must release, 0 otherwise.
-    if PyBytes_CheckExact(obj):
-        data[0] = <const unsigned char *>PyBytes_AS_STRING(obj)
-        length[0] = PyBytes_GET_SIZE(obj)
-        return 0
-    if obj is None:
-        data[0] = NULL
-        length[0] = -1
+    if _plain_bytes(<PyObject *>obj, data, length):
         return 0
     _borrow_buffer(obj, view, name, index)
     data[0] = <const unsigned char *>view.buf
@@ -424,28 +440,6 @@ cdef inline int _check_utf8(const unsigned char *data, Py_ssize_t length,
     return 0
 
 
-cdef extern from "Python.h":
-    # The bytes macros on borrowed pointers: no reference counting in the hot loops.
-    bint _bytes_check_exact "PyBytes_CheckExact"(PyObject *obj) noexcept
-    char *_bytes_as_string "PyBytes_AS_STRING"(PyObject *obj) noexcept
-    Py_ssize_t _bytes_get_size "PyBytes_GET_SIZE"(PyObject *obj) noexcept
-
-
-cdef inline bint _plain_bytes(PyObject *obj, const unsigned char **data,
-                              Py_ssize_t *length) noexcept:
-    # The fast path of keys and values: exact bytes (pointer into the object) or
-    # None (length -1).  False for anything else, which takes the general path.
-    if _bytes_check_exact(obj):
-        data[0] = <const unsigned char *>_bytes_as_string(obj)
-        length[0] = _bytes_get_size(obj)
-        return True
-    if obj == <PyObject *>None:
-        data[0] = NULL
-        length[0] = -1
-        return True
-    return False
-
-
 cdef inline int _header_parts(object header, Py_ssize_t index, const unsigned char **key,
                               Py_ssize_t *key_len, const unsigned char **value,
                               Py_ssize_t *value_len) except -1:
@@ -463,7 +457,10 @@ cdef inline int _header_parts(object header, Py_ssize_t index, const unsigned ch
         raise TypeError(f"headers[{index}] must be a (key, value) pair, "
                         f"not {type(header).__name__}")
     if PyUnicode_Check(k):
-        key[0] = <const unsigned char *>PyUnicode_AsUTF8AndSize(k, key_len)
+        try:
+            key[0] = <const unsigned char *>PyUnicode_AsUTF8AndSize(k, key_len)
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"headers[{index}] key cannot be UTF-8 encoded: {exc}") from None
     elif PyBytes_Check(k):
         key[0] = <const unsigned char *>PyBytes_AS_STRING(k)
         key_len[0] = PyBytes_GET_SIZE(k)
