@@ -11,6 +11,7 @@ NATIVE_MODULES = (
     "_crc",
     "_legacy",
     "_partitioner",
+    "_protocol",
     "_records",
 )
 

@@ -1,0 +1,525 @@
+"""netkafka's exceptions, and the broker's error codes mapped to them.
+
+    KafkaError                  base of every error netkafka raises
+    +-- ProtocolError           bytes from a broker that do not parse: the
+    |                           connection they came on can no longer be trusted
+    +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
+    +-- BrokerError             an error code a broker returned; one subclass per
+                                code a producer meets, generic for the rest
+
+Each BrokerError carries ``code``, ``name`` (Kafka's name for the code),
+``retriable`` (the same request may succeed if sent again) and
+``invalid_metadata`` (the cached cluster metadata is stale: refresh it before
+retrying).  Both flags follow the Java client's exception hierarchy
+(RetriableException, InvalidMetadataException), so netkafka retries exactly
+where the Java producer does.
+"""
+
+
+class KafkaError(Exception):
+    """Base of every error netkafka raises."""
+
+    retriable = False
+    invalid_metadata = False
+
+
+class ProtocolError(KafkaError):
+    """A broker sent bytes that are not a valid response.
+
+    The connection is out of step with the broker and must be closed.
+    """
+
+
+class IncompatibleBrokerError(KafkaError):
+    """The broker does not support any version netkafka can use of a required API."""
+
+
+# Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).
+# Names are Kafka's; the two flags are the Java client's (RetriableException,
+# InvalidMetadataException) for the exception class of that code.
+ERROR_CODES = {
+    -1: ("UNKNOWN_SERVER_ERROR", False, False),
+    1: ("OFFSET_OUT_OF_RANGE", False, False),
+    2: ("CORRUPT_MESSAGE", True, False),
+    3: ("UNKNOWN_TOPIC_OR_PARTITION", True, True),
+    4: ("INVALID_FETCH_SIZE", False, False),
+    5: ("LEADER_NOT_AVAILABLE", True, True),
+    6: ("NOT_LEADER_OR_FOLLOWER", True, True),
+    7: ("REQUEST_TIMED_OUT", True, False),
+    8: ("BROKER_NOT_AVAILABLE", False, False),
+    9: ("REPLICA_NOT_AVAILABLE", True, True),
+    10: ("MESSAGE_TOO_LARGE", False, False),
+    11: ("STALE_CONTROLLER_EPOCH", False, False),
+    12: ("OFFSET_METADATA_TOO_LARGE", False, False),
+    13: ("NETWORK_EXCEPTION", True, True),
+    14: ("COORDINATOR_LOAD_IN_PROGRESS", True, False),
+    15: ("COORDINATOR_NOT_AVAILABLE", True, False),
+    16: ("NOT_COORDINATOR", True, False),
+    17: ("INVALID_TOPIC_EXCEPTION", False, False),
+    18: ("RECORD_LIST_TOO_LARGE", False, False),
+    19: ("NOT_ENOUGH_REPLICAS", True, False),
+    20: ("NOT_ENOUGH_REPLICAS_AFTER_APPEND", True, False),
+    21: ("INVALID_REQUIRED_ACKS", False, False),
+    22: ("ILLEGAL_GENERATION", False, False),
+    23: ("INCONSISTENT_GROUP_PROTOCOL", False, False),
+    24: ("INVALID_GROUP_ID", False, False),
+    25: ("UNKNOWN_MEMBER_ID", False, False),
+    26: ("INVALID_SESSION_TIMEOUT", False, False),
+    27: ("REBALANCE_IN_PROGRESS", False, False),
+    28: ("INVALID_COMMIT_OFFSET_SIZE", False, False),
+    29: ("TOPIC_AUTHORIZATION_FAILED", False, False),
+    30: ("GROUP_AUTHORIZATION_FAILED", False, False),
+    31: ("CLUSTER_AUTHORIZATION_FAILED", False, False),
+    32: ("INVALID_TIMESTAMP", False, False),
+    33: ("UNSUPPORTED_SASL_MECHANISM", False, False),
+    34: ("ILLEGAL_SASL_STATE", False, False),
+    35: ("UNSUPPORTED_VERSION", False, False),
+    36: ("TOPIC_ALREADY_EXISTS", False, False),
+    37: ("INVALID_PARTITIONS", False, False),
+    38: ("INVALID_REPLICATION_FACTOR", False, False),
+    39: ("INVALID_REPLICA_ASSIGNMENT", False, False),
+    40: ("INVALID_CONFIG", False, False),
+    41: ("NOT_CONTROLLER", True, False),
+    42: ("INVALID_REQUEST", False, False),
+    43: ("UNSUPPORTED_FOR_MESSAGE_FORMAT", False, False),
+    44: ("POLICY_VIOLATION", False, False),
+    45: ("OUT_OF_ORDER_SEQUENCE_NUMBER", False, False),
+    46: ("DUPLICATE_SEQUENCE_NUMBER", False, False),
+    47: ("INVALID_PRODUCER_EPOCH", False, False),
+    48: ("INVALID_TXN_STATE", False, False),
+    49: ("INVALID_PRODUCER_ID_MAPPING", False, False),
+    50: ("INVALID_TRANSACTION_TIMEOUT", False, False),
+    51: ("CONCURRENT_TRANSACTIONS", True, False),
+    52: ("TRANSACTION_COORDINATOR_FENCED", False, False),
+    53: ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False, False),
+    54: ("SECURITY_DISABLED", False, False),
+    55: ("OPERATION_NOT_ATTEMPTED", False, False),
+    56: ("KAFKA_STORAGE_ERROR", True, True),
+    57: ("LOG_DIR_NOT_FOUND", False, False),
+    58: ("SASL_AUTHENTICATION_FAILED", False, False),
+    59: ("UNKNOWN_PRODUCER_ID", False, False),
+    60: ("REASSIGNMENT_IN_PROGRESS", False, False),
+    61: ("DELEGATION_TOKEN_AUTH_DISABLED", False, False),
+    62: ("DELEGATION_TOKEN_NOT_FOUND", False, False),
+    63: ("DELEGATION_TOKEN_OWNER_MISMATCH", False, False),
+    64: ("DELEGATION_TOKEN_REQUEST_NOT_ALLOWED", False, False),
+    65: ("DELEGATION_TOKEN_AUTHORIZATION_FAILED", False, False),
+    66: ("DELEGATION_TOKEN_EXPIRED", False, False),
+    67: ("INVALID_PRINCIPAL_TYPE", False, False),
+    68: ("NON_EMPTY_GROUP", False, False),
+    69: ("GROUP_ID_NOT_FOUND", False, False),
+    70: ("FETCH_SESSION_ID_NOT_FOUND", True, False),
+    71: ("INVALID_FETCH_SESSION_EPOCH", True, False),
+    72: ("LISTENER_NOT_FOUND", True, True),
+    73: ("TOPIC_DELETION_DISABLED", False, False),
+    74: ("FENCED_LEADER_EPOCH", True, True),
+    75: ("UNKNOWN_LEADER_EPOCH", True, False),
+    76: ("UNSUPPORTED_COMPRESSION_TYPE", False, False),
+    77: ("STALE_BROKER_EPOCH", False, False),
+    78: ("OFFSET_NOT_AVAILABLE", True, False),
+    79: ("MEMBER_ID_REQUIRED", False, False),
+    80: ("PREFERRED_LEADER_NOT_AVAILABLE", True, True),
+    81: ("GROUP_MAX_SIZE_REACHED", False, False),
+    82: ("FENCED_INSTANCE_ID", False, False),
+    83: ("ELIGIBLE_LEADERS_NOT_AVAILABLE", True, True),
+    84: ("ELECTION_NOT_NEEDED", True, True),
+    85: ("NO_REASSIGNMENT_IN_PROGRESS", False, False),
+    86: ("GROUP_SUBSCRIBED_TO_TOPIC", False, False),
+    87: ("INVALID_RECORD", False, False),
+    88: ("UNSTABLE_OFFSET_COMMIT", True, False),
+    89: ("THROTTLING_QUOTA_EXCEEDED", True, False),
+    90: ("PRODUCER_FENCED", False, False),
+    91: ("RESOURCE_NOT_FOUND", False, False),
+    92: ("DUPLICATE_RESOURCE", False, False),
+    93: ("UNACCEPTABLE_CREDENTIAL", False, False),
+    94: ("INCONSISTENT_VOTER_SET", False, False),
+    95: ("INVALID_UPDATE_VERSION", False, False),
+    96: ("FEATURE_UPDATE_FAILED", False, False),
+    97: ("PRINCIPAL_DESERIALIZATION_FAILURE", False, False),
+    98: ("SNAPSHOT_NOT_FOUND", False, False),
+    99: ("POSITION_OUT_OF_RANGE", False, False),
+    100: ("UNKNOWN_TOPIC_ID", True, True),
+    101: ("DUPLICATE_BROKER_REGISTRATION", False, False),
+    102: ("BROKER_ID_NOT_REGISTERED", False, False),
+    103: ("INCONSISTENT_TOPIC_ID", True, True),
+    104: ("INCONSISTENT_CLUSTER_ID", False, False),
+    105: ("TRANSACTIONAL_ID_NOT_FOUND", False, False),
+    106: ("FETCH_SESSION_TOPIC_ID_ERROR", True, False),
+    107: ("INELIGIBLE_REPLICA", False, False),
+    108: ("NEW_LEADER_ELECTED", False, False),
+    109: ("OFFSET_MOVED_TO_TIERED_STORAGE", False, False),
+    110: ("FENCED_MEMBER_EPOCH", False, False),
+    111: ("UNRELEASED_INSTANCE_ID", False, False),
+    112: ("UNSUPPORTED_ASSIGNOR", False, False),
+    113: ("STALE_MEMBER_EPOCH", False, False),
+    114: ("MISMATCHED_ENDPOINT_TYPE", False, False),
+    115: ("UNSUPPORTED_ENDPOINT_TYPE", False, False),
+    116: ("UNKNOWN_CONTROLLER_ID", False, False),
+    117: ("UNKNOWN_SUBSCRIPTION_ID", False, False),
+    118: ("TELEMETRY_TOO_LARGE", False, False),
+    119: ("INVALID_REGISTRATION", False, False),
+    120: ("TRANSACTION_ABORTABLE", False, False),
+    121: ("INVALID_RECORD_STATE", False, False),
+    122: ("SHARE_SESSION_NOT_FOUND", True, False),
+    123: ("INVALID_SHARE_SESSION_EPOCH", True, False),
+    124: ("FENCED_STATE_EPOCH", False, False),
+    125: ("INVALID_VOTER_KEY", False, False),
+    126: ("DUPLICATE_VOTER", False, False),
+    127: ("VOTER_NOT_FOUND", False, False),
+    128: ("INVALID_REGULAR_EXPRESSION", False, False),
+    129: ("REBOOTSTRAP_REQUIRED", False, False),
+    130: ("STREAMS_INVALID_TOPOLOGY", False, False),
+    131: ("STREAMS_INVALID_TOPOLOGY_EPOCH", False, False),
+    132: ("STREAMS_TOPOLOGY_FENCED", False, False),
+    133: ("SHARE_SESSION_LIMIT_REACHED", True, False),
+    134: ("GROUP_DELETION_FAILED", False, False),
+    135: ("STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED", False, False),
+    136: ("CONTROLLER_ID_NOT_REGISTERED", False, False),
+}
+
+
+class BrokerError(KafkaError):
+    """An error code returned by a broker.
+
+    Subclasses name one code each (set ``code``; the name and flags are taken
+    from ERROR_CODES).  Codes without a subclass are raised as BrokerError
+    itself, still carrying their code, name and flags.
+    """
+
+    code = None
+    name = "UNKNOWN_ERROR_CODE"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.retriable, cls.invalid_metadata = ERROR_CODES[cls.code]
+        _CLASS_FOR_CODE[cls.code] = cls
+
+    def __init__(self, message=None, *, code=None):
+        if code is not None:
+            self.code = code
+            self.name, self.retriable, self.invalid_metadata = ERROR_CODES.get(
+                code, (f"UNKNOWN_ERROR_CODE_{code}", False, False)
+            )
+        self.message = message
+        detail = message or (self.__doc__ or "").strip().split("\n")[0]
+        super().__init__(f"{self.name} (error code {self.code}): {detail}")
+
+
+    def __reduce__(self):
+        # Rebuilt through error_for_code so that pickling (e.g. back from a
+        # Spark executor) keeps the code even for the generic class.
+        return error_for_code, (self.code, self.message)
+
+
+# Filled by BrokerError.__init_subclass__: code -> its subclass.
+_CLASS_FOR_CODE = {}
+
+
+def error_for_code(code, message=None):
+    """The exception for a broker's error ``code`` (returned, not raised).
+
+    Args:
+        code: the int16 error code from a response; 0 (success) is refused.
+        message: the broker's error message, if the response carried one.
+
+    Returns:
+        An instance of the code's BrokerError subclass, or of BrokerError itself
+        for a code without one (codes unknown to this table included).
+    """
+    if code == 0:
+        raise ValueError("error code 0 means success, not an error")
+    cls = _CLASS_FOR_CODE.get(code)
+    if cls is not None:
+        return cls(message)
+    return BrokerError(message, code=code)
+
+
+# --- The codes a producer meets, one class each (docstring: what it means to us).
+
+
+class UnknownServerError(BrokerError):
+    """The broker failed with an unexpected error of its own."""
+
+    code = -1
+
+
+class CorruptMessageError(BrokerError):
+    """The broker found the batch corrupt: CRC mismatch, bad size or bad format."""
+
+    code = 2
+
+
+class UnknownTopicOrPartitionError(BrokerError):
+    """The broker does not host this topic-partition (yet, or any more)."""
+
+    code = 3
+
+
+class LeaderNotAvailableError(BrokerError):
+    """The partition has no leader right now: an election is under way."""
+
+    code = 5
+
+
+class NotLeaderOrFollowerError(BrokerError):
+    """The broker is not the partition's leader: the cached leader is stale."""
+
+    code = 6
+
+
+class RequestTimedOutError(BrokerError):
+    """The broker gave up waiting (for the in-sync replicas, with acks=all)."""
+
+    code = 7
+
+
+class BrokerNotAvailableError(BrokerError):
+    """The broker is not available."""
+
+    code = 8
+
+
+class ReplicaNotAvailableError(BrokerError):
+    """A replica of the partition is not available."""
+
+    code = 9
+
+
+class MessageTooLargeError(BrokerError):
+    """A batch is larger than the broker or topic accepts (message.max.bytes, max.message.bytes)."""
+
+    code = 10
+
+
+class NetworkError(BrokerError):
+    """The broker lost a connection it needed while handling the request."""
+
+    code = 13
+
+
+class CoordinatorLoadInProgressError(BrokerError):
+    """The coordinator is still loading its state."""
+
+    code = 14
+
+
+class CoordinatorNotAvailableError(BrokerError):
+    """The coordinator is not available."""
+
+    code = 15
+
+
+class NotCoordinatorError(BrokerError):
+    """The broker is not the coordinator asked for."""
+
+    code = 16
+
+
+class InvalidTopicError(BrokerError):
+    """The topic name is invalid, or the topic may not be written to (e.g. an internal one)."""
+
+    code = 17
+
+
+class RecordListTooLargeError(BrokerError):
+    """A batch is larger than the broker's log segment size."""
+
+    code = 18
+
+
+class NotEnoughReplicasError(BrokerError):
+    """Fewer in-sync replicas than min.insync.replicas: the batch was not written."""
+
+    code = 19
+
+
+class NotEnoughReplicasAfterAppendError(BrokerError):
+    """The leader wrote the batch, but fewer in-sync replicas than required confirmed it."""
+
+    code = 20
+
+
+class InvalidRequiredAcksError(BrokerError):
+    """The acks value is not one of 0, 1 and -1 (all)."""
+
+    code = 21
+
+
+class TopicAuthorizationFailedError(BrokerError):
+    """The client may not write to (or describe) this topic."""
+
+    code = 29
+
+
+class ClusterAuthorizationFailedError(BrokerError):
+    """The client lacks a cluster-level permission (e.g. IdempotentWrite)."""
+
+    code = 31
+
+
+class InvalidTimestampError(BrokerError):
+    """A record timestamp is outside the range the topic accepts."""
+
+    code = 32
+
+
+class UnsupportedSaslMechanismError(BrokerError):
+    """The broker does not offer the requested SASL mechanism."""
+
+    code = 33
+
+
+class IllegalSaslStateError(BrokerError):
+    """The request is not valid at this point of the SASL exchange."""
+
+    code = 34
+
+
+class UnsupportedVersionError(BrokerError):
+    """The broker does not support the version of the API the request used."""
+
+    code = 35
+
+
+class InvalidRequestError(BrokerError):
+    """The broker could not make sense of the request."""
+
+    code = 42
+
+
+class UnsupportedForMessageFormatError(BrokerError):
+    """The topic's message format does not support what the request needs."""
+
+    code = 43
+
+
+class OutOfOrderSequenceNumberError(BrokerError):
+    """The broker received a producer sequence number out of order (idempotence)."""
+
+    code = 45
+
+
+class DuplicateSequenceNumberError(BrokerError):
+    """The broker already has this batch (idempotence): it was written before."""
+
+    code = 46
+
+
+class InvalidProducerEpochError(BrokerError):
+    """The producer epoch is older than the broker's."""
+
+    code = 47
+
+
+class InvalidTxnStateError(BrokerError):
+    """A transactional operation came in an invalid state."""
+
+    code = 48
+
+
+class InvalidProducerIdMappingError(BrokerError):
+    """The producer id is not assigned to this transactional id."""
+
+    code = 49
+
+
+class InvalidTransactionTimeoutError(BrokerError):
+    """The transaction timeout exceeds the broker's transaction.max.timeout.ms."""
+
+    code = 50
+
+
+class ConcurrentTransactionsError(BrokerError):
+    """Another transaction of this producer is still being completed."""
+
+    code = 51
+
+
+class TransactionalIdAuthorizationFailedError(BrokerError):
+    """The client may not use this transactional id."""
+
+    code = 53
+
+
+class KafkaStorageError(BrokerError):
+    """The broker met a disk error on the partition's log."""
+
+    code = 56
+
+
+class SaslAuthenticationFailedError(BrokerError):
+    """SASL authentication failed."""
+
+    code = 58
+
+
+class UnknownProducerIdError(BrokerError):
+    """The broker no longer has state for this producer id (e.g. its records expired)."""
+
+    code = 59
+
+
+class ListenerNotFoundError(BrokerError):
+    """The partition's leader has no listener matching the one this client used."""
+
+    code = 72
+
+
+class FencedLeaderEpochError(BrokerError):
+    """The leader epoch in the request is older than the broker's."""
+
+    code = 74
+
+
+class UnknownLeaderEpochError(BrokerError):
+    """The leader epoch in the request is newer than the broker's."""
+
+    code = 75
+
+
+class UnsupportedCompressionTypeError(BrokerError):
+    """The broker cannot accept this compression codec at this request version."""
+
+    code = 76
+
+
+class InvalidRecordError(BrokerError):
+    """The broker rejected a record of the batch (e.g. a null key on a compacted topic)."""
+
+    code = 87
+
+
+class ThrottlingQuotaExceededError(BrokerError):
+    """The client exceeded a throttling quota."""
+
+    code = 89
+
+
+class ProducerFencedError(BrokerError):
+    """A newer producer with the same transactional id took over."""
+
+    code = 90
+
+
+class UnknownTopicIdError(BrokerError):
+    """The broker does not host a topic with this topic id."""
+
+    code = 100
+
+
+class InconsistentTopicIdError(BrokerError):
+    """The topic id in the request does not match the partition's log."""
+
+    code = 103
+
+
+class TransactionAbortableError(BrokerError):
+    """The transaction failed on the broker; aborting it lets the producer go on."""
+
+    code = 120
+
+
+class RebootstrapRequiredError(BrokerError):
+    """The broker asks the client to bootstrap its metadata again."""
+
+    code = 129
