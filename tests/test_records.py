@@ -422,6 +422,17 @@ def test_cached_clock_never_runs_early_or_late(big_pool):
     finish(builder)
 
 
+def test_append_returns_every_offset_delta_past_the_preallocated_ones(big_pool):
+    # append() hands out preallocated ints for the first 16384 offsets, new ones after.
+    builder = new_builder(big_pool)
+    append = builder.append
+    deltas = [append(None, b"", None, 3) for _ in range(20_000)]
+    assert deltas == list(range(20_000))
+    _, decoded = decode_kafka_python(sealed_bytes(builder))
+    assert [offset for offset, *_ in decoded] == deltas
+    finish(builder)
+
+
 def test_timestamp_deltas_may_be_negative(big_pool):
     # Records need not come in timestamp order: deltas go below the first timestamp.
     records = [(None, b"a", None, 5_000), (None, b"b", None, 0), (None, b"c", None, MAX_INT64)]
