@@ -1,0 +1,853 @@
+"""One broker connection: a non-blocking socket owned by one I/O thread.
+
+Wire framing (both directions): a 4-byte big-endian size, then that many bytes.
+A request starts with api_key (int16), api_version (int16) and correlation_id
+(int32); a response starts with the correlation_id of its request.  Kafka
+answers the requests of one connection in the order they were sent, so the
+connection keeps them in a FIFO and checks each answer against the oldest.
+
+Write path (modelled on uvloop's stream transport): requests are framed into a
+queue of memoryviews -- the request header bytes and, for Produce, the sealed
+record batches' own memory -- handed to ``socket.sendmsg`` as they are.
+EAGAIN counts as 0 bytes written; a partial write slices the head view, so
+batch bytes are never copied.  Every byte accepted for this broker and not yet
+written to the socket counts as outbound: above ``high_watermark_bytes`` the
+connection is unwritable until it drains to ``low_watermark_bytes``.
+
+Threads: everything named ``_io_*`` or documented "I/O thread" runs only on
+the owning I/O thread (see io_pool.py).  The few fields other threads touch
+are guarded by ``_lock`` and say so.
+"""
+import collections
+import errno
+import itertools
+import logging
+import os
+import random
+import selectors
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from netkafka import errors, protocol
+
+_MiB = 1024 * 1024
+_log = logging.getLogger("netkafka.connection")
+
+# At most this many buffers per sendmsg() call (the kernel refuses more).
+try:
+    _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024)
+except (ValueError, OSError):
+    _IOV_MAX = 64
+
+_SIZE = struct.Struct(">i")
+
+# Connection states.  Owned by the I/O thread; published copies under _lock.
+DISCONNECTED = "disconnected"
+CONNECTING = "connecting"  # TCP connect in progress
+HANDSHAKE = "handshake"  # ApiVersions sent, answer awaited
+READY = "ready"
+CLOSED = "closed"  # terminal: the pool shut down
+
+
+class KafkaConnectionError(errors.KafkaError):
+    """A broker connection could not be made, or broke; the requests handed to
+    it were not answered.  Retriable; the broker may have moved, so metadata
+    is refreshed (the Java client's NetworkException)."""
+
+    retriable = True
+    invalid_metadata = True
+
+
+class KafkaTimeoutError(errors.KafkaError, TimeoutError):
+    """Something did not happen within its configured bound; the message names
+    the bound and what was waited for."""
+
+    retriable = True
+
+
+class RequestTimeoutError(KafkaTimeoutError):
+    """A request got no answer within request_timeout_ms (its connection is
+    closed), or could not be sent within it."""
+
+    invalid_metadata = True
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    """Settings of every broker connection; defaults follow the Java client.
+
+    Attributes:
+        client_id: sent in every request header.
+        request_timeout_ms: a request with no answer this long after it was
+            handed to the connection fails, and the connection is closed
+            (its later answers would be stuck behind the missing one).
+            Default 30000.
+        connect_timeout_ms: bound on TCP connect plus the ApiVersions
+            handshake; a port that accepts but does not speak Kafka fails
+            within it.  Default 10000.
+        max_in_flight_requests_per_connection: requests written and not yet
+            answered, per connection.  Default 5.
+        send_buffer_bytes / receive_buffer_bytes: SO_SNDBUF / SO_RCVBUF;
+            -1 keeps the OS default.  Defaults 131072 / 32768.
+        reconnect_backoff_ms / reconnect_backoff_max_ms: wait before the
+            n-th reconnect attempt is reconnect_backoff_ms * 2**(n-1), capped
+            at the max, with +-20% jitter.  Defaults 50 / 1000.
+        connections_max_idle_ms: a connection with nothing to do for this
+            long is closed (and reopened when work comes).  Default 540000.
+        high_watermark_bytes / low_watermark_bytes: outbound bytes above
+            high make the connection unwritable until they drain to low.
+            Defaults 8 MiB / 4 MiB: high covers max_in_flight (5) requests of
+            the default max_request_size (1 MiB) with room to spare, and a
+            low of half the high keeps the state from flapping.
+        max_response_bytes: a response size prefix above this is refused
+            before anything is allocated (a non-Kafka peer's first bytes
+            read as a size are usually huge).  Default 100 MiB, the broker's
+            own socket.request.max.bytes.
+    """
+
+    client_id: str = "netkafka"
+    request_timeout_ms: int = 30000
+    connect_timeout_ms: int = 10000
+    max_in_flight_requests_per_connection: int = 5
+    send_buffer_bytes: int = 131072
+    receive_buffer_bytes: int = 32768
+    reconnect_backoff_ms: int = 50
+    reconnect_backoff_max_ms: int = 1000
+    connections_max_idle_ms: int = 540000
+    high_watermark_bytes: int = 8 * _MiB
+    low_watermark_bytes: int = 4 * _MiB
+    max_response_bytes: int = 100 * _MiB
+
+    def __post_init__(self):
+        if not isinstance(self.client_id, str):
+            raise ValueError(f"client_id must be a str, got {self.client_id!r}")
+        for name in (
+            "request_timeout_ms",
+            "connect_timeout_ms",
+            "max_in_flight_requests_per_connection",
+            "reconnect_backoff_max_ms",
+            "max_response_bytes",
+        ):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("reconnect_backoff_ms", "connections_max_idle_ms"):
+            _check_int(name, getattr(self, name), minimum=0)
+        for name in ("send_buffer_bytes", "receive_buffer_bytes"):
+            value = getattr(self, name)
+            _check_int(name, value, minimum=-1)
+            if value == 0:
+                raise ValueError(f"{name} must be -1 (OS default) or > 0, got 0")
+        _check_int("low_watermark_bytes", self.low_watermark_bytes, minimum=0)
+        _check_int("high_watermark_bytes", self.high_watermark_bytes, minimum=0)
+        if self.high_watermark_bytes < self.low_watermark_bytes:
+            raise ValueError(
+                f"high_watermark_bytes ({self.high_watermark_bytes}) must be >= "
+                f"low_watermark_bytes ({self.low_watermark_bytes}) and both >= 0"
+            )
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+class Request:
+    """A request as the connection sees it.
+
+    encode(correlation_id, api_version) returns the wire buffers, size prefix
+    included; it runs on the I/O thread when the request is framed.
+    decode(body, api_version) turns the response bytes after the correlation
+    id into a response object.  on_done(response, error) is called exactly
+    once, on the I/O thread.  A request with expects_response False (Produce
+    with acks=0) is done once written.  api_version None means the version
+    negotiated with this broker, chosen when the request is framed.
+
+    reserved_bytes: outbound bytes its payload already reserved on the
+    connection (the Sender reserves a batch's bytes when it queues it), so
+    framing reserves only the rest.
+    """
+
+    __slots__ = (
+        "api_key",
+        "api_version",
+        "encode",
+        "decode",
+        "expects_response",
+        "on_done",
+        "reserved_bytes",
+        "deadline_ns",  # set by the connection: answer due by then
+        "correlation_id",  # set by the connection when framed
+    )
+
+    def __init__(self, api_key, encode, decode, on_done, api_version=None,
+                 expects_response=True, reserved_bytes=0):
+        self.api_key = api_key
+        self.api_version = api_version
+        self.encode = encode
+        self.decode = decode
+        self.expects_response = expects_response
+        self.on_done = on_done
+        self.reserved_bytes = reserved_bytes
+        self.deadline_ns = 0
+        self.correlation_id = -1
+
+    def describe(self):
+        name = protocol.api_name(self.api_key)
+        return f"{name} v{self.api_version} (correlation id {self.correlation_id})"
+
+
+class BrokerConnection:
+    """A connection to one broker (or one bootstrap address).
+
+    Created by the IOPool; owned by one IOThread, which calls the ``io_*``
+    methods (and runs every ``_io_*`` helper).  Any thread may call submit(),
+    request(), reserve_outbound(), release_outbound(), has_room(),
+    wait_for_room(), describe(), stats(), wakeup(), set_request_source(),
+    update_address() and read address, state, outbound_bytes, writable and
+    api_versions.
+
+    It implements the backoff module's Backpressured protocol (has_room,
+    wait_for_room, describe), so a strategy can wait on it directly.
+    """
+
+    def __init__(self, node_id, host, port, config, io_thread, request_source=None,
+                 listener=None):
+        self.node_id = node_id  # immutable; < 0 for bootstrap addresses
+        self.config = config  # immutable
+        self._io_thread = io_thread  # immutable: the owner
+        # Called on the I/O thread: on_ready(conn), on_failure(conn, error).
+        self._listener = listener  # immutable
+
+        # Guarded by _lock: state other threads read or hand over.
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when writable again
+        self._host = host  # guarded by _lock; the I/O thread applies changes
+        self._port = port  # guarded by _lock
+        self._address_changed = False  # guarded by _lock
+        self._submitted = collections.deque()  # guarded by _lock: Requests handed over
+        # Guarded by _lock; its has_pending(conn) / next_request(conn) are
+        # called on the I/O thread, without the lock.
+        self._request_source = request_source
+        self._outbound_bytes = 0  # guarded by _lock
+        self._writable = True  # guarded by _lock
+        self._published_state = DISCONNECTED  # guarded by _lock
+        self._api_versions = None  # guarded by _lock: {api_key: version to use}
+        self._last_error = None  # guarded by _lock: why the last connection ended
+        self._stats = {"connect_attempts": 0, "connections_ready": 0, "requests_sent": 0,
+                       "in_flight_peak": 0}  # guarded by _lock
+
+        # Owned by the I/O thread.
+        self._state = DISCONNECTED
+        self._sock = None
+        self._registered_events = 0  # selector interest currently registered
+        self._connect_deadline_ns = 0
+        self._next_attempt_ns = 0  # reconnect backoff: no attempt before this
+        self._failures = 0  # consecutive failed connections
+        self._last_activity_ns = 0
+        self._next_correlation_id = 0
+        self._in_flight = collections.deque()  # Requests awaiting an answer, oldest first
+        self._write_queue = collections.deque()  # memoryviews not yet written
+        self._unwritten = collections.deque()  # (end_offset, Request) not fully written
+        self._queued_total = 0  # bytes ever put in _write_queue (this socket)
+        self._written_total = 0  # bytes ever written (this socket)
+        self._rx_size = bytearray(4)
+        self._rx_buffer = None  # bytearray of the response being read, or None
+        self._rx_view = memoryview(self._rx_size)
+        self._rx_pos = 0
+
+    # ------------------------------------------------------------------
+    # Any thread.
+
+    @property
+    def address(self):
+        with self._lock:
+            return f"{self._host}:{self._port}"
+
+    @property
+    def state(self):
+        with self._lock:
+            return self._published_state
+
+    @property
+    def outbound_bytes(self):
+        with self._lock:
+            return self._outbound_bytes
+
+    @property
+    def writable(self):
+        with self._lock:
+            return self._writable
+
+    @property
+    def api_versions(self):
+        """{api_key: negotiated version} once the handshake is done, else None."""
+        with self._lock:
+            return None if self._api_versions is None else dict(self._api_versions)
+
+    def stats(self):
+        """Counters: connect_attempts, connections_ready (handshakes done),
+        requests_sent, in_flight_peak (most requests outstanding at once)."""
+        with self._lock:
+            return dict(self._stats)
+
+    def describe(self):
+        """Names this connection in errors: node, address, state and last error."""
+        with self._lock:
+            who = (f"bootstrap server {self._host}:{self._port}" if self.node_id < 0
+                   else f"broker {self.node_id} at {self._host}:{self._port}")
+            text = (f"{who} (outbound {self._outbound_bytes} bytes, high watermark "
+                    f"{self.config.high_watermark_bytes}, state {self._published_state}")
+            if self._last_error is not None:
+                text += f", last error: {self._last_error}"
+            return text + ")"
+
+    def has_room(self):
+        """False while outbound bytes are above the high watermark and have not
+        yet drained to the low one.  True once closed: waiting is pointless,
+        and the caller's next step reports the close."""
+        with self._lock:
+            return self._writable or self._published_state == CLOSED
+
+    def wait_for_room(self, timeout_s):
+        """Blocks until writable or timeout_s passes; returns has_room()."""
+        with self._room:
+            return self._room.wait_for(
+                lambda: self._writable or self._published_state == CLOSED, timeout_s)
+
+    def reserve_outbound(self, nbytes):
+        """Counts nbytes more outbound (queued for this broker, not yet written)."""
+        with self._lock:
+            self._outbound_bytes += nbytes
+            if self._outbound_bytes > self.config.high_watermark_bytes:
+                self._writable = False
+
+    def release_outbound(self, nbytes):
+        """Counts nbytes less outbound: written, failed, or moved elsewhere."""
+        if not nbytes:
+            return
+        with self._lock:
+            self._outbound_bytes -= nbytes
+            if not self._writable and self._outbound_bytes <= self.config.low_watermark_bytes:
+                self._writable = True
+                self._room.notify_all()
+
+    def submit(self, request):
+        """Hands a Request to the I/O thread; its on_done runs there later."""
+        with self._lock:
+            if self._published_state == CLOSED:
+                closed = True
+            else:
+                closed = False
+                request.deadline_ns = (time.monotonic_ns()
+                                       + self.config.request_timeout_ms * 1_000_000)
+                self._submitted.append(request)
+        if closed:
+            request.on_done(None, KafkaConnectionError(
+                f"{self.describe()} is closed: {request.describe()} not sent"))
+            return
+        self._io_thread.wakeup()
+
+    def request(self, api_key, encode, decode, api_version=None, expects_response=True):
+        """Submits a request and returns a Future of its decoded response."""
+        future = Future()
+
+        def on_done(response, error):
+            if error is None:
+                future.set_result(response)
+            else:
+                future.set_exception(error)
+
+        self.submit(Request(api_key, encode, decode, on_done, api_version=api_version,
+                            expects_response=expects_response))
+        return future
+
+    def wakeup(self):
+        """Asks the owning I/O thread to look at this connection again."""
+        self._io_thread.wakeup()
+
+    def set_request_source(self, source):
+        """The producer's sender, asked for Produce requests when there is room."""
+        with self._lock:
+            self._request_source = source
+        self._io_thread.wakeup()
+
+    def update_address(self, host, port):
+        """A broker moved (metadata says so): reconnect to the new address."""
+        with self._lock:
+            if (host, port) == (self._host, self._port):
+                return
+            self._host, self._port = host, port
+            self._address_changed = True
+        self._io_thread.wakeup()
+
+    # ------------------------------------------------------------------
+    # I/O thread only.
+
+    def io_service(self, now_ns):
+        """Moves the connection along: applies address changes, connects when
+        there is work, frames requests while in-flight room lasts, enforces
+        timeouts and idle close."""
+        if self._state == CLOSED:
+            return
+        with self._lock:
+            moved = self._address_changed
+            self._address_changed = False
+        if moved and self._state != DISCONNECTED:
+            self._io_fail(KafkaConnectionError(
+                f"{self._who()}: broker address changed, reconnecting"), now_ns,
+                count_failure=False)
+        try:
+            self._io_check_deadlines(now_ns)
+            if self._state == DISCONNECTED:
+                if now_ns >= self._next_attempt_ns and self._io_has_work():
+                    self._io_connect(now_ns)
+            elif self._state == READY:
+                self._io_pump(now_ns)
+                if (self._state == READY and not self._in_flight and not self._write_queue
+                        and now_ns - self._last_activity_ns
+                        >= self.config.connections_max_idle_ms * 1_000_000
+                        and not self._io_has_work()):
+                    self._io_close_socket()
+                    self._io_set_state(DISCONNECTED)
+        except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
+            self._io_fail(_as_kafka_error(exc, self), now_ns)
+
+    def io_next_deadline_ns(self):
+        """The earliest time io_service() must run again, or None."""
+        if self._state == CLOSED:
+            return None
+        deadline = None
+        if self._state in (CONNECTING, HANDSHAKE):
+            deadline = self._connect_deadline_ns
+        elif self._state == READY:
+            if self._in_flight:
+                deadline = min(r.deadline_ns for r in self._in_flight)
+            elif not self._write_queue and not self._io_has_work():
+                deadline = (self._last_activity_ns
+                            + self.config.connections_max_idle_ms * 1_000_000)
+        with self._lock:
+            if self._submitted:
+                oldest = min(r.deadline_ns for r in self._submitted)
+                deadline = oldest if deadline is None else min(deadline, oldest)
+        if self._state == DISCONNECTED and self._io_has_work():
+            deadline = (self._next_attempt_ns if deadline is None
+                        else min(deadline, self._next_attempt_ns))
+        return deadline
+
+    def io_on_events(self, mask, now_ns):
+        """The selector reported the socket readable and/or writable."""
+        try:
+            if self._state == CONNECTING:
+                if mask & selectors.EVENT_WRITE:
+                    self._io_finish_connect(now_ns)
+                return
+            if mask & selectors.EVENT_READ:
+                self._io_read(now_ns)
+            if mask & selectors.EVENT_WRITE and self._sock is not None:
+                self._io_flush(now_ns)
+            if self._sock is not None:
+                self._io_update_events()
+        except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
+            self._io_fail(_as_kafka_error(exc, self), now_ns)
+
+    def io_close(self, error):
+        """Terminal close (pool shutdown): everything pending fails with error."""
+        if self._state == CLOSED:
+            return
+        # CLOSED first: submit() checks it under _lock, so nothing can slip
+        # into _submitted after the failing below.
+        self._io_set_state(CLOSED)
+        self._io_close_socket()
+        self._io_fail_pending(error, include_submitted=True)
+        with self._room:
+            self._room.notify_all()  # blocked callers re-check and see the close
+
+    # -- connecting
+
+    def _io_has_work(self):
+        with self._lock:
+            if self._submitted:
+                return True
+            source = self._request_source
+        return source is not None and source.has_pending(self)
+
+    def _io_connect(self, now_ns):
+        with self._lock:
+            host, port = self._host, self._port
+        self._connect_deadline_ns = now_ns + self.config.connect_timeout_ms * 1_000_000
+        try:
+            # Blocking name resolution on the I/O thread: brokers are named by
+            # addresses or local names here; a slow resolver would stall this
+            # thread's other connections.
+            family, kind, proto, _, sockaddr = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM)[0]
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            self._io_fail(KafkaConnectionError(
+                f"cannot resolve {host}:{port} for {self._who()}: {exc}"), now_ns)
+            return
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Buffer sizes before connect(), so the window scale is negotiated
+            # for them.
+            if self.config.send_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                                self.config.send_buffer_bytes)
+            if self.config.receive_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
+                                self.config.receive_buffer_bytes)
+            err = sock.connect_ex(sockaddr)
+        except OSError as exc:
+            sock.close()
+            self._io_fail(_as_kafka_error(exc, self), now_ns)
+            return
+        self._sock = sock
+        self._registered_events = 0
+        self._queued_total = self._written_total = 0
+        with self._lock:
+            self._stats["connect_attempts"] += 1
+        self._io_set_state(CONNECTING)
+        if err in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+            self._io_set_events(selectors.EVENT_WRITE)
+        else:
+            self._io_fail(KafkaConnectionError(
+                f"cannot connect to {self._who()}: {os.strerror(err)}"), now_ns)
+
+    def _io_finish_connect(self, now_ns):
+        err = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise KafkaConnectionError(
+                f"cannot connect to {self._who()}: {os.strerror(err)}")
+        self._last_activity_ns = now_ns
+        self._io_set_state(HANDSHAKE)
+        self._io_send_api_versions(protocol.API_VERSIONS_VERSION, now_ns)
+
+    def _io_send_api_versions(self, version, now_ns):
+        request = Request(
+            protocol.API_VERSIONS,
+            lambda cid, v: protocol.encode_api_versions_request(cid, self.config.client_id, v),
+            protocol.decode_api_versions_response,
+            self._io_on_api_versions,
+            api_version=version)
+        request.deadline_ns = self._connect_deadline_ns
+        self._io_frame(request)
+        self._io_flush(now_ns)
+        if self._sock is not None:
+            self._io_update_events()
+
+    def _io_on_api_versions(self, response, error):
+        """Completion of the handshake request (runs inside _complete, which
+        only logs exceptions: so every failure here fails the connection)."""
+        if error is not None:
+            return  # the connection failure already reported it
+        now_ns = time.monotonic_ns()
+        try:
+            theirs = response.api_versions.get(protocol.API_VERSIONS)
+            if (response.error_code == _UNSUPPORTED_VERSION and theirs is not None
+                    and protocol.SUPPORTED_VERSIONS[protocol.API_VERSIONS][0] <= theirs[1]
+                    < protocol.API_VERSIONS_VERSION):
+                # An older broker: ask again at the newest version it knows.
+                self._io_send_api_versions(theirs[1], now_ns)
+                return
+            # Raises for a broker without Produce v3 (IncompatibleBrokerError).
+            versions = protocol.negotiate_versions(response)
+        except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
+            self._io_fail(_as_kafka_error(exc, self), now_ns)
+            return
+        with self._lock:
+            self._api_versions = versions
+            self._stats["connections_ready"] += 1
+        self._failures = 0
+        self._io_set_state(READY)
+        if self._listener is not None:
+            self._listener.on_ready(self)
+
+    # -- writing
+
+    def _io_pump(self, now_ns):
+        """Frames submitted requests, then the request source's, while fewer
+        than max_in_flight are outstanding; then writes."""
+        limit = self.config.max_in_flight_requests_per_connection
+        while len(self._in_flight) < limit and self._state == READY:
+            with self._lock:
+                request = self._submitted.popleft() if self._submitted else None
+                source = self._request_source
+            if request is None:
+                # Produce requests are built only once everything before them
+                # is written, so one request gathers as many batches as are
+                # ready by then.
+                if self._write_queue or source is None:
+                    break
+                request = source.next_request(self)
+                if request is None:
+                    break
+                request.deadline_ns = now_ns + self.config.request_timeout_ms * 1_000_000
+            self._io_frame(request)
+            self._io_flush(now_ns)
+        if self._sock is not None:
+            self._io_update_events()
+
+    def _io_frame(self, request):
+        """Puts the request's buffers on the write queue, counted as outbound."""
+        request.correlation_id = self._next_correlation_id
+        self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
+        try:
+            if request.api_version is None:
+                with self._lock:
+                    request.api_version = self._api_versions.get(request.api_key)
+                if request.api_version is None:
+                    raise errors.IncompatibleBrokerError(
+                        f"{self._who()} does not support "
+                        f"{protocol.api_name(request.api_key)}")
+            buffers = request.encode(request.correlation_id, request.api_version)
+            # Framed once: drop the encoder, so that once written no reference
+            # to the payload (a batch's memory) stays behind in the request.
+            request.encode = None
+            if not isinstance(buffers, list):  # encoders of small requests return one buffer
+                buffers = [buffers]
+        except Exception as exc:  # a request that cannot be encoded fails alone
+            self.release_outbound(request.reserved_bytes)
+            _complete(request, None, errors.KafkaError(
+                f"cannot encode {request.describe()}: {exc!r}"))
+            return
+        total = 0
+        for buf in buffers:
+            view = memoryview(buf)
+            if view.ndim != 1 or view.format != "B":
+                view = view.cast("B")
+            if view.nbytes:
+                self._write_queue.append(view)
+                total += view.nbytes
+        self._queued_total += total
+        self._unwritten.append((self._queued_total, request))
+        if request.expects_response:
+            self._in_flight.append(request)
+        with self._lock:
+            self._stats["requests_sent"] += 1
+            if len(self._in_flight) > self._stats["in_flight_peak"]:
+                self._stats["in_flight_peak"] = len(self._in_flight)
+        self.reserve_outbound(total - request.reserved_bytes)
+
+    def _io_flush(self, now_ns):
+        """Writes as much of the write queue as the socket takes now."""
+        queue = self._write_queue
+        sock = self._sock
+        while queue:
+            try:
+                sent = sock.sendmsg(list(itertools.islice(queue, _IOV_MAX)))
+            except (BlockingIOError, InterruptedError):
+                sent = 0  # EAGAIN: the socket buffer is full; wait for EVENT_WRITE
+            if sent == 0:
+                break
+            self._last_activity_ns = now_ns
+            self._written_total += sent
+            self.release_outbound(sent)
+            while sent:
+                head = queue[0]
+                if sent >= head.nbytes:
+                    sent -= head.nbytes
+                    queue.popleft()
+                else:
+                    queue[0] = head[sent:]
+                    sent = 0
+        unwritten = self._unwritten
+        while unwritten and unwritten[0][0] <= self._written_total:
+            request = unwritten.popleft()[1]
+            if not request.expects_response:
+                _complete(request, None, None)
+
+    def _io_update_events(self):
+        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._write_queue else 0)
+        self._io_set_events(wanted)
+
+    def _io_set_events(self, events):
+        if events == self._registered_events:
+            return
+        selector = self._io_thread.selector
+        if self._registered_events == 0:
+            selector.register(self._sock, events, self)
+        else:
+            selector.modify(self._sock, events, self)
+        self._registered_events = events
+
+    # -- reading
+
+    def _io_read(self, now_ns):
+        sock = self._sock
+        while sock is self._sock and self._sock is not None:
+            try:
+                n = sock.recv_into(self._rx_view[self._rx_pos:])
+            except (BlockingIOError, InterruptedError):
+                return
+            if n == 0:
+                during = (" during the ApiVersions handshake (is it a Kafka broker?)"
+                          if self._state == HANDSHAKE else "")
+                raise KafkaConnectionError(
+                    f"{self._who()} closed the connection{during}")
+            self._last_activity_ns = now_ns
+            self._rx_pos += n
+            if self._rx_pos < len(self._rx_view):
+                continue
+            if self._rx_buffer is None:
+                self._io_start_body()
+            else:
+                body = self._rx_buffer
+                self._rx_buffer = None
+                self._rx_view = memoryview(self._rx_size)
+                self._rx_pos = 0
+                self._io_on_response(body)
+
+    def _io_start_body(self):
+        (size,) = _SIZE.unpack(self._rx_size)
+        if size < 4 or size > self.config.max_response_bytes:
+            raise errors.ProtocolError(
+                f"{self._who()} sent a response size of {size} bytes (first bytes "
+                f"{bytes(self._rx_size)!r}; allowed 4..{self.config.max_response_bytes}): "
+                "the peer does not speak the Kafka protocol or the stream is corrupt")
+        self._rx_buffer = bytearray(size)
+        self._rx_view = memoryview(self._rx_buffer)
+        self._rx_pos = 0
+
+    def _io_on_response(self, body):
+        (correlation_id,) = _SIZE.unpack_from(body, 0)
+        if not self._in_flight:
+            raise errors.ProtocolError(
+                f"{self._who()} sent a response (correlation id {correlation_id}) "
+                "with no request in flight")
+        request = self._in_flight[0]
+        if correlation_id != request.correlation_id:
+            raise errors.ProtocolError(
+                f"{self._who()} answered correlation id {correlation_id} while the "
+                f"oldest request in flight is {request.describe()}: responses out of order")
+        self._in_flight.popleft()
+        try:
+            response = request.decode(memoryview(body)[4:], request.api_version)
+        except errors.KafkaError as exc:
+            # The request fails with the decode error; raising on closes the
+            # connection, since the rest of the stream can't be trusted.
+            _complete(request, None, exc)
+            raise
+        _complete(request, response, None)
+
+    # -- timeouts and failure
+
+    def _io_check_deadlines(self, now_ns):
+        if self._state in (CONNECTING, HANDSHAKE):
+            if now_ns >= self._connect_deadline_ns:
+                what = ("TCP connect" if self._state == CONNECTING
+                        else "the ApiVersions handshake (is it a Kafka broker?)")
+                self._io_fail(KafkaTimeoutError(
+                    f"{self._who()}: {what} did not complete within "
+                    f"connect_timeout_ms={self.config.connect_timeout_ms}"), now_ns)
+        elif self._state == READY:
+            for request in self._in_flight:
+                if now_ns >= request.deadline_ns:
+                    self._io_fail(RequestTimeoutError(
+                        f"{self._who()} did not answer {request.describe()} within "
+                        f"request_timeout_ms={self.config.request_timeout_ms}; "
+                        "connection closed"), now_ns)
+                    break
+        expired = []
+        with self._lock:
+            if self._submitted:
+                keep = collections.deque()
+                for request in self._submitted:
+                    (expired if now_ns >= request.deadline_ns else keep).append(request)
+                self._submitted = keep
+            last_error = self._last_error
+        for request in expired:
+            _complete(request, None, RequestTimeoutError(
+                f"{request.describe()} was not sent to {self._who()} within "
+                f"request_timeout_ms={self.config.request_timeout_ms} "
+                f"(last error: {last_error})"))
+
+    def _io_fail(self, error, now_ns, count_failure=True):
+        """Closes the socket; every request handed to this connection fails
+        with error; the next attempt waits for the reconnect backoff."""
+        with self._lock:
+            self._last_error = str(error)
+        was_ready = self._state == READY
+        self._io_close_socket()
+        if count_failure:
+            self._failures += 1
+            self._next_attempt_ns = now_ns + self._backoff_ns()
+        self._io_set_state(DISCONNECTED)
+        self._io_fail_pending(error, include_submitted=True)
+        if self._listener is not None:
+            self._listener.on_failure(self, error, was_ready)
+
+    def _backoff_ns(self):
+        base = self.config.reconnect_backoff_ms * 2 ** min(self._failures - 1, 30)
+        capped = min(base, self.config.reconnect_backoff_max_ms)
+        return int(capped * random.uniform(0.8, 1.2) * 1_000_000)
+
+    def _io_close_socket(self):
+        if self._sock is None:
+            return
+        if self._registered_events:
+            self._io_thread.selector.unregister(self._sock)
+        self._registered_events = 0
+        self._sock.close()
+        self._sock = None
+        unwritten_bytes = self._queued_total - self._written_total
+        self._write_queue.clear()
+        self.release_outbound(unwritten_bytes)
+        self._queued_total = self._written_total = 0
+        self._rx_buffer = None
+        self._rx_view = memoryview(self._rx_size)
+        self._rx_pos = 0
+
+    def _io_fail_pending(self, error, include_submitted):
+        failed = list(self._in_flight)
+        failed += [r for _, r in self._unwritten if not r.expects_response]
+        self._in_flight.clear()
+        self._unwritten.clear()
+        if include_submitted:
+            with self._lock:
+                failed += self._submitted
+                self._submitted = collections.deque()
+        for request in failed:
+            _complete(request, None, error)
+
+    def _io_set_state(self, state):
+        self._state = state
+        with self._lock:
+            self._published_state = state
+
+    def _who(self):
+        with self._lock:
+            host, port = self._host, self._port
+        if self.node_id < 0:
+            return f"bootstrap server {host}:{port}"
+        return f"broker {self.node_id} at {host}:{port}"
+
+
+_UNSUPPORTED_VERSION = errors.UnsupportedVersionError.code
+
+
+def _complete(request, response, error):
+    """Runs a request's completion; a failing callback must not take the I/O
+    thread down with it."""
+    try:
+        request.on_done(response, error)
+    except Exception:  # noqa: BLE001 -- reported, the I/O thread carries on
+        _log.exception("completion callback of %s raised", request.describe())
+
+
+def _as_kafka_error(exc, conn):
+    """The error a connection fails with.  Socket errors become
+    KafkaConnectionError; anything else that is not a KafkaError is a bug,
+    logged with its traceback, and fails only this connection, not the I/O
+    thread and the other connections it serves."""
+    if isinstance(exc, errors.KafkaError):
+        return exc
+    if isinstance(exc, OSError):
+        return KafkaConnectionError(f"{conn._who()}: {exc}")
+    _log.error("internal error on the connection to %s", conn._who(), exc_info=exc)
+    return errors.KafkaError(f"internal error on the connection to {conn._who()}: {exc!r}")

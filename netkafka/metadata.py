@@ -1,0 +1,452 @@
+"""Cluster metadata: which broker leads which partition, kept fresh.
+
+Bootstrap: the first Metadata request goes to the bootstrap addresses in
+order, skipping any that cannot be reached; one answer is enough.  Later
+requests go to any connection that is ready (or to a known broker).
+
+The cache is refreshed every ``metadata_max_age_ms``, and sooner when someone
+asks (request_update(): the sender does on NOT_LEADER_OR_FOLLOWER,
+UNKNOWN_TOPIC_OR_PARTITION and failed requests; this module does when a
+broker connection drops), never more often than ``retry_backoff_ms``.  After
+each answer the pool's connections follow the brokers' addresses and the
+listeners (the sender) hear which partition leaders changed.
+
+Threads: refreshes are driven on I/O thread 0 (the "metadata thread"); the
+answer is handled on the thread of the connection it came from.  Every field
+shared between them and the callers is guarded by ``_lock``; callers wait on
+``_changed``.
+"""
+import threading
+import time
+from typing import NamedTuple
+
+from netkafka import errors, protocol
+from netkafka.connection import KafkaConnectionError, KafkaTimeoutError
+
+
+class BrokerInfo(NamedTuple):
+    node_id: int
+    host: str
+    port: int
+    rack: object  # str or None
+
+
+class PartitionInfo(NamedTuple):
+    partition: int
+    leader: int  # -1 while there is no leader
+    leader_epoch: int
+    replicas: tuple
+    isr: tuple
+    error_code: int
+
+
+class TopicInfo(NamedTuple):
+    name: str
+    error_code: int
+    partitions: dict  # partition -> PartitionInfo
+    topic_id: object  # uuid.UUID (Metadata v10+; Produce v13 names topics by it) or None
+
+
+class ClusterSnapshot(NamedTuple):
+    """One Metadata answer, immutable once built."""
+
+    brokers: dict  # node_id -> BrokerInfo
+    topics: dict  # name -> TopicInfo
+    controller_id: int
+    cluster_id: object  # str or None
+
+    def leader(self, topic, partition):
+        """The BrokerInfo leading topic/partition, or None."""
+        info = self.topics.get(topic)
+        if info is None:
+            return None
+        part = info.partitions.get(partition)
+        if part is None or part.leader < 0:
+            return None
+        return self.brokers.get(part.leader)
+
+
+def request_metadata(conn, topics, allow_auto_topic_creation=True):
+    """Sends one Metadata request for topics (a list; [] asks for brokers
+    only) on conn, at the version negotiated with that broker.  Returns a
+    Future of the decoded answer."""
+    topics = list(topics)
+    client_id = conn.config.client_id
+    return conn.request(
+        protocol.METADATA,
+        lambda cid, version: protocol.encode_metadata_request(
+            cid, client_id, version, topics, allow_auto_topic_creation),
+        protocol.decode_metadata_response)
+
+
+def parse_bootstrap_servers(servers):
+    """'h1:p1,h2:p2' or a list of 'host:port' / (host, port) -> [(host, port)].
+
+    Raises:
+        ValueError: naming the entry that is not host:port.
+    """
+    if isinstance(servers, str):
+        servers = [s for s in servers.split(",") if s.strip()]
+    result = []
+    for entry in servers:
+        if isinstance(entry, (tuple, list)) and len(entry) == 2:
+            host, port = entry
+        elif isinstance(entry, str):
+            host, sep, port = entry.strip().rpartition(":")
+            if not sep:
+                host, port = entry.strip(), 9092  # Kafka's default port
+        else:
+            raise ValueError(f"bootstrap_servers entry {entry!r} is not 'host:port'")
+        host = str(host).strip("[]")  # [::1]:9092
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"bootstrap_servers entry {entry!r}: port {port!r} is not a number") from None
+        if not host or not 0 < port < 65536:
+            raise ValueError(f"bootstrap_servers entry {entry!r} is not 'host:port'")
+        result.append((host, port))
+    if not result:
+        raise ValueError("bootstrap_servers is empty: give at least one 'host:port'")
+    return result
+
+
+def _stale(code):
+    """True for a topic or partition error code after which the answer is
+    incomplete and worth asking again (the Java client's
+    InvalidMetadataException codes, e.g. LEADER_NOT_AVAILABLE while a topic
+    is being created)."""
+    return code != 0 and errors.ERROR_CODES.get(code, ("", False, False))[2]
+
+
+class Metadata:
+    """The metadata cache and its refresher.
+
+    Args:
+        pool: the IOPool whose connections carry the requests.
+        bootstrap_servers: 'host:port,...' or a list; any reachable one will do.
+        metadata_max_age_ms: refresh at least this often. Default 300000.
+        retry_backoff_ms: at most one refresh per this interval. Default 100.
+        allow_auto_topic_creation: asked of the broker (which also needs
+            auto.create.topics.enable). Default True, as the Java producer.
+    """
+
+    def __init__(self, pool, bootstrap_servers, metadata_max_age_ms=300000,
+                 retry_backoff_ms=100, allow_auto_topic_creation=True):
+        for name, value, minimum in (("metadata_max_age_ms", metadata_max_age_ms, 1),
+                                     ("retry_backoff_ms", retry_backoff_ms, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        self._pool = pool  # immutable
+        self._bootstrap = parse_bootstrap_servers(bootstrap_servers)  # immutable
+        self.metadata_max_age_ms = metadata_max_age_ms  # immutable
+        self.retry_backoff_ms = retry_backoff_ms  # immutable
+        self._auto_create = bool(allow_auto_topic_creation)  # immutable
+        self._thread = pool.thread_for(0)  # immutable: drives refreshes
+
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified on every answer or failure
+        self._snapshot = None  # guarded by _lock: latest ClusterSnapshot
+        self._topics = set()  # guarded by _lock: topics the producer uses
+        self._need_update = True  # guarded by _lock
+        self._requests = 0  # guarded by _lock: request_update() calls so far
+        self._requests_at_fetch = 0  # guarded by _lock: _requests when the fetch went out
+        self._fetching = False  # guarded by _lock: a Metadata request is out
+        self._last_attempt_ns = None  # guarded by _lock: when the last request ended
+        self._last_success_ns = 0  # guarded by _lock
+        self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
+        self._next_candidate = 0  # guarded by _lock: round robin over addresses
+        self._errors = {}  # guarded by _lock: address -> last error there
+        self._updates = 0  # guarded by _lock: answers received so far
+        self._closed = False  # guarded by _lock
+        self._listeners = []  # guarded by _lock: on_metadata(snapshot, moved)
+
+        pool.add_listener(self)
+        self._thread.call_soon(self._refresh)
+
+    # ------------------------------------------------------------------
+    # Any thread.
+
+    def snapshot(self):
+        with self._lock:
+            return self._snapshot
+
+    def add_listener(self, listener):
+        """listener.on_metadata(snapshot, moved): moved is the set of (topic,
+        partition) whose leader changed.  Called after each answer, on an I/O
+        thread, without any lock held."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def request_update(self):
+        """Asks for a refresh as soon as retry_backoff_ms allows."""
+        with self._lock:
+            if self._closed:
+                return
+            self._need_update = True
+            self._requests += 1
+        self._thread.call_soon(self._refresh)
+
+    def add_topic(self, topic):
+        """Includes topic in every refresh from now on."""
+        with self._lock:
+            if topic in self._topics:
+                return
+            self._topics.add(topic)
+        self.request_update()
+
+    def topic_id(self, topic):
+        """The topic's id from the cache, or None."""
+        with self._lock:
+            snapshot = self._snapshot
+        info = None if snapshot is None else snapshot.topics.get(topic)
+        return None if info is None else info.topic_id
+
+    def leader_id(self, topic, partition):
+        """Node id leading topic/partition in the cache, or None."""
+        with self._lock:
+            snapshot = self._snapshot
+        if snapshot is None:
+            return None
+        broker = snapshot.leader(topic, partition)
+        return None if broker is None else broker.node_id
+
+    def wait_for_bootstrap(self, timeout_s):
+        """Blocks until the first answer; raises KafkaTimeoutError naming every
+        address tried and its error."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self._snapshot is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    raise KafkaTimeoutError(
+                        f"no metadata from any bootstrap server within {timeout_s * 1000:.0f} ms"
+                        f" (tried: {self._describe_errors()})")
+                self._changed.wait(remaining)
+            return self._snapshot
+
+    def wait_for_topic(self, topic, timeout_s):
+        """The TopicInfo of topic once the cache has a leader for each of its
+        partitions; raises KafkaTimeoutError naming the topic and the reason."""
+        self.add_topic(topic)
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                info = None if self._snapshot is None else self._snapshot.topics.get(topic)
+                if (info is not None and info.error_code == 0 and info.partitions
+                        and all(p.leader >= 0 for p in info.partitions.values())):
+                    return info
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    break
+                self._changed.wait(remaining)
+            reason = (self._describe_errors() if self._snapshot is None
+                      else _topic_state(info))
+        raise KafkaTimeoutError(
+            f"topic {topic!r} not available in metadata after {timeout_s * 1000:.0f} ms: "
+            f"{reason}")
+
+    def leader_for(self, topic, partition, timeout_s):
+        """BrokerInfo of the leader of topic/partition, waiting up to timeout_s
+        for metadata.
+
+        Raises:
+            KafkaTimeoutError: no leader known within timeout_s (names why).
+            KafkaError: the topic has no such partition.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                snapshot, updates = self._snapshot, self._updates
+            broker = None if snapshot is None else snapshot.leader(topic, partition)
+            if broker is not None:
+                return broker
+            info = self.wait_for_topic(topic, max(0.0, deadline - time.monotonic()))
+            if partition not in info.partitions:
+                raise errors.KafkaError(
+                    f"topic {topic!r} has no partition {partition} "
+                    f"(it has {len(info.partitions)})")
+            # The partition names a leader missing from the answer's broker
+            # list (or the cache moved on meanwhile): wait for the next answer.
+            self.request_update()
+            with self._changed:
+                self._changed.wait_for(lambda: self._updates != updates or self._closed,
+                                       max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(
+                    f"no leader for {topic}-{partition} after {timeout_s * 1000:.0f} ms")
+
+    @property
+    def updates(self):
+        """Number of Metadata answers applied so far."""
+        with self._lock:
+            return self._updates
+
+    def close(self):
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------
+    # Connection events (I/O threads).
+
+    def on_ready(self, conn):
+        pass
+
+    def on_failure(self, conn, error, was_ready):
+        # A broker that dropped may have lost its leadership: look again.
+        if was_ready and conn.node_id >= 0:
+            self.request_update()
+
+    # ------------------------------------------------------------------
+    # The metadata thread.
+
+    def _refresh(self):
+        """Sends a Metadata request if one is due and none is out; else makes
+        sure this runs again when the next one is due."""
+        now_ns = time.monotonic_ns()
+        with self._lock:
+            if self._closed or self._fetching:
+                return
+            if self._need_update:
+                due_ns = (now_ns if self._last_attempt_ns is None
+                          else self._last_attempt_ns + self.retry_backoff_ms * 1_000_000)
+            else:
+                due_ns = self._last_success_ns + self.metadata_max_age_ms * 1_000_000
+            if due_ns > now_ns:
+                if self._timer_at_ns is None or self._timer_at_ns > due_ns:
+                    self._timer_at_ns = due_ns
+                    self._thread.call_later((due_ns - now_ns) / 1e6, self._on_timer)
+                return
+            conn = self._pick_connection()
+            if conn is None:
+                return  # pool closed
+            self._fetching = True
+            self._requests_at_fetch = self._requests
+            topics = sorted(self._topics)
+        request_metadata(conn, topics, self._auto_create).add_done_callback(
+            lambda f: self._on_answer(conn, f))
+
+    def _on_timer(self):
+        with self._lock:
+            self._timer_at_ns = None
+        self._refresh()
+
+    def _pick_connection(self):
+        """Called with _lock held: a ready connection if any, else the next
+        known broker, else the next bootstrap address."""
+        try:
+            ready = [c for c in self._pool.connections() if c.state == "ready"]
+            if ready:
+                ready.sort(key=lambda c: c.node_id < 0)  # known brokers first
+                return ready[0]
+            if self._snapshot is not None and self._snapshot.brokers:
+                brokers = sorted(self._snapshot.brokers.values())
+                broker = brokers[self._next_candidate % len(brokers)]
+                self._next_candidate += 1
+                return self._pool.connection(broker.node_id, broker.host, broker.port)
+            index = self._next_candidate % len(self._bootstrap)
+            self._next_candidate += 1
+            host, port = self._bootstrap[index]
+            return self._pool.connection(-1 - index, host, port)
+        except KafkaConnectionError:
+            return None  # the pool is closed
+
+    def _on_answer(self, conn, future):
+        error = future.exception()
+        now_ns = time.monotonic_ns()
+        if error is not None:
+            self._on_answer_failed(conn, error, now_ns)
+            return
+        response = future.result()
+        if response.error_code:
+            # A top-level error (v13+, e.g. REBOOTSTRAP_REQUIRED): no usable answer.
+            self._on_answer_failed(conn, errors.error_for_code(
+                response.error_code, f"Metadata answer from {conn.describe()}"), now_ns)
+            return
+        snapshot = _snapshot_from(response)
+        for broker in snapshot.brokers.values():
+            if self._pool.get(broker.node_id) is not None:
+                self._pool.connection(broker.node_id, broker.host, broker.port)
+        with self._changed:
+            old = self._snapshot
+            self._snapshot = snapshot
+            self._updates += 1
+            self._fetching = False
+            self._last_attempt_ns = self._last_success_ns = now_ns
+            self._next_candidate = 0
+            # Again soon if someone asked while this fetch was out (a topic
+            # added, a leader moved), or if the answer is incomplete.
+            self._need_update = (
+                self._requests != self._requests_at_fetch
+                or not self._topics.issubset(snapshot.topics)
+                or any(_stale(info.error_code)
+                       or any(p.leader < 0 or _stale(p.error_code)
+                              for p in info.partitions.values())
+                       for info in snapshot.topics.values()))
+            self._changed.notify_all()
+            listeners = list(self._listeners)
+        moved = _moved_partitions(old, snapshot)
+        for listener in listeners:
+            listener.on_metadata(snapshot, moved)
+        self._refresh()
+
+    def _on_answer_failed(self, conn, error, now_ns):
+        with self._changed:
+            self._fetching = False
+            self._last_attempt_ns = now_ns
+            self._errors[conn.address] = str(error)
+            self._need_update = True
+            # The next address is tried at once while some address is untried
+            # in this round; retry_backoff_ms applies after that.
+            if self._next_candidate % max(1, self._candidate_count()) != 0:
+                self._last_attempt_ns = None
+            self._changed.notify_all()
+        self._refresh()
+
+    def _candidate_count(self):
+        if self._snapshot is not None and self._snapshot.brokers:
+            return len(self._snapshot.brokers)
+        return len(self._bootstrap)
+
+    def _describe_errors(self):
+        if not self._errors:
+            return "no answer yet"
+        return "; ".join(f"{addr}: {err}" for addr, err in self._errors.items())
+
+
+def _snapshot_from(response):
+    brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack)
+               for b in response.brokers}
+    topics = {}
+    for t in response.topics:
+        partitions = {
+            p.partition: PartitionInfo(p.partition, p.leader, p.leader_epoch,
+                                       tuple(p.replicas), tuple(p.isr), p.error_code)
+            for p in t.partitions}
+        topics[t.name] = TopicInfo(t.name, t.error_code, partitions, t.topic_id)
+    return ClusterSnapshot(brokers, topics, response.controller_id, response.cluster_id)
+
+
+def _moved_partitions(old, new):
+    """(topic, partition) whose leader differs between two snapshots."""
+    moved = set()
+    for name, info in new.topics.items():
+        before = None if old is None else old.topics.get(name)
+        for p, part in info.partitions.items():
+            old_part = None if before is None else before.partitions.get(p)
+            if old_part is None or old_part.leader != part.leader:
+                moved.add((name, p))
+    return moved
+
+
+def _topic_state(info):
+    if info is None:
+        return "not in the last metadata answer yet"
+    if info.error_code:
+        name = errors.ERROR_CODES.get(info.error_code, (f"error code {info.error_code}",))[0]
+        return f"broker says {name}"
+    if not info.partitions:
+        return "no partitions"
+    leaderless = sorted(p for p, part in info.partitions.items() if part.leader < 0)
+    return f"no leader for partitions {leaderless}"

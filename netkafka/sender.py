@@ -1,0 +1,494 @@
+"""The sender: sealed record batches in, acknowledged offsets out.
+
+A caller hands over a sealed batch for (topic, partition).  The sender looks up
+the partition's leader, applies the backoff strategy if that broker's
+connection is above its high watermark, and queues the batch for the broker;
+the batch's bytes count as the connection's outbound bytes from then on.
+
+When the connection can take another request (fewer than max_in_flight
+outstanding, nothing left to write) its I/O thread asks the sender for one:
+the broker's queued batches, at most one per partition, up to
+max_request_size, become one Produce request whose buffers are the batches'
+own memory.  Answers complete the batches' futures; retriable errors put the
+batch back at the front of its partition's queue after retry_backoff_ms (and
+ask for fresh metadata when the error says the leader moved), until retries
+or delivery_timeout_ms run out.
+
+Queues: per broker, one FIFO per partition; a request takes the head of each
+partition in turn (round robin across requests, so a busy partition cannot
+starve the others when max_request_size cuts a request short).  A resent
+batch goes back into its partition's FIFO in send order.
+
+Threads: send(), flush(), close() run on callers' threads; next_request(),
+has_pending() and the answer handling on I/O threads.  All queues and
+counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
+connection's or the metadata's lock, never the other way round.
+"""
+import collections
+import threading
+import time
+from concurrent.futures import Future
+from typing import NamedTuple
+
+from netkafka import errors, protocol
+from netkafka.backoff import RecordDroppedError, backoff_strategy
+from netkafka.connection import KafkaConnectionError, KafkaTimeoutError, Request
+
+class ProduceResult(NamedTuple):
+    """What a batch's future resolves to.  base_offset is -1 with acks=0."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+
+
+class _Batch:
+    """A sealed batch on its way; owned by whichever queue holds it (under
+    Sender._lock) or by the request carrying it (its I/O thread)."""
+
+    __slots__ = ("seq", "topic", "partition", "view", "size_bytes", "record_count", "future",
+                 "attempts", "created_ns", "retry_at_ns", "node_id")
+
+    def __init__(self, seq, topic, partition, view, record_count, now_ns):
+        self.seq = seq  # send order: keeps a partition's FIFO in order across resends
+        self.topic = topic
+        self.partition = partition
+        self.view = view
+        self.size_bytes = view.nbytes
+        self.record_count = record_count
+        self.future = Future()
+        self.attempts = 0
+        self.created_ns = now_ns
+        self.retry_at_ns = 0
+        self.node_id = None  # the connection holding its outbound reservation
+
+
+class Sender:
+    """Routes sealed batches to partition leaders.
+
+    Args:
+        pool: the IOPool (its request source becomes this sender).
+        metadata: the Metadata cache.
+        acks: 0, 1, -1 or 'all'. Default 1.
+        max_block_ms: bound on send() waiting for metadata and for room.
+            Default 60000.
+        backoff: 'block' (default), 'park', 'drop' or a strategy object
+            (see backoff.py); park_us: the park interval. Default 100.
+        retries: resends of a batch after retriable errors. Default 2**31-1,
+            bounded in practice by delivery_timeout_ms.
+        retry_backoff_ms: wait before a resend. Default 100.
+        delivery_timeout_ms: bound from send() to the future's outcome.
+            Default 120000.
+        max_request_size: bytes of batches per Produce request. Default 1048576.
+    """
+
+    def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
+                 park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
+                 delivery_timeout_ms=120000, max_request_size=1048576):
+        if acks == "all":
+            acks = -1
+        if acks not in (0, 1, -1) or isinstance(acks, bool):
+            raise ValueError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
+        for name, value, minimum in (
+                ("max_block_ms", max_block_ms, 0), ("retries", retries, 0),
+                ("retry_backoff_ms", retry_backoff_ms, 0),
+                ("delivery_timeout_ms", delivery_timeout_ms, 1),
+                ("max_request_size", max_request_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        self.acks = acks  # immutable
+        self.max_block_ms = max_block_ms  # immutable
+        self.backoff = backoff_strategy(backoff, park_us)  # immutable
+        self.retries = retries  # immutable
+        self.retry_backoff_ms = retry_backoff_ms  # immutable
+        self.delivery_timeout_ms = delivery_timeout_ms  # immutable
+        self.max_request_size = max_request_size  # immutable
+        self._pool = pool  # immutable
+        self._metadata = metadata  # immutable
+
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)  # notified when a batch completes
+        # Guarded by _lock: node_id -> {(topic, partition): deque of _Batch};
+        # a partition's entry exists only while its deque is non-empty.
+        self._queues = {}
+        self._next_seq = 0  # guarded by _lock
+        self._unrouted = collections.deque()  # guarded by _lock: batches with no leader known
+        self._pending = 0  # guarded by _lock: batches handed over, not yet completed
+        self._closed = False  # guarded by _lock
+        self._sweep_at_ns = None  # guarded by _lock: delivery-timeout sweep scheduled then
+        self._metrics = collections.Counter()  # guarded by _lock
+
+        pool.set_request_source(self)
+        metadata.add_listener(self)
+
+    # ------------------------------------------------------------------
+    # Callers' threads.
+
+    def send(self, topic, partition, batch, record_count):
+        """Queues a sealed batch (any buffer; its memory is sent as is and must
+        not change until the future is done).  Returns a Future of
+        ProduceResult.
+
+        Raises:
+            KafkaTimeoutError: no metadata for the partition within max_block_ms.
+            BackpressureTimeoutError: strategy block/park and the leader's
+                connection stayed above its high watermark (names the broker).
+            RecordDroppedError: strategy drop and no room (counted).
+            KafkaError: the sender is closed, or the batch exceeds max_request_size.
+        """
+        view = memoryview(batch)
+        if view.ndim != 1 or view.format != "B":
+            view = view.cast("B")
+        if view.nbytes > self.max_request_size:
+            raise errors.KafkaError(
+                f"batch of {view.nbytes} bytes for {topic}-{partition} exceeds "
+                f"max_request_size={self.max_request_size}")
+        start = time.monotonic()
+        self._check_open()
+        broker = self._metadata.leader_for(topic, partition, self.max_block_ms / 1000)
+        conn = self._pool.connection(broker.node_id, broker.host, broker.port)
+        if not conn.has_room():
+            remaining_ms = max(0, self.max_block_ms - int((time.monotonic() - start) * 1000))
+            try:
+                self.backoff.wait_for_room(conn, remaining_ms)
+            except RecordDroppedError:
+                with self._lock:
+                    self._metrics["batches_dropped"] += 1
+                    self._metrics["records_dropped"] += record_count
+                raise
+        if self._pool.closed:
+            raise KafkaConnectionError(f"{conn.describe()} is closed: batch not sent")
+        with self._lock:
+            if self._closed:
+                raise errors.KafkaError("the sender is closed: batch not sent")
+            item = _Batch(self._next_seq, topic, partition, view, record_count,
+                          time.monotonic_ns())
+            self._next_seq += 1
+            self._pending += 1
+            self._route_locked(item, broker.node_id)
+            self._schedule_sweep_locked(item.created_ns)
+        conn.wakeup()
+        return item.future
+
+    def flush(self, timeout_s=None):
+        """Waits until every batch handed over is completed; raises
+        KafkaTimeoutError if some are still pending after timeout_s."""
+        with self._done:
+            if not self._done.wait_for(lambda: self._pending == 0, timeout_s):
+                raise KafkaTimeoutError(
+                    f"{self._pending} batches still pending after flush timeout "
+                    f"of {timeout_s} s")
+
+    def close(self, timeout_s=None):
+        """Flushes for up to timeout_s, then fails whatever is left; send()
+        raises from now on.  The pool and metadata are closed by their owner."""
+        try:
+            self.flush(timeout_s)
+        except KafkaTimeoutError:
+            pass  # what is left fails below, each batch with its own error
+        with self._lock:
+            self._closed = True
+            leftovers = list(self._unrouted)
+            self._unrouted.clear()
+            for node_id, partitions in self._queues.items():
+                conn = self._pool.get(node_id)
+                for queue in partitions.values():
+                    for item in queue:
+                        conn.release_outbound(item.size_bytes)
+                    leftovers += queue
+            self._queues.clear()
+        for item in leftovers:
+            self._complete(item, error=errors.KafkaError(
+                f"the sender closed before {item.topic}-{item.partition} was delivered"))
+
+    def metrics(self):
+        """Counters: batches/records acknowledged, failed, retried, dropped;
+        batches pending; "errors.<NAME>" per error code brokers answered."""
+        with self._lock:
+            snapshot = dict(self._metrics)
+            snapshot["batches_pending"] = self._pending
+        for key in ("batches_acknowledged", "records_acknowledged", "batches_failed",
+                    "records_failed", "batches_retried", "batches_dropped",
+                    "records_dropped"):
+            snapshot.setdefault(key, 0)
+        return snapshot
+
+    def _check_open(self):
+        with self._lock:
+            if self._closed:
+                raise errors.KafkaError("the sender is closed: batch not sent")
+
+    # ------------------------------------------------------------------
+    # Request source: the I/O thread of conn.
+
+    def has_pending(self, conn):
+        with self._lock:
+            return bool(self._queues.get(conn.node_id))
+
+    def next_request(self, conn):
+        """One Produce request of conn's queued batches, or None: the head
+        batch of each partition led by conn's broker, up to max_request_size."""
+        node_id = conn.node_id
+        now_ns = time.monotonic_ns()
+        limit_ns = self.delivery_timeout_ms * 1_000_000
+        chosen, expired, woken = [], [], set()
+        total = 0
+        with self._lock:
+            partitions = self._queues.get(node_id)
+            if not partitions:
+                return None
+            for key in list(partitions):
+                queue = partitions[key]
+                leader = self._metadata.leader_id(*key)
+                if leader != node_id:
+                    # The leader moved: the partition's batches follow it.
+                    del partitions[key]
+                    for item in queue:
+                        conn.release_outbound(item.size_bytes)
+                        self._route_locked(item, leader)
+                    woken.add(leader)
+                    continue
+                while queue and now_ns - queue[0].created_ns >= limit_ns:
+                    item = queue.popleft()  # the oldest of the partition comes first
+                    conn.release_outbound(item.size_bytes)
+                    item.node_id = None
+                    expired.append(item)
+                if not queue:
+                    del partitions[key]
+                    continue
+                head = queue[0]
+                if head.retry_at_ns > now_ns or (
+                        chosen and total + head.size_bytes > self.max_request_size):
+                    continue
+                queue.popleft()
+                chosen.append(head)
+                total += head.size_bytes
+                # To the back of the round: the next request starts elsewhere.
+                del partitions[key]
+                if queue:
+                    partitions[key] = queue
+            if not partitions:
+                del self._queues[node_id]
+        for item in expired:
+            self._complete(item, error=_delivery_timeout(self, item))
+        for leader in woken:
+            other = None if leader is None else self._pool.get(leader)
+            if other is not None:
+                other.wakeup()
+        if not chosen:
+            return None
+        topic_data = {}
+        for item in chosen:
+            item.attempts += 1
+            topic_data.setdefault(item.topic, []).append((item.partition, item.view))
+        # Produce v13+ names topics by id (from Metadata v10+).
+        topic_ids = {topic: self._metadata.topic_id(topic) for topic in topic_data}
+        acks = self.acks
+        timeout_ms = conn.config.request_timeout_ms
+        client_id = conn.config.client_id
+        return Request(
+            protocol.PRODUCE,
+            lambda cid, version: protocol.encode_produce_request(
+                cid, client_id, version, acks, timeout_ms, topic_data, topic_ids=topic_ids),
+            protocol.decode_produce_response,
+            lambda response, error: self._on_answer(conn, chosen, topic_ids, response, error),
+            expects_response=acks != 0,
+            reserved_bytes=total,
+        )
+
+    # ------------------------------------------------------------------
+    # Answers (I/O threads) and metadata changes.
+
+    def _on_answer(self, conn, batches, topic_ids, response, error):
+        for item in batches:
+            item.node_id = None  # its reservation was released as it was written
+        if error is not None:
+            if not error.retriable:  # e.g. a ProtocolError: resending won't help
+                for item in batches:
+                    self._complete(item, error=error)
+                return
+            if error.invalid_metadata:
+                self._metadata.request_update()
+            for item in batches:
+                self._retry_or_fail(item, error)
+            return
+        if response is None:  # acks=0: done once written
+            for item in batches:
+                self._complete(item, result=ProduceResult(
+                    item.topic, item.partition, -1, -1, item.record_count))
+            return
+        names = {topic_id: name for name, topic_id in topic_ids.items()}
+        answers = {(t.name if t.name is not None else names.get(t.topic_id), p.partition): p
+                   for t in response.topics for p in t.partitions}
+        refresh = False
+        for item in batches:
+            part = answers.get((item.topic, item.partition))
+            if part is None:
+                self._complete(item, error=errors.ProtocolError(
+                    f"{conn.describe()} answered Produce without "
+                    f"{item.topic}-{item.partition}"))
+            elif part.error_code == 0:
+                self._complete(item, result=ProduceResult(
+                    item.topic, item.partition, part.base_offset,
+                    part.log_append_time_ms, item.record_count))
+            else:
+                error = errors.error_for_code(
+                    part.error_code,
+                    f"{item.topic}-{item.partition} from {conn.describe()}"
+                    + (f": {part.error_message}" if part.error_message else ""))
+                refresh |= error.invalid_metadata
+                with self._lock:
+                    self._metrics["errors." + error.name] += 1
+                if error.retriable:
+                    self._retry_or_fail(item, error)
+                else:
+                    self._complete(item, error=error)
+        if refresh:
+            self._metadata.request_update()
+
+    def _retry_or_fail(self, item, error):
+        now_ns = time.monotonic_ns()
+        with self._lock:
+            give_up = (self._closed or item.attempts > self.retries
+                       or now_ns - item.created_ns + self.retry_backoff_ms * 1_000_000
+                       >= self.delivery_timeout_ms * 1_000_000)
+            if not give_up:
+                self._metrics["batches_retried"] += 1
+                item.retry_at_ns = now_ns + self.retry_backoff_ms * 1_000_000
+                leader = self._metadata.leader_id(item.topic, item.partition)
+                self._route_locked(item, leader)
+        if give_up:
+            self._complete(item, error=error)
+            return
+        # Wake the leader's thread when the backoff ends (any thread will do
+        # for an unrouted batch: metadata brings it back).
+        if leader is not None:
+            conn = self._pool.get(leader)
+            if conn is not None:
+                self._pool.thread_for(leader).call_later(self.retry_backoff_ms, conn.wakeup)
+
+    def on_metadata(self, snapshot, moved):
+        """Metadata listener: queued batches follow their partitions' leaders."""
+        woken = set()
+        with self._lock:
+            if self._closed:
+                return
+            for node_id, partitions in list(self._queues.items()):
+                conn = self._pool.get(node_id)
+                for key in moved.intersection(partitions):
+                    broker = snapshot.leader(*key)
+                    new_id = None if broker is None else broker.node_id
+                    if new_id == node_id:
+                        continue
+                    for item in partitions.pop(key):
+                        conn.release_outbound(item.size_bytes)
+                        self._route_locked(item, new_id, snapshot)
+                    woken.add(new_id)
+                if not partitions:
+                    del self._queues[node_id]
+            unrouted, self._unrouted = self._unrouted, collections.deque()
+            for item in unrouted:
+                broker = snapshot.leader(item.topic, item.partition)
+                new_id = None if broker is None else broker.node_id
+                self._route_locked(item, new_id, snapshot)
+                woken.add(new_id)
+        for node_id in woken:
+            conn = None if node_id is None else self._pool.get(node_id)
+            if conn is not None:
+                conn.wakeup()
+
+    # ------------------------------------------------------------------
+    # Helpers.
+
+    def _route_locked(self, item, node_id, snapshot=None):
+        """With _lock held: queue item, in send order within its partition, for
+        node_id (None, or a broker not in the metadata: parked until metadata
+        names a leader); counts its bytes as that connection's outbound."""
+        conn = None if node_id is None else self._pool.get(node_id)
+        if conn is None and node_id is not None:
+            broker = (snapshot or self._metadata.snapshot()).brokers.get(node_id)
+            if broker is not None:
+                conn = self._pool.connection(node_id, broker.host, broker.port)
+        if conn is None:
+            item.node_id = None
+            self._unrouted.append(item)
+            return
+        conn.reserve_outbound(item.size_bytes)
+        item.node_id = node_id
+        queue = self._queues.setdefault(node_id, {}).setdefault(
+            (item.topic, item.partition), collections.deque())
+        if not queue or queue[-1].seq < item.seq:
+            queue.append(item)
+            return
+        # A resend: before the first batch sent after it (a short scan, rare).
+        for index, queued in enumerate(queue):
+            if queued.seq > item.seq:
+                queue.insert(index, item)
+                return
+
+    def _schedule_sweep_locked(self, created_ns):
+        """With _lock held: make sure batches stuck in a queue (leader down)
+        still fail at delivery_timeout_ms."""
+        due_ns = created_ns + self.delivery_timeout_ms * 1_000_000
+        if self._sweep_at_ns is not None and self._sweep_at_ns <= due_ns:
+            return
+        self._sweep_at_ns = due_ns
+        delay_ms = max(0.0, (due_ns - time.monotonic_ns()) / 1e6)
+        self._pool.thread_for(0).call_later(delay_ms, self._sweep)
+
+    def _sweep(self):
+        now_ns = time.monotonic_ns()
+        limit_ns = self.delivery_timeout_ms * 1_000_000
+        expired = []
+        with self._lock:
+            self._sweep_at_ns = None
+            for node_id, partitions in list(self._queues.items()):
+                conn = self._pool.get(node_id)
+                for key, queue in list(partitions.items()):
+                    while queue and now_ns - queue[0].created_ns >= limit_ns:
+                        item = queue.popleft()
+                        conn.release_outbound(item.size_bytes)
+                        item.node_id = None
+                        expired.append(item)
+                    if not queue:
+                        del partitions[key]
+                if not partitions:
+                    del self._queues[node_id]
+            keep = collections.deque()
+            for item in self._unrouted:
+                (expired if now_ns - item.created_ns >= limit_ns else keep).append(item)
+            self._unrouted = keep
+            waiting = [queue[0].created_ns for partitions in self._queues.values()
+                       for queue in partitions.values()]
+            waiting += [item.created_ns for item in keep]
+            if waiting:
+                self._schedule_sweep_locked(min(waiting))
+        for item in expired:
+            self._complete(item, error=_delivery_timeout(self, item))
+
+    def _complete(self, item, result=None, error=None):
+        # The batch's memory is no longer ours to hold: by the time the future
+        # is done, the owner may release the buffer it came from.
+        item.view = None
+        with self._done:
+            if error is None:
+                self._metrics["batches_acknowledged"] += 1
+                self._metrics["records_acknowledged"] += item.record_count
+            else:
+                self._metrics["batches_failed"] += 1
+                self._metrics["records_failed"] += item.record_count
+            self._pending -= 1
+            self._done.notify_all()
+        if error is None:
+            item.future.set_result(result)
+        else:
+            item.future.set_exception(error)
+
+
+def _delivery_timeout(sender, item):
+    return KafkaTimeoutError(
+        f"{item.topic}-{item.partition}: batch of {item.record_count} records not "
+        f"delivered within delivery_timeout_ms={sender.delivery_timeout_ms} "
+        f"({item.attempts} attempts)")
