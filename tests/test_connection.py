@@ -1,0 +1,439 @@
+"""BrokerConnection against the real broker: handshake, requests, produce at every acks,
+many requests in flight, zero-copy writes, timeouts, reconnects, hostile or foreign peers."""
+import http.server
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
+from netkafka import errors, protocol
+from netkafka.connection import (DISCONNECTED, READY, ConnectionConfig, KafkaConnectionError,
+                                 KafkaTimeoutError, RequestTimeoutError)
+from netkafka.io_pool import IOPool
+from netkafka.metadata import parse_bootstrap_servers, request_metadata
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+
+
+def broker_address(bootstrap):
+    return parse_bootstrap_servers(bootstrap)[0]
+
+
+def single_node(kafka_broker):
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (pause/restart)")
+    return nodes[0]
+
+
+@pytest.fixture
+def pool():
+    pool = IOPool(ConnectionConfig(request_timeout_ms=10000, connect_timeout_ms=5000))
+    yield pool
+    pool.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_handshake_negotiates_versions_and_metadata_round_trips(kafka_broker, pool, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    host, port = broker_address(kafka_broker.bootstrap)
+    conn = pool.connection(-1, host, port)
+
+    answer = request_metadata(conn, [topic_name], allow_auto_topic_creation=False).result(30)
+
+    assert conn.state == READY
+    versions = conn.api_versions
+    assert versions[protocol.PRODUCE] >= 3
+    assert versions[protocol.METADATA] >= 1
+    assert versions[protocol.API_VERSIONS] == protocol.API_VERSIONS_VERSION
+    assert [(b.host, b.port) for b in answer.brokers] == [(host, port)]
+    (topic,) = answer.topics
+    assert (topic.name, topic.error_code) == (topic_name, 0)
+    assert sorted(p.partition for p in topic.partitions) == [0, 1, 2]
+    assert {p.leader for p in topic.partitions} == {answer.brokers[0].node_id}
+
+
+@pytest.mark.parametrize("acks", [0, 1, "all"])
+def test_produce_batches_read_back_byte_exact(kafka_broker, topic_name, acks):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    buffers = new_buffer_pool()
+    stack = io_stack(kafka_broker.bootstrap, sender_options={"acks": acks})
+    try:
+        sent = {0: [], 1: []}
+        futures = []
+        for i in range(6):
+            partition = i % 2
+            batch = make_batch(buffers, f"acks{acks}-b{i}", count=7)
+            futures.append((batch, stack.sender.send(topic_name, partition, batch.view,
+                                                     batch.record_count)))
+            sent[partition] += batch.records
+        results = [future.result(30) for _, future in futures]
+        stack.sender.flush(30)
+    finally:
+        stack.close()
+
+    if acks == 0:
+        assert {r.base_offset for r in results} == {-1}  # no answer with acks=0
+    else:
+        for partition in (0, 1):
+            offsets = [r.base_offset for r in results if r.partition == partition]
+            assert offsets == [0, 7, 14]
+    read = read_topic(kafka_broker.bootstrap, topic_name, expected_count=42)
+    for partition in (0, 1):
+        got = [r for r in read if r.partition == partition]
+        assert [r.offset for r in got] == list(range(21))
+        assert as_read(got) == [tuple(w) for w in sent[partition]]
+    release_batches([batch for batch, _ in futures])
+
+
+def test_many_requests_in_flight_complete_in_order(kafka_broker, topic_name):
+    """Batches queued while the broker is frozen go out as max_in_flight requests at once
+    when it thaws; they are answered in order and every one is acknowledged."""
+    node = single_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name)
+    buffers = new_buffer_pool()
+    stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=5)
+    completed = []
+    try:
+        stack.metadata.wait_for_topic(topic_name, 30)
+        node.pause()
+        try:
+            batches = [make_batch(buffers, f"inflight-{i}", count=3) for i in range(30)]
+            futures = []
+            for i, batch in enumerate(batches):
+                future = stack.sender.send(topic_name, 0, batch.view, batch.record_count)
+                future.add_done_callback(lambda f, i=i: completed.append(i))
+                futures.append(future)
+            time.sleep(0.3)  # let the connection fill its in-flight window
+        finally:
+            node.resume()
+        results = [f.result(30) for f in futures]
+        leader_stats = stack.pool.get(stack.metadata.leader_id(topic_name, 0)).stats()
+    finally:
+        stack.close()
+
+    assert completed == list(range(30))
+    assert [r.base_offset for r in results] == list(range(0, 90, 3))
+    # Produce requests (one batch of the partition each) were pipelined.
+    assert leader_stats["in_flight_peak"] == 5
+    read = read_topic(kafka_broker.bootstrap, topic_name, expected_count=90)
+    assert as_read(read) == [tuple(w) for b in batches for w in b.records]
+    release_batches(batches)
+
+
+def test_pipelined_requests_on_one_connection_answer_in_order(kafka_broker):
+    """Requests handed over before the connection is ready are written back to back,
+    max_in_flight at a time, and matched to their answers in order."""
+    host, port = broker_address(kafka_broker.bootstrap)
+    pool = IOPool(ConnectionConfig(max_in_flight_requests_per_connection=8))
+    order = []
+    try:
+        conn = pool.connection(-1, host, port)
+        futures = [request_metadata(conn, []) for _ in range(40)]
+        for i, future in enumerate(futures):
+            future.add_done_callback(lambda f, i=i: order.append(i))
+        answers = [future.result(30) for future in futures]
+    finally:
+        pool.close()
+    assert order == list(range(40))
+    assert all(a.brokers for a in answers)
+    assert conn.stats()["in_flight_peak"] == 8
+
+
+def test_batch_memory_goes_to_sendmsg_uncopied(kafka_broker, topic_name, monkeypatch):
+    """socket.sendmsg receives views of the sealed batch's own memory."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    buffers = new_buffer_pool()
+    batch = make_batch(buffers, "zero-copy", count=50, value_bytes=500)
+    exporters = []
+    original = socket.socket.sendmsg
+
+    def spying_sendmsg(sock, buffers, *args):
+        exporters.extend(getattr(b, "obj", None) for b in buffers)
+        return original(sock, buffers, *args)
+
+    monkeypatch.setattr(socket.socket, "sendmsg", spying_sendmsg)
+    stack = io_stack(kafka_broker.bootstrap)
+    try:
+        stack.sender.send(topic_name, 0, batch.view, batch.record_count).result(30)
+    finally:
+        stack.close()
+    assert any(obj is batch.builder for obj in exporters)
+    assert as_read(read_topic(kafka_broker.bootstrap, topic_name, 50)) == [
+        tuple(w) for w in batch.records]
+    release_batches([batch])
+
+
+def test_connection_refused_names_the_address(pool):
+    port = free_port()
+    conn = pool.connection(-1, "127.0.0.1", port)
+    with pytest.raises(KafkaConnectionError, match=rf"127\.0\.0\.1:{port}.*refused"):
+        request_metadata(conn, []).result(10)
+    assert conn.state == DISCONNECTED
+
+
+class _QuietHTTPHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class _Http400Server:
+    """Answers whatever arrives with an HTTP 400 and closes, as many web servers do with
+    bytes that are not HTTP."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.server_address = self.listener.getsockname()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with client:
+                client.recv(65536)
+                client.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+                               b"Connection: close\r\n\r\n")
+
+    def close(self):
+        self.listener.close()
+
+
+def _silent_http_server():
+    """Python's own HTTP server: it waits for a request line that never comes."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _QuietHTTPHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.close = lambda: (server.shutdown(), server.server_close())
+    return server
+
+
+@pytest.mark.parametrize("make_server, message", [
+    (_silent_http_server, r"the ApiVersions handshake \(is it a Kafka broker\?\) did not "
+                          r"complete within connect_timeout_ms=2000"),
+    (_Http400Server, r"sent a response size of 1213486160 bytes \(first bytes b'HTTP'.*the "
+                     r"peer does not speak the Kafka protocol"),
+], ids=["silent", "answers-400"])
+def test_http_server_port_gives_clear_error_without_hanging(make_server, message):
+    server = make_server()
+    port = server.server_address[1]
+    pool = IOPool(ConnectionConfig(connect_timeout_ms=2000))
+    try:
+        conn = pool.connection(-1, "127.0.0.1", port)
+        started = time.monotonic()
+        with pytest.raises(errors.KafkaError, match=message) as failure:
+            # Bounded either way: the connect timeout covers the handshake.
+            request_metadata(conn, []).result(30)
+        elapsed_s = time.monotonic() - started
+    finally:
+        pool.close()
+        server.close()
+    assert f"127.0.0.1:{port}" in str(failure.value)
+    assert elapsed_s < 10
+
+
+class _RewritingProxy:
+    """A TCP proxy to the broker that rewrites the first Metadata answer: its correlation
+    id (an out-of-order answer) or its size prefix (an absurd size).  Hostile-broker input
+    for the connection's checks; everything else passes through untouched."""
+
+    def __init__(self, target, mode):
+        self.target = target
+        self.mode = mode
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.rewritten = threading.Event()
+        self.threads = []
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+        self.threads.append(accept)
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for fn, args in ((self._pipe, (client, upstream)),
+                             (self._answers, (upstream, client))):
+                t = threading.Thread(target=fn, args=args, daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def _answers(self, src, dst):
+        frames = 0
+        try:
+            while True:
+                header = _recv_exactly(src, 8)
+                size, correlation_id = struct.unpack(">ii", header)
+                body = _recv_exactly(src, size - 4)
+                frames += 1
+                if frames == 2 and not self.rewritten.is_set():  # frame 1 is ApiVersions
+                    self.rewritten.set()
+                    if self.mode == "correlation":
+                        correlation_id += 1000
+                    else:
+                        size = 0x7FFFFFF0
+                dst.sendall(struct.pack(">ii", size, correlation_id) + body)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def _recv_exactly(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("correlation", r"answered correlation id \d+ while the oldest request in flight is "
+                    r"Metadata v\d+ \(correlation id \d+\): responses out of order"),
+    ("size", r"sent a response size of 2147483632 bytes .*allowed 4\.\.104857600"),
+])
+def test_hostile_answer_is_a_protocol_error_and_the_connection_recovers(kafka_broker, pool,
+                                                                         mode, message):
+    proxy = _RewritingProxy(broker_address(kafka_broker.bootstrap), mode)
+    try:
+        conn = pool.connection(-1, "127.0.0.1", proxy.port)
+        with pytest.raises(errors.ProtocolError, match=message) as failure:
+            request_metadata(conn, []).result(10)
+        assert f"127.0.0.1:{proxy.port}" in str(failure.value)
+        # The connection was closed; the next request reconnects and is answered.
+        assert request_metadata(conn, []).result(10).brokers
+        assert conn.stats()["connections_ready"] == 2
+    finally:
+        proxy.close()
+
+
+def test_request_times_out_while_the_broker_is_frozen(kafka_broker):
+    node = single_node(kafka_broker)
+    host, port = broker_address(kafka_broker.bootstrap)
+    pool = IOPool(ConnectionConfig(request_timeout_ms=1000, connect_timeout_ms=2000))
+    try:
+        conn = pool.connection(-1, host, port)
+        request_metadata(conn, []).result(10)
+        node.pause()
+        try:
+            started = time.monotonic()
+            future = request_metadata(conn, [])
+            with pytest.raises(RequestTimeoutError,
+                               match=rf"{host}:{port} did not answer Metadata .*"
+                                     r"request_timeout_ms=1000"):
+                future.result(10)
+            waited_s = time.monotonic() - started
+            assert conn.state != READY  # closed: its later answers would be stuck
+        finally:
+            node.resume()
+        assert waited_s >= 0.9
+        # After the thaw the connection comes back by itself.
+        assert request_metadata(conn, []).result(10).brokers
+    finally:
+        pool.close()
+
+
+def test_reconnects_after_the_broker_restarts(kafka_broker):
+    node = single_node(kafka_broker)
+    host, port = broker_address(kafka_broker.bootstrap)
+    pool = IOPool(ConnectionConfig(reconnect_backoff_ms=50, reconnect_backoff_max_ms=500))
+    try:
+        conn = pool.connection(-1, host, port)
+        request_metadata(conn, []).result(10)
+        node.restart()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                answer = request_metadata(conn, []).result(10)
+                break
+            except KafkaConnectionError:
+                # The first request may meet the dead socket; later ones reconnect.
+                assert time.monotonic() < deadline, "no reconnect within 60 s"
+                time.sleep(0.1)
+        assert answer.brokers
+        assert conn.stats()["connections_ready"] >= 2
+    finally:
+        pool.close()
+
+
+def test_reconnect_attempts_back_off():
+    """Against a closed port, attempts follow reconnect_backoff_ms doubling up to the max
+    (with jitter), not a tight loop."""
+    port = free_port()
+    pool = IOPool(ConnectionConfig(reconnect_backoff_ms=50, reconnect_backoff_max_ms=200,
+                                   request_timeout_ms=60000))
+    try:
+        conn = pool.connection(-1, "127.0.0.1", port)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            with pytest.raises(KafkaConnectionError):
+                request_metadata(conn, []).result(5)
+        attempts = conn.stats()["connect_attempts"]
+    finally:
+        pool.close()
+    # Waits 50, 100, 200, 200, ... ms (+-20%) between attempts: 5 to 8 fit in one second.
+    assert 3 <= attempts <= 10
+
+
+def test_idle_connection_is_closed_and_reopened_on_demand(kafka_broker):
+    host, port = broker_address(kafka_broker.bootstrap)
+    pool = IOPool(ConnectionConfig(connections_max_idle_ms=300))
+    try:
+        conn = pool.connection(-1, host, port)
+        request_metadata(conn, []).result(10)
+        deadline = time.monotonic() + 10
+        while conn.state != DISCONNECTED:
+            assert time.monotonic() < deadline, "idle connection not closed"
+            time.sleep(0.05)
+        assert request_metadata(conn, []).result(10).brokers
+        stats = conn.stats()
+    finally:
+        pool.close()
+    assert stats["connections_ready"] == 2
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"high_watermark_bytes": 10, "low_watermark_bytes": 20},
+     r"high_watermark_bytes \(10\) must be >= low_watermark_bytes \(20\)"),
+    ({"low_watermark_bytes": -1}, r"low_watermark_bytes must be >= 0, got -1"),
+    ({"max_in_flight_requests_per_connection": 0},
+     r"max_in_flight_requests_per_connection must be >= 1"),
+    ({"send_buffer_bytes": 0}, r"send_buffer_bytes must be -1 \(OS default\) or > 0"),
+    ({"request_timeout_ms": "30"}, r"request_timeout_ms must be an int"),
+])
+def test_config_is_validated(options, message):
+    with pytest.raises(ValueError, match=message):
+        ConnectionConfig(**options)
+
+
+def test_watermark_defaults_are_documented_values():
+    config = ConnectionConfig()
+    assert (config.high_watermark_bytes, config.low_watermark_bytes) == (8 << 20, 4 << 20)
+    assert "8 MiB / 4 MiB" in ConnectionConfig.__doc__

@@ -1,0 +1,110 @@
+"""The sender's own contract: delivery timeout, close, bad input -- each a clear error."""
+import time
+
+import pytest
+
+from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
+from netkafka import errors
+from netkafka.connection import KafkaTimeoutError
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+
+
+def test_queued_batch_fails_at_delivery_timeout_while_the_leader_is_frozen(kafka_broker,
+                                                                           topic_name):
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name)
+    buffers = new_buffer_pool()
+    stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=1,
+                     request_timeout_ms=30000,
+                     sender_options={"delivery_timeout_ms": 1000})
+    warm, first, second = (make_batch(buffers, tag, count=4)
+                           for tag in ("warm", "first", "second"))
+    try:
+        # The leader's connection is up before the broker freezes.
+        stack.sender.send(topic_name, 0, warm.view, 4).result(30)
+        nodes[0].pause()
+        try:
+            in_flight = stack.sender.send(topic_name, 0, first.view, 4)
+            queued = stack.sender.send(topic_name, 0, second.view, 4)
+            started = time.monotonic()
+            with pytest.raises(KafkaTimeoutError,
+                               match=rf"{topic_name}-0: batch of 4 records not delivered "
+                                     r"within delivery_timeout_ms=1000 \(0 attempts\)"):
+                queued.result(10)
+            waited_s = time.monotonic() - started
+        finally:
+            nodes[0].resume()
+        assert in_flight.result(30).base_offset == 4  # the one on the wire went through
+        metrics = stack.sender.metrics()
+    finally:
+        stack.close()
+    assert 0.8 <= waited_s < 9
+    assert (metrics["batches_failed"], metrics["records_failed"]) == (1, 4)
+    assert as_read(read_topic(kafka_broker.bootstrap, topic_name, 8)) == [
+        tuple(w) for w in warm.records + first.records]
+    release_batches([warm, first, second])
+
+
+def test_close_fails_what_is_left_and_refuses_new_batches(kafka_broker, topic_name):
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name)
+    buffers = new_buffer_pool()
+    stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=1)
+    warm = make_batch(buffers, "warm", count=2)
+    batches = [make_batch(buffers, f"close-{i}", count=2) for i in range(3)]
+    try:
+        stack.sender.send(topic_name, 0, warm.view, 2).result(30)  # the connection is up
+        nodes[0].pause()
+        try:
+            futures = [stack.sender.send(topic_name, 0, b.view, 2) for b in batches]
+            stack.sender.close(timeout_s=0.2)
+            with pytest.raises(errors.KafkaError, match="the sender is closed: batch not sent"):
+                stack.sender.send(topic_name, 0, batches[0].view, 2)
+            stack.metadata.close()
+            stack.pool.close()
+        finally:
+            nodes[0].resume()
+    finally:
+        stack.close()
+    outcomes = [f.exception(5) for f in futures]
+    # The one in flight fails with the connection; the queued ones with the close.
+    assert "I/O threads are shut down" in str(outcomes[0])
+    for outcome in outcomes[1:]:
+        assert f"the sender closed before {topic_name}-0 was delivered" in str(outcome)
+    release_batches([warm] + batches)
+
+
+def test_bad_batches_are_refused_with_the_reason(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    buffers = new_buffer_pool()
+    stack = io_stack(kafka_broker.bootstrap, sender_options={"max_request_size": 4096,
+                                                             "max_block_ms": 5000})
+    big = make_batch(buffers, "big", count=10, value_bytes=1000)
+    small = make_batch(buffers, "small", count=1)
+    try:
+        with pytest.raises(errors.KafkaError,
+                           match=rf"batch of {big.view.nbytes} bytes for {topic_name}-0 "
+                                 r"exceeds max_request_size=4096"):
+            stack.sender.send(topic_name, 0, big.view, 10)
+        with pytest.raises(errors.KafkaError,
+                           match=rf"topic '{topic_name}' has no partition 7 \(it has 2\)"):
+            stack.sender.send(topic_name, 7, small.view, 1)
+    finally:
+        stack.close()
+    release_batches([big, small])
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"acks": 2}, r"acks must be 0, 1, -1 or 'all', got 2"),
+    ({"retries": -1}, r"retries must be an int >= 0, got -1"),
+    ({"delivery_timeout_ms": 0}, r"delivery_timeout_ms must be an int >= 1, got 0"),
+    ({"backoff": "spin"}, r"backoff must be one of"),
+])
+def test_sender_options_are_validated(kafka_broker, options, message):
+    with pytest.raises(ValueError, match=message):
+        io_stack(kafka_broker.bootstrap, sender_options=options)
