@@ -114,6 +114,9 @@ class Sender:
         # a partition's entry exists only while its deque is non-empty.
         self._queues = {}
         self._next_seq = 0  # guarded by _lock
+        # Guarded by _lock: node_id -> when a wake-up for its resends is due
+        # (one timer per node, not one per drain attempt).
+        self._retry_wakeup_ns = {}
         self._unrouted = collections.deque()  # guarded by _lock: batches with no leader known
         self._pending = 0  # guarded by _lock: batches handed over, not yet completed
         self._closed = False  # guarded by _lock
@@ -235,6 +238,7 @@ class Sender:
         limit_ns = self.delivery_timeout_ms * 1_000_000
         chosen, expired, woken = [], [], set()
         total = 0
+        earliest_retry_ns = wakeup_at_ns = None
         with self._lock:
             partitions = self._queues.get(node_id)
             if not partitions:
@@ -259,8 +263,11 @@ class Sender:
                     del partitions[key]
                     continue
                 head = queue[0]
-                if head.retry_at_ns > now_ns or (
-                        chosen and total + head.size_bytes > self.max_request_size):
+                if head.retry_at_ns > now_ns:
+                    if earliest_retry_ns is None or head.retry_at_ns < earliest_retry_ns:
+                        earliest_retry_ns = head.retry_at_ns
+                    continue
+                if chosen and total + head.size_bytes > self.max_request_size:
                     continue
                 queue.popleft()
                 chosen.append(head)
@@ -271,6 +278,14 @@ class Sender:
                     partitions[key] = queue
             if not partitions:
                 del self._queues[node_id]
+            if earliest_retry_ns is not None:
+                # Nothing else may wake this connection when the backoff ends.
+                due_ns = self._retry_wakeup_ns.get(node_id)
+                if due_ns is None or due_ns <= now_ns or due_ns > earliest_retry_ns:
+                    self._retry_wakeup_ns[node_id] = wakeup_at_ns = earliest_retry_ns
+        if wakeup_at_ns is not None:
+            self._pool.thread_for(node_id).call_later(
+                (wakeup_at_ns - now_ns) / 1e6, conn.wakeup)
         for item in expired:
             self._complete(item, error=_delivery_timeout(self, item))
         for leader in woken:
@@ -362,12 +377,11 @@ class Sender:
         if give_up:
             self._complete(item, error=error)
             return
-        # Wake the leader's thread when the backoff ends (any thread will do
-        # for an unrouted batch: metadata brings it back).
-        if leader is not None:
-            conn = self._pool.get(leader)
-            if conn is not None:
-                self._pool.thread_for(leader).call_later(self.retry_backoff_ms, conn.wakeup)
+        # The leader's connection looks at its queue now and sets a timer for
+        # the end of the backoff (an unrouted batch waits for metadata).
+        conn = None if leader is None else self._pool.get(leader)
+        if conn is not None:
+            conn.wakeup()
 
     def on_metadata(self, snapshot, moved):
         """Metadata listener: queued batches follow their partitions' leaders."""
