@@ -3,4 +3,24 @@ from netkafka._native import load_native_modules
 
 _NATIVE = load_native_modules()
 
+from netkafka.accumulator import ProducerClosedError  # noqa: E402 -- after the native check
+from netkafka.backoff import BackpressureTimeoutError, RecordDroppedError  # noqa: E402
+from netkafka.connection import KafkaTimeoutError  # noqa: E402
+from netkafka.errors import KafkaError  # noqa: E402
+from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
+from netkafka.producer import KafkaProducer, Producer, SerializationError  # noqa: E402
+
+__all__ = [
+    "BackpressureTimeoutError",
+    "FutureRecordMetadata",
+    "KafkaError",
+    "KafkaProducer",
+    "KafkaTimeoutError",
+    "Producer",
+    "ProducerClosedError",
+    "RecordDroppedError",
+    "RecordMetadata",
+    "SerializationError",
+]
+
 __version__ = "0.1.0"

@@ -7,8 +7,10 @@ import importlib
 
 # Every compiled module the package needs; each is built from netkafka/<name>.pyx.
 NATIVE_MODULES = (
+    "_accumulator",
     "_compression",
     "_crc",
+    "_futures",
     "_legacy",
     "_partitioner",
     "_protocol",

@@ -1,0 +1,305 @@
+"""The accumulator's hot path: one record into its partition's open batch.
+
+accumulator.RecordAccumulator subclasses AccumulatorCore: everything that happens
+once per batch or less (opening batches, waiting for memory, handing batches to the
+sender, linger, flush) is Python there; this module holds the state those paths
+share with send() and the one path that runs per record:
+
+    append(topic, partition, key, value, headers, timestamp_ms)
+        under `lock`: the topic's partitions            (TopicTable)
+        no lock:      the partitioner's choice          (unless partition is given)
+        under `lock`: encode into the open batch        (PartitionQueue.open)
+        -> a FutureRecordMetadata over the batch's result
+
+Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
+-- goes to the subclass's _append_cold() with the same arguments.
+
+Measured (100-byte values, no key, sticky partitioner, no I/O): 2.2 us per record
+when this path was Python, about 0.5 us in Cython.
+
+Locking: `lock` (a Lock, below) guards `topics`, `closed`, the clock cache, and every
+field of the TopicTable, PartitionQueue and Batch objects reachable from `topics`.
+The partitioner runs outside it (it has its own lock, and a custom partitioner is
+user code, which must not run under ours).  Lock order: `lock`, then the buffer
+pool's mutex or the linger timer's condition.
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLong, PyLong_Check
+from cpython.pythread cimport (
+    NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
+    PyThread_release_lock, PyThread_type_lock,
+)
+from libc.stdint cimport int64_t
+
+from netkafka._futures cimport BatchResult, FutureRecordMetadata, new_record_future
+from netkafka._partitioner cimport Partitioner
+from netkafka._records cimport RecordBatchBuilder
+from netkafka.csrc cimport nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms
+
+import collections
+
+
+@cython.final
+cdef class Lock:
+    """A mutex taken by C calls from Cython, and by acquire()/release() or `with`
+    from Python.  A thread that must wait for it releases the GIL, so a holder that
+    loses the GIL meanwhile can always finish."""
+    cdef PyThread_type_lock _handle  # owned by this object
+
+    def __cinit__(self):
+        self._handle = PyThread_allocate_lock()
+        if self._handle == NULL:
+            raise MemoryError("cannot allocate a lock")
+
+    def __dealloc__(self):
+        if self._handle != NULL:
+            PyThread_free_lock(self._handle)
+
+    cdef inline void take(self) noexcept:
+        if not PyThread_acquire_lock(self._handle, NOWAIT_LOCK):
+            with nogil:
+                PyThread_acquire_lock(self._handle, WAIT_LOCK)
+
+    cdef inline void give(self) noexcept:
+        PyThread_release_lock(self._handle)
+
+    def acquire(self):
+        self.take()
+        return True
+
+    def release(self):
+        self.give()
+
+    def __enter__(self):
+        self.take()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.give()
+
+
+@cython.final
+cdef class Batch:
+    """An open or ready batch: its builder and the result its records' futures share."""
+    cdef readonly RecordBatchBuilder builder  # owned as _records.pyx says (lock, then drainer)
+    cdef readonly BatchResult result          # thread-safe
+    cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
+
+    def __cinit__(self, RecordBatchBuilder builder not None, BatchResult result not None,
+                  int64_t created_ns):
+        self.builder = builder
+        self.result = result
+        self.created_ns = created_ns
+
+
+@cython.final
+cdef class PartitionQueue:
+    """One partition's batches on this side of the sender.  Fields guarded by the
+    accumulator's lock."""
+    cdef readonly object topic     # immutable
+    cdef readonly int partition    # immutable
+    cdef public Batch open         # the batch taking records, or None
+    cdef readonly object ready     # collections.deque of closed Batches, oldest first
+    cdef public bint draining      # a thread is handing `ready` to the sender
+
+    def __cinit__(self, topic, int partition):
+        self.topic = topic
+        self.partition = partition
+        self.ready = collections.deque()
+
+
+@cython.final
+cdef class TopicTable:
+    """A topic's partitions as the partitioner sees them, and their queues.  Fields
+    guarded by the accumulator's lock."""
+    cdef readonly tuple all_partitions        # partition ids, ascending
+    cdef readonly tuple available_partitions  # those with a leader, ascending
+    cdef list _queues                         # PartitionQueue or None, by partition id
+
+    def __cinit__(self):
+        self.all_partitions = ()
+        self.available_partitions = ()
+        self._queues = []
+
+    cdef inline PartitionQueue queue_or_none(self, int partition):
+        if 0 <= partition < len(self._queues):
+            return self._queues[partition]
+        return None
+
+
+cdef class AccumulatorCore:
+    """The state send() shares with the accumulator, and the per-record append.
+
+    Args:
+        partitioner: a netkafka.partitioner.Partitioner.
+    """
+    cdef readonly Lock lock                 # guards everything below (see module docstring)
+    cdef readonly Partitioner partitioner   # immutable; thread-safe
+    cdef dict _topics                       # lock: topic -> TopicTable
+    cdef public bint closed                 # lock: records are refused once set
+    cdef nk_clock_cache _clock              # lock: "now" for records without a timestamp
+
+    def __cinit__(self, Partitioner partitioner not None, *args, **kwargs):
+        self.lock = Lock()
+        self.partitioner = partitioner
+        self._topics = {}
+        nk_clock_init(&self._clock, nk_clock_ticks_per_ms())
+
+    def append(self, topic, partition, key, value, headers, timestamp_ms):
+        """Encodes one record into its partition's open batch; returns its future.
+
+        partition None lets the partitioner choose.  Raises what the encoder and the
+        partitioner raise for bad arguments (naming them), and whatever
+        _append_cold raises.
+        """
+        cdef TopicTable table
+        cdef PartitionQueue queue
+        cdef FutureRecordMetadata future
+        cdef int chosen
+        cdef int64_t ts = -1
+        if type(topic) is not str:
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        if timestamp_ms is not None:
+            ts = _timestamp_arg(timestamp_ms)
+        # 1. The topic's partitions.
+        self.lock.take()
+        table = None if self.closed else self._topics.get(topic)
+        if table is not None:
+            all_partitions = table.all_partitions
+            available = table.available_partitions
+        self.lock.give()
+        if table is None:
+            return self._append_cold(topic, partition, -1, key, value, headers, timestamp_ms)
+        # 2. The partition: the caller's, or the partitioner's (outside our lock).
+        if partition is None:
+            chosen = self.partitioner.partition(topic, key, all_partitions, available)
+        else:
+            chosen = _partition_arg(partition)
+        # 3. The record, into the partition's open batch if it has room.
+        self.lock.take()
+        try:
+            if not self.closed:
+                queue = table.queue_or_none(chosen)
+                if queue is not None:
+                    future = self._append_locked(queue, key, value, headers, ts)
+                    if future is not None:
+                        return future
+        finally:
+            self.lock.give()
+        return self._append_cold(topic, partition, chosen, key, value, headers, timestamp_ms)
+
+    cdef FutureRecordMetadata _append_locked(self, PartitionQueue queue, key, value, headers,
+                                             int64_t ts):
+        # With the lock held: the record into queue's open batch, or None when there
+        # is none or it is full.  ts < 0: now.
+        cdef Batch batch = queue.open
+        cdef Py_ssize_t index
+        if batch is None:
+            return None
+        if ts < 0:
+            ts = nk_clock_now_ms(&self._clock)
+        index = batch.builder._append_objects(key, value, headers, ts, -1)
+        if index < 0:
+            return None
+        return new_record_future(batch.result, <int>index, ts, _size_of(key),
+                                 _size_of(value), _headers_size(headers))
+
+    # -- for the cold paths (Python, the lock held by the caller unless said) --------
+
+    def try_append_locked(self, PartitionQueue queue not None, key, value, headers,
+                          timestamp_ms):
+        """With the lock held: the record into queue's open batch; its future, or None
+        when queue has no open batch or it is full."""
+        cdef int64_t ts = -1 if timestamp_ms is None else _timestamp_arg(timestamp_ms)
+        return self._append_locked(queue, key, value, headers, ts)
+
+    def queue_locked(self, topic, int partition):
+        """With the lock held: the partition's queue, created on first use; None if
+        the topic or partition is not known."""
+        cdef TopicTable table = self._topics.get(topic)
+        cdef PartitionQueue queue
+        if table is None or not 0 <= partition < len(table._queues):
+            return None
+        queue = table._queues[partition]
+        if queue is None:
+            queue = table._queues[partition] = PartitionQueue(topic, partition)
+        return queue
+
+    def table_locked(self, topic):
+        """With the lock held: the topic's TopicTable, or None."""
+        return self._topics.get(topic)
+
+    def queues_locked(self):
+        """With the lock held: every partition queue created so far."""
+        return [queue for table in self._topics.values()
+                for queue in (<TopicTable>table)._queues if queue is not None]
+
+    def set_partitions(self, topic, all_partitions, available_partitions):
+        """Any thread (takes the lock): the topic's partitions as metadata says.
+        Queues of partitions that disappeared stay until their batches are done."""
+        cdef TopicTable table
+        all_partitions = tuple(all_partitions)
+        available_partitions = tuple(available_partitions)
+        with self.lock:
+            table = self._topics.get(topic)
+            if table is None:
+                table = self._topics[topic] = TopicTable()
+            table.all_partitions = all_partitions
+            table.available_partitions = available_partitions
+            count = max(all_partitions) + 1 if all_partitions else 0
+            if count > len(table._queues):
+                table._queues.extend([None] * (count - len(table._queues)))
+
+    def known_topics(self):
+        """Any thread: the topics send() has met so far."""
+        with self.lock:
+            return list(self._topics)
+
+
+cdef int _partition_arg(object partition) except -1:
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise TypeError(f"partition must be an int or None, not {partition!r}")
+    if partition < 0:
+        raise ValueError(f"partition must be >= 0, got {partition}")
+    if partition > 0x7FFFFFFF:
+        raise ValueError(f"partition {partition} is beyond Kafka's int32 partition ids")
+    return partition
+
+
+cdef int64_t _timestamp_arg(object timestamp) except -1:
+    # As Java's producer: negative timestamps are refused (-1 would read as "none").
+    cdef int64_t ts
+    if not PyLong_Check(timestamp) or isinstance(timestamp, bool):
+        raise TypeError(f"timestamp_ms must be an int (milliseconds since the epoch) or "
+                        f"None, not {type(timestamp).__name__}")
+    try:
+        ts = PyLong_AsLongLong(timestamp)
+    except OverflowError:
+        raise ValueError(f"timestamp_ms={timestamp} does not fit in 64 bits") from None
+    if ts < 0:
+        raise ValueError(f"timestamp_ms={ts} is negative; timestamps are milliseconds "
+                         f"since the epoch")
+    return ts
+
+
+cdef inline int _size_of(object data) except -2:
+    # Serialized size as RecordMetadata reports it; data was accepted by the encoder.
+    if data is None:
+        return -1
+    if PyBytes_CheckExact(data):
+        return <int>PyBytes_GET_SIZE(data)
+    return memoryview(data).nbytes
+
+
+cdef int _headers_size(object headers) except -2:
+    # kafka-python's serialized_header_size: UTF-8 keys plus values; -1 for none.
+    # headers were accepted by the encoder: (str or bytes, bytes or None) pairs.
+    cdef int size = 0
+    if not headers:
+        return -1
+    for name, value in headers:
+        size += len(name.encode()) if isinstance(name, str) else len(name)
+        if value is not None:
+            size += len(value)
+    return size

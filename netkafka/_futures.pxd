@@ -1,0 +1,37 @@
+# The futures send() returns.  See _futures.pyx for the per-batch / per-record split
+# and the threads that touch them.
+
+from libc.stdint cimport int64_t
+
+
+cdef class BatchResult:
+    # Completed once; the outcome fields are written under _lock before _event is
+    # set, and read only after _event is set.
+    cdef readonly object topic                 # immutable
+    cdef readonly int partition                # immutable
+    cdef readonly int64_t base_offset          # offset of the batch's first record; -1: unknown (acks=0)
+    cdef readonly int64_t log_append_time_ms   # the broker's LogAppendTime, -1 for CreateTime topics
+    cdef readonly object error                 # the exception that failed the batch, or None
+    cdef object _event                         # threading.Event: set once completed
+    cdef object _lock                          # threading.Lock guarding _callbacks and completion
+    cdef list _callbacks                       # [(record future, fn, is_errback)] (_lock), None when none
+
+    cdef int _complete(self, int64_t base_offset, int64_t log_append_time_ms,
+                       object error) except -1
+
+
+cdef class FutureRecordMetadata:
+    # One record's future: immutable after creation (by the accumulator's hot path).
+    cdef BatchResult _batch                    # the batch the record is in
+    cdef int _index                            # its offset delta in the batch
+    cdef int64_t _timestamp_ms                 # its CreateTime
+    cdef int _key_size                         # serialized sizes, -1 for null / none
+    cdef int _value_size
+    cdef int _header_size
+
+    cdef object _metadata(self)
+
+
+# A record future over batch, as the hot path creates it (no __init__ call).
+cdef FutureRecordMetadata new_record_future(BatchResult batch, int index, int64_t timestamp_ms,
+                                            int key_size, int value_size, int header_size)

@@ -1,0 +1,202 @@
+"""What send() returns: a light per-record future over one shared per-batch result.
+
+A record future holds its batch's result, its index in the batch and the sizes
+RecordMetadata reports -- nothing else; waiting, state and callbacks live in the
+BatchResult, one per batch.  So a record costs one small object (created by the
+accumulator's hot path without an __init__ call), and completing a batch costs one
+Event.set() however many records it carries: record callbacks, when someone
+registered them, are the only per-record work at completion.  (kafka-python splits
+FutureRecordMetadata over FutureProduceResult the same way, but registers a callback
+per record.)
+
+Threads: a BatchResult is completed once, by whichever thread learns the outcome (an
+I/O thread, the linger thread, a sending thread that could not hand the batch over);
+its outcome fields are written under _lock before _event is set and read only after
+it.  Callbacks run on the completing thread, or on the registering thread when the
+batch is done already.
+"""
+import logging
+import threading
+from collections import namedtuple
+
+from netkafka.connection import KafkaTimeoutError
+
+_log = logging.getLogger("netkafka.futures")
+
+TopicPartition = namedtuple("TopicPartition", ["topic", "partition"])
+
+
+class RecordMetadata(namedtuple("RecordMetadata", [
+        "topic", "partition", "offset", "timestamp", "serialized_key_size",
+        "serialized_value_size", "serialized_header_size"])):
+    """Where an acknowledged record landed.
+
+    offset is -1 with acks=0 (the broker says nothing).  timestamp is the record's
+    CreateTime, or the broker's LogAppendTime when the topic uses that.  The sizes
+    are of the serialized key, value and headers; -1 for a null key or value and for
+    no headers (kafka-python's conventions).
+    """
+
+    __slots__ = ()
+
+    @property
+    def topic_partition(self):
+        """As kafka-python's RecordMetadata has it."""
+        return TopicPartition(self.topic, self.partition)
+
+
+cdef class BatchResult:
+    """The outcome of one batch: its base offset and log-append time, or an error."""
+
+    def __cinit__(self, topic, int partition):
+        self.topic = topic
+        self.partition = partition
+        self.base_offset = -1
+        self.log_append_time_ms = -1
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def done(self):
+        return self._event.is_set()
+
+    def wait(self, timeout_s=None):
+        """True once completed; False if timeout_s passed first."""
+        return self._event.wait(timeout_s)
+
+    def succeed(self, int64_t base_offset, int64_t log_append_time_ms):
+        self._complete(base_offset, log_append_time_ms, None)
+
+    def fail(self, error):
+        self._complete(-1, -1, error)
+
+    cdef int _complete(self, int64_t base_offset, int64_t log_append_time_ms,
+                       object error) except -1:
+        cdef list callbacks
+        with self._lock:
+            if self._event.is_set():
+                return 0  # completed already: the first outcome stands
+            self.base_offset = base_offset
+            self.log_append_time_ms = log_append_time_ms
+            self.error = error
+            callbacks, self._callbacks = self._callbacks, None
+            self._event.set()
+        if callbacks is not None:
+            for record, fn, is_errback in callbacks:
+                _run_callback(record, fn, is_errback)
+        return 0
+
+    def add_callback(self, FutureRecordMetadata record, fn, bint is_errback):
+        """Runs fn for record once the batch is done (now if it is)."""
+        with self._lock:
+            if not self._event.is_set():
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append((record, fn, is_errback))
+                return
+        _run_callback(record, fn, is_errback)
+
+
+cdef _run_callback(FutureRecordMetadata record, fn, bint is_errback):
+    cdef BatchResult batch = record._batch
+    cdef bint failed = batch.error is not None
+    if failed != is_errback:
+        return
+    try:
+        fn(batch.error if failed else record._metadata())
+    except Exception:  # noqa: BLE001 -- a user's callback must not stop the completing thread
+        _log.exception("callback %r for a record of %s-%d raised", fn, batch.topic,
+                       batch.partition)
+
+
+cdef FutureRecordMetadata new_record_future(BatchResult batch, int index, int64_t timestamp_ms,
+                                            int key_size, int value_size, int header_size):
+    cdef FutureRecordMetadata future = FutureRecordMetadata.__new__(FutureRecordMetadata)
+    future._batch = batch
+    future._index = index
+    future._timestamp_ms = timestamp_ms
+    future._key_size = key_size
+    future._value_size = value_size
+    future._header_size = header_size
+    return future
+
+
+cdef class FutureRecordMetadata:
+    """The future of one record: resolves to its RecordMetadata, or fails with the
+    error that failed its batch.  kafka-python's interface: get(timeout), is_done,
+    succeeded(), failed(), value, exception, add_callback(fn, *args, **kwargs),
+    add_errback(fn, *args, **kwargs), add_both(fn, *args, **kwargs)."""
+
+    def get(self, timeout=None):
+        """The record's RecordMetadata once its batch is acknowledged.
+
+        Raises:
+            KafkaTimeoutError: not done within timeout seconds (None: wait forever).
+            the error that failed the batch (a KafkaError, or the serializer's or
+                encoder's error for a record refused at send()).
+        """
+        cdef BatchResult batch = self._batch
+        if not batch._event.wait(timeout):
+            raise KafkaTimeoutError(
+                f"record for {batch.topic}-{batch.partition} not done after waiting "
+                f"{timeout} s")
+        if batch.error is not None:
+            raise batch.error
+        return self._metadata()
+
+    @property
+    def is_done(self):
+        return self._batch._event.is_set()
+
+    def succeeded(self):
+        return self._batch._event.is_set() and self._batch.error is None
+
+    def failed(self):
+        return self._batch._event.is_set() and self._batch.error is not None
+
+    @property
+    def value(self):
+        """RecordMetadata once succeeded, else None."""
+        return self._metadata() if self.succeeded() else None
+
+    @property
+    def exception(self):
+        """The error once failed, else None."""
+        return self._batch.error if self._batch._event.is_set() else None
+
+    def add_callback(self, fn, *args, **kwargs):
+        """fn(*args, metadata, **kwargs) on success, on the thread that completes the
+        batch (an I/O thread), or here if done already.  Returns self."""
+        self._batch.add_callback(self, _bind(fn, args, kwargs), False)
+        return self
+
+    def add_errback(self, fn, *args, **kwargs):
+        """fn(*args, error, **kwargs) on failure; otherwise as add_callback."""
+        self._batch.add_callback(self, _bind(fn, args, kwargs), True)
+        return self
+
+    def add_both(self, fn, *args, **kwargs):
+        self.add_callback(fn, *args, **kwargs)
+        return self.add_errback(fn, *args, **kwargs)
+
+    cdef object _metadata(self):
+        cdef BatchResult batch = self._batch
+        cdef int64_t offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
+        cdef int64_t timestamp = (batch.log_append_time_ms if batch.log_append_time_ms >= 0
+                                  else self._timestamp_ms)
+        return RecordMetadata(batch.topic, batch.partition, offset, timestamp,
+                              self._key_size, self._value_size, self._header_size)
+
+    def __repr__(self):
+        cdef BatchResult batch = self._batch
+        state = ("pending" if not batch._event.is_set() else
+                 "failed" if batch.error is not None else "succeeded")
+        return f"<FutureRecordMetadata {batch.topic}-{batch.partition} {state}>"
+
+
+def _bind(fn, tuple args, dict kwargs):
+    if not callable(fn):
+        raise TypeError(f"callback must be callable, got {fn!r}")
+    if not args and not kwargs:
+        return fn
+    return lambda outcome: fn(*args, outcome, **kwargs)

@@ -1,0 +1,477 @@
+"""The record accumulator: records into per-partition batches, batches to the sender.
+
+Each (topic, partition) has at most one open batch, a RecordBatchBuilder over a
+buffer from the BufferPool; send() encodes its record straight into it.  A batch
+leaves the open slot when it is full (the next record does not fit batch_size),
+when linger_ms has passed since it was opened, or on flush()/close().  It then waits
+in the partition's ready queue until a thread hands it over: seal (compress, header,
+CRC32C) and Sender.send().  Completion comes back on an I/O thread, which gives the
+batch's memory back to the pool and resolves the records' futures.
+
+    send() threads --append--> open batch --full/linger/flush--> ready queue
+        --drain: seal + Sender.send (one thread per partition at a time)--> sender
+
+Order: a partition's batches are handed over in the order they were opened, since
+only one thread drains a partition at a time (the `draining` flag) and it takes
+them from the head of the queue.  Whoever moves a batch to the ready queue drains
+next, unless another thread is draining that partition already, in which case that
+thread will take it before it stops.
+
+Memory: every batch's buffers come from the BufferPool, bounded by buffer_memory.
+When it is full, opening a batch applies the backoff strategy (block, park or drop,
+see backoff.py), bounded by max_block_ms.  Connection watermarks are the sender's.
+
+Linger: one thread, "netkafka-linger", sleeps on a condition until the earliest
+linger deadline of an open batch (no polling), then moves that batch to the ready
+queue and drains it.  With linger_ms=0 a new batch is due at once: it leaves when
+the linger thread gets to it, so batches fill while that thread waits for its turn
+-- the Java client's "send when the sender is free" behaviour.
+
+Hot path: append() is _accumulator.AccumulatorCore's, in Cython (one record into an
+open batch with room); everything rarer is here, in _append_cold().
+
+Locks (never held while waiting for memory, for the sender or for the broker):
+    self.lock (the core's)    the topic tables, every partition queue's fields (open
+                              batch, ready queue, draining flag), closed, the clock
+    self._state_lock          the set of incomplete batches and the counters
+    _LingerTimer._cond        the linger heap and the timer's stop flag
+Order: self.lock, then _state_lock, _LingerTimer._cond or the BufferPool's mutex.
+The linger thread takes _cond only to pop due entries, never together with another.
+"""
+import collections
+import functools
+import heapq
+import itertools
+import logging
+import threading
+import time
+import traceback
+
+from netkafka import errors
+from netkafka._accumulator import AccumulatorCore, Batch
+from netkafka._compression import Compressor
+from netkafka._futures import BatchResult
+from netkafka._records import (BufferPool, BufferPoolExhausted, RecordBatchBuilder,
+                               pool_buffer_size_bytes)
+from netkafka.backoff import BackpressureTimeoutError, RecordDroppedError
+from netkafka.connection import KafkaTimeoutError
+
+_log = logging.getLogger("netkafka.accumulator")
+
+
+class ProducerClosedError(errors.KafkaError):
+    """send() after close(): the record was not taken."""
+
+
+class RecordAccumulator(AccumulatorCore):
+    """Per-partition batching between send() and the sender.
+
+    Args:
+        partitioner: the Partitioner choosing partitions for records sent without one.
+        sender: the Sender batches are handed to.
+        topic_waiter: callable(topic, partition or None): waits (up to max_block_ms)
+            until metadata knows the topic (and that partition), then calls
+            set_partitions(); raises naming the reason if it cannot.
+        batch_size: bytes a batch may reach (a single larger record gets a batch of
+            its own, up to max_request_size).
+        max_request_size: bytes of the largest batch.
+        compression_type: None or a codec name; every batch is compressed with one
+            shared Compressor (when compressing does not pay: sent uncompressed).
+        buffer_memory: bound on the memory of all batches not yet completed.
+        linger_ms: how long a batch below batch_size waits for more records.
+        max_block_ms: bound on append() waiting for memory.
+        delivery_timeout_ms: a batch older than this when it is handed over fails
+            without being sent (the sender bounds the rest of its way).
+        backoff: the strategy object (backoff.backoff_strategy) applied when the
+            pool is full.
+    """
+
+    def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
+                 compression_type, buffer_memory, linger_ms, max_block_ms,
+                 delivery_timeout_ms, backoff):
+        codec = None if compression_type in (None, "none") else compression_type
+        self._sender = sender  # immutable
+        self._topic_waiter = topic_waiter  # immutable
+        self._batch_size = batch_size  # immutable
+        self._max_request_size = max_request_size  # immutable
+        self._compressor = None if codec is None else Compressor(codec)  # thread-safe
+        buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
+        # Thread-safe (its own mutex).
+        self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size))
+        self._linger_ns = linger_ms * 1_000_000  # immutable
+        self._max_block_ms = max_block_ms  # immutable
+        self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000  # immutable
+        self._backoff = backoff  # immutable
+        self._state_lock = threading.Lock()
+        self._incomplete = set()  # guarded by _state_lock: BatchResults not completed yet
+        self._metrics = collections.Counter()  # guarded by _state_lock
+        self._linger = _LingerTimer(self)
+
+    # ------------------------------------------------------------------
+    # send() threads: what the hot path (AccumulatorCore.append) leaves to us.
+
+    def _append_cold(self, topic, partition, chosen, key, value, headers, timestamp_ms):
+        """append() for anything but a record into an open batch with room: an
+        unknown topic or partition, a new or full batch, a closed accumulator.
+        chosen: the partition append() picked, -1 if it did not get that far."""
+        with self.lock:
+            if self.closed:
+                raise ProducerClosedError("send() after close(): the producer is closed")
+            queue = None if chosen < 0 else self.queue_locked(topic, chosen)
+        if queue is None:
+            # The topic, or this partition of it, is not in the table yet: wait for
+            # metadata (or a clear error), then start again.
+            self._topic_waiter(topic, None if chosen < 0 else chosen)
+            return self.append(topic, partition, key, value, headers, timestamp_ms)
+        retired = False
+        with self.lock:
+            future = self.try_append_locked(queue, key, value, headers, timestamp_ms)
+            if future is not None:
+                return future  # another thread opened a batch meanwhile
+            if queue.open is not None:
+                self._retire_locked(queue)
+                retired = True
+        if retired:
+            self._drain(queue)
+        if partition is None:
+            # The partitioner's choice would open a new batch: it may move on first
+            # (KIP-480: a sticky partition gets one batch, then the next one does).
+            self.partitioner.on_new_batch(topic, chosen)
+            with self.lock:
+                table = self.table_locked(topic)
+                all_partitions = table.all_partitions
+                available = table.available_partitions
+            chosen = self.partitioner.partition(topic, key, all_partitions, available)
+            with self.lock:
+                queue = self.queue_locked(topic, chosen)
+        return self._append_to_new_batch(queue, key, value, headers, timestamp_ms)
+
+    def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms):
+        deadline = time.monotonic() + self._max_block_ms / 1000
+        size_bytes = 0  # 0: a pool-sized buffer; more for a record larger than that
+        buffer = None
+        try:
+            while True:
+                retired = False
+                with self.lock:
+                    if self.closed:
+                        raise ProducerClosedError("send() after close(): the producer is closed")
+                    # Another thread may have opened a batch meanwhile.
+                    future = self.try_append_locked(queue, key, value, headers, timestamp_ms)
+                    if future is not None:
+                        return future
+                    if queue.open is not None:
+                        self._retire_locked(queue)
+                        retired = True
+                    if buffer is None:
+                        buffer = self._pool.try_acquire(size_bytes)
+                    if buffer is not None:
+                        batch, buffer = self._open_locked(queue, buffer), None
+                        try:
+                            future = self.try_append_locked(queue, key, value, headers,
+                                                            timestamp_ms)
+                        except BufferPoolExhausted:
+                            # The record alone is larger than a pooled buffer and the
+                            # pool has no room for a larger one now: wait for one.
+                            size_bytes = RecordBatchBuilder.size_upper_bound_bytes(
+                                key, value, headers)
+                            self._discard_open_locked(queue)
+                        except BaseException:
+                            self._discard_open_locked(queue)
+                            raise
+                        else:
+                            self._linger.schedule(batch.created_ns + self._linger_ns,
+                                                  queue, batch)
+                            return future
+                if retired:
+                    self._drain(queue)
+                if buffer is None:
+                    buffer = self._wait_for_memory(size_bytes, deadline)
+        finally:
+            if buffer is not None:
+                buffer.release()  # taken but not used (closed, or a batch appeared)
+
+    def _wait_for_memory(self, size_bytes, deadline):
+        """A buffer of size_bytes (0: the pool's size) once the backoff strategy
+        allows, within the time left to deadline; None if the strategy saw room but
+        did not take it (the caller tries again)."""
+        room = _PoolRoom(self._pool, size_bytes)
+        remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        try:
+            self._backoff.wait_for_room(room, remaining_ms)
+        except RecordDroppedError:
+            with self._state_lock:
+                self._metrics["records_dropped"] += 1
+            raise
+        if room.buffer is None and time.monotonic() >= deadline:
+            raise BackpressureTimeoutError(
+                f"no memory for a batch within max_block_ms={self._max_block_ms} "
+                f"({room.describe()})")
+        return room.buffer
+
+    def _open_locked(self, queue, buffer):
+        """With the lock held: a new open batch for queue over buffer."""
+        builder = RecordBatchBuilder(buffer, self._batch_size, self._max_request_size,
+                                     self._compressor)
+        batch = Batch(builder, BatchResult(queue.topic, queue.partition), time.monotonic_ns())
+        queue.open = batch
+        with self._state_lock:
+            self._incomplete.add(batch.result)
+            self._metrics["batches_created"] += 1
+        return batch
+
+    def _discard_open_locked(self, queue):
+        """With the lock held: drops queue's open batch, which took no record."""
+        batch, queue.open = queue.open, None
+        with self._state_lock:
+            self._incomplete.discard(batch.result)
+        batch.builder.mark_failed()
+        batch.builder.release()
+
+    def _retire_locked(self, queue):
+        """With the lock held: queue's open batch goes to the ready queue."""
+        queue.ready.append(queue.open)
+        queue.open = None
+
+    # ------------------------------------------------------------------
+    # Handing over: send() threads, the linger thread, flush().
+
+    def _drain(self, queue):
+        """Hands queue's ready batches to the sender, oldest first, unless another
+        thread is doing so already (it takes them all before it stops)."""
+        with self.lock:
+            if queue.draining or not queue.ready:
+                return
+            queue.draining = True
+        batch = None
+        try:
+            while True:
+                with self.lock:
+                    if not queue.ready:
+                        queue.draining = False
+                        return
+                    batch = queue.ready.popleft()
+                self._hand_over(queue, batch)
+                batch = None
+        except BaseException as exc:
+            # Only an interrupt gets here (_hand_over turns errors into failed
+            # batches): fail the batch in hand, let another thread drain the rest.
+            with self.lock:
+                queue.draining = False
+            if batch is not None:
+                self._complete(batch, None, error=errors.KafkaError(
+                    f"handing the batch over was interrupted: {exc!r}"))
+            raise
+
+    def _hand_over(self, queue, batch):
+        """Seals batch and gives it to the sender; a failure fails the batch."""
+        builder = batch.builder
+        view = None
+        try:
+            age_ns = time.monotonic_ns() - batch.created_ns
+            if age_ns >= self._delivery_timeout_ns:
+                raise KafkaTimeoutError(
+                    f"{queue.topic}-{queue.partition}: batch of {builder.record_count} "
+                    f"records not sent within delivery_timeout_ms="
+                    f"{self._delivery_timeout_ns // 1_000_000} (waited "
+                    f"{age_ns // 1_000_000} ms in the accumulator)")
+            view = builder.seal()
+            record_count = builder.record_count
+            future = self._sender.send(queue.topic, queue.partition, view, record_count)
+        except Exception as exc:  # noqa: BLE001 -- the batch's futures carry it
+            self._complete(batch, view, error=exc)
+            return
+        with self._state_lock:
+            self._metrics["batches_sent"] += 1
+            self._metrics["records_sent"] += record_count
+            self._metrics["bytes_sent"] += view.nbytes
+        future.add_done_callback(functools.partial(self._on_delivered, batch, view))
+
+    def _on_delivered(self, batch, view, future):
+        """The sender's outcome (an I/O thread, usually)."""
+        error = future.exception()
+        if error is None:
+            result = future.result()
+            self._complete(batch, view, base_offset=result.base_offset,
+                           log_append_time_ms=result.log_append_time_ms)
+        else:
+            self._complete(batch, view, error=error)
+
+    def _complete(self, batch, view, base_offset=-1, log_append_time_ms=-1, error=None):
+        """Memory back to the pool first (a send() may be waiting for it), then the
+        futures, then flush()'s set."""
+        builder = batch.builder
+        if error is None:
+            builder.mark_acknowledged()
+        else:
+            builder.mark_failed()
+            # The error lives on in the records' futures; its traceback's frames must
+            # not keep views of the batch (and so its memory) alive with it.
+            traceback.clear_frames(error.__traceback__)
+        if view is not None:
+            view.release()
+        try:
+            builder.release()
+        except BufferError:
+            # A request on an I/O thread still holds a view of the bytes; the buffers
+            # go back to the pool when that view goes (PooledBuffer.__dealloc__).
+            pass
+        if error is None:
+            batch.result.succeed(base_offset, log_append_time_ms)
+        else:
+            batch.result.fail(error)
+        with self._state_lock:
+            self._incomplete.discard(batch.result)
+            if error is None:
+                self._metrics["records_acknowledged"] += builder.record_count
+            else:
+                self._metrics["records_failed"] += builder.record_count
+
+    # ------------------------------------------------------------------
+    # The linger thread.
+
+    def _on_linger_expired(self, queue, batch):
+        with self.lock:
+            if queue.open is not batch:
+                return  # full, flushed or discarded already
+            self._retire_locked(queue)
+        self._drain(queue)
+
+    # ------------------------------------------------------------------
+    # Any thread.
+
+    def flush(self, timeout_s=None):
+        """Closes every open batch, hands everything over, and waits until every
+        batch that existed when flush() was called is completed.
+
+        Raises:
+            KafkaTimeoutError: some are still pending after timeout_s.
+        """
+        with self.lock:
+            queues = self.queues_locked()
+            for queue in queues:
+                if queue.open is not None:
+                    self._retire_locked(queue)
+            queues = [queue for queue in queues if queue.ready]
+            with self._state_lock:
+                waiting = list(self._incomplete)
+        for queue in queues:
+            self._drain(queue)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for result in waiting:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.wait(remaining):
+                left = sum(1 for r in waiting if not r.done)
+                raise KafkaTimeoutError(
+                    f"flush: {left} batches still not delivered after {timeout_s} s")
+
+    def close(self, timeout_s=None):
+        """Refuses further records, flushes for up to timeout_s (None: until done),
+        stops the linger thread.  What is left is failed by fail_incomplete()."""
+        with self.lock:
+            self.closed = True
+        try:
+            self.flush(timeout_s)
+        finally:
+            self._linger.stop()
+
+    def fail_incomplete(self, error):
+        """Fails every batch not handed over yet: the end of close()."""
+        with self.lock:
+            leftovers = []
+            for queue in self.queues_locked():
+                if queue.open is not None:
+                    self._retire_locked(queue)
+                leftovers += queue.ready
+                queue.ready.clear()
+        for batch in leftovers:
+            self._complete(batch, None, error=error)
+
+    def metrics(self):
+        """Counters: batches_created, batches_sent, records_sent, bytes_sent,
+        records_acknowledged, records_failed, records_dropped (refused for lack of
+        memory, backoff='drop'); batches_incomplete; buffer_total_bytes and
+        buffer_available_bytes."""
+        with self._state_lock:
+            snapshot = dict(self._metrics)
+            snapshot["batches_incomplete"] = len(self._incomplete)
+        for key in ("batches_created", "batches_sent", "records_sent", "bytes_sent",
+                    "records_acknowledged", "records_failed", "records_dropped"):
+            snapshot.setdefault(key, 0)
+        snapshot["buffer_total_bytes"] = self._pool.total_bytes
+        snapshot["buffer_available_bytes"] = self._pool.available_bytes
+        return snapshot
+
+
+class _PoolRoom:
+    """The buffer pool as a backoff target (backoff.py's Backpressured protocol) for
+    one buffer of size_bytes.  A blocking wait takes the buffer it waited for, so
+    that no other thread can take it between the wake-up and the caller's retry.
+    Used by one thread."""
+
+    __slots__ = ("pool", "size_bytes", "buffer")
+
+    def __init__(self, pool, size_bytes):
+        self.pool = pool
+        self.size_bytes = size_bytes
+        self.buffer = None  # the buffer wait_for_room took, for the caller
+
+    def has_room(self):
+        needed = max(self.size_bytes, self.pool.buffer_size_bytes)
+        return self.buffer is not None or self.pool.available_bytes >= needed
+
+    def wait_for_room(self, timeout_s):
+        if self.buffer is None:
+            self.buffer = self.pool.acquire(self.size_bytes, timeout_ms=timeout_s * 1000)
+        return self.buffer is not None
+
+    def describe(self):
+        return (f"the producer's buffer pool ({self.pool.available_bytes} of "
+                f"{self.pool.total_bytes} bytes free, buffer_memory)")
+
+
+class _LingerTimer:
+    """The linger thread: hands over batches whose linger_ms has passed."""
+
+    def __init__(self, accumulator):
+        self._accumulator = accumulator  # immutable
+        self._cond = threading.Condition(threading.Lock())
+        self._heap = []  # guarded by _cond: (deadline_ns, seq, queue, batch)
+        self._seq = itertools.count()  # guarded by _cond: ties in the heap
+        self._stopping = False  # guarded by _cond
+        self._thread = threading.Thread(target=self._run, name="netkafka-linger", daemon=True)
+        self._thread.start()
+
+    def schedule(self, deadline_ns, queue, batch):
+        """Any thread: batch leaves queue's open slot at deadline_ns at the latest."""
+        with self._cond:
+            heapq.heappush(self._heap, (deadline_ns, next(self._seq), queue, batch))
+            if self._heap[0][3] is batch:
+                self._cond.notify()  # a new earliest deadline
+
+    def stop(self, timeout_s=5.0):
+        with self._cond:
+            self._stopping = True
+            self._heap.clear()
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    now_ns = time.monotonic_ns()
+                    if self._heap and self._heap[0][0] <= now_ns:
+                        _, _, queue, batch = heapq.heappop(self._heap)
+                        break
+                    timeout_s = (None if not self._heap
+                                 else (self._heap[0][0] - now_ns) / 1e9)
+                    self._cond.wait(timeout_s)
+            try:
+                self._accumulator._on_linger_expired(queue, batch)
+            except Exception:  # noqa: BLE001 -- the thread must keep serving the others
+                _log.exception("linger expiry of a %s-%d batch failed", queue.topic,
+                               queue.partition)

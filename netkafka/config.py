@@ -1,0 +1,248 @@
+"""The Producer's keyword arguments: names, defaults, validation.
+
+The names and meanings are kafka-python's KafkaProducer's (which follow the Java
+client's settings); the defaults are kafka-python 3's where they agree with the Java
+client, and the Java client's otherwise (noted below).  netkafka adds io_threads,
+high_watermark_bytes, low_watermark_bytes and backoff.
+
+An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
+the key and what it allows; a security option (anything but PLAINTEXT) raises
+NotImplementedError until netkafka speaks TLS and SASL.
+"""
+import itertools
+import math
+from dataclasses import dataclass
+
+from netkafka._compression import codec_id
+from netkafka.connection import ConnectionConfig
+
+_MiB = 1024 * 1024
+_INT32_MAX = 2**31 - 1
+_COMPRESSION_TYPES = (None, "none", "gzip", "snappy", "lz4", "zstd")
+_client_ids = itertools.count(1)
+
+# kafka-python's security options, with the values that mean "not used".  Any other
+# value asks for TLS or SASL, which netkafka does not speak yet.
+SECURITY_OPTIONS = {
+    "security_protocol": "PLAINTEXT",
+    "ssl_context": None,
+    "ssl_check_hostname": True,
+    "ssl_cafile": None,
+    "ssl_certfile": None,
+    "ssl_keyfile": None,
+    "ssl_crlfile": None,
+    "ssl_password": None,
+    "ssl_ciphers": None,
+    "sasl_mechanism": None,
+    "sasl_plain_username": None,
+    "sasl_plain_password": None,
+    "sasl_kerberos_name": None,
+    "sasl_kerberos_service_name": "kafka",
+    "sasl_kerberos_domain_name": None,
+    "sasl_oauth_token_provider": None,
+}
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Every setting of a Producer, validated.  Immutable."""
+
+    bootstrap_servers: object = "localhost:9092"
+    client_id: object = None  # None: "netkafka-producer-<n>"
+    key_serializer: object = None  # callable(key) -> bytes, or None
+    value_serializer: object = None  # callable(value) -> bytes, or None
+    # Java's and kafka-python 3's default: 'all' (-1), with idempotence on.
+    acks: object = "all"
+    compression_type: object = None
+    # kafka-python 3 says float('inf'); Kafka's int32 ceiling means the same:
+    # delivery_timeout_ms bounds retrying in practice.
+    retries: object = _INT32_MAX
+    batch_size: int = 16384
+    linger_ms: int = 0  # kafka-python's default (Java 4.x has 5)
+    partitioner: object = "default"
+    buffer_memory: int = 32 * _MiB
+    max_block_ms: int = 60000
+    max_request_size: int = _MiB
+    metadata_max_age_ms: int = 300000
+    retry_backoff_ms: int = 100
+    request_timeout_ms: int = 30000
+    delivery_timeout_ms: int = 120000
+    max_in_flight_requests_per_connection: int = 5
+    enable_idempotence: object = True
+    send_buffer_bytes: object = None  # None: the OS default (kafka-python's)
+    receive_buffer_bytes: object = None  # None: the OS default
+    connections_max_idle_ms: int = 540000
+    reconnect_backoff_ms: int = 50
+    reconnect_backoff_max_ms: int = 1000  # the Java client's (kafka-python: 30000)
+    # kafka-python pins the protocol version with this; netkafka negotiates every
+    # API's version with the broker (ApiVersions), so the value is checked and unused.
+    api_version: object = None
+    io_threads: int = 1
+    high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
+    low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
+    backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+
+    @classmethod
+    def from_kwargs(cls, kwargs):
+        """The config for a Producer(**kwargs) call.
+
+        Raises:
+            TypeError: an unknown keyword (named).
+            ValueError: a bad value (key and allowed values named).
+            NotImplementedError: a TLS or SASL setting.
+        """
+        fields = cls.__dataclass_fields__
+        settings = {}
+        for name, value in kwargs.items():
+            if name in SECURITY_OPTIONS:
+                _check_security_option(name, value)
+            elif name not in fields:
+                raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
+            else:
+                settings[name] = value
+        if "acks" in settings and "enable_idempotence" not in settings:
+            # As the Java client: idempotence is on by default only where it can be,
+            # so asking for acks 0 or 1 quietly turns the default off.
+            if _acks_value(settings["acks"]) != -1:
+                settings["enable_idempotence"] = False
+        return cls(**settings)
+
+    def __post_init__(self):
+        _check_bootstrap(self.bootstrap_servers)
+        if self.client_id is None:
+            object.__setattr__(self, "client_id", f"netkafka-producer-{next(_client_ids)}")
+        elif not isinstance(self.client_id, str):
+            raise ValueError(f"client_id must be a str or None, got {self.client_id!r}")
+        for name in ("key_serializer", "value_serializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ValueError(f"{name} must be a callable (data) -> bytes or None, "
+                                 f"got {value!r}")
+        object.__setattr__(self, "acks", _acks_value(self.acks))
+        if self.compression_type not in _COMPRESSION_TYPES:
+            raise ValueError(f"compression_type must be one of "
+                             f"{', '.join(map(repr, _COMPRESSION_TYPES))}, "
+                             f"got {self.compression_type!r}")
+        if isinstance(self.retries, float) and math.isinf(self.retries) and self.retries > 0:
+            object.__setattr__(self, "retries", _INT32_MAX)
+        _check_int("retries", self.retries, 0)
+        object.__setattr__(self, "retries", min(self.retries, _INT32_MAX))
+        # A batch holds the 61-byte header and at least one small record.
+        _check_int("batch_size", self.batch_size, 128)
+        _check_int("linger_ms", self.linger_ms, 0)
+        _check_int("max_block_ms", self.max_block_ms, 0)
+        _check_int("max_request_size", self.max_request_size, 1, maximum=_INT32_MAX)
+        if self.batch_size > self.max_request_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be at most "
+                             f"max_request_size ({self.max_request_size})")
+        _check_int("buffer_memory", self.buffer_memory, self.batch_size,
+                   minimum_text=f"batch_size ({self.batch_size})")
+        _check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
+        _check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
+        _check_int("request_timeout_ms", self.request_timeout_ms, 1)
+        _check_int("delivery_timeout_ms", self.delivery_timeout_ms, 1)
+        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
+            # The Java client's rule: a batch must be able to linger and then wait
+            # for one answer before its delivery time runs out.
+            raise ValueError(
+                f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
+                f"linger_ms + request_timeout_ms ({self.linger_ms} + "
+                f"{self.request_timeout_ms})")
+        _check_int("max_in_flight_requests_per_connection",
+                   self.max_in_flight_requests_per_connection, 1)
+        if not isinstance(self.enable_idempotence, bool):
+            raise ValueError(f"enable_idempotence must be True or False, "
+                             f"got {self.enable_idempotence!r}")
+        for name in ("send_buffer_bytes", "receive_buffer_bytes"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(name, value, 1, none_allowed=True)
+        _check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
+        _check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
+        _check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
+        if self.api_version is not None and not (
+                isinstance(self.api_version, tuple)
+                and all(isinstance(p, int) for p in self.api_version)):
+            raise ValueError(f"api_version must be None or a tuple of ints such as "
+                             f"(2, 8, 0), got {self.api_version!r}")
+        _check_int("io_threads", self.io_threads, 1)
+        _check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
+        _check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
+                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        self._check_idempotence()
+
+    def _check_idempotence(self):
+        if not self.enable_idempotence:
+            return
+        # The Java client's requirements: without them sequence numbers cannot keep
+        # retries free of duplicates and reordering.
+        if self.acks != -1:
+            raise ValueError(f"enable_idempotence=True needs acks='all', got acks={self.acks}")
+        if self.max_in_flight_requests_per_connection > 5:
+            raise ValueError(
+                f"enable_idempotence=True needs max_in_flight_requests_per_connection <= 5, "
+                f"got {self.max_in_flight_requests_per_connection}")
+        if self.retries == 0:
+            raise ValueError("enable_idempotence=True needs retries > 0, got 0")
+
+    @property
+    def codec(self):
+        """The Kafka codec id of compression_type."""
+        return codec_id(self.compression_type)
+
+    def connection_config(self):
+        """The settings every broker connection shares."""
+        return ConnectionConfig(
+            client_id=self.client_id,
+            request_timeout_ms=self.request_timeout_ms,
+            max_in_flight_requests_per_connection=self.max_in_flight_requests_per_connection,
+            send_buffer_bytes=-1 if self.send_buffer_bytes is None else self.send_buffer_bytes,
+            receive_buffer_bytes=(-1 if self.receive_buffer_bytes is None
+                                  else self.receive_buffer_bytes),
+            reconnect_backoff_ms=self.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=max(self.reconnect_backoff_max_ms,
+                                         self.reconnect_backoff_ms, 1),
+            connections_max_idle_ms=self.connections_max_idle_ms,
+            high_watermark_bytes=self.high_watermark_bytes,
+            low_watermark_bytes=self.low_watermark_bytes,
+        )
+
+
+def _acks_value(acks):
+    if acks == "all" or (acks in (0, 1, -1) and not isinstance(acks, bool)
+                         and isinstance(acks, int)):
+        return -1 if acks == "all" else acks
+    raise ValueError(f"acks must be 0, 1, 'all' or -1, got {acks!r}")
+
+
+def _check_int(name, value, minimum, maximum=None, minimum_text=None, none_allowed=False):
+    allowed = f"an int >= {minimum_text or minimum}"
+    if maximum is not None:
+        allowed += f" and <= {maximum}"
+    if none_allowed:
+        allowed += " or None"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+
+
+def _check_bootstrap(servers):
+    # metadata.parse_bootstrap_servers checks each entry when the producer starts;
+    # here only the shape, so that a bad type names the option.
+    if isinstance(servers, str):
+        if not servers.strip():
+            raise ValueError("bootstrap_servers must name at least one 'host:port'")
+        return
+    if isinstance(servers, (list, tuple)) and servers:
+        return
+    raise ValueError(f"bootstrap_servers must be 'host:port[,host:port...]' or a list of "
+                     f"them, got {servers!r}")
+
+
+def _check_security_option(name, value):
+    if value == SECURITY_OPTIONS[name]:
+        return
+    raise NotImplementedError(
+        f"{name}={value!r}: netkafka speaks PLAINTEXT only for now (no TLS or SASL); "
+        f"leave the security options at their defaults")

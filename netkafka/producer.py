@@ -1,0 +1,274 @@
+"""netkafka.Producer: kafka-python's KafkaProducer, with native hot paths.
+
+The life of a record in send():
+
+    1. serialize key and value (the optional serializers), stamp the time
+    2. find the topic's partitions (metadata, waited for once per topic)
+    3. choose the partition: the caller's, or the partitioner's
+    4. encode the record into that partition's open batch (the accumulator), which
+       may first wait for memory (backoff) -- and may ask for a new sticky partition
+       if the record would open a new batch there (KIP-480)
+    5. return the record's future
+
+Everything after that happens elsewhere: a full or lingered batch is sealed and
+handed to the sender, the I/O threads write it and read the answer, and the
+batch's result resolves the futures of all its records.
+
+Threads: send(), flush(), close() and the rest may be called from any number of
+threads; the accumulator and the partitioner have their own locks, and the
+producer's only state of its own, _closed, is guarded by _close_lock.
+"""
+import atexit
+import logging
+import threading
+import time
+import weakref
+
+from netkafka import errors
+from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: F401 -- re-exported
+from netkafka.accumulator import ProducerClosedError, RecordAccumulator
+from netkafka.backoff import backoff_strategy
+from netkafka.config import ProducerConfig
+from netkafka.connection import KafkaTimeoutError
+from netkafka.io_pool import IOPool
+from netkafka.metadata import Metadata
+from netkafka.partitioner import make_partitioner
+from netkafka.sender import Sender
+
+_log = logging.getLogger("netkafka.producer")
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+# close() at interpreter exit waits this long for records still on their way
+# (kafka-python's choice); what is left then fails, and is logged.
+_EXIT_CLOSE_TIMEOUT_S = 1.0
+
+
+class SerializationError(errors.KafkaError, ValueError):
+    """A key_serializer or value_serializer raised, or returned something other
+    than bytes, bytearray, memoryview or None."""
+
+
+class Producer:
+    """A Kafka producer, drop-in for kafka-python's KafkaProducer.
+
+    Keyword arguments are kafka-python's (see netkafka.config.ProducerConfig for
+    every name, its default and its checks) plus netkafka's own: io_threads (I/O
+    threads, each owning a share of the broker connections; default 1),
+    high_watermark_bytes / low_watermark_bytes (per-connection bounds on bytes
+    queued for a broker; default 8 MiB / 4 MiB) and backoff ('block', 'park',
+    'drop' or a strategy object: what send() does when memory or a connection is
+    full; default 'block', waiting up to max_block_ms).
+
+    Defaults that matter: acks='all' with enable_idempotence=True, as the Java
+    client and kafka-python 3 (acks=0 or 1 turn idempotence off unless it is
+    asked for, which is then an error); linger_ms=0; batch_size=16384;
+    buffer_memory=32 MiB; compression_type=None.
+
+    Raises:
+        TypeError: an unknown keyword argument (named).
+        ValueError: a bad value (the key and what it allows are named).
+        NotImplementedError: TLS or SASL settings.
+    """
+
+    def __init__(self, **configs):
+        config = ProducerConfig.from_kwargs(configs)
+        self.config = config  # immutable
+        self._key_serializer = config.key_serializer  # immutable
+        self._value_serializer = config.value_serializer  # immutable
+        self._max_block_s = config.max_block_ms / 1000  # immutable
+        self._close_lock = threading.Lock()
+        self._closed = False  # guarded by _close_lock; the accumulator refuses records itself
+        backoff = backoff_strategy(config.backoff)
+        self._pool = IOPool(config.connection_config(), io_threads=config.io_threads)
+        try:
+            self._metadata = Metadata(self._pool, config.bootstrap_servers,
+                                      metadata_max_age_ms=config.metadata_max_age_ms,
+                                      retry_backoff_ms=config.retry_backoff_ms)
+            self._sender = Sender(self._pool, self._metadata, acks=config.acks,
+                                  max_block_ms=config.max_block_ms, backoff=backoff,
+                                  retries=config.retries,
+                                  retry_backoff_ms=config.retry_backoff_ms,
+                                  delivery_timeout_ms=config.delivery_timeout_ms,
+                                  max_request_size=config.max_request_size)
+            partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
+            self._accumulator = RecordAccumulator(
+                partitioner, self._sender, self._wait_for_partition,
+                batch_size=config.batch_size, max_request_size=config.max_request_size,
+                compression_type=config.compression_type,
+                buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
+                max_block_ms=config.max_block_ms,
+                delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff)
+            self._append = self._accumulator.append  # the hot path, bound once
+        except BaseException:
+            self._pool.close()
+            raise
+        self._metadata.add_listener(self)
+        self._exit_hook = _exit_hook(self)
+        atexit.register(self._exit_hook)
+
+    # ------------------------------------------------------------------
+    # The story of a record.
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None,
+             timestamp_ms=None):
+        """Queues a record and returns its FutureRecordMetadata.
+
+        Args:
+            topic: the topic's name.
+            value: bytes-like, or None (a tombstone); through value_serializer if set.
+            key: bytes-like or None; through key_serializer if set.  Keyed records
+                go where the Java client puts them (murmur2).
+            headers: None or a list of (str key, bytes value) pairs.
+            partition: the partition, or None to let the partitioner choose.
+            timestamp_ms: CreateTime in milliseconds since the epoch; None: now.
+
+        Raises:
+            ProducerClosedError: after close().
+            SerializationError: a serializer failed.
+            TypeError, ValueError: a bad argument (named), a record larger than
+                max_request_size among them.
+            KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            BackpressureTimeoutError: no memory within max_block_ms.
+            RecordDroppedError: no memory and backoff='drop'.
+        """
+        if self._key_serializer is not None:
+            key = self._serialize(self._key_serializer, "key_serializer", topic, key)
+        if self._value_serializer is not None:
+            value = self._serialize(self._value_serializer, "value_serializer", topic, value)
+        # Steps 2-5 are the accumulator's append(): its per-record path is native;
+        # it comes back to _wait_for_partition() when metadata is missing, and asks
+        # the partitioner's on_new_batch() when a record would open a new batch.
+        return self._append(topic, partition, key, value, headers, timestamp_ms)
+
+    def _serialize(self, serializer, name, topic, data):
+        # As kafka-python, the serializer sees None too: it decides what a null
+        # key or value becomes.
+        try:
+            serialized = serializer(data)
+        except Exception as exc:
+            raise SerializationError(
+                f"{name} {_name_of(serializer)} failed on a {type(data).__name__} for "
+                f"topic {topic!r}: {exc!r}") from exc
+        if serialized is not None and not isinstance(serialized, _BYTES_TYPES):
+            raise SerializationError(
+                f"{name} {_name_of(serializer)} returned a {type(serialized).__name__} "
+                f"for topic {topic!r}: it must return bytes, bytearray, memoryview or None")
+        return serialized
+
+    def _wait_for_partition(self, topic, partition):
+        """The accumulator's topic_waiter: waits up to max_block_ms until metadata
+        knows topic (and partition, if not None) and gives the accumulator the
+        topic's partitions.
+
+        Raises:
+            KafkaTimeoutError: no metadata in time (names the topic and why).
+            KafkaError: the topic has no such partition.
+        """
+        info = self._metadata.wait_for_topic(topic, self._max_block_s)
+        if partition is not None and partition not in info.partitions:
+            # Perhaps partitions were added since: the metadata knows, or says why not.
+            self._metadata.leader_for(topic, partition, self._max_block_s)
+            info = self._metadata.snapshot().topics[topic]
+        self._give_partitions(topic, info)
+
+    def _give_partitions(self, topic, info):
+        ids = sorted(info.partitions)
+        self._accumulator.set_partitions(
+            topic, ids, [p for p in ids if info.partitions[p].leader >= 0])
+
+    # ------------------------------------------------------------------
+    # Flush, close, and the rest of kafka-python's interface.
+
+    def flush(self, timeout=None):
+        """Sends every buffered record now (whatever linger_ms says) and waits until
+        each record sent before this call is acknowledged or failed.
+
+        Raises:
+            KafkaTimeoutError: not all done within timeout seconds.
+        """
+        self._accumulator.flush(timeout)
+
+    def close(self, timeout=None):
+        """Flushes for up to timeout seconds (None: until every record is done),
+        then fails whatever is left and stops every thread.  send() raises
+        ProducerClosedError from now on.  Calling it again does nothing."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self._exit_hook)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self._accumulator.close(timeout)
+        except KafkaTimeoutError:
+            pass  # what is left fails below
+        self._sender.close(_remaining_s(deadline))
+        self._metadata.close()
+        self._accumulator.fail_incomplete(ProducerClosedError(
+            "the producer was closed before the record was delivered"))
+        self._pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def partitions_for(self, topic):
+        """The set of the topic's partition ids (waits up to max_block_ms for them)."""
+        return set(self._metadata.wait_for_topic(topic, self._max_block_s).partitions)
+
+    def metrics(self):
+        """Counters, flat: the accumulator's (batches_created, records_sent,
+        records_acknowledged, records_failed, records_dropped, buffer_*), then the
+        sender's, prefixed "sender_" (batches acknowledged, failed, retried, dropped
+        at a full connection, errors per broker error code)."""
+        snapshot = self._accumulator.metrics()
+        for name, value in self._sender.metrics().items():
+            snapshot["sender_" + name] = value
+        return snapshot
+
+    # ------------------------------------------------------------------
+    # Metadata listener (I/O thread) and the broker-aware partitioner's view.
+
+    def on_metadata(self, snapshot, moved):
+        """Gives the accumulator fresh partitions of every topic send() has met."""
+        for topic in self._accumulator.known_topics():
+            info = snapshot.topics.get(topic)
+            if info is not None and info.error_code == 0 and info.partitions:
+                self._give_partitions(topic, info)
+
+    def _leaders_for(self, topic):
+        snapshot = self._metadata.snapshot()
+        info = None if snapshot is None else snapshot.topics.get(topic)
+        if info is None:
+            return {}
+        return {p: part.leader for p, part in info.partitions.items()}
+
+
+KafkaProducer = Producer
+
+
+def _name_of(fn):
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _remaining_s(deadline):
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _exit_hook(producer):
+    # A weak reference: the hook must not keep a forgotten producer alive.
+    ref = weakref.ref(producer)
+
+    def close_at_exit():
+        producer = ref()
+        if producer is None:
+            return
+        before = producer._accumulator.metrics()["records_failed"]
+        producer.close(_EXIT_CLOSE_TIMEOUT_S)
+        lost = producer._accumulator.metrics()["records_failed"] - before
+        if lost:
+            _log.warning("netkafka producer %s closed at interpreter exit without flush(): "
+                         "%d records failed undelivered", producer.config.client_id, lost)
+
+    return close_at_exit

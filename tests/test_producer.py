@@ -1,0 +1,442 @@
+"""netkafka.Producer against a real broker; what it wrote is read back by confluent-kafka.
+
+Every check compares what the test handed to send() with what an independent reader
+(netkafka.testing.reader, librdkafka underneath) finds in the topic, and with what
+the futures reported: offsets, partitions, timestamps, sizes.
+"""
+import os
+import threading
+import time
+
+import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+import netkafka
+from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, KafkaTimeoutError,
+                      Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
+                      SerializationError)
+from netkafka.testing.admin import create_topic
+from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
+from netkafka.testing.reader import read_topic
+
+CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
+
+
+def producer(bootstrap, **options):
+    options.setdefault("max_block_ms", 30000)
+    return Producer(bootstrap_servers=bootstrap, **options)
+
+
+def kafka_python_partition(key, num_partitions):
+    # kafka-python's DefaultPartitioner: (murmur2(key) & 0x7fffffff) % n, in pure Python.
+    return (kafka_python_murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_round_trip_is_byte_exact_for_every_codec(kafka_broker, topic_name, codec):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    now_ms = int(time.time() * 1000)
+    sent = []
+    with producer(kafka_broker.bootstrap, compression_type=codec, linger_ms=20) as p:
+        futures = []
+        for i in range(3000):
+            key = None if i % 7 == 0 else f"key-{i}".encode()
+            # Tombstones, empty values, random and compressible values.
+            value = (None if i % 11 == 0 else b"" if i % 13 == 0
+                     else os.urandom(i % 300) if i % 2 else b"abc" * (i % 200))
+            headers = [] if i % 3 else [("h1", f"v{i}".encode()), ("empty", b""), ("null", None)]
+            timestamp_ms = now_ms - 10_000 + i
+            futures.append(p.send(topic_name, value=value, key=key, headers=headers,
+                                  timestamp_ms=timestamp_ms))
+            sent.append((key, value, headers, timestamp_ms))
+        p.flush()
+        metadata = [f.get(0) for f in futures]
+    records = read_topic(kafka_broker.bootstrap, topic_name, len(sent))
+    assert len(records) == len(sent)
+    by_position = {(r.partition, r.offset): r for r in records}
+    for (key, value, headers, timestamp_ms), meta in zip(sent, metadata):
+        record = by_position[meta.partition, meta.offset]
+        assert (record.key, record.value, record.headers, record.timestamp_ms) == (
+            key, value, headers, timestamp_ms)
+        assert record.timestamp_type == "create_time"
+        assert meta.timestamp == timestamp_ms
+        assert meta.serialized_key_size == (-1 if key is None else len(key))
+        assert meta.serialized_value_size == (-1 if value is None else len(value))
+        assert meta.serialized_header_size == (
+            -1 if not headers else sum(len(k) + len(v or b"") for k, v in headers))
+
+
+def test_metadata_offsets_are_the_consumed_offsets_per_partition(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=4)
+    with producer(kafka_broker.bootstrap) as p:
+        futures = [p.send(topic_name, f"v{i}".encode()) for i in range(20000)]
+        p.flush()
+    assert all(f.is_done and f.succeeded() and not f.failed() for f in futures)
+    metadata = [f.get() for f in futures]
+    records = read_topic(kafka_broker.bootstrap, topic_name, len(futures))
+    read = {(r.partition, r.offset): r.value for r in records}
+    assert {(m.partition, m.offset): f"v{i}".encode()
+            for i, m in enumerate(metadata)} == read
+    # Sticky partitioning spread the unkeyed records over the partitions.
+    assert len({m.partition for m in metadata}) > 1
+    # Within a partition, offsets follow the send order, starting at 0 with no gap.
+    for partition in {m.partition for m in metadata}:
+        offsets = [m.offset for m in metadata if m.partition == partition]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_keyed_records_land_where_kafka_python_murmur2_puts_them(kafka_broker, topic_name):
+    partitions = 7
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=partitions)
+    keys = [f"user-{i}".encode() for i in range(2000)] + [b"", b"\x00\xff" * 9]
+    with producer(kafka_broker.bootstrap) as p:
+        futures = [p.send(topic_name, key=key, value=b"v") for key in keys]
+        p.flush()
+        placed = [f.get().partition for f in futures]
+    assert placed == [kafka_python_partition(key, partitions) for key in keys]
+    records = read_topic(kafka_broker.bootstrap, topic_name, len(keys))
+    assert sorted((r.key, r.partition) for r in records) == sorted(
+        (key, kafka_python_partition(key, partitions)) for key in keys)
+
+
+def test_explicit_partition_and_partitions_for(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    with producer(kafka_broker.bootstrap) as p:
+        assert p.partitions_for(topic_name) == {0, 1, 2}
+        metas = [p.send(topic_name, b"x", key=b"k", partition=i % 3).get(30) for i in range(6)]
+        assert [m.partition for m in metas] == [0, 1, 2, 0, 1, 2]
+        with pytest.raises(KafkaError, match=rf"topic '{topic_name}' has no partition 5"):
+            p.send(topic_name, b"x", partition=5)
+        with pytest.raises(TypeError, match="partition must be an int or None"):
+            p.send(topic_name, b"x", partition="1")
+
+
+@pytest.mark.parametrize("acks", [0, 1, "all"])
+def test_every_acks_setting_delivers(kafka_broker, topic_name, acks):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap, acks=acks) as p:
+        futures = [p.send(topic_name, f"{acks}-{i}".encode()) for i in range(5000)]
+        p.flush()
+        metadata = [f.get(0) for f in futures]
+    if acks == 0:
+        assert {m.offset for m in metadata} == {-1}  # the broker says nothing
+    else:
+        assert [m.offset for m in metadata] == list(range(5000))
+    records = read_topic(kafka_broker.bootstrap, topic_name, 5000)
+    assert [r.value for r in records] == [f"{acks}-{i}".encode() for i in range(5000)]
+
+
+def test_linger_sends_a_small_batch_without_flush(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap, linger_ms=300) as p:
+        started = time.monotonic()
+        futures = [p.send(topic_name, f"small-{i}".encode()) for i in range(10)]
+        time.sleep(0.1)
+        assert not any(f.is_done for f in futures)  # still lingering
+        metadata = [f.get(30) for f in futures]  # no flush: the linger timer sends it
+        waited_s = time.monotonic() - started
+        assert waited_s >= 0.3
+        assert [m.offset for m in metadata] == list(range(10))
+        assert p.metrics()["batches_sent"] == 1
+    records = read_topic(kafka_broker.bootstrap, topic_name, 10)
+    assert [r.value for r in records] == [f"small-{i}".encode() for i in range(10)]
+
+
+def test_eight_threads_sending_at_once_keep_their_order(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    per_thread = 5000
+    errors = []
+    with producer(kafka_broker.bootstrap, batch_size=4096) as p:
+        def run(thread_index):
+            try:
+                for i in range(per_thread):
+                    # Each thread's keys spread it over every partition.
+                    p.send(topic_name, key=f"t{thread_index}-{i % 10}".encode(),
+                           value=f"{thread_index}:{i}".encode())
+            except BaseException as exc:  # noqa: BLE001 -- reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        p.flush()
+        metrics = p.metrics()
+    assert errors == []
+    assert metrics["records_acknowledged"] == 8 * per_thread
+    records = read_topic(kafka_broker.bootstrap, topic_name, 8 * per_thread)
+    assert len(records) == 8 * per_thread
+    seen = set()
+    last = {}  # (thread, partition) -> last index seen there
+    for record in records:
+        thread_index, i = map(int, record.value.split(b":"))
+        assert (thread_index, i) not in seen
+        seen.add((thread_index, i))
+        position = (thread_index, record.partition)
+        assert last.get(position, -1) < i, "a thread's records were reordered in a partition"
+        last[position] = i
+
+
+def test_callbacks_and_errbacks(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    results, failures = [], []
+    with producer(kafka_broker.bootstrap) as p:
+        future = p.send(topic_name, b"cb")
+        future.add_callback(results.append).add_errback(failures.append)
+        future.add_callback(lambda tag, meta, suffix="": results.append((tag, suffix)),
+                            "tagged", suffix="!")
+        p.flush()
+        meta = future.get()
+        # Registered after completion: runs at once, on this thread.
+        future.add_callback(results.append)
+    assert results == [meta, ("tagged", "!"), meta]
+    assert failures == []
+    assert isinstance(meta, RecordMetadata)
+    assert (meta.topic, meta.partition, meta.offset) == (topic_name, 0, 0)
+    assert meta.topic_partition == (topic_name, 0)
+    assert future.value == meta and future.exception is None
+
+
+def test_an_oversize_record_is_refused_naming_the_limit(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap, max_request_size=100_000, batch_size=16384) as p:
+        with pytest.raises(ValueError, match=r"larger than max_request_size_bytes=100000"):
+            p.send(topic_name, b"x" * 100_001)
+        # A record above batch_size but within max_request_size gets a batch of its own.
+        big = os.urandom(60_000)
+        meta = p.send(topic_name, big).get(30)
+        small = p.send(topic_name, b"after").get(30)
+    assert (meta.offset, small.offset) == (0, 1)
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert [r.value for r in records] == [big, b"after"]
+
+
+def netkafka_threads():
+    return [t for t in threading.enumerate()
+            if t.name.startswith(("netkafka-io-", "netkafka-linger"))]
+
+
+def test_send_after_close_raises_and_close_stops_every_thread(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    before = netkafka_threads()
+    p = producer(kafka_broker.bootstrap, linger_ms=60_000, io_threads=2)
+    assert len(netkafka_threads()) == len(before) + 3
+    pending = p.send(topic_name, b"before close")
+    p.close()  # flushes: the lingering record goes out first
+    assert pending.get(0).offset == 0
+    with pytest.raises(ProducerClosedError, match=r"send\(\) after close\(\)"):
+        p.send(topic_name, b"after close")
+    p.close()  # a second close does nothing
+    assert netkafka_threads() == before
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [
+        b"before close"]
+
+
+def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
+    p.send(topic_name, b"warm")
+    p.flush()  # metadata and connection up
+    futures = [p.send(topic_name, b"x" * 100) for _ in range(20000)]
+    p.close(timeout=0)
+    # However the race between delivery and the zero timeout goes, every record is
+    # acknowledged or failed with an error: none is left pending, none is lost.
+    assert all(f.is_done for f in futures)
+    failed = [f for f in futures if f.failed()]
+    assert all(isinstance(f.exception, KafkaError) for f in failed)
+    metrics = p.metrics()
+    assert metrics["batches_incomplete"] == 0
+    assert metrics["records_acknowledged"] + metrics["records_failed"] == 20001
+    # Acknowledged records are in the topic where their futures say.  A request in
+    # flight when the I/O threads stopped failed without an answer, so the broker may
+    # hold some records whose futures failed -- never more than were sent.
+    delivered = {(r.partition, r.offset) for r in read_topic(kafka_broker.bootstrap, topic_name)}
+    acknowledged = {(m.partition, m.offset) for m in (f.get(0) for f in futures if f.succeeded())}
+    assert acknowledged <= delivered
+    assert len(delivered) <= 20001
+
+
+def test_serializers_and_a_failing_one(kafka_broker, topic_name):
+    import json
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap, key_serializer=str.encode,
+                  value_serializer=lambda v: json.dumps(v).encode()) as p:
+        meta = p.send(topic_name, {"a": 1}, key="k1").get(30)
+        assert (meta.serialized_key_size, meta.serialized_value_size) == (2, 8)
+        with pytest.raises(SerializationError,
+                           match=r"value_serializer .*lambda.* failed on a set .*not JSON "
+                                 r"serializable") as info:
+            p.send(topic_name, {1, 2}, key="k2")
+        assert isinstance(info.value.__cause__, TypeError)
+        with pytest.raises(SerializationError, match=r"key_serializer .*encode.* failed on a "
+                                                     r"NoneType"):
+            p.send(topic_name, {"no": "key"})
+    with producer(kafka_broker.bootstrap, value_serializer=lambda v: v.upper()) as p:
+        with pytest.raises(SerializationError, match=r"returned a str .*must return bytes"):
+            p.send(topic_name, "not bytes")
+    records = read_topic(kafka_broker.bootstrap, topic_name, 1)
+    assert [(r.key, r.value) for r in records] == [(b"k1", b'{"a": 1}')]
+
+
+def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap) as p:
+        with pytest.raises(TypeError, match="value must be bytes.*not str"):
+            p.send(topic_name, "text")
+        with pytest.raises(TypeError, match="a record key must be bytes-like.*not int"):
+            p.send(topic_name, b"v", key=5)
+        with pytest.raises(TypeError, match=r"headers\[0\] must be a \(key, value\) pair"):
+            p.send(topic_name, b"v", headers=["h"])
+        with pytest.raises(ValueError, match="timestamp_ms=-5 is negative"):
+            p.send(topic_name, b"v", timestamp_ms=-5)
+        with pytest.raises(TypeError, match="topic must be a str"):
+            p.send(b"topic", b"v")
+        # Nothing half-written: the next record goes through as the first.
+        assert p.send(topic_name, b"ok").get(30).offset == 0
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"no_such_option": 1}, TypeError, "unexpected keyword argument 'no_such_option'"),
+    ({"acks": 2}, ValueError, r"acks must be 0, 1, 'all' or -1, got 2"),
+    ({"compression_type": "brotli"}, ValueError, r"compression_type must be one of"),
+    ({"batch_size": -1}, ValueError, r"batch_size must be an int >= 128, got -1"),
+    ({"linger_ms": "5"}, ValueError, r"linger_ms must be an int >= 0, got '5'"),
+    ({"buffer_memory": 1000}, ValueError, r"buffer_memory must be an int >= batch_size"),
+    ({"high_watermark_bytes": 10, "low_watermark_bytes": 20}, ValueError,
+     r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
+    ({"backoff": "spin"}, ValueError, r"backoff must be one of"),
+    ({"partitioner": "nope"}, ValueError, r"unknown partitioner 'nope'"),
+    ({"io_threads": 0}, ValueError, r"io_threads must be an int >= 1, got 0"),
+    ({"enable_idempotence": True, "acks": 1}, ValueError,
+     r"enable_idempotence=True needs acks='all'"),
+    ({"delivery_timeout_ms": 1000}, ValueError,
+     r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms"),
+    ({"value_serializer": "json"}, ValueError, r"value_serializer must be a callable"),
+    ({"security_protocol": "SSL"}, NotImplementedError, r"security_protocol='SSL'.*PLAINTEXT"),
+    ({"sasl_mechanism": "PLAIN"}, NotImplementedError, r"sasl_mechanism='PLAIN'"),
+    ({"ssl_cafile": "/ca.pem"}, NotImplementedError, r"ssl_cafile='/ca.pem'"),
+])
+def test_bad_options_are_refused_naming_them(options, error, message):
+    with pytest.raises(error, match=message):
+        Producer(bootstrap_servers="127.0.0.1:9", **options)
+
+
+def test_kafka_python_defaults_and_aliases():
+    p = KafkaProducer(bootstrap_servers="127.0.0.1:9", security_protocol="PLAINTEXT",
+                      acks=1, retries=float("inf"), api_version=(2, 8, 0))
+    try:
+        assert KafkaProducer is Producer and netkafka.KafkaProducer is Producer
+        assert p.config.acks == 1 and p.config.enable_idempotence is False
+        assert p.config.retries == 2**31 - 1
+        assert (p.config.batch_size, p.config.linger_ms, p.config.buffer_memory) == (
+            16384, 0, 32 * 1024 * 1024)
+    finally:
+        p.close()
+    defaults = Producer(bootstrap_servers="127.0.0.1:9")
+    try:
+        assert defaults.config.acks == -1 and defaults.config.enable_idempotence is True
+    finally:
+        defaults.close()
+
+
+def test_unreachable_bootstrap_fails_within_max_block_ms(topic_name):
+    with Producer(bootstrap_servers="127.0.0.1:9", max_block_ms=500) as p:
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match=r"127\.0\.0\.1:9"):
+            p.send(topic_name, b"v")
+        assert time.monotonic() - started < 5
+
+
+@pytest.fixture(scope="module")
+def broker_without_auto_create(tmp_path_factory):
+    if os.environ.get("NETKAFKA_BOOTSTRAP"):
+        pytest.skip("needs a broker this session starts (auto.create.topics.enable=false)")
+    cluster = Cluster(1, auto_create_topics=False, jvm_options=FAST_START_JVM_OPTIONS,
+                      directory=tmp_path_factory.mktemp("kafka-no-auto-create"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_unknown_topic_without_auto_creation_fails_within_max_block_ms(
+        broker_without_auto_create, topic_name):
+    with producer(broker_without_auto_create.bootstrap, max_block_ms=1500) as p:
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError,
+                           match=rf"topic '{topic_name}' not available in metadata after 1500 "
+                                 r"ms: broker says UNKNOWN_TOPIC_OR_PARTITION"):
+            p.send(topic_name, b"nowhere")
+        assert 1.4 <= time.monotonic() - started < 6
+        assert p.metrics()["records_sent"] == 0
+
+
+def test_full_buffer_memory_blocks_then_times_out_or_drops(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    for backoff, error in (("block", BackpressureTimeoutError), ("drop", RecordDroppedError)):
+        p = producer(kafka_broker.bootstrap, batch_size=1024, buffer_memory=4096,
+                     max_block_ms=300, backoff=backoff, linger_ms=0,
+                     request_timeout_ms=30000, delivery_timeout_ms=60000)
+        try:
+            p.send(topic_name, b"warm").get(30)
+            nodes[0].pause()  # nothing is acknowledged: batches keep their memory
+            try:
+                futures = []
+                with pytest.raises(error, match=r"buffer pool \(\d+ of 4096 bytes free"):
+                    for _ in range(100):
+                        futures.append(p.send(topic_name, b"x" * 900))
+                if backoff == "drop":
+                    assert p.metrics()["records_dropped"] == 1
+            finally:
+                nodes[0].resume()
+            p.flush(30)
+            assert all(f.succeeded() for f in futures) and len(futures) >= 3
+        finally:
+            p.close()
+
+
+def test_a_script_written_for_kafka_python_runs_unchanged(kafka_broker, topic_name):
+    # Only the import differs from a kafka-python script.
+    import json
+
+    from netkafka import KafkaProducer
+    from netkafka import KafkaTimeoutError as ScriptTimeout
+
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    kafka_producer = KafkaProducer(
+        bootstrap_servers=[kafka_broker.bootstrap],
+        client_id="legacy-script",
+        value_serializer=lambda v: json.dumps(v).encode("utf-8"),
+        key_serializer=lambda k: k.encode("utf-8") if k is not None else None,
+        acks=1, retries=3, linger_ms=10, batch_size=32768,
+        compression_type="gzip", max_in_flight_requests_per_connection=1,
+        request_timeout_ms=20000, api_version=(2, 5, 0))
+    delivered = []
+
+    def on_send_success(record_metadata):
+        delivered.append((record_metadata.topic, record_metadata.partition,
+                          record_metadata.offset))
+
+    def on_send_error(excp):
+        raise AssertionError(f"send failed: {excp}")
+
+    record_metadata = kafka_producer.send(topic_name, {"event": "start"}, key="a").get(timeout=10)
+    assert record_metadata.topic == topic_name and record_metadata.offset == 0
+    for i in range(100):
+        kafka_producer.send(topic_name, key=str(i % 4), value={"n": i}).add_callback(
+            on_send_success).add_errback(on_send_error)
+    kafka_producer.flush()
+    try:
+        kafka_producer.send(topic_name, {"event": "end"}).get(timeout=10)
+    except ScriptTimeout:
+        raise AssertionError("timed out")
+    kafka_producer.close()
+    assert len(delivered) == 100
+    records = read_topic(kafka_broker.bootstrap, topic_name, 102)
+    values = sorted(json.loads(r.value).get("n", -1) for r in records)
+    assert values == [-1, -1] + list(range(100))
