@@ -1,16 +1,33 @@
-"""`make demo`: start a local Apache Kafka broker and show what it knows.
+"""`make demo`: produce a million records with netkafka and prove they all arrived.
 
-For now this is the harness alone: start a broker (or use $NETKAFKA_BOOTSTRAP), print its
-address and the cluster's metadata, create a topic and print that, stop the broker.  A later
-issue puts netkafka's producer to work here.
+Starts a local Apache Kafka broker (or uses $NETKAFKA_BOOTSTRAP), prints what it knows,
+creates a topic, produces --records records of --record-size bytes with a progress line
+on stderr, reads them all back with the independent reader (confluent-kafka), and prints
+the throughput and a verification summary:
+
+    count        as many records in the topic as were sent
+    offsets      every partition's offsets run 0, 1, 2, ... with no gap
+    no dupes     every record's sequence number appears exactly once
+    byte-exact   a sample of records equals, byte for byte, what was sent
+
+Each value starts with its 8-byte sequence number, then filler derived from it, so any
+record can be regenerated from its number and compared.
 """
+import argparse
 import os
+import random
+import sys
+import time
 
+from netkafka import Producer
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.broker import Cluster
+from netkafka.testing.reader import read_topic
 
 DEMO_TOPIC = "netkafka-demo"
-DEMO_PARTITIONS = 3
+SEQUENCE_BYTES = 8
+SAMPLE_SIZE = 10_000
+PROGRESS_STEPS = 100
 
 
 def print_metadata(metadata) -> None:
@@ -24,22 +41,121 @@ def print_metadata(metadata) -> None:
                   f"replicas {partition.replicas}, isr {partition.isrs}")
 
 
-def run(bootstrap: str) -> None:
+def record_value(sequence: int, size_bytes: int, filler: bytes) -> bytes:
+    """The value of record `sequence`: its number, then filler rotated by it."""
+    shift = sequence % 251
+    body = filler[shift:shift + size_bytes - SEQUENCE_BYTES]
+    return sequence.to_bytes(SEQUENCE_BYTES, "big") + body
+
+
+def produce(bootstrap: str, topic: str, args: argparse.Namespace, filler: bytes) -> float:
+    """Sends every record; returns the seconds from the first send to the last ack."""
+    producer = Producer(bootstrap_servers=bootstrap, acks=args.acks,
+                        compression_type=None if args.compression == "none" else args.compression,
+                        batch_size=args.batch_size, linger_ms=args.linger_ms)
+    step = max(1, args.records // PROGRESS_STEPS)
+    send = producer.send
+    started = time.monotonic()
+    try:
+        for sequence in range(args.records):
+            send(topic, record_value(sequence, args.record_size, filler))
+            if sequence % step == step - 1:
+                elapsed = time.monotonic() - started
+                sys.stderr.write(f"\rproducing: {sequence + 1:,}/{args.records:,} records, "
+                                 f"{(sequence + 1) / elapsed:,.0f} records/s ")
+                sys.stderr.flush()
+        producer.flush()
+        elapsed = time.monotonic() - started
+        sys.stderr.write("\n")
+        metrics = producer.metrics()
+    finally:
+        producer.close()
+    if metrics["records_failed"]:
+        raise SystemExit(f"{metrics['records_failed']} records failed: {metrics}")
+    print(f"produced {args.records:,} records of {args.record_size} bytes in {elapsed:.2f} s: "
+          f"{args.records / elapsed:,.0f} records/s, "
+          f"{args.records * args.record_size / elapsed / 1e6:.1f} MB/s of values "
+          f"({metrics['batches_sent']:,} batches, {metrics['bytes_sent'] / 1e6:.1f} MB on the wire)")
+    return elapsed
+
+
+def verify(bootstrap: str, topic: str, args: argparse.Namespace, filler: bytes) -> bool:
+    started = time.monotonic()
+    records = read_topic(bootstrap, topic, args.records, timeout_s=max(60.0, args.records / 10_000))
+    print(f"read back {len(records):,} records with confluent-kafka in "
+          f"{time.monotonic() - started:.2f} s")
+    checks = {}
+    checks["count"] = (len(records) == args.records, f"{len(records):,} of {args.records:,}")
+    offsets = {}
+    for record in records:
+        offsets.setdefault(record.partition, []).append(record.offset)
+    gaps = [p for p, seen in offsets.items() if sorted(seen) != list(range(len(seen)))]
+    checks["offsets contiguous"] = (not gaps, ", ".join(
+        f"p{p}: 0..{len(seen) - 1}" for p, seen in sorted(offsets.items()))
+        + (f"; gaps in {gaps}" if gaps else ""))
+    sequences = [int.from_bytes(r.value[:SEQUENCE_BYTES], "big") for r in records]
+    unique = set(sequences)
+    checks["no duplicates"] = (len(unique) == len(sequences) and unique == set(range(args.records)),
+                               f"{len(sequences) - len(unique)} duplicates, "
+                               f"{args.records - len(unique & set(range(args.records)))} missing")
+    sample = random.sample(records, min(SAMPLE_SIZE, len(records)))
+    wrong = [r for r in sample
+             if r.value != record_value(int.from_bytes(r.value[:SEQUENCE_BYTES], "big"),
+                                        args.record_size, filler)
+             or r.key is not None or r.headers]
+    checks["sample byte-exact"] = (not wrong, f"{len(sample) - len(wrong):,} of {len(sample):,} "
+                                              f"records equal what was sent")
+    for name, (ok, detail) in checks.items():
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail}")
+    return all(ok for ok, _ in checks.values())
+
+
+def run(bootstrap: str, args: argparse.Namespace) -> bool:
     print(f"Kafka broker at {bootstrap}")
     print_metadata(admin_client(bootstrap).list_topics(timeout=10))
-    topic = DEMO_TOPIC if "NETKAFKA_BOOTSTRAP" not in os.environ else f"{DEMO_TOPIC}-{os.getpid()}"
-    print(f"creating topic {topic} with {DEMO_PARTITIONS} partitions")
-    print_metadata(create_topic(bootstrap, topic, partitions=DEMO_PARTITIONS))
+    topic = f"{DEMO_TOPIC}-{os.getpid()}-{int(time.time())}"
+    print(f"creating topic {topic} with {args.partitions} partitions")
+    create_topic(bootstrap, topic, partitions=args.partitions)
+    print(f"producing {args.records:,} records of {args.record_size} bytes: acks={args.acks}, "
+          f"compression={args.compression}, batch_size={args.batch_size}, "
+          f"linger_ms={args.linger_ms}")
+    filler = random.Random(1).randbytes(max(0, args.record_size - SEQUENCE_BYTES) + 251)
+    produce(bootstrap, topic, args, filler)
+    return verify(bootstrap, topic, args, filler)
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m netkafka.demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records to produce")
+    parser.add_argument("--record-size", type=int, default=100,
+                        help=f"bytes per value (>= {SEQUENCE_BYTES})")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--compression", default="none",
+                        choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    parser.add_argument("--acks", default="all", choices=["0", "1", "all"])
+    parser.add_argument("--batch-size", type=int, default=16384, help="the producer's batch_size")
+    parser.add_argument("--linger-ms", type=int, default=0, help="the producer's linger_ms")
+    args = parser.parse_args(argv)
+    if args.record_size < SEQUENCE_BYTES:
+        parser.error(f"--record-size must be at least {SEQUENCE_BYTES}")
+    if args.records < 1:
+        parser.error("--records must be at least 1")
+    if args.acks != "all":
+        args.acks = int(args.acks)
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     bootstrap = os.environ.get("NETKAFKA_BOOTSTRAP")
     if bootstrap:
-        run(bootstrap)
-        return
-    with Cluster(1) as cluster:
-        run(cluster.bootstrap)
-    print("broker stopped")
+        ok = run(bootstrap, args)
+    else:
+        with Cluster(1) as cluster:
+            ok = run(cluster.bootstrap, args)
+        print("broker stopped")
+    if not ok:
+        raise SystemExit("verification FAILED")
 
 
 if __name__ == "__main__":
