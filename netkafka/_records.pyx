@@ -739,8 +739,8 @@ cdef class RecordBatchBuilder:
         cdef Py_ssize_t n = value_col.length, i, appended
         cdef int64_t now_ms = nk_clock_now_ms(&self._clock), ts
         cdef const unsigned char *k = NULL
-        cdef const unsigned char *v
-        cdef Py_ssize_t k_len = -1, v_len
+        cdef const unsigned char *v = NULL
+        cdef Py_ssize_t k_len = -1, v_len = -1
         cdef Py_buffer ts_view
         cdef const int64_t *ts_data = NULL
         if key_col is not None and key_col.length != n:
@@ -757,9 +757,10 @@ cdef class RecordBatchBuilder:
                     ts = ts_data[i]
                     if ts < 0:
                         raise ValueError(f"timestamps_ms[{i}]={ts} is negative")
-                if key_col is not None:
-                    key_col._element(i, &k, &k_len, "keys")
-                value_col._element(i, &v, &v_len, "values")
+                if key_col is not None and not key_col._element(i, &k, &k_len):
+                    key_col._bad_range(i, "keys")
+                if not value_col._element(i, &v, &v_len):
+                    value_col._bad_range(i, "values")
                 appended = self._append_raw(k, k_len, v, v_len, None, ts)
                 if appended < 0:
                     return i - start
@@ -1143,6 +1144,7 @@ cdef class BinaryColumn:
     cdef bint _has_offsets
     cdef bint _has_validity
     cdef int _offset_width_bytes  # 4 or 8
+    cdef Py_ssize_t _data_len     # bytes of _data; 0 without data
     cdef readonly Py_ssize_t length
     cdef Py_ssize_t _first
     cdef object _source           # the Arrow array the buffers belong to, kept alive
@@ -1190,6 +1192,7 @@ cdef class BinaryColumn:
             except (TypeError, BufferError) as exc:
                 raise TypeError(f"data must be a contiguous buffer: {exc}") from None
             self._has_data = True
+            self._data_len = self._data.len
         if validity is not None:
             try:
                 PyObject_GetBuffer(validity, &self._validity, PyBUF_SIMPLE)
@@ -1235,31 +1238,40 @@ cdef class BinaryColumn:
         column._source = array
         return column
 
-    cdef inline int _element(self, Py_ssize_t i, const unsigned char **ptr,
-                             Py_ssize_t *length, str name) except -1:
+    cdef inline void _bounds(self, Py_ssize_t j, int64_t *lo, int64_t *hi) noexcept:
+        # Start and end offsets of entry j of offsets, as stored (unchecked).
+        if self._offset_width_bytes == 4:
+            lo[0] = (<const int32_t *>self._offsets.buf)[j]
+            hi[0] = (<const int32_t *>self._offsets.buf)[j + 1]
+        else:
+            lo[0] = (<const int64_t *>self._offsets.buf)[j]
+            hi[0] = (<const int64_t *>self._offsets.buf)[j + 1]
+
+    cdef inline bint _element(self, Py_ssize_t i, const unsigned char **ptr,
+                              Py_ssize_t *length) noexcept:
         # Element i (0 <= i < length, guaranteed by the caller), bounds-checked
         # against data: offsets come from the user and must not lead us astray.
+        # False when they do not; the caller raises (_bad_range), off the hot path.
         cdef Py_ssize_t j = self._first + i
         cdef int64_t lo, hi
-        cdef const unsigned char *bits
-        if self._has_validity:
-            bits = <const unsigned char *>self._validity.buf
-            if not (bits[j >> 3] >> (j & 7)) & 1:
-                ptr[0] = NULL
-                length[0] = -1
-                return 0
-        if self._offset_width_bytes == 4:
-            lo = (<const int32_t *>self._offsets.buf)[j]
-            hi = (<const int32_t *>self._offsets.buf)[j + 1]
-        else:
-            lo = (<const int64_t *>self._offsets.buf)[j]
-            hi = (<const int64_t *>self._offsets.buf)[j + 1]
-        if not 0 <= lo <= hi <= (self._data.len if self._has_data else 0):
-            raise ValueError(f"{name}[{i}]: offsets {lo}..{hi} are not a range within the "
-                             f"{self._data.len if self._has_data else 0} bytes of data")
+        if self._has_validity and not (
+                (<const unsigned char *>self._validity.buf)[j >> 3] >> (j & 7)) & 1:
+            ptr[0] = NULL
+            length[0] = -1
+            return True
+        self._bounds(j, &lo, &hi)
+        if not 0 <= lo <= hi <= self._data_len:
+            return False
         ptr[0] = <const unsigned char *>self._data.buf + lo
         length[0] = hi - lo
-        return 0
+        return True
+
+    cdef int _bad_range(self, Py_ssize_t i, str name) except -1:
+        cdef Py_ssize_t j = self._first + i
+        cdef int64_t lo, hi
+        self._bounds(j, &lo, &hi)
+        raise ValueError(f"{name}[{i}]: offsets {lo}..{hi} are not a range within the "
+                         f"{self._data_len} bytes of data")
 
 
 cdef BinaryColumn _as_column(object obj, str name):
