@@ -14,6 +14,14 @@ batch back at the front of its partition's queue after retry_backoff_ms (and
 ask for fresh metadata when the error says the leader moved), until retries
 or delivery_timeout_ms run out.
 
+Idempotent batches (sealed with a producer id and sequence, see idempotence.py):
+a partition's batches not yet completed are kept in send order.  A batch refused
+with OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID while an earlier one of
+its partition is still outstanding only waits for that one: it is resent like a
+retriable error.  The first outstanding batch refused so is failed (the broker lost
+what came before).  DUPLICATE_SEQUENCE_NUMBER means the broker has the batch
+already: acknowledged, offset unknown (-1).
+
 Queues: per broker, one FIFO per partition; a request takes the head of each
 partition in turn (round robin across requests, so a busy partition cannot
 starve the others when max_request_size cuts a request short).  A resent
@@ -82,11 +90,13 @@ class Sender:
         delivery_timeout_ms: bound from send() to the future's outcome.
             Default 120000.
         max_request_size: bytes of batches per Produce request. Default 1048576.
+        idempotent: the batches carry producer ids and sequences (above).
+            Default False.
     """
 
     def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
-                 delivery_timeout_ms=120000, max_request_size=1048576):
+                 delivery_timeout_ms=120000, max_request_size=1048576, idempotent=False):
         if acks == "all":
             acks = -1
         if acks not in (0, 1, -1) or isinstance(acks, bool):
@@ -105,6 +115,7 @@ class Sender:
         self.retry_backoff_ms = retry_backoff_ms  # immutable
         self.delivery_timeout_ms = delivery_timeout_ms  # immutable
         self.max_request_size = max_request_size  # immutable
+        self.idempotent = bool(idempotent)  # immutable
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
 
@@ -122,6 +133,9 @@ class Sender:
         self._closed = False  # guarded by _lock
         self._sweep_at_ns = None  # guarded by _lock: delivery-timeout sweep scheduled then
         self._metrics = collections.Counter()  # guarded by _lock
+        # Guarded by _lock, idempotent only: (topic, partition) -> deque of its _Batch
+        # not yet completed, in send order; an entry exists only while non-empty.
+        self._outstanding = {}
 
         pool.set_request_source(self)
         metadata.add_listener(self)
@@ -129,10 +143,11 @@ class Sender:
     # ------------------------------------------------------------------
     # Callers' threads.
 
-    def send(self, topic, partition, batch, record_count):
+    def send(self, topic, partition, batch, record_count, created_ns=None):
         """Queues a sealed batch (any buffer; its memory is sent as is and must
         not change until the future is done).  Returns a Future of
-        ProduceResult.
+        ProduceResult.  created_ns: time.monotonic_ns() when the batch was
+        opened, where delivery_timeout_ms starts (default: now).
 
         Raises:
             KafkaTimeoutError: no metadata for the partition within max_block_ms.
@@ -167,9 +182,11 @@ class Sender:
             if self._closed:
                 raise errors.KafkaError("the sender is closed: batch not sent")
             item = _Batch(self._next_seq, topic, partition, view, record_count,
-                          time.monotonic_ns())
+                          time.monotonic_ns() if created_ns is None else created_ns)
             self._next_seq += 1
             self._pending += 1
+            if self.idempotent:
+                self._outstanding.setdefault((topic, partition), collections.deque()).append(item)
             self._route_locked(item, broker.node_id)
             self._schedule_sweep_locked(item.created_ns)
         conn.wakeup()
@@ -344,9 +361,13 @@ class Sender:
                 self._complete(item, error=errors.ProtocolError(
                     f"{conn.describe()} answered Produce without "
                     f"{item.topic}-{item.partition}"))
-            elif part.error_code == 0:
+            elif part.error_code == 0 or (
+                    self.idempotent and part.error_code == _DUPLICATE_SEQUENCE_NUMBER):
+                # A duplicate: appended by an earlier attempt whose answer was lost,
+                # and too long ago for the broker to have kept its offset.
+                base_offset = part.base_offset if part.error_code == 0 else -1
                 self._complete(item, result=ProduceResult(
-                    item.topic, item.partition, part.base_offset,
+                    item.topic, item.partition, base_offset,
                     part.log_append_time_ms, item.record_count))
             else:
                 error = errors.error_for_code(
@@ -356,12 +377,20 @@ class Sender:
                 refresh |= error.invalid_metadata
                 with self._lock:
                     self._metrics["errors." + error.name] += 1
-                if error.retriable:
+                if error.retriable or self._waits_for_an_earlier_batch(item, part.error_code):
                     self._retry_or_fail(item, error)
                 else:
                     self._complete(item, error=error)
         if refresh:
             self._metadata.request_update()
+
+    def _waits_for_an_earlier_batch(self, item, error_code):
+        """Idempotent only: the broker refused item's sequence because an earlier
+        batch of its partition is still outstanding (being resent): resend it."""
+        if not self.idempotent or error_code not in _SEQUENCE_ERRORS:
+            return False
+        with self._lock:
+            return self._outstanding[item.topic, item.partition][0] is not item
 
     def _retry_or_fail(self, item, error):
         now_ns = time.monotonic_ns()
@@ -487,6 +516,12 @@ class Sender:
         # is done, the owner may release the buffer it came from.
         item.view = None
         with self._done:
+            if self.idempotent:
+                key = (item.topic, item.partition)
+                outstanding = self._outstanding[key]
+                outstanding.remove(item)  # the oldest, but for failures out of order
+                if not outstanding:
+                    del self._outstanding[key]
             if error is None:
                 self._metrics["batches_acknowledged"] += 1
                 self._metrics["records_acknowledged"] += item.record_count
@@ -499,6 +534,13 @@ class Sender:
             item.future.set_result(result)
         else:
             item.future.set_exception(error)
+
+
+_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+_DUPLICATE_SEQUENCE_NUMBER = 46
+_UNKNOWN_PRODUCER_ID = 59
+# Refusals that, with an earlier batch still outstanding, only mean "not yet".
+_SEQUENCE_ERRORS = (_OUT_OF_ORDER_SEQUENCE_NUMBER, _UNKNOWN_PRODUCER_ID)
 
 
 def _delivery_timeout(sender, item):
