@@ -84,11 +84,13 @@ class RecordAccumulator(AccumulatorCore):
             without being sent (the sender bounds the rest of its way).
         backoff: the strategy object (backoff.backoff_strategy) applied when the
             pool is full.
+        idempotence: the ProducerIdManager numbering batches as they are sealed, or
+            None (batches carry no producer id).
     """
 
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
-                 delivery_timeout_ms, backoff):
+                 delivery_timeout_ms, backoff, idempotence=None):
         codec = None if compression_type in (None, "none") else compression_type
         self._sender = sender  # immutable
         self._topic_waiter = topic_waiter  # immutable
@@ -102,6 +104,7 @@ class RecordAccumulator(AccumulatorCore):
         self._max_block_ms = max_block_ms  # immutable
         self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000  # immutable
         self._backoff = backoff  # immutable
+        self._idempotence = idempotence  # immutable; thread-safe
         self._state_lock = threading.Lock()
         self._incomplete = set()  # guarded by _state_lock: BatchResults not completed yet
         self._metrics = collections.Counter()  # guarded by _state_lock
@@ -275,9 +278,15 @@ class RecordAccumulator(AccumulatorCore):
                     f"records not sent within delivery_timeout_ms="
                     f"{self._delivery_timeout_ns // 1_000_000} (waited "
                     f"{age_ns // 1_000_000} ms in the accumulator)")
-            view = builder.seal()
             record_count = builder.record_count
-            future = self._sender.send(queue.topic, queue.partition, view, record_count)
+            if self._idempotence is not None:
+                # Numbered here, by the one thread draining the partition: its
+                # sequences follow the order its batches reach the sender.
+                builder.set_producer_state(*self._idempotence.next_sequence(
+                    queue.topic, queue.partition, record_count))
+            view = builder.seal()
+            future = self._sender.send(queue.topic, queue.partition, view, record_count,
+                                       created_ns=batch.created_ns)
         except Exception as exc:  # noqa: BLE001 -- the batch's futures carry it
             self._complete(batch, view, error=exc)
             return
@@ -316,6 +325,9 @@ class RecordAccumulator(AccumulatorCore):
             # A request on an I/O thread still holds a view of the bytes; the buffers
             # go back to the pool when that view goes (PooledBuffer.__dealloc__).
             pass
+        if builder.producer_id >= 0:
+            self._idempotence.batch_done(batch.result.topic, batch.result.partition,
+                                         error is None)
         if error is None:
             batch.result.succeed(base_offset, log_append_time_ms)
         else:

@@ -29,6 +29,7 @@ from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: F401
 from netkafka.accumulator import ProducerClosedError, RecordAccumulator
 from netkafka.backoff import backoff_strategy
 from netkafka.config import ProducerConfig
+from netkafka.idempotence import ProducerIdManager
 from netkafka.connection import KafkaTimeoutError
 from netkafka.io_pool import IOPool
 from netkafka.metadata import Metadata
@@ -88,7 +89,12 @@ class Producer:
                                   retries=config.retries,
                                   retry_backoff_ms=config.retry_backoff_ms,
                                   delivery_timeout_ms=config.delivery_timeout_ms,
-                                  max_request_size=config.max_request_size)
+                                  max_request_size=config.max_request_size,
+                                  idempotent=config.enable_idempotence)
+            idempotence = (ProducerIdManager(self._pool, self._metadata,
+                                             retry_backoff_ms=config.retry_backoff_ms,
+                                             max_block_ms=config.max_block_ms)
+                           if config.enable_idempotence else None)
             partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
             self._accumulator = RecordAccumulator(
                 partitioner, self._sender, self._wait_for_partition,
@@ -96,7 +102,9 @@ class Producer:
                 compression_type=config.compression_type,
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
-                delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff)
+                delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
+                idempotence=idempotence)
+            self._idempotence = idempotence
             self._append = self._accumulator.append  # the hot path, bound once
         except BaseException:
             self._pool.close()
@@ -221,10 +229,13 @@ class Producer:
         """Counters, flat: the accumulator's (batches_created, records_sent,
         records_acknowledged, records_failed, records_dropped, buffer_*), then the
         sender's, prefixed "sender_" (batches acknowledged, failed, retried, dropped
-        at a full connection, errors per broker error code)."""
+        at a full connection, errors per broker error code), then with idempotence
+        producer_id, producer_epoch, producer_ids_fetched, partitions_broken."""
         snapshot = self._accumulator.metrics()
         for name, value in self._sender.metrics().items():
             snapshot["sender_" + name] = value
+        if self._idempotence is not None:
+            snapshot.update(self._idempotence.metrics())
         return snapshot
 
     # ------------------------------------------------------------------

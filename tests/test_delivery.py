@@ -1,0 +1,95 @@
+"""Delivery guarantees against a broker that is killed, restarted or frozen.
+
+Every record ends acknowledged (and then it is in the topic where its future says,
+once, in send order within its partition) or failed with an error in its future.
+The topic is read back by confluent-kafka, independent of netkafka.
+"""
+import threading
+import time
+
+import pytest
+
+from netkafka import KafkaTimeoutError, Producer
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+
+
+def session_node(kafka_broker):
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (kill, restart, SIGSTOP)")
+    return nodes[0]
+
+
+def test_idempotent_stream_across_a_broker_kill_and_restart_has_no_duplicate_and_no_gap(
+        kafka_broker, topic_name):
+    node = session_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    total = 30000
+    futures = []
+    sent_enough = threading.Event()
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5, batch_size=4096,
+                  retry_backoff_ms=100, request_timeout_ms=5000, max_block_ms=60000,
+                  reconnect_backoff_max_ms=200) as p:
+        assert p.config.enable_idempotence and p.config.acks == -1  # the defaults
+
+        def stream():
+            for i in range(total):
+                futures.append(p.send(topic_name, value=b"%08d" % i))
+                if i == total // 3:
+                    sent_enough.set()
+                if i % 500 == 0:
+                    time.sleep(0.01)  # spread the stream over the restart
+
+        sender = threading.Thread(target=stream)
+        sender.start()
+        assert sent_enough.wait(60)
+        node.kill()  # SIGKILL: answers of requests on the wire are lost
+        node.restart()
+        sender.join(120)
+        assert not sender.is_alive()
+        p.flush(120)
+        metrics = p.metrics()
+    assert all(f.succeeded() for f in futures), [f.exception for f in futures if f.failed()][:3]
+    assert metrics["sender_batches_retried"] > 0, "the restart hit no batch: test proves nothing"
+    records = read_topic(kafka_broker.bootstrap, topic_name, total)
+    values = [r.value for r in records]
+    assert len(values) == total and len(set(values)) == total  # no duplicate, no gap
+    placed = {(m.partition, m.offset): b"%08d" % i
+              for i, m in enumerate(f.get(0) for f in futures)}
+    assert {(r.partition, r.offset): r.value for r in records} == placed
+    for partition in range(3):
+        in_log = [r.value for r in records if r.partition == partition]
+        assert in_log == sorted(in_log), f"partition {partition} is out of send order"
+
+
+def test_delivery_timeout_fails_records_and_the_partition_recovers(kafka_broker, topic_name):
+    node = session_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, request_timeout_ms=1000,
+                  delivery_timeout_ms=2500, retry_backoff_ms=100, max_block_ms=30000) as p:
+        p.send(topic_name, b"before").get(30)
+        node.pause()
+        try:
+            started = time.monotonic()
+            frozen = [p.send(topic_name, b"frozen-%d" % i) for i in range(5)]
+            for future in frozen:
+                with pytest.raises(KafkaTimeoutError):
+                    future.get(30)
+            waited_s = time.monotonic() - started
+        finally:
+            node.resume()
+        assert 2.0 <= waited_s < 15
+        # The partition's sequence has a hole now: it starts over under a fresh
+        # producer id once the failed batches are done, and delivers again.
+        after = [p.send(topic_name, b"after-%d" % i) for i in range(5)]
+        p.flush(60)
+        assert all(f.succeeded() for f in after), [f.exception for f in after]
+        metrics = p.metrics()
+    assert metrics["producer_ids_fetched"] == 2
+    assert metrics["records_failed"] >= 5
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name)]
+    # A timed-out record's fate is unknown to the producer (the frozen broker may
+    # append it once it runs again); every acknowledged one is there, once, in order.
+    assert values[0] == b"before" and values[-5:] == [b"after-%d" % i for i in range(5)]
+    assert len(values) == len(set(values))
