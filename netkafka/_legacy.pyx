@@ -33,20 +33,14 @@ What legacy readers accept, and so what is written:
           readers. Magic 1 frames are standard (KAFKA-3160, Kafka 0.10).
   zstd    not in v0/v1 (it needs RecordBatch v2 and Kafka 2.1): ValueError.
 
-Life of a set, as of a RecordBatchBuilder: OPEN (appends) -> seal() -> SEALED (bytes
-exported, read-only) -> mark_acknowledged() / mark_failed() -> DONE -> release() ->
-RELEASED. The sealed bytes go back to the pool only from DONE with no view alive.
+Life of a set: _records.PooledBatch's, the base of both builders (OPEN -> seal() ->
+SEALED -> mark_acknowledged() / mark_failed() -> DONE -> release() -> RELEASED), so
+also its rule for a full pool at seal(): the set goes uncompressed.
 The entries' CRCs are filled in by seal(), in one pass with the GIL released for a
 large set, so that append() stays cheap on the caller's thread.
 """
 cimport cython
-from cpython.buffer cimport (
-    PyBUF_SIMPLE,
-    PyBuffer_FillInfo,
-    PyBuffer_Release,
-    PyObject_CheckBuffer,
-    PyObject_GetBuffer,
-)
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyIndex_Check
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
@@ -54,10 +48,8 @@ from libc.string cimport memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from netkafka._compression cimport CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, Compressor
-from netkafka._records cimport BufferPool, PooledBuffer
+from netkafka._records cimport BATCH_OPEN, PooledBatch, PooledBuffer
 from netkafka.csrc cimport nk_crc32, nk_store_be32, nk_store_be64
-
-from netkafka._records import BatchStateError, BufferPoolExhausted
 
 
 cdef enum:
@@ -81,15 +73,6 @@ cdef enum:
     _LZ4_FLG_BLOCK_INDEPENDENT = 0x20
     _LZ4_DESCRIPTOR_END = 6     # magic, FLG, BD: what the magic-0 checksum covers
     _LZ4_HEADER_BYTES = 7
-
-cdef enum:
-    # Set states, in order (as a RecordBatchBuilder's).
-    _OPEN = 0
-    _SEALED = 1
-    _DONE = 2
-    _RELEASED = 3
-
-_STATE_NAMES = ("open", "sealed", "done", "released")
 
 
 cdef inline int64_t _now_ms() noexcept nogil:
@@ -220,7 +203,7 @@ cdef int _frame_lz4_for_magic0(unsigned char *frame, Py_ssize_t length) except -
 
 @cython.final
 @cython.no_gc_clear
-cdef class LegacyMessageSetBuilder:
+cdef class LegacyMessageSetBuilder(PooledBatch):
     """Builds one legacy message set (format v0 or v1) in a pooled buffer, then
     exports it read-only.
 
@@ -243,10 +226,6 @@ cdef class LegacyMessageSetBuilder:
         if compressor is not None and compressor.codec == CODEC_ZSTD:
             raise ValueError("zstd is not available in message format v0/v1 "
                              "(it needs RecordBatch v2, Kafka 2.1+)")
-        if buffer.claimed:
-            raise BatchStateError("buffer already belongs to another builder")
-        if buffer.data == NULL:
-            raise BatchStateError("buffer was released")
         if compressor is not None and compressor.codec == CODEC_NONE:
             compressor = None  # nothing to compress: no wrapper either
         self.magic = magic
@@ -260,17 +239,13 @@ cdef class LegacyMessageSetBuilder:
             raise ValueError(f"max_request_size_bytes={max_request_size_bytes} must be at "
                              f"least batch_size_bytes={batch_size_bytes} and at most "
                              f"{INT32_MAX}")
-        buffer.claimed = True
-        self._records_buf = buffer
-        self._data = buffer.data
+        self._claim(buffer, "set")
         self.batch_size_bytes = batch_size_bytes
         self.max_request_size_bytes = max_request_size_bytes
         self._limit_bytes = min(batch_size_bytes - self._wrapper_bytes, buffer.capacity_bytes)
         self._compressor = compressor
         self.codec = CODEC_NONE if compressor is None else compressor.codec
-        self.sealed_codec = CODEC_NONE
         self._max_timestamp_ms = _NO_TIMESTAMP
-        self._state = _OPEN
 
     # -- appending ------------------------------------------------------------------
 
@@ -300,8 +275,8 @@ cdef class LegacyMessageSetBuilder:
         cdef Py_ssize_t entry_bytes
         cdef unsigned char *entry
         cdef unsigned char *p
-        if self._state != _OPEN:
-            raise BatchStateError(f"cannot append to a {_STATE_NAMES[self._state]} set")
+        if self._state != BATCH_OPEN:
+            self._state_error("append to")
         if headers:
             raise ValueError(f"message format v{self.magic} has no record headers "
                              f"(they need RecordBatch v2, Kafka 0.11+)")
@@ -347,48 +322,16 @@ cdef class LegacyMessageSetBuilder:
     cdef int _make_room_for_first(self, Py_ssize_t entry_bytes) except -1:
         # The first record goes in whatever its size, up to max_request_size_bytes;
         # if the buffer is too small it is swapped (still empty) for a larger one.
-        cdef PooledBuffer larger
-        cdef BufferPool pool
         if self._wrapper_bytes + entry_bytes > self.max_request_size_bytes:
             raise ValueError(
                 f"the record is {self._wrapper_bytes + entry_bytes} bytes as a v{self.magic} "
                 f"message{' in a compressed set' if self._wrapper_bytes else ''}, larger "
                 f"than max_request_size_bytes={self.max_request_size_bytes}")
         if entry_bytes > self._records_buf.capacity_bytes:
-            pool = self._records_buf.pool
-            with pool._lock:
-                larger = pool._try_acquire(entry_bytes)
-            if larger is None:
-                raise BufferPoolExhausted(
-                    f"a {entry_bytes}-byte buffer for a record larger than batch_size_bytes="
-                    f"{self.batch_size_bytes} is not available: {pool.available_bytes} of "
-                    f"{pool.total_bytes} bytes free")
-            larger.claimed = True
-            self._records_buf._give_back()
-            self._records_buf = larger
-            self._data = larger.data
+            self._swap_for_larger(entry_bytes)
         return 0
 
     # -- sealing and export -------------------------------------------------------------
-
-    def seal(self):
-        """Compress (if a codec is set and it pays), wrap, and return a read-only
-        memoryview of the set's wire bytes.
-
-        A sealed set takes no more records; sealing again returns another view of
-        the same bytes (for a retry).
-
-        Raises:
-            ValueError: the set has no record.
-            BatchStateError: the set was acknowledged, failed or released.
-            BufferPoolExhausted: no pool memory for the compressed copy now; the set
-                stays open and seal() may be tried again.
-        """
-        if self._state == _OPEN:
-            self._seal()
-        elif self._state != _SEALED:
-            raise BatchStateError(f"cannot seal a {_STATE_NAMES[self._state]} set")
-        return memoryview(self)
 
     cdef int _seal(self) except -1:
         if self._record_count == 0:
@@ -398,26 +341,20 @@ cdef class LegacyMessageSetBuilder:
         self._sealed_size_bytes = self._pos_bytes
         if self._compressor is not None:
             self._compress()
-        self._state = _SEALED
         return 0
 
     cdef int _compress(self) except -1:
         # Compresses the entries into a second pooled buffer behind room for the
         # wrapper entry, then writes the wrapper; keeps the plain set when that is
-        # not smaller.
+        # not smaller, or when the pool has no room for the copy (see
+        # PooledBatch._compression_output).
         cdef Py_ssize_t inner_bytes = self._pos_bytes
         cdef Py_ssize_t bound = self._compressor.max_compressed_size(inner_bytes)
         cdef Py_ssize_t compressed_bytes, total_bytes
-        cdef BufferPool pool = self._records_buf.pool
-        cdef PooledBuffer out
+        cdef PooledBuffer out = self._compression_output(self._wrapper_bytes + bound)
         cdef unsigned char *p
-        with pool._lock:
-            out = pool._try_acquire(self._wrapper_bytes + bound)
         if out is None:
-            raise BufferPoolExhausted(
-                f"no {self._wrapper_bytes + bound}-byte buffer to compress the set into: "
-                f"{pool.available_bytes} of {pool.total_bytes} bytes free")
-        out.claimed = True
+            return 0
         try:
             compressed_bytes = self._compressor.compress_into(
                 self._data, inner_bytes, out.data + self._wrapper_bytes, bound)
@@ -435,71 +372,16 @@ cdef class LegacyMessageSetBuilder:
         p = nk_store_be32(p, -1)
         nk_store_be32(p, <int32_t>compressed_bytes)
         _checksum_set(out.data, total_bytes)
-        # The plain entries are not sent: their memory goes back to the pool now.
-        self._records_buf._give_back()
-        self._data = NULL
-        self._sealed_buf = out
-        self._sealed_size_bytes = total_bytes
-        self.sealed_codec = self.codec
+        self._use_compressed(out, total_bytes)
         return 0
 
-    def __getbuffer__(self, Py_buffer *view, int flags):
-        if self._state not in (_SEALED, _DONE):
-            raise BufferError(f"a {_STATE_NAMES[self._state]} set exports no bytes "
-                              f"(seal it first)")
-        PyBuffer_FillInfo(view, self, self._sealed_buf.data, self._sealed_size_bytes,
-                          1, flags)
-        self._view_count += 1
-
-    def __releasebuffer__(self, Py_buffer *view):
-        self._view_count -= 1
-
-    # -- completion -------------------------------------------------------------------
-
-    def mark_acknowledged(self):
-        """The broker acknowledged the set: its memory may be released."""
-        if self._state != _SEALED:
-            raise BatchStateError(f"cannot acknowledge a {_STATE_NAMES[self._state]} set")
-        self._state = _DONE
-
-    def mark_failed(self):
-        """The set failed for good (or was never sent): its memory may be released."""
-        if self._state > _SEALED:
-            raise BatchStateError(f"cannot fail a {_STATE_NAMES[self._state]} set")
-        self._state = _DONE
-
-    def release(self):
-        """Give the set's buffers back to the pool.
-
-        Raises:
-            BatchStateError: the set was not acknowledged or failed first, or was
-                released already.
-            BufferError: a view of its bytes is still alive (they may be on their way
-                to a socket).
-        """
-        if self._state != _DONE:
-            raise BatchStateError(f"cannot release a {_STATE_NAMES[self._state]} set: "
-                                  f"only after mark_acknowledged() or mark_failed()")
-        if self._view_count:
-            raise BufferError(f"cannot release the set: {self._view_count} view(s) of its "
-                              f"bytes still alive")
-        self._state = _RELEASED
-        self._records_buf._give_back()
-        if self._sealed_buf is not None:
-            self._sealed_buf._give_back()
-        self._data = NULL
-
     # -- accessors --------------------------------------------------------------------
-
-    @property
-    def record_count(self):
-        return self._record_count
 
     @property
     def size_bytes(self):
         """Wire size: of the sealed set once sealed, else an upper bound of it (the
         entries so far, plus the wrapper's own bytes when a codec is set)."""
-        if self._state == _OPEN:
+        if self._state == BATCH_OPEN:
             return self._pos_bytes + self._wrapper_bytes
         return self._sealed_size_bytes
 
@@ -507,20 +389,7 @@ cdef class LegacyMessageSetBuilder:
     def is_full(self):
         """True once no further record can be appended: sealed, an append was
         refused, or not even an empty message fits."""
-        return bool(self._state != _OPEN or self._full
+        return bool(self._state != BATCH_OPEN or self._full
                     or (self._record_count and self._pos_bytes + self._head_bytes
                         + _LENGTH_FIELDS > self._limit_bytes))
 
-    @property
-    def is_sealed(self):
-        return self._state >= _SEALED
-
-    @property
-    def state(self):
-        """'open', 'sealed', 'done' or 'released'."""
-        return _STATE_NAMES[self._state]
-
-    @property
-    def view_count(self):
-        """Exported views of the sealed bytes still alive."""
-        return self._view_count

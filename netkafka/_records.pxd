@@ -43,32 +43,62 @@ cdef class PooledBuffer:
     cdef void _give_back(self) noexcept
 
 
-cdef class RecordBatchBuilder:
-    # Not thread-safe: owned by the thread that holds the batch -- the accumulator,
-    # under its lock for the partition, until sealed; then the sender.  Ownership
-    # moves with the object; the fields are never touched by two threads at once.
-    cdef PooledBuffer _records_buf              # header slot + records, as appended; given
-                                                # back at seal if a compressed copy replaces it
-    cdef PooledBuffer _sealed_buf               # holds the sealed batch: _records_buf or the compressed copy
+cdef enum:
+    # Life-cycle states of a PooledBatch, in order.
+    BATCH_OPEN = 0          # takes appends
+    BATCH_SEALED = 1        # bytes final and exported read-only; may be on their way out
+    BATCH_DONE = 2          # acknowledged or failed: nothing will send the bytes again
+    BATCH_RELEASED = 3      # memory back in the pool
+
+
+cdef class PooledBatch:
+    # The life cycle and memory of one batch, shared by RecordBatchBuilder and
+    # _legacy.LegacyMessageSetBuilder so the accumulator drives either through one
+    # interface.  Not thread-safe: owned by the thread that holds the batch -- the
+    # accumulator, under its lock for the partition, until sealed; then the sender.
+    # Ownership moves with the object; the fields are never touched by two threads at once.
+    cdef PooledBuffer _records_buf              # records as appended (header slot first for v2);
+                                                # given back at seal if a compressed copy replaces it
+    cdef PooledBuffer _sealed_buf               # holds the sealed bytes: _records_buf or the compressed copy
     cdef unsigned char *_data                   # _records_buf.data, cached for the hot path;
                                                 # NULL once that buffer is given back
-    cdef Py_ssize_t _pos_bytes                  # bytes of _records_buf written (header slot included)
+    cdef Py_ssize_t _pos_bytes                  # bytes of _records_buf written
+    cdef int32_t _record_count                  # records appended; the next one's offset (delta)
     cdef readonly Py_ssize_t batch_size_bytes   # a non-first record must end at or below this
     cdef readonly Py_ssize_t max_request_size_bytes  # no batch, even of one record, is larger
-    cdef Compressor _compressor                 # codec of the records, None: uncompressed
+    cdef Compressor _compressor                 # shared, thread-safe; None: uncompressed
     cdef readonly int codec                     # CODEC_* asked for
-    cdef readonly int sealed_codec              # CODEC_* written: NONE when compressing did not pay
+    cdef readonly int sealed_codec              # CODEC_* written: NONE when compressing did not
+                                                # pay or the pool had no room for the copy
+    cdef bint _full                             # an append was refused for lack of room
+    cdef int _state                             # BATCH_*
+    cdef Py_ssize_t _sealed_size_bytes          # wire size of the sealed bytes
+    cdef int _view_count                        # exported buffer views still alive
+    cdef str _kind                              # "batch" or "set": the noun of error messages
+
+    # Takes buffer (a subclass's __cinit__ calls this first).
+    cdef int _claim(self, PooledBuffer buffer, str kind) except -1
+    # Raises BatchStateError: "cannot <action> a <state> <kind>".
+    cdef int _state_error(self, str action) except -1
+    # Swaps the (still empty) records buffer for one of size_bytes, or raises
+    # BufferPoolExhausted.
+    cdef int _swap_for_larger(self, Py_ssize_t size_bytes) except -1
+    # A buffer of size_bytes for the compressed copy, or None if the pool has no room.
+    cdef PooledBuffer _compression_output(self, Py_ssize_t size_bytes)
+    # The compressed copy in out (size_bytes of it) becomes the sealed bytes.
+    cdef void _use_compressed(self, PooledBuffer out, Py_ssize_t size_bytes) noexcept
+    # Subclass: make the bytes final (compress, header, CRC); _state stays BATCH_OPEN.
+    cdef int _seal(self) except -1
+
+
+cdef class RecordBatchBuilder(PooledBatch):
+    # Ownership and thread rules: PooledBatch's.
     cdef int16_t _attributes                    # timestamp type, transactional, control bits (no codec)
-    cdef int32_t _record_count                  # records appended; the next one's offset delta
     cdef int64_t _first_timestamp_ms            # of the first record: the base of the deltas
     cdef int64_t _max_timestamp_ms              # largest timestamp appended
     cdef int64_t _producer_id                   # idempotence state, -1 when unused
     cdef int16_t _producer_epoch
     cdef int32_t _base_sequence
-    cdef bint _full                             # an append was refused for lack of room
-    cdef int _state                             # _OPEN, _SEALED, _DONE or _RELEASED
-    cdef Py_ssize_t _sealed_size_bytes          # wire size of the sealed batch
-    cdef int _view_count                        # exported buffer views still alive
     cdef nk_clock_cache _clock                  # "now" for records appended without a timestamp
 
     cdef Py_ssize_t _append_raw(self, const unsigned char *key, Py_ssize_t key_len,
@@ -77,6 +107,5 @@ cdef class RecordBatchBuilder:
     cdef Py_ssize_t _append_objects(self, object key, object value, object headers,
                                     int64_t timestamp_ms, Py_ssize_t index) except -2
     cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1
-    cdef int _seal(self) except -1
     cdef int _compress(self) except -1
     cdef int _write_header(self, unsigned char *batch, Py_ssize_t size_bytes) except -1

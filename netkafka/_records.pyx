@@ -15,10 +15,11 @@ length (-1 for null) + bytes, and a varint count of headers, each a varint-lengt
 UTF-8 key and a nullable value.  With a codec, the records region (after the
 header) is compressed into a second pooled buffer and the header written before it.
 
-Life of a batch:  OPEN (appends) -> seal() -> SEALED (bytes exported, read-only) ->
-mark_acknowledged() / mark_failed() -> DONE -> release() -> RELEASED.  Its memory
-goes back to the pool only from DONE with no exported view alive: bytes that may
-still be on their way to a socket are never reused.
+Life of a batch (PooledBatch, shared with _legacy's message sets):  OPEN (appends)
+-> seal() -> SEALED (bytes exported, read-only) -> mark_acknowledged() / mark_failed()
+-> DONE -> release() -> RELEASED.  Its memory goes back to the pool only from DONE
+with no exported view alive: bytes that may still be on their way to a socket are
+never reused.
 """
 import threading
 import time
@@ -82,13 +83,6 @@ cdef enum:
     _ATTR_LOG_APPEND_TIME = 0x08
     _ATTR_TRANSACTIONAL = 0x10
     _ATTR_CONTROL = 0x20
-
-cdef enum:
-    # Batch states, in order.
-    _OPEN = 0
-    _SEALED = 1
-    _DONE = 2
-    _RELEASED = 3
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
@@ -327,7 +321,7 @@ cdef class PooledBuffer:
                 it was released already.
         """
         if self.claimed:
-            raise BatchStateError("this buffer belongs to a RecordBatchBuilder: "
+            raise BatchStateError("this buffer belongs to a builder: "
                                   "release the builder instead")
         if self.data == NULL:
             raise BatchStateError("buffer already released")
@@ -535,13 +529,167 @@ cdef unsigned char *_write_headers(unsigned char *p, const unsigned char *end,
 
 
 # ----------------------------------------------------------------------------------
+# The life cycle of a pooled batch
+
+
+@cython.no_gc_clear
+@cython.binding(False)
+cdef class PooledBatch:
+    """What RecordBatchBuilder and _legacy.LegacyMessageSetBuilder share: a batch's
+    buffers from a BufferPool, its states and its read-only export.
+
+    seal() makes the bytes final and exports them; mark_acknowledged() or
+    mark_failed() says nothing will send them again; release() gives the memory
+    back, refused while a view of the bytes is alive.  A builder dropped without
+    release() gives its buffers back through their own references (no view can
+    be alive then: a view keeps its exporter alive).
+
+    Not constructed directly: the subclasses take the buffer (see theirs).
+    """
+
+    cdef int _claim(self, PooledBuffer buffer, str kind) except -1:
+        if buffer.claimed:
+            raise BatchStateError("buffer already belongs to another builder")
+        if buffer.data == NULL:
+            raise BatchStateError("buffer was released")
+        buffer.claimed = True
+        self._kind = kind
+        self._records_buf = buffer
+        self._data = buffer.data
+        self.sealed_codec = CODEC_NONE
+        self._state = BATCH_OPEN
+        return 0
+
+    cdef int _state_error(self, str action) except -1:
+        raise BatchStateError(f"cannot {action} a {_STATE_NAMES[self._state]} {self._kind}")
+
+    cdef int _swap_for_larger(self, Py_ssize_t size_bytes) except -1:
+        # For a first record larger than the buffer: nothing is written yet.
+        cdef BufferPool pool = self._records_buf.pool
+        cdef PooledBuffer larger = pool._try_acquire(size_bytes)
+        if larger is None:
+            raise BufferPoolExhausted(
+                f"a {size_bytes}-byte buffer for a record larger than batch_size_bytes="
+                f"{self.batch_size_bytes} is not available: {pool.available_bytes} of "
+                f"{pool.total_bytes} bytes free")
+        larger.claimed = True
+        self._records_buf._give_back()
+        self._records_buf = larger
+        self._data = larger.data
+        return 0
+
+    cdef PooledBuffer _compression_output(self, Py_ssize_t size_bytes):
+        # None when the pool has no room for the compressed copy: the batch is then
+        # sealed uncompressed, never waits and never fails for it.  Waiting could
+        # deadlock (every buffer held by open batches waiting to seal, the memory
+        # freed only by sending them), failing would drop records that are valid
+        # as they are; sealed_codec tells what was written.
+        cdef BufferPool pool = self._records_buf.pool
+        if size_bytes > pool.total_bytes:
+            return None
+        return pool._try_acquire(size_bytes)
+
+    cdef void _use_compressed(self, PooledBuffer out, Py_ssize_t size_bytes) noexcept:
+        # The plain records will never be sent: their memory goes back to the pool now.
+        out.claimed = True
+        self._sealed_buf = out
+        self._sealed_size_bytes = size_bytes
+        self.sealed_codec = self.codec
+        self._records_buf._give_back()
+        self._data = NULL
+
+    cdef int _seal(self) except -1:
+        raise NotImplementedError("PooledBatch is the base of the builders, not a builder")
+
+    def seal(self):
+        """Make the bytes final (compress if a codec is set and it pays, header,
+        checksums) and return a read-only memoryview of them.
+
+        A sealed batch takes no more records; sealing again returns another view of
+        the same bytes (for a retry).  When the pool has no room for the compressed
+        copy the batch is sealed uncompressed (sealed_codec says so).
+
+        Raises:
+            ValueError: no record was appended (Kafka has no empty batches).
+            BatchStateError: acknowledged, failed or released already.
+        """
+        if self._state == BATCH_OPEN:
+            self._seal()
+            self._state = BATCH_SEALED
+        elif self._state != BATCH_SEALED:
+            self._state_error("seal")
+        return memoryview(self)
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if self._state not in (BATCH_SEALED, BATCH_DONE):
+            raise BufferError(f"a {_STATE_NAMES[self._state]} {self._kind} exports no bytes "
+                              f"(seal it first)")
+        PyBuffer_FillInfo(view, self, self._sealed_buf.data, self._sealed_size_bytes,
+                          1, flags)
+        self._view_count += 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self._view_count -= 1
+
+    def mark_acknowledged(self):
+        """The broker acknowledged the bytes: their memory may be released."""
+        if self._state != BATCH_SEALED:
+            self._state_error("acknowledge")
+        self._state = BATCH_DONE
+
+    def mark_failed(self):
+        """Failed for good (or never sent): the memory may be released."""
+        if self._state > BATCH_SEALED:
+            self._state_error("fail")
+        self._state = BATCH_DONE
+
+    def release(self):
+        """Give the buffers back to the pool.
+
+        Raises:
+            BatchStateError: not acknowledged or failed first, or released already.
+            BufferError: a view of the bytes is still alive (they may be on their way
+                to a socket).
+        """
+        if self._state != BATCH_DONE:
+            raise BatchStateError(f"cannot release a {_STATE_NAMES[self._state]} {self._kind}: "
+                                  f"only after mark_acknowledged() or mark_failed()")
+        if self._view_count:
+            raise BufferError(f"cannot release the {self._kind}: {self._view_count} view(s) "
+                              f"of its bytes still alive")
+        self._state = BATCH_RELEASED
+        self._records_buf._give_back()
+        if self._sealed_buf is not None:
+            self._sealed_buf._give_back()
+        self._data = NULL
+
+    @property
+    def record_count(self):
+        return self._record_count
+
+    @property
+    def is_sealed(self):
+        return self._state >= BATCH_SEALED
+
+    @property
+    def state(self):
+        """'open', 'sealed', 'done' or 'released'."""
+        return _STATE_NAMES[self._state]
+
+    @property
+    def view_count(self):
+        """Exported views of the sealed bytes still alive."""
+        return self._view_count
+
+
+# ----------------------------------------------------------------------------------
 # The builder
 
 
 @cython.final
 @cython.no_gc_clear
 @cython.binding(False)  # plain C methods: a cheaper call than a bound cyfunction
-cdef class RecordBatchBuilder:
+cdef class RecordBatchBuilder(PooledBatch):
     """Builds one RecordBatch v2 in a pooled buffer, then exports it read-only.
 
     Args:
@@ -562,10 +710,6 @@ cdef class RecordBatchBuilder:
                   Py_ssize_t max_request_size_bytes, compression=None, *,
                   int timestamp_type=TIMESTAMP_CREATE_TIME, bint transactional=False,
                   bint control=False):
-        if buffer.claimed:
-            raise BatchStateError("buffer already belongs to another RecordBatchBuilder")
-        if buffer.data == NULL:
-            raise BatchStateError("buffer was released")
         if batch_size_bytes < HEADER_SIZE_BYTES + _RECORD_MIN_BYTES:
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold the "
                              f"{HEADER_SIZE_BYTES}-byte batch header and a record")
@@ -580,15 +724,12 @@ cdef class RecordBatchBuilder:
         if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
             raise ValueError(f"timestamp_type must be TIMESTAMP_CREATE_TIME (0) or "
                              f"TIMESTAMP_LOG_APPEND_TIME (1), got {timestamp_type}")
-        buffer.claimed = True
-        self._records_buf = buffer
-        self._data = buffer.data
+        self._claim(buffer, "batch")
         self._pos_bytes = HEADER_SIZE_BYTES
         self.batch_size_bytes = batch_size_bytes
         self.max_request_size_bytes = max_request_size_bytes
         self._compressor = _compressor_for(compression)
         self.codec = CODEC_NONE if self._compressor is None else self._compressor.codec
-        self.sealed_codec = CODEC_NONE
         self._attributes = ((_ATTR_LOG_APPEND_TIME if timestamp_type else 0)
                             | (_ATTR_TRANSACTIONAL if transactional else 0)
                             | (_ATTR_CONTROL if control else 0))
@@ -596,12 +737,6 @@ cdef class RecordBatchBuilder:
         self._producer_epoch = -1
         self._base_sequence = -1
         nk_clock_init(&self._clock, _TICKS_PER_MS)
-        self._state = _OPEN
-
-    def __dealloc__(self):
-        # No view can be alive (a view keeps its exporter alive), so no byte of ours
-        # can be in use: the buffers go back to the pool with their own references.
-        pass
 
     # -- appending ------------------------------------------------------------------
 
@@ -778,8 +913,8 @@ cdef class RecordBatchBuilder:
         cdef Py_ssize_t headers_bytes, body_bytes, record_bytes
         cdef unsigned char *p
         cdef unsigned char *end
-        if self._state != _OPEN:
-            raise BatchStateError(f"cannot append to a {_STATE_NAMES[self._state]} batch")
+        if self._state != BATCH_OPEN:
+            self._state_error("append to")
         headers_bytes = 1 if headers is None else _headers_size(headers)
         ts_delta = timestamp_ms - self._first_timestamp_ms if self._record_count else 0
         body_bytes = (1 + nk_varlong_size(ts_delta) + nk_varint_size(self._record_count)
@@ -818,23 +953,11 @@ cdef class RecordBatchBuilder:
         # The first record goes in whatever its size, up to max_request_size_bytes;
         # if the buffer is too small it is swapped (still empty) for a larger one.
         cdef Py_ssize_t needed = HEADER_SIZE_BYTES + record_bytes
-        cdef PooledBuffer larger
-        cdef BufferPool pool
         if needed > self.max_request_size_bytes:
             raise ValueError(f"the record is {needed} bytes when serialized in a batch, larger "
                              f"than max_request_size_bytes={self.max_request_size_bytes}")
         if needed > self._records_buf.capacity_bytes:
-            pool = self._records_buf.pool
-            larger = pool._try_acquire(needed)
-            if larger is None:
-                raise BufferPoolExhausted(
-                    f"a {needed}-byte buffer for a record larger than batch_size_bytes="
-                    f"{self.batch_size_bytes} is not available: {pool.available_bytes} of "
-                    f"{pool.total_bytes} bytes free")
-            larger.claimed = True
-            self._records_buf._give_back()
-            self._records_buf = larger
-            self._data = larger.data
+            self._swap_for_larger(needed)
         return 0
 
     # -- producer state ---------------------------------------------------------------
@@ -842,31 +965,13 @@ cdef class RecordBatchBuilder:
     def set_producer_state(self, int64_t producer_id, int16_t producer_epoch,
                            int32_t base_sequence):
         """Idempotence fields for the header; allowed until sealed."""
-        if self._state != _OPEN:
-            raise BatchStateError(f"producer state of a {_STATE_NAMES[self._state]} batch "
-                                  f"cannot change")
+        if self._state != BATCH_OPEN:
+            self._state_error("change the producer state of")
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
 
     # -- sealing and export -------------------------------------------------------------
-
-    def seal(self):
-        """Compress (if a codec is set and it pays), write the header and CRC, and
-        return a read-only memoryview of the batch's wire bytes.
-
-        A sealed batch takes no more records; sealing again returns another view of
-        the same bytes (for a retry).
-
-        Raises:
-            ValueError: the batch has no record (Kafka has no empty batches).
-            BatchStateError: the batch was acknowledged, failed or released.
-        """
-        if self._state == _OPEN:
-            self._seal()
-        elif self._state != _SEALED:
-            raise BatchStateError(f"cannot seal a {_STATE_NAMES[self._state]} batch")
-        return memoryview(self)
 
     cdef int _seal(self) except -1:
         if self._record_count == 0:
@@ -877,25 +982,17 @@ cdef class RecordBatchBuilder:
         if self._compressor is not None:
             self._compress()
         self._write_header(self._sealed_buf.data, self._sealed_size_bytes)
-        self._state = _SEALED
         return 0
 
     cdef int _compress(self) except -1:
         # Compresses the records into a second pooled buffer, behind room for the
-        # header.  When that pays, the compressed buffer becomes the batch and the
-        # records buffer goes back to the pool at once: its bytes will never be sent.
-        # When it does not pay (output not smaller) the batch goes uncompressed, as
-        # librdkafka does.  So it does too when the pool has no room for the output:
-        # waiting could deadlock (every buffer held by open batches that are waiting
-        # to seal), and an uncompressed batch is as valid; sealed_codec tells.
+        # header.  When the output is not smaller the batch goes uncompressed, as
+        # librdkafka does; so it does when the pool has no room for the output
+        # (PooledBatch._compression_output says why).
         cdef Py_ssize_t records_bytes = self._pos_bytes - HEADER_SIZE_BYTES
         cdef Py_ssize_t bound = self._compressor.max_compressed_size(records_bytes)
         cdef Py_ssize_t compressed_bytes
-        cdef BufferPool pool = self._records_buf.pool
-        cdef PooledBuffer out
-        if HEADER_SIZE_BYTES + bound > pool.total_bytes:
-            return 0
-        out = pool._try_acquire(HEADER_SIZE_BYTES + bound)
+        cdef PooledBuffer out = self._compression_output(HEADER_SIZE_BYTES + bound)
         if out is None:
             return 0
         try:
@@ -908,12 +1005,7 @@ cdef class RecordBatchBuilder:
         if compressed_bytes >= records_bytes:
             out._give_back()
             return 0
-        out.claimed = True
-        self._sealed_buf = out
-        self._sealed_size_bytes = HEADER_SIZE_BYTES + compressed_bytes
-        self.sealed_codec = self.codec
-        self._records_buf._give_back()
-        self._data = NULL
+        self._use_compressed(out, HEADER_SIZE_BYTES + compressed_bytes)
         return 0
 
     cdef int _write_header(self, unsigned char *batch, Py_ssize_t size_bytes) except -1:
@@ -940,87 +1032,28 @@ cdef class RecordBatchBuilder:
         nk_store_be32(batch + _CRC, <int32_t>crc)
         return 0
 
-    def __getbuffer__(self, Py_buffer *view, int flags):
-        if self._state not in (_SEALED, _DONE):
-            raise BufferError(f"a {_STATE_NAMES[self._state]} batch exports no bytes "
-                              f"(seal it first)")
-        PyBuffer_FillInfo(view, self, self._sealed_buf.data, self._sealed_size_bytes,
-                          1, flags)
-        self._view_count += 1
-
-    def __releasebuffer__(self, Py_buffer *view):
-        self._view_count -= 1
-
-    # -- completion -------------------------------------------------------------------
-
-    def mark_acknowledged(self):
-        """The broker acknowledged the batch: its memory may be released."""
-        if self._state != _SEALED:
-            raise BatchStateError(f"cannot acknowledge a {_STATE_NAMES[self._state]} batch")
-        self._state = _DONE
-
-    def mark_failed(self):
-        """The batch failed for good (or was never sent): its memory may be released."""
-        if self._state > _SEALED:
-            raise BatchStateError(f"cannot fail a {_STATE_NAMES[self._state]} batch")
-        self._state = _DONE
-
-    def release(self):
-        """Give the batch's buffers back to the pool.
-
-        Raises:
-            BatchStateError: the batch was not acknowledged or failed first, or was
-                released already.
-            BufferError: a view of its bytes is still alive (they may be on their way
-                to a socket).
-        """
-        if self._state != _DONE:
-            raise BatchStateError(f"cannot release a {_STATE_NAMES[self._state]} batch: "
-                                  f"only after mark_acknowledged() or mark_failed()")
-        if self._view_count:
-            raise BufferError(f"cannot release the batch: {self._view_count} view(s) of its "
-                              f"bytes still alive")
-        self._state = _RELEASED
-        self._records_buf._give_back()
-        if self._sealed_buf is not None:
-            self._sealed_buf._give_back()
-        self._data = NULL
-
     # -- accessors --------------------------------------------------------------------
-
-    @property
-    def record_count(self):
-        return self._record_count
 
     @property
     def size_bytes(self):
         """Wire size: of the sealed batch once sealed, else of the batch so far
         (uncompressed)."""
-        if self._state == _OPEN:
+        if self._state == BATCH_OPEN:
             return self._pos_bytes
         return self._sealed_size_bytes
 
     @property
     def remaining_bytes(self):
         """Room left below batch_size_bytes (0 when full)."""
-        return max(self.batch_size_bytes - self._pos_bytes, 0) if self._state == _OPEN else 0
+        return max(self.batch_size_bytes - self._pos_bytes, 0) if self._state == BATCH_OPEN else 0
 
     @property
     def is_full(self):
         """True once no further record can be appended: sealed, an append was
         refused, or not even the smallest record fits."""
-        return bool(self._state != _OPEN or self._full
+        return bool(self._state != BATCH_OPEN or self._full
                     or (self._record_count
                         and self._pos_bytes + _RECORD_MIN_BYTES > self.batch_size_bytes))
-
-    @property
-    def is_sealed(self):
-        return self._state >= _SEALED
-
-    @property
-    def state(self):
-        """'open', 'sealed', 'done' or 'released'."""
-        return _STATE_NAMES[self._state]
 
     @property
     def first_timestamp_ms(self):
@@ -1046,11 +1079,6 @@ cdef class RecordBatchBuilder:
     @property
     def is_transactional(self):
         return bool(self._attributes & _ATTR_TRANSACTIONAL)
-
-    @property
-    def view_count(self):
-        """Exported views of the sealed bytes still alive."""
-        return self._view_count
 
     @staticmethod
     def size_upper_bound_bytes(key, value, headers=None):
@@ -1094,12 +1122,18 @@ cdef Py_ssize_t _check_sequence(object seq, str name, Py_ssize_t expected_len) e
 # Binary columns (Arrow layout)
 
 
+cdef int _get_contiguous(object obj, Py_buffer *view, int flags, str name) except -1:
+    # A column's buffers are held for its life: any exporter, one clear error.
+    try:
+        PyObject_GetBuffer(obj, view, flags)
+    except (TypeError, BufferError) as exc:
+        raise TypeError(f"{name} must be a contiguous buffer: {exc}") from None
+    return 0
+
+
 cdef int _borrow_int64s(object obj, Py_buffer *view, Py_ssize_t count) except -1:
     # A buffer of at least count native int64 (the timestamps of a column).
-    try:
-        PyObject_GetBuffer(obj, view, PyBUF_SIMPLE | PyBUF_FORMAT)
-    except (TypeError, BufferError) as exc:
-        raise TypeError(f"timestamps_ms must be a contiguous buffer of int64: {exc}") from None
+    _get_contiguous(obj, view, PyBUF_SIMPLE | PyBUF_FORMAT, "timestamps_ms")
     if view.itemsize != 8 or not _is_native_signed_int(view.format):
         PyBuffer_Release(view)
         raise TypeError("timestamps_ms must be a buffer of int64 (format 'q')")
@@ -1155,10 +1189,7 @@ cdef class BinaryColumn:
         if first < 0:
             raise ValueError(f"first must be >= 0, got {first}")
         self._first = first
-        try:
-            PyObject_GetBuffer(offsets, &self._offsets, PyBUF_SIMPLE | PyBUF_FORMAT)
-        except (TypeError, BufferError) as exc:
-            raise TypeError(f"offsets must be a contiguous buffer: {exc}") from None
+        _get_contiguous(offsets, &self._offsets, PyBUF_SIMPLE | PyBUF_FORMAT, "offsets")
         self._has_offsets = True
         if self._offsets.itemsize == 1:
             # Raw bytes (a pyarrow.Buffer, bytes): the width must be said.
@@ -1187,17 +1218,11 @@ cdef class BinaryColumn:
                 raise ValueError(f"length={length} with first={first} needs {first + length + 1} "
                                  f"offsets, offsets holds {n_offsets}")
         if data is not None:
-            try:
-                PyObject_GetBuffer(data, &self._data, PyBUF_SIMPLE)
-            except (TypeError, BufferError) as exc:
-                raise TypeError(f"data must be a contiguous buffer: {exc}") from None
+            _get_contiguous(data, &self._data, PyBUF_SIMPLE, "data")
             self._has_data = True
             self._data_len = self._data.len
         if validity is not None:
-            try:
-                PyObject_GetBuffer(validity, &self._validity, PyBUF_SIMPLE)
-            except (TypeError, BufferError) as exc:
-                raise TypeError(f"validity must be a contiguous buffer: {exc}") from None
+            _get_contiguous(validity, &self._validity, PyBUF_SIMPLE, "validity")
             self._has_validity = True
             if self._validity.len * 8 < first + self.length:
                 raise ValueError(f"validity has {self._validity.len * 8} bits, the column "

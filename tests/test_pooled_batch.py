@@ -1,0 +1,147 @@
+"""PooledBatch: the one life cycle RecordBatchBuilder (v2) and LegacyMessageSetBuilder
+(v0/v1) share, driven through the same calls for every format.
+
+The bytes are read back by kafka-python's MemoryRecords, which takes all three formats
+(not netkafka's own decoder).
+"""
+import kafka.record.memory_records as kafka_python_records
+import pytest
+
+from netkafka._compression import Compressor
+from netkafka._legacy import LegacyMessageSetBuilder
+from netkafka._records import (
+    BatchStateError,
+    BufferPool,
+    BufferPoolExhausted,
+    PooledBatch,
+    RecordBatchBuilder,
+)
+
+BUFFER_BYTES = 1 << 16
+FORMATS = ["v2", "v1", "v0"]
+GZIP = 1
+
+
+def new_builder(fmt, pool, codec=GZIP):
+    buffer = pool.try_acquire()
+    assert buffer is not None
+    compressor = Compressor(codec)
+    if fmt == "v2":
+        return RecordBatchBuilder(buffer, BUFFER_BYTES, 4 * BUFFER_BYTES, compressor)
+    return LegacyMessageSetBuilder(int(fmt[1]), buffer, BUFFER_BYTES, 4 * BUFFER_BYTES,
+                                   compressor)
+
+
+def decode(data):
+    """(offset, key, value) of every record, by kafka-python."""
+    records = kafka_python_records.MemoryRecords(bytes(data))
+    out = []
+    while records.has_next():
+        batch = records.next_batch()
+        for record in batch:
+            out.append((record.offset, record.key, record.value))
+    return out
+
+
+def fill(builder, count=20):
+    """Appends compressible records; returns what a reader must see."""
+    expected = []
+    for i in range(count):
+        key, value = b"key-%d" % i, b"value " * 50
+        assert builder.append(key, value) == i
+        expected.append((i, key, value))
+    return expected
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_goes_through_one_life_cycle(fmt):
+    pool = BufferPool(BUFFER_BYTES, 4 * BUFFER_BYTES)
+    builder = new_builder(fmt, pool)
+    assert isinstance(builder, PooledBatch)
+    assert builder.state == "open" and not builder.is_sealed
+    expected = fill(builder)
+    view = PooledBatch.seal(builder)  # the base's seal(), as the accumulator calls it
+    assert builder.state == "sealed" and builder.is_sealed
+    assert builder.sealed_codec == GZIP, "compressing paid"
+    assert view.readonly
+    assert decode(view) == expected
+    assert builder.view_count == 1
+    with pytest.raises(BatchStateError, match="only after mark_acknowledged"):
+        builder.release()
+    with pytest.raises(BatchStateError, match="cannot append to a sealed"):
+        builder.append(b"k", b"v")
+    builder.mark_acknowledged()
+    with pytest.raises(BatchStateError, match="cannot acknowledge a done"):
+        builder.mark_acknowledged()
+    with pytest.raises(BufferError, match="1 view"):
+        builder.release()
+    view.release()
+    builder.release()
+    assert builder.state == "released"
+    assert pool.in_use_bytes == 0
+    with pytest.raises(BatchStateError, match="cannot seal a released"):
+        builder.seal()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_full_pool_at_seal_sends_uncompressed_and_never_waits(fmt):
+    # Every buffer of the pool is held by an open batch: none could get memory for
+    # its compressed copy by waiting.  Each seals at once, uncompressed, intact.
+    pool = BufferPool(BUFFER_BYTES, 2 * BUFFER_BYTES)
+    builders = [new_builder(fmt, pool), new_builder(fmt, pool)]
+    assert pool.available_bytes == 0
+    for builder in builders:
+        expected = fill(builder)
+        view = builder.seal()
+        assert builder.codec == GZIP and builder.sealed_codec == 0
+        assert decode(view) == expected
+        assert pool.in_use_bytes == 2 * BUFFER_BYTES, "no copy was taken"
+        view.release()
+    for builder in builders:
+        builder.mark_failed()
+        builder.release()
+    assert pool.in_use_bytes == 0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_compressed_copy_gives_the_plain_buffer_back_at_seal(fmt):
+    pool = BufferPool(BUFFER_BYTES, 4 * BUFFER_BYTES)
+    builder = new_builder(fmt, pool)
+    expected = fill(builder)
+    view = builder.seal()
+    assert builder.sealed_codec == GZIP
+    assert pool.in_use_bytes == BUFFER_BYTES, "only the compressed copy is held"
+    assert decode(view) == expected
+    view.release()
+    builder.mark_acknowledged()
+    builder.release()
+    assert pool.in_use_bytes == 0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_oversized_first_record_without_pool_room_leaves_the_batch_usable(fmt):
+    pool = BufferPool(BUFFER_BYTES, 3 * BUFFER_BYTES)
+    builder = new_builder(fmt, pool)
+    other = pool.try_acquire()  # BUFFER_BYTES left: less than the record needs
+    with pytest.raises(BufferPoolExhausted, match="not available"):
+        builder.append(None, b"x" * (3 * BUFFER_BYTES // 2))
+    assert builder.record_count == 0 and builder.state == "open"
+    assert pool.in_use_bytes == 2 * BUFFER_BYTES
+    assert builder.append(b"k", b"v") == 0
+    other.release()
+    builder.mark_failed()
+    builder.release()
+    assert pool.in_use_bytes == 0
+
+
+def test_a_claimed_buffer_cannot_be_released_or_reused_by_another_format():
+    pool = BufferPool(BUFFER_BYTES, 4 * BUFFER_BYTES)
+    buffer = pool.try_acquire()
+    builder = RecordBatchBuilder(buffer, BUFFER_BYTES, BUFFER_BYTES)
+    with pytest.raises(BatchStateError, match="release the builder"):
+        buffer.release()
+    with pytest.raises(BatchStateError, match="already belongs"):
+        LegacyMessageSetBuilder(1, buffer, BUFFER_BYTES, BUFFER_BYTES)
+    builder.mark_failed()
+    builder.release()
+    assert pool.in_use_bytes == 0
