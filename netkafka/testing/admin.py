@@ -6,7 +6,8 @@ because netkafka's own protocol code believes so.
 import time
 from typing import Mapping, Optional
 
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, OffsetSpec
 
 CREATE_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.05
@@ -19,7 +20,7 @@ def admin_client(bootstrap: str) -> AdminClient:
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,
                  config: Optional[Mapping[str, str]] = None,
                  timeout_s: float = CREATE_TIMEOUT_S) -> ClusterMetadata:
-    """Create a topic and wait until the metadata shows a leader for every partition.
+    """Create a topic and wait until every partition's leader accepts requests.
 
     Args:
         config: topic-level settings, e.g. {"min.insync.replicas": "2"}.
@@ -30,13 +31,15 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
     Raises:
         confluent_kafka.KafkaException: the broker refused the topic (it exists already, bad
             settings, too few brokers for the replication factor, ...).
-        TimeoutError: the partitions had no leader within timeout_s.
+        TimeoutError: the partitions had no serving leader within timeout_s.
     """
     admin = admin_client(bootstrap)
     topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                      config=dict(config or {}))
     admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)
-    return wait_for_leaders(admin, name, partitions, timeout_s)
+    metadata = wait_for_leaders(admin, name, partitions, timeout_s)
+    wait_for_serving_leaders(admin, name, partitions, timeout_s)
+    return metadata
 
 
 def wait_for_leaders(admin: AdminClient, name: str, partitions: int,
@@ -52,4 +55,36 @@ def wait_for_leaders(admin: AdminClient, name: str, partitions: int,
         if time.monotonic() > deadline:
             raise TimeoutError(f"topic {name!r} has no leader for all {partitions} partitions "
                                f"after {timeout_s:.0f} s (last metadata: {topic!r})")
+        time.sleep(POLL_INTERVAL_S)
+
+
+def wait_for_serving_leaders(admin: AdminClient, name: str, partitions: int,
+                             timeout_s: float = CREATE_TIMEOUT_S) -> None:
+    """Poll until every partition's leader answers a ListOffsets request.
+
+    The metadata can name a leader before that broker has made its replica the
+    leader; until then it answers writes with NOT_LEADER_OR_FOLLOWER, which an
+    acks=0 producer never hears about, so its records would be lost to the test.
+    ListOffsets is served by the leader replica only, so its success means the
+    partition takes writes.
+    """
+    deadline = time.monotonic() + timeout_s
+    pending = {TopicPartition(name, p) for p in range(partitions)}
+    while True:
+        answers = admin.list_offsets({tp: OffsetSpec.latest() for tp in pending},
+                                     request_timeout=timeout_s)
+        last_error = None
+        for tp, future in answers.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                last_error = exc
+            else:
+                pending.discard(tp)
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name!r}: partitions {sorted(tp.partition for tp in pending)} "
+                               f"not served by their leaders after {timeout_s:.0f} s "
+                               f"(last error: {last_error})")
         time.sleep(POLL_INTERVAL_S)
