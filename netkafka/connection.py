@@ -385,6 +385,14 @@ class BrokerConnection:
             self._address_changed = True
         self._io_thread.wakeup()
 
+    def abandon_after_fork(self):
+        """In a forked child only: closes this process's copy of the socket.  The
+        socket is the parent's connection: no shutdown, nothing sent, and no lock
+        taken (one held by a parent thread at the fork stays held here forever)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
     # ------------------------------------------------------------------
     # I/O thread only.
 

@@ -111,6 +111,13 @@ class IOThread:
             self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    def abandon_after_fork(self):
+        """In a forked child only: the thread did not survive the fork; closes this
+        process's copies of its selector and wake-up sockets, taking no lock."""
+        self.selector.close()
+        self._wake_recv.close()
+        self._wake_send.close()
+
     # ------------------------------------------------------------------
     # This thread only.
 
@@ -287,6 +294,18 @@ class IOPool:
     def closed(self):
         with self._lock:
             return self._closed
+
+    def abandon_after_fork(self):
+        """In a forked child only: this pool's threads did not survive the fork and
+        its sockets are the parent's connections.  Closes this process's copies of
+        every file descriptor (no shutdown, no I/O: the parent's connections carry
+        on) and marks the pool closed.  Takes no lock: one held by a parent thread
+        at the fork stays held here forever, so the pool must not be used again."""
+        self._closed = True
+        for thread in self._threads:
+            thread.abandon_after_fork()
+        for conn in self._connections.values():
+            conn.abandon_after_fork()
 
 
 class _Listeners:
