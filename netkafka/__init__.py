@@ -8,7 +8,8 @@ from netkafka.backoff import BackpressureTimeoutError, RecordDroppedError  # noq
 from netkafka.connection import KafkaTimeoutError  # noqa: E402
 from netkafka.errors import KafkaError  # noqa: E402
 from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
-from netkafka.producer import KafkaProducer, Producer, SerializationError  # noqa: E402
+from netkafka.producer import (KafkaProducer, Producer, SentBeforeForkError,  # noqa: E402
+                               SerializationError)
 
 __all__ = [
     "BackpressureTimeoutError",
@@ -20,6 +21,7 @@ __all__ = [
     "ProducerClosedError",
     "RecordDroppedError",
     "RecordMetadata",
+    "SentBeforeForkError",
     "SerializationError",
 ]
 

@@ -86,6 +86,16 @@ cdef class BatchResult:
                 _run_callback(record, fn, is_errback)
         return 0
 
+    def fail_after_fork(self, error):
+        """In a forked child only: fails a batch the parent still owns (the parent
+        delivers it).  Fresh _lock and _event first: a parent thread may have held
+        the old ones at the fork, and would hold them here forever."""
+        if self._event.is_set():
+            return
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._complete(-1, -1, error)
+
     def add_callback(self, FutureRecordMetadata record, fn, bint is_errback):
         """Runs fn for record once the batch is done (now if it is)."""
         with self._lock:
@@ -132,8 +142,7 @@ cdef class FutureRecordMetadata:
 
         Raises:
             KafkaTimeoutError: not done within timeout seconds (None: wait forever).
-            the error that failed the batch (a KafkaError, or the serializer's or
-                encoder's error for a record refused at send()).
+            the error that failed the record's batch (a KafkaError).
         """
         cdef BatchResult batch = self._batch
         if not batch._event.wait(timeout):

@@ -399,6 +399,14 @@ class RecordAccumulator(AccumulatorCore):
         for batch in leftovers:
             self._complete(batch, None, error=error)
 
+    def fail_after_fork(self, error):
+        """In a forked child only: fails every batch not completed at the fork.  They
+        are the parent's to deliver; here they can only fail.  Takes no lock (a
+        parent thread may have held one at the fork): the child runs one thread now,
+        and this accumulator is never used again."""
+        for result in list(self._incomplete):
+            result.fail_after_fork(error)
+
     def metrics(self):
         """Counters: batches_created, batches_sent, records_sent, bytes_sent,
         records_acknowledged, records_failed, records_dropped (refused for lack of

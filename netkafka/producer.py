@@ -20,6 +20,7 @@ producer's only state of its own, _closed, is guarded by _close_lock.
 """
 import atexit
 import logging
+import os
 import threading
 import time
 import weakref
@@ -41,6 +42,11 @@ _BYTES_TYPES = (bytes, bytearray, memoryview)
 # close() at interpreter exit waits this long for records still on their way
 # (kafka-python's choice); what is left then fails, and is logged.
 _EXIT_CLOSE_TIMEOUT_S = 1.0
+
+
+class SentBeforeForkError(errors.KafkaError):
+    """In a forked child: the record was sent by the parent before os.fork().  The
+    parent delivers it; the child's copy of its future can only fail with this."""
 
 
 class SerializationError(errors.KafkaError, ValueError):
@@ -78,40 +84,51 @@ class Producer:
         self._max_block_s = config.max_block_ms / 1000  # immutable
         self._close_lock = threading.Lock()
         self._closed = False  # guarded by _close_lock; the accumulator refuses records itself
+        # Guarded by _close_lock: a forked child's stack is started on first use.
+        self._needs_start = False
+        self._abandoned = []  # the parents' stacks, in a forked child (see _after_fork_in_child)
+        self._start()
+        self._exit_hook = _exit_hook(self)
+        atexit.register(self._exit_hook)
+        with _live_lock:
+            _live_producers.add(self)
+
+    def _start(self):
+        """Builds the I/O threads, metadata, sender and accumulator: in __init__,
+        and in a forked child on first use."""
+        config = self.config
         backoff = backoff_strategy(config.backoff)
-        self._pool = IOPool(config.connection_config(), io_threads=config.io_threads)
+        pool = IOPool(config.connection_config(), io_threads=config.io_threads)
         try:
-            self._metadata = Metadata(self._pool, config.bootstrap_servers,
-                                      metadata_max_age_ms=config.metadata_max_age_ms,
-                                      retry_backoff_ms=config.retry_backoff_ms)
-            self._sender = Sender(self._pool, self._metadata, acks=config.acks,
-                                  max_block_ms=config.max_block_ms, backoff=backoff,
-                                  retries=config.retries,
-                                  retry_backoff_ms=config.retry_backoff_ms,
-                                  delivery_timeout_ms=config.delivery_timeout_ms,
-                                  max_request_size=config.max_request_size,
-                                  idempotent=config.enable_idempotence)
-            idempotence = (ProducerIdManager(self._pool, self._metadata,
+            metadata = Metadata(pool, config.bootstrap_servers,
+                                metadata_max_age_ms=config.metadata_max_age_ms,
+                                retry_backoff_ms=config.retry_backoff_ms)
+            sender = Sender(pool, metadata, acks=config.acks,
+                            max_block_ms=config.max_block_ms, backoff=backoff,
+                            retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
+                            delivery_timeout_ms=config.delivery_timeout_ms,
+                            max_request_size=config.max_request_size,
+                            idempotent=config.enable_idempotence)
+            idempotence = (ProducerIdManager(pool, metadata,
                                              retry_backoff_ms=config.retry_backoff_ms,
                                              max_block_ms=config.max_block_ms)
                            if config.enable_idempotence else None)
             partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
-            self._accumulator = RecordAccumulator(
-                partitioner, self._sender, self._wait_for_partition,
+            accumulator = RecordAccumulator(
+                partitioner, sender, self._wait_for_partition,
                 batch_size=config.batch_size, max_request_size=config.max_request_size,
                 compression_type=config.compression_type,
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
                 idempotence=idempotence)
-            self._idempotence = idempotence
-            self._append = self._accumulator.append  # the hot path, bound once
         except BaseException:
-            self._pool.close()
+            pool.close()
             raise
-        self._metadata.add_listener(self)
-        self._exit_hook = _exit_hook(self)
-        atexit.register(self._exit_hook)
+        self._pool, self._metadata, self._sender = pool, metadata, sender
+        self._idempotence, self._accumulator = idempotence, accumulator
+        self._append = accumulator.append  # the hot path, bound once
+        metadata.add_listener(self)
 
     # ------------------------------------------------------------------
     # The story of a record.
@@ -193,6 +210,7 @@ class Producer:
         Raises:
             KafkaTimeoutError: not all done within timeout seconds.
         """
+        self._start_if_forked()
         self._accumulator.flush(timeout)
 
     def close(self, timeout=None):
@@ -203,7 +221,12 @@ class Producer:
             if self._closed:
                 return
             self._closed = True
+            never_started = self._needs_start
         atexit.unregister(self._exit_hook)
+        with _live_lock:
+            _live_producers.discard(self)
+        if never_started:
+            return  # a forked child that did not use the producer: nothing of its own
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self._accumulator.close(timeout)
@@ -223,6 +246,7 @@ class Producer:
 
     def partitions_for(self, topic):
         """The set of the topic's partition ids (waits up to max_block_ms for them)."""
+        self._start_if_forked()
         return set(self._metadata.wait_for_topic(topic, self._max_block_s).partitions)
 
     def metrics(self):
@@ -231,12 +255,48 @@ class Producer:
         sender's, prefixed "sender_" (batches acknowledged, failed, retried, dropped
         at a full connection, errors per broker error code), then with idempotence
         producer_id, producer_epoch, producer_ids_fetched, partitions_broken."""
+        self._start_if_forked()
         snapshot = self._accumulator.metrics()
         for name, value in self._sender.metrics().items():
             snapshot["sender_" + name] = value
         if self._idempotence is not None:
             snapshot.update(self._idempotence.metrics())
         return snapshot
+
+    # ------------------------------------------------------------------
+    # os.fork(): a child has no I/O threads, and the parent's sockets and batches.
+
+    def _after_fork_in_child(self):
+        """Runs in the child right after os.fork(), on its only thread.
+
+        The parent's threads did not come along, and every lock one of them held at
+        the fork stays held here.  So nothing of the parent's stack is used again:
+        its batches fail in the child's copies of their futures (the parent
+        delivers them), its sockets are closed in this process only, and the stack
+        is kept referenced -- freeing it could take such a lock.  The producer
+        starts a stack of its own (threads, connections, producer id, partitioner)
+        when the child first uses it."""
+        self._close_lock = threading.Lock()
+        if self._closed:
+            return
+        self._abandoned.append((self._pool, self._metadata, self._sender,
+                                self._idempotence, self._accumulator))
+        self._accumulator.fail_after_fork(SentBeforeForkError(
+            "the record was sent in the parent process before os.fork(); the parent "
+            "delivers it, this process's copy of its future cannot know the outcome"))
+        self._pool.abandon_after_fork()
+        self._needs_start = True
+        self._append = self._append_after_fork
+
+    def _append_after_fork(self, *args):
+        self._start_if_forked()
+        return self._append(*args)
+
+    def _start_if_forked(self):
+        with self._close_lock:
+            if self._needs_start and not self._closed:
+                self._start()
+                self._needs_start = False
 
     # ------------------------------------------------------------------
     # Metadata listener (I/O thread) and the broker-aware partitioner's view.
@@ -257,6 +317,23 @@ class Producer:
 
 
 KafkaProducer = Producer
+
+
+# Every producer not closed yet, for the fork hook.  _live_lock guards it, except in a
+# forked child's hook, which runs alone (and must not wait on a lock a parent thread
+# may have held at the fork).
+_live_lock = threading.Lock()
+_live_producers = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    global _live_lock
+    _live_lock = threading.Lock()
+    for producer in list(_live_producers):
+        producer._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _name_of(fn):
