@@ -1,0 +1,105 @@
+"""Producing to a real local broker: netkafka vs confluent-kafka vs kafka-python.
+
+Parameters: RECORD_COUNT records of a 100-byte value, no key (sticky partitioning), to
+a topic of 3 partitions on one local broker (BROKER_JVM_OPTIONS), acks='all' with
+idempotence (every client's default), no compression.  A round is: send every record,
+then flush (so it ends when the broker has acknowledged them all).  The producer is
+created and connected (one record sent and acknowledged) before the rounds, as a
+long-running service would be.  Peers:
+
+    netkafka defaults       Producer(): batch_size 16384, linger_ms 0 (kafka-python's)
+    netkafka large batches  batch_size 1 MiB, linger_ms 5 (librdkafka's defaults)
+    confluent-kafka         Producer({...}): librdkafka's defaults (batch.size 1 MiB,
+                            linger.ms 5); produce() per record, poll(0) every 10,000
+    kafka-python            KafkaProducer(): its defaults; one round only (slow)
+
+extra_info: krec_per_s from the minimum time.  The machine is shared (and the broker
+runs on it too): compare minimum times, and run twice.
+
+    .venv/bin/python -m pytest bench/test_bench_producer.py --benchmark-only \\
+        --benchmark-columns=min,median,rounds
+"""
+import pytest
+
+from netkafka.testing.admin import create_topic
+
+RECORD_COUNT = 200_000
+VALUE = b"v" * 100
+PARTITIONS = 3
+ROUNDS = 5
+SLOW_PEER_ROUNDS = 1
+POLL_EVERY = 10_000
+
+
+def _netkafka(bootstrap, **options):
+    from netkafka import Producer
+
+    producer = Producer(bootstrap_servers=bootstrap, **options)
+
+    def produce(topic):
+        send = producer.send
+        for _ in range(RECORD_COUNT):
+            send(topic, VALUE)
+        producer.flush()
+
+    return produce, producer.close
+
+
+def _confluent(bootstrap):
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True})
+
+    def produce(topic):
+        send = producer.produce
+        for i in range(RECORD_COUNT):
+            while True:
+                try:
+                    send(topic, VALUE)
+                    break
+                except BufferError:  # its queue is full: serve callbacks, try again
+                    producer.poll(0.001)
+            if i % POLL_EVERY == 0:
+                producer.poll(0)
+        producer.flush()
+
+    return produce, lambda: producer.flush()
+
+
+def _kafka_python(bootstrap):
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+
+    def produce(topic):
+        send = producer.send
+        for _ in range(RECORD_COUNT):
+            send(topic, VALUE)
+        producer.flush()
+
+    return produce, producer.close
+
+
+PEERS = {
+    "netkafka defaults": (lambda bootstrap: _netkafka(bootstrap), ROUNDS),
+    "netkafka large batches": (
+        lambda bootstrap: _netkafka(bootstrap, batch_size=1 << 20, linger_ms=5), ROUNDS),
+    "confluent-kafka": (_confluent, ROUNDS),
+    "kafka-python": (_kafka_python, SLOW_PEER_ROUNDS),
+}
+
+
+@pytest.mark.parametrize("peer", list(PEERS))
+def test_produce(benchmark, kafka_broker, topic_name, peer):
+    make, rounds = PEERS[peer]
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=PARTITIONS)
+    produce, close = make(kafka_broker.bootstrap)
+    try:
+        benchmark.group = f"produce {RECORD_COUNT} x {len(VALUE)} B, acks=all"
+        benchmark.pedantic(produce, args=(topic_name,), rounds=rounds, iterations=1,
+                           warmup_rounds=1)
+        benchmark.extra_info["krec_per_s"] = round(
+            RECORD_COUNT / benchmark.stats.stats.min / 1000, 1)
+    finally:
+        close()
