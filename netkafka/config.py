@@ -6,8 +6,9 @@ client, and the Java client's otherwise (noted below).  netkafka adds io_threads
 high_watermark_bytes, low_watermark_bytes and backoff.
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
-the key and what it allows; a security option (anything but PLAINTEXT) raises
-NotImplementedError until netkafka speaks TLS and SASL.
+the key and what it allows; a security option (anything but PLAINTEXT) or a
+transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
+transactions.
 """
 import itertools
 import math
@@ -40,6 +41,11 @@ SECURITY_OPTIONS = {
     "sasl_kerberos_service_name": "kafka",
     "sasl_kerberos_domain_name": None,
     "sasl_oauth_token_provider": None,
+}
+# kafka-python's transaction options, with the values that mean "no transactions".
+TRANSACTION_OPTIONS = {
+    "transactional_id": None,
+    "transaction_timeout_ms": 60000,
 }
 
 
@@ -96,6 +102,8 @@ class ProducerConfig:
         for name, value in kwargs.items():
             if name in SECURITY_OPTIONS:
                 _check_security_option(name, value)
+            elif name in TRANSACTION_OPTIONS:
+                _check_transaction_option(name, value)
             elif name not in fields:
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             else:
@@ -238,6 +246,14 @@ def _check_bootstrap(servers):
         return
     raise ValueError(f"bootstrap_servers must be 'host:port[,host:port...]' or a list of "
                      f"them, got {servers!r}")
+
+
+def _check_transaction_option(name, value):
+    if value == TRANSACTION_OPTIONS[name]:
+        return
+    raise NotImplementedError(
+        f"{name}={value!r}: netkafka has no transactions yet (idempotence, on by default, "
+        f"keeps retries free of duplicates); leave the transaction options unset")
 
 
 def _check_security_option(name, value):

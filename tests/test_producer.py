@@ -316,6 +316,8 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"security_protocol": "SSL"}, NotImplementedError, r"security_protocol='SSL'.*PLAINTEXT"),
     ({"sasl_mechanism": "PLAIN"}, NotImplementedError, r"sasl_mechanism='PLAIN'"),
     ({"ssl_cafile": "/ca.pem"}, NotImplementedError, r"ssl_cafile='/ca.pem'"),
+    ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
+                                                        r"has no transactions yet"),
 ])
 def test_bad_options_are_refused_naming_them(options, error, message):
     with pytest.raises(error, match=message):
