@@ -205,7 +205,7 @@ cdef int _frame_lz4_for_magic0(unsigned char *frame, Py_ssize_t length) except -
 @cython.no_gc_clear
 cdef class LegacyMessageSetBuilder(PooledBatch):
     """Builds one legacy message set (format v0 or v1) in a pooled buffer, then
-    exports it read-only.
+    exports it read-only (seal, completion and release: _records.PooledBatch).
 
     Args:
         magic: 0 (brokers 0.8/0.9) or 1 (0.10, adds timestamps).

@@ -690,7 +690,8 @@ cdef class PooledBatch:
 @cython.no_gc_clear
 @cython.binding(False)  # plain C methods: a cheaper call than a bound cyfunction
 cdef class RecordBatchBuilder(PooledBatch):
-    """Builds one RecordBatch v2 in a pooled buffer, then exports it read-only.
+    """Builds one RecordBatch v2 in a pooled buffer, then exports it read-only
+    (seal, completion and release: PooledBatch).
 
     Args:
         buffer: a PooledBuffer from the pool the batch's memory comes from and goes
