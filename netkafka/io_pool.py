@@ -223,6 +223,10 @@ class IOPool:
     def io_threads(self):
         return len(self._threads)
 
+    def on_io_thread(self):
+        """True when called from one of this pool's I/O threads (a callback)."""
+        return any(thread.is_current() for thread in self._threads)
+
     def thread_for(self, node_id):
         return self._threads[abs(node_id) % len(self._threads)]
 
