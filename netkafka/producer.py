@@ -209,14 +209,19 @@ class Producer:
 
         Raises:
             KafkaTimeoutError: not all done within timeout seconds.
+            KafkaError: called from a callback, on the I/O thread that would have to
+                deliver what it waits for.
         """
         self._start_if_forked()
+        self._refuse_on_io_thread("flush()")
         self._accumulator.flush(timeout)
 
     def close(self, timeout=None):
         """Flushes for up to timeout seconds (None: until every record is done),
         then fails whatever is left and stops every thread.  send() raises
         ProducerClosedError from now on.  Calling it again does nothing."""
+        if not self._needs_start:
+            self._refuse_on_io_thread("close()")
         with self._close_lock:
             if self._closed:
                 return
@@ -237,6 +242,12 @@ class Producer:
         self._accumulator.fail_incomplete(ProducerClosedError(
             "the producer was closed before the record was delivered"))
         self._pool.close()
+
+    def _refuse_on_io_thread(self, what):
+        if self._pool.on_io_thread():
+            raise errors.KafkaError(
+                f"{what} called from a callback: callbacks run on the I/O thread that "
+                f"delivers the records, so it would wait for itself forever")
 
     def __enter__(self):
         return self

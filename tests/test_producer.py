@@ -198,6 +198,28 @@ def test_callbacks_and_errbacks(kafka_broker, topic_name):
     assert future.value == meta and future.exception is None
 
 
+def test_flush_or_close_from_a_callback_is_refused_not_a_hang(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    seen = []
+
+    def call(method):
+        try:
+            method()
+            seen.append("returned")
+        except KafkaError as exc:
+            seen.append(str(exc))
+
+    with producer(kafka_broker.bootstrap) as p:
+        p.send(topic_name, b"a").add_callback(lambda meta: call(p.flush))
+        p.send(topic_name, b"b").add_callback(lambda meta: call(p.close))
+        p.flush(30)
+    assert seen == [
+        "flush() called from a callback: callbacks run on the I/O thread that delivers "
+        "the records, so it would wait for itself forever",
+        "close() called from a callback: callbacks run on the I/O thread that delivers "
+        "the records, so it would wait for itself forever"]
+
+
 def test_an_oversize_record_is_refused_naming_the_limit(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name)
     with producer(kafka_broker.bootstrap, max_request_size=100_000, batch_size=16384) as p:
