@@ -14,8 +14,9 @@ share with send() and the one path that runs per record:
 Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
 -- goes to the subclass's _append_cold() with the same arguments.
 
-Measured (100-byte values, no key, sticky partitioner, no I/O): 2.2 us per record
-when this path was Python, about 0.5 us in Cython.
+Measured (100-byte values, no key, sticky partitioner, a stub sender, per-batch work
+included): 2.2 us per record when this path was Python; 0.6 us in Cython with 16 KiB
+batches, 0.34 us with 1 MiB ones.
 
 Locking: `lock` (a Lock, below) guards `topics`, `closed`, the clock cache, and every
 field of the TopicTable, PartitionQueue and Batch objects reachable from `topics`.
@@ -35,7 +36,9 @@ from libc.stdint cimport int64_t
 from netkafka._futures cimport BatchResult, FutureRecordMetadata, new_record_future
 from netkafka._partitioner cimport Partitioner
 from netkafka._records cimport RecordBatchBuilder
-from netkafka.csrc cimport nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms
+from netkafka.csrc cimport (
+    nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms,
+)
 
 import collections
 

@@ -75,7 +75,8 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace, filler: bytes)
     print(f"produced {args.records:,} records of {args.record_size} bytes in {elapsed:.2f} s: "
           f"{args.records / elapsed:,.0f} records/s, "
           f"{args.records * args.record_size / elapsed / 1e6:.1f} MB/s of values "
-          f"({metrics['batches_sent']:,} batches, {metrics['bytes_sent'] / 1e6:.1f} MB on the wire)")
+          f"({metrics['batches_sent']:,} batches, "
+          f"{metrics['bytes_sent'] / 1e6:.1f} MB on the wire)")
     return elapsed
 
 
@@ -125,7 +126,8 @@ def run(bootstrap: str, args: argparse.Namespace) -> bool:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m netkafka.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m netkafka.demo",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records to produce")
     parser.add_argument("--record-size", type=int, default=100,
                         help=f"bytes per value (>= {SEQUENCE_BYTES})")

@@ -26,7 +26,6 @@ import time
 import weakref
 
 from netkafka import errors
-from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: F401 -- re-exported
 from netkafka.accumulator import ProducerClosedError, RecordAccumulator
 from netkafka.backoff import backoff_strategy
 from netkafka.config import ProducerConfig
