@@ -547,6 +547,13 @@ cdef class PooledBatch:
     Not constructed directly: the subclasses take the buffer (see theirs).
     """
 
+    def __cinit__(self, *args, **kwargs):
+        # Cython passes a subclass's arguments here too: only the type is checked.
+        # A bare PooledBatch has no buffer, and its methods assume one.
+        if type(self) is PooledBatch:
+            raise TypeError("PooledBatch is the base of RecordBatchBuilder and "
+                            "LegacyMessageSetBuilder: construct one of those")
+
     cdef int _claim(self, PooledBuffer buffer, str kind) except -1:
         if buffer.claimed:
             raise BatchStateError("buffer already belongs to another builder")
@@ -621,7 +628,8 @@ cdef class PooledBatch:
         return memoryview(self)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
-        if self._state not in (BATCH_SEALED, BATCH_DONE):
+        # DONE without bytes: failed before it was ever sealed.
+        if self._state not in (BATCH_SEALED, BATCH_DONE) or self._sealed_buf is None:
             raise BufferError(f"a {_STATE_NAMES[self._state]} {self._kind} exports no bytes "
                               f"(seal it first)")
         PyBuffer_FillInfo(view, self, self._sealed_buf.data, self._sealed_size_bytes,
@@ -658,7 +666,8 @@ cdef class PooledBatch:
             raise BufferError(f"cannot release the {self._kind}: {self._view_count} view(s) "
                               f"of its bytes still alive")
         self._state = BATCH_RELEASED
-        self._records_buf._give_back()
+        if self._records_buf is not None:  # None only in a Python subclass that never claimed one
+            self._records_buf._give_back()
         if self._sealed_buf is not None:
             self._sealed_buf._give_back()
         self._data = NULL

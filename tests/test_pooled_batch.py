@@ -145,3 +145,35 @@ def test_a_claimed_buffer_cannot_be_released_or_reused_by_another_format():
     builder.mark_failed()
     builder.release()
     assert pool.in_use_bytes == 0
+
+
+def test_the_base_alone_cannot_be_made():
+    with pytest.raises(TypeError, match="construct one of those"):
+        PooledBatch()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_batch_failed_before_sealing_exports_nothing(fmt):
+    pool = BufferPool(BUFFER_BYTES, 4 * BUFFER_BYTES)
+    builder = new_builder(fmt, pool)
+    fill(builder, 3)
+    builder.mark_failed()
+    assert builder.state == "done"
+    with pytest.raises(BufferError, match="seal it first"):
+        memoryview(builder)
+    builder.release()
+    assert pool.in_use_bytes == 0
+
+
+def test_a_python_subclass_of_the_base_fails_cleanly():
+    class Bare(PooledBatch):
+        pass
+
+    bare = Bare()
+    with pytest.raises(NotImplementedError):
+        bare.seal()
+    bare.mark_failed()
+    with pytest.raises(BufferError, match="seal it first"):
+        memoryview(bare)
+    bare.release()
+    assert bare.state == "released"
