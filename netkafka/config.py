@@ -108,11 +108,11 @@ class ProducerConfig:
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             else:
                 settings[name] = value
-        if "acks" in settings and "enable_idempotence" not in settings:
+        if "enable_idempotence" not in settings and _conflicts_with_idempotence(settings):
             # As the Java client: idempotence is on by default only where it can be,
-            # so asking for acks 0 or 1 quietly turns the default off.
-            if _acks_value(settings["acks"]) != -1:
-                settings["enable_idempotence"] = False
+            # so settings it cannot work with quietly turn the default off (asked for
+            # explicitly, they are an error).
+            settings["enable_idempotence"] = False
         return cls(**settings)
 
     def __post_init__(self):
@@ -214,6 +214,15 @@ class ProducerConfig:
             high_watermark_bytes=self.high_watermark_bytes,
             low_watermark_bytes=self.low_watermark_bytes,
         )
+
+
+def _conflicts_with_idempotence(settings):
+    """acks other than 'all', no retries, or more than 5 requests in flight."""
+    # Bad values are left for __post_init__ to name.
+    in_flight = settings.get("max_in_flight_requests_per_connection", 5)
+    return (settings.get("acks", "all") not in ("all", -1)
+            or settings.get("retries", 1) == 0
+            or (isinstance(in_flight, int) and in_flight > 5))
 
 
 def _acks_value(acks):

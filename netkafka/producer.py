@@ -65,9 +65,14 @@ class Producer:
     full; default 'block', waiting up to max_block_ms).
 
     Defaults that matter: acks='all' with enable_idempotence=True, as the Java
-    client and kafka-python 3 (acks=0 or 1 turn idempotence off unless it is
-    asked for, which is then an error); linger_ms=0; batch_size=16384;
-    buffer_memory=32 MiB; compression_type=None.
+    client and kafka-python 3 (acks 0 or 1, retries=0 or more than 5 requests in
+    flight turn idempotence off unless it is asked for, which is then an error);
+    linger_ms=0; batch_size=16384; buffer_memory=32 MiB; compression_type=None.
+    Without idempotence a resent batch can land behind a later one of its
+    partition unless max_in_flight_requests_per_connection=1, as with the Java
+    client; with it, retries neither duplicate nor reorder.  Throughput grows with
+    batch_size and linger_ms (1 MiB and 5 ms, librdkafka's defaults, are several
+    times faster than these).
 
     Raises:
         TypeError: an unknown keyword argument (named).

@@ -99,6 +99,32 @@ def test_keyed_records_land_where_kafka_python_murmur2_puts_them(kafka_broker, t
         (key, kafka_python_partition(key, partitions)) for key in keys)
 
 
+def test_round_robin_custom_and_broker_aware_partitioners(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    with producer(kafka_broker.bootstrap, partitioner="round_robin", linger_ms=50) as p:
+        # Every record to the next partition, keyed or not (Java's RoundRobinPartitioner).
+        futures = [p.send(topic_name, b"rr", key=None if i % 2 else b"k") for i in range(12)]
+        assert [f.get(30).partition for f in futures] == [i % 3 for i in range(12)]
+    seen = []
+
+    def last_partition(key_bytes, all_partitions, available_partitions):
+        seen.append((key_bytes, list(all_partitions), list(available_partitions)))
+        return all_partitions[-1]
+
+    with producer(kafka_broker.bootstrap, partitioner=last_partition) as p:
+        assert p.send(topic_name, b"custom", key=b"key").get(30).partition == 2
+    assert seen[0] == (b"key", [0, 1, 2], [0, 1, 2])
+    with producer(kafka_broker.bootstrap, partitioner="broker_aware") as p:
+        futures = [p.send(topic_name, b"ba-%d" % i) for i in range(1000)]
+        p.flush()
+        assert all(f.succeeded() for f in futures)
+    with producer(kafka_broker.bootstrap, partitioner=lambda k, a, av: 7) as p:
+        with pytest.raises(ValueError, match=r"returned partition 7 .*not one of its "
+                                             r"partitions \[0, 1, 2\]"):
+            p.send(topic_name, b"nowhere")
+    assert len(read_topic(kafka_broker.bootstrap, topic_name, 1013)) == 1013
+
+
 def test_explicit_partition_and_partitions_for(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
     with producer(kafka_broker.bootstrap) as p:
@@ -330,6 +356,8 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"backoff": "spin"}, ValueError, r"backoff must be one of"),
     ({"partitioner": "nope"}, ValueError, r"unknown partitioner 'nope'"),
     ({"io_threads": 0}, ValueError, r"io_threads must be an int >= 1, got 0"),
+    ({"max_in_flight_requests_per_connection": "5"}, ValueError,
+     r"max_in_flight_requests_per_connection must be an int >= 1, got '5'"),
     ({"enable_idempotence": True, "acks": 1}, ValueError,
      r"enable_idempotence=True needs acks='all'"),
     ({"delivery_timeout_ms": 1000}, ValueError,
@@ -357,6 +385,15 @@ def test_kafka_python_defaults_and_aliases():
             16384, 0, 32 * 1024 * 1024)
     finally:
         p.close()
+    # As the Java client: a setting idempotence cannot work with turns its default
+    # off; asked for explicitly, it is an error (tested above).
+    for conflict in ({"retries": 0}, {"max_in_flight_requests_per_connection": 10},
+                     {"acks": 0}):
+        other = Producer(bootstrap_servers="127.0.0.1:9", **conflict)
+        try:
+            assert other.config.enable_idempotence is False
+        finally:
+            other.close()
     defaults = Producer(bootstrap_servers="127.0.0.1:9")
     try:
         assert defaults.config.acks == -1 and defaults.config.enable_idempotence is True
