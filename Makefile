@@ -35,8 +35,10 @@ $(KAFKA_STAMP): pom.xml
 
 kafka: $(KAFKA_STAMP)
 
+# e.g. make demo DEMO_ARGS="--records 100000 --compression zstd"
+DEMO_ARGS ?=
 demo: build kafka
-	$(PY) -m netkafka.demo
+	$(PY) -m netkafka.demo $(DEMO_ARGS)
 
 test: build kafka
 	$(PY) -m pytest tests
