@@ -4,9 +4,8 @@ from netkafka._native import load_native_modules
 _NATIVE = load_native_modules()
 
 from netkafka.accumulator import ProducerClosedError  # noqa: E402 -- after the native check
-from netkafka.backoff import BackpressureTimeoutError, RecordDroppedError  # noqa: E402
-from netkafka.connection import KafkaTimeoutError  # noqa: E402
-from netkafka.errors import KafkaError  # noqa: E402
+from netkafka.errors import (BackpressureTimeoutError, KafkaConnectionError,  # noqa: E402
+                             KafkaError, KafkaTimeoutError, RecordDroppedError)
 from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
 from netkafka.producer import (KafkaProducer, Producer, SentBeforeForkError,  # noqa: E402
                                SerializationError)
@@ -14,6 +13,7 @@ from netkafka.producer import (KafkaProducer, Producer, SentBeforeForkError,  # 
 __all__ = [
     "BackpressureTimeoutError",
     "FutureRecordMetadata",
+    "KafkaConnectionError",
     "KafkaError",
     "KafkaProducer",
     "KafkaTimeoutError",

@@ -23,15 +23,7 @@ BackoffStrategy, or just provide the method).
 import abc
 import time
 
-from netkafka import errors
-
-
-class BackpressureTimeoutError(errors.KafkaError, TimeoutError):
-    """The target stayed full for max_block_ms (strategy block or park)."""
-
-
-class RecordDroppedError(errors.KafkaError):
-    """The drop strategy refused a record because its target was full."""
+from netkafka.errors import BackpressureTimeoutError, RecordDroppedError
 
 
 class BackoffStrategy(abc.ABC):

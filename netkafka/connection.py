@@ -33,6 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from netkafka import errors, protocol
+from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 
 _MiB = 1024 * 1024
 _log = logging.getLogger("netkafka.connection")
@@ -51,29 +52,6 @@ CONNECTING = "connecting"  # TCP connect in progress
 HANDSHAKE = "handshake"  # ApiVersions sent, answer awaited
 READY = "ready"
 CLOSED = "closed"  # terminal: the pool shut down
-
-
-class KafkaConnectionError(errors.KafkaError):
-    """A broker connection could not be made, or broke; the requests handed to
-    it were not answered.  Retriable; the broker may have moved, so metadata
-    is refreshed (the Java client's NetworkException)."""
-
-    retriable = True
-    invalid_metadata = True
-
-
-class KafkaTimeoutError(errors.KafkaError, TimeoutError):
-    """Something did not happen within its configured bound; the message names
-    the bound and what was waited for."""
-
-    retriable = True
-
-
-class RequestTimeoutError(KafkaTimeoutError):
-    """A request got no answer within request_timeout_ms (its connection is
-    closed), or could not be sent within it."""
-
-    invalid_metadata = True
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,11 @@
     +-- ProtocolError           bytes from a broker that do not parse: the
     |                           connection they came on can no longer be trusted
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
+    +-- KafkaConnectionError    a broker connection could not be made, or broke
+    +-- KafkaTimeoutError       a configured bound ran out (also a TimeoutError)
+    |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
+    +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
+    +-- RecordDroppedError      the drop strategy refused a record
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -32,6 +37,37 @@ class ProtocolError(KafkaError):
 
 class IncompatibleBrokerError(KafkaError):
     """The broker does not support any version netkafka can use of a required API."""
+
+
+class KafkaConnectionError(KafkaError):
+    """A broker connection could not be made, or broke; the requests handed to
+    it were not answered.  Retriable; the broker may have moved, so metadata
+    is refreshed (the Java client's NetworkException)."""
+
+    retriable = True
+    invalid_metadata = True
+
+
+class KafkaTimeoutError(KafkaError, TimeoutError):
+    """Something did not happen within its configured bound; the message names
+    the bound and what was waited for."""
+
+    retriable = True
+
+
+class RequestTimeoutError(KafkaTimeoutError):
+    """A request got no answer within request_timeout_ms (its connection is
+    closed), or could not be sent within it."""
+
+    invalid_metadata = True
+
+
+class BackpressureTimeoutError(KafkaError, TimeoutError):
+    """The target stayed full for max_block_ms (strategy block or park)."""
+
+
+class RecordDroppedError(KafkaError):
+    """The drop strategy refused a record because its target was full."""
 
 
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).

@@ -28,7 +28,7 @@ import threading
 import time
 
 from netkafka import errors, protocol
-from netkafka.connection import KafkaTimeoutError
+from netkafka.errors import KafkaTimeoutError
 
 _SEQUENCE_LIMIT = 2**31  # sequences wrap to 0 after Int.MAX_VALUE, as in the Java client
 

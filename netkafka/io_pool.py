@@ -18,8 +18,8 @@ import socket
 import threading
 import time
 
-from netkafka.connection import (BrokerConnection, ConnectionConfig, KafkaConnectionError,
-                                 KafkaTimeoutError)
+from netkafka.connection import BrokerConnection, ConnectionConfig
+from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.io_pool")
 

@@ -21,7 +21,7 @@ import time
 from typing import NamedTuple
 
 from netkafka import errors, protocol
-from netkafka.connection import KafkaConnectionError, KafkaTimeoutError
+from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 
 class BrokerInfo(NamedTuple):

@@ -39,8 +39,9 @@ from concurrent.futures import Future
 from typing import NamedTuple
 
 from netkafka import errors, protocol
-from netkafka.backoff import RecordDroppedError, backoff_strategy
-from netkafka.connection import KafkaConnectionError, KafkaTimeoutError, Request
+from netkafka.backoff import backoff_strategy
+from netkafka.connection import Request
+from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 
 class ProduceResult(NamedTuple):
     """What a batch's future resolves to.  base_offset is -1 with acks=0."""

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from batch_helpers import io_threads_alive
-from netkafka.connection import READY, ConnectionConfig, KafkaConnectionError
+from netkafka.connection import READY, ConnectionConfig
+from netkafka.errors import KafkaConnectionError
 from netkafka.io_pool import IOPool
 from netkafka.metadata import parse_bootstrap_servers, request_metadata
 

@@ -1,6 +1,5 @@
 """Cluster metadata: bootstrap, the cache and its refreshes, leaders, failover."""
 import socket
-import threading
 import time
 
 import pytest
@@ -8,7 +7,8 @@ from confluent_kafka import ElectionType, TopicPartition
 
 from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
 from netkafka import errors
-from netkafka.connection import ConnectionConfig, KafkaTimeoutError
+from netkafka.connection import ConnectionConfig
+from netkafka.errors import KafkaTimeoutError
 from netkafka.io_pool import IOPool
 from netkafka.metadata import Metadata, parse_bootstrap_servers
 from netkafka.testing.admin import admin_client, create_topic

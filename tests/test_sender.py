@@ -5,7 +5,7 @@ import pytest
 
 from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
 from netkafka import errors
-from netkafka.connection import KafkaTimeoutError
+from netkafka.errors import KafkaTimeoutError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
