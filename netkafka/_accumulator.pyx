@@ -11,6 +11,11 @@ share with send() and the one path that runs per record:
         under `lock`: encode into the open batch        (PartitionQueue.open)
         -> a FutureRecordMetadata over the batch's result
 
+append_untracked() and append_into_batch() are the same path with no future made
+(the fire-and-forget and bulk paths): they return the Batch the record went into
+(and, for the bulk path, the record's index there).
+One function serves all three, told apart by its `track` argument (TRACK_*).
+
 Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
 -- goes to the subclass's _append_cold() with the same arguments.
 
@@ -33,7 +38,7 @@ from cpython.pythread cimport (
 )
 from libc.stdint cimport int64_t
 
-from netkafka._futures cimport BatchResult, FutureRecordMetadata, new_record_future
+from netkafka._futures cimport BatchResult, new_record_future
 from netkafka._partitioner cimport Partitioner
 from netkafka._records cimport RecordBatchBuilder
 from netkafka.csrc cimport (
@@ -82,12 +87,22 @@ cdef class Lock:
         self.give()
 
 
+cdef enum:
+    # What an append hands back, and what it counts (the `track` argument).
+    TRACK_FUTURE = 0      # a FutureRecordMetadata (send())
+    TRACK_COUNT = 1       # the Batch; the record counts in untracked_records (produce())
+    TRACK_NONE = 2        # (Batch, index in it); the caller follows the record (send_batch())
+
+
 @cython.final
 cdef class Batch:
     """An open or ready batch: its builder and the result its records' futures share."""
     cdef readonly RecordBatchBuilder builder  # owned as _records.pyx says (lock, then drainer)
     cdef readonly BatchResult result          # thread-safe
     cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
+    # Records appended with no future (produce()): their failure is counted for
+    # flush() to raise.  Accumulator's lock while open; read once completed.
+    cdef readonly int untracked_records
 
     def __cinit__(self, RecordBatchBuilder builder not None, BatchResult result not None,
                   int64_t created_ns):
@@ -156,9 +171,32 @@ cdef class AccumulatorCore:
         partitioner raise for bad arguments (naming them), and whatever
         _append_cold raises.
         """
+        return self._append(topic, partition, key, value, headers, timestamp_ms,
+                            TRACK_FUTURE)
+
+    def append_untracked(self, topic, partition, key, value, headers, timestamp_ms):
+        """As append(), but makes no future: returns the Batch the record went into,
+        whose failure counts the record among the fire-and-forget failures."""
+        return self._append(topic, partition, key, value, headers, timestamp_ms,
+                            TRACK_COUNT)
+
+    def append_into_batch(self, topic, partition, key, value, headers, timestamp_ms):
+        """As append(), but makes no future and counts nothing: returns (the Batch
+        the record went into, its index there); the bulk path follows its outcome."""
+        return self._append(topic, partition, key, value, headers, timestamp_ms,
+                            TRACK_NONE)
+
+    def append_tracked(self, topic, partition, key, value, headers, timestamp_ms,
+                       int track):
+        """The general form of the three above, for the cold path to start again
+        with: track is the TRACK_* value it was given."""
+        return self._append(topic, partition, key, value, headers, timestamp_ms, track)
+
+    cdef object _append(self, topic, partition, key, value, headers, timestamp_ms,
+                        int track):
         cdef TopicTable table
         cdef PartitionQueue queue
-        cdef FutureRecordMetadata future
+        cdef object appended
         cdef int chosen
         cdef int64_t ts = -1
         if type(topic) is not str:
@@ -173,7 +211,8 @@ cdef class AccumulatorCore:
             available = table.available_partitions
         self.lock.give()
         if table is None:
-            return self._append_cold(topic, partition, -1, key, value, headers, timestamp_ms)
+            return self._append_cold(topic, partition, -1, key, value, headers, timestamp_ms,
+                                     track)
         # 2. The partition: the caller's, or the partitioner's (outside our lock).
         if partition is None:
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
@@ -185,17 +224,18 @@ cdef class AccumulatorCore:
             if not self.closed:
                 queue = table.queue_or_none(chosen)
                 if queue is not None:
-                    future = self._append_locked(queue, key, value, headers, ts)
-                    if future is not None:
-                        return future
+                    appended = self._append_locked(queue, key, value, headers, ts, track)
+                    if appended is not None:
+                        return appended
         finally:
             self.lock.give()
-        return self._append_cold(topic, partition, chosen, key, value, headers, timestamp_ms)
+        return self._append_cold(topic, partition, chosen, key, value, headers, timestamp_ms,
+                                 track)
 
-    cdef FutureRecordMetadata _append_locked(self, PartitionQueue queue, key, value, headers,
-                                             int64_t ts):
+    cdef object _append_locked(self, PartitionQueue queue, key, value, headers, int64_t ts,
+                               int track):
         # With the lock held: the record into queue's open batch, or None when there
-        # is none or it is full.  ts < 0: now.
+        # is none or it is full.  ts < 0: now.  Returns what `track` says.
         cdef Batch batch = queue.open
         cdef Py_ssize_t index
         if batch is None:
@@ -205,17 +245,22 @@ cdef class AccumulatorCore:
         index = batch.builder._append_objects(key, value, headers, ts, -1)
         if index < 0:
             return None
+        if track == TRACK_COUNT:
+            batch.untracked_records += 1
+            return batch
+        if track == TRACK_NONE:
+            return batch, index
         return new_record_future(batch.result, <int>index, ts, _size_of(key),
                                  _size_of(value), _headers_size(headers))
 
     # -- for the cold paths (Python, the lock held by the caller unless said) --------
 
     def try_append_locked(self, PartitionQueue queue not None, key, value, headers,
-                          timestamp_ms):
-        """With the lock held: the record into queue's open batch; its future, or None
-        when queue has no open batch or it is full."""
+                          timestamp_ms, int track):
+        """With the lock held: the record into queue's open batch; what `track` says
+        (its future, or its Batch), or None when queue has no open batch or it is full."""
         cdef int64_t ts = -1 if timestamp_ms is None else _timestamp_arg(timestamp_ms)
-        return self._append_locked(queue, key, value, headers, ts)
+        return self._append_locked(queue, key, value, headers, ts, track)
 
     def queue_locked(self, topic, int partition):
         """With the lock held: the partition's queue, created on first use; None if

@@ -63,6 +63,28 @@ class ProducerClosedError(errors.KafkaError):
     """send() after close(): the record was not taken."""
 
 
+class UndeliveredRecordsError(errors.KafkaError):
+    """Raised by flush(): records sent with produce() (no future) failed since the
+    previous flush().
+
+    Attributes:
+        failed_count: how many records failed.
+        first_errors: the first few of their errors (at most FIRST_ERRORS_KEPT),
+            in the order they were met.
+    """
+
+    def __init__(self, failed_count, first_errors):
+        shown = "; ".join(repr(error) for error in first_errors)
+        super().__init__(f"{failed_count} records sent with produce() failed; first "
+                         f"errors: {shown}")
+        self.failed_count = failed_count
+        self.first_errors = list(first_errors)
+
+
+# How many errors of fire-and-forget records flush() names (the count is exact).
+FIRST_ERRORS_KEPT = 5
+
+
 class RecordAccumulator(AccumulatorCore):
     """Per-partition batching between send() and the sender.
 
@@ -108,15 +130,21 @@ class RecordAccumulator(AccumulatorCore):
         self._state_lock = threading.Lock()
         self._incomplete = set()  # guarded by _state_lock: BatchResults not completed yet
         self._metrics = collections.Counter()  # guarded by _state_lock
+        # Guarded by _state_lock: fire-and-forget records failed since the last
+        # flush(), and the first few errors (FIRST_ERRORS_KEPT).
+        self._untracked_failed = 0
+        self._untracked_errors = []
         self._linger = _LingerTimer(self)
 
     # ------------------------------------------------------------------
     # send() threads: what the hot path (AccumulatorCore.append) leaves to us.
 
-    def _append_cold(self, topic, partition, chosen, key, value, headers, timestamp_ms):
+    def _append_cold(self, topic, partition, chosen, key, value, headers, timestamp_ms,
+                     track):
         """append() for anything but a record into an open batch with room: an
         unknown topic or partition, a new or full batch, a closed accumulator.
-        chosen: the partition append() picked, -1 if it did not get that far."""
+        chosen: the partition append() picked, -1 if it did not get that far; track:
+        what to return (the core's TRACK_*: a future, or the Batch)."""
         with self.lock:
             if self.closed:
                 raise ProducerClosedError("send() after close(): the producer is closed")
@@ -125,12 +153,13 @@ class RecordAccumulator(AccumulatorCore):
             # The topic, or this partition of it, is not in the table yet: wait for
             # metadata (or a clear error), then start again.
             self._topic_waiter(topic, None if chosen < 0 else chosen)
-            return self.append(topic, partition, key, value, headers, timestamp_ms)
+            return self.append_tracked(topic, partition, key, value, headers, timestamp_ms,
+                                       track)
         retired = False
         with self.lock:
-            future = self.try_append_locked(queue, key, value, headers, timestamp_ms)
-            if future is not None:
-                return future  # another thread opened a batch meanwhile
+            appended = self.try_append_locked(queue, key, value, headers, timestamp_ms, track)
+            if appended is not None:
+                return appended  # another thread opened a batch meanwhile
             if queue.open is not None:
                 self._retire_locked(queue)
                 retired = True
@@ -147,9 +176,9 @@ class RecordAccumulator(AccumulatorCore):
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
             with self.lock:
                 queue = self.queue_locked(topic, chosen)
-        return self._append_to_new_batch(queue, key, value, headers, timestamp_ms)
+        return self._append_to_new_batch(queue, key, value, headers, timestamp_ms, track)
 
-    def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms):
+    def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms, track):
         deadline = time.monotonic() + self._max_block_ms / 1000
         size_bytes = 0  # 0: a pool-sized buffer; more for a record larger than that
         buffer = None
@@ -160,9 +189,10 @@ class RecordAccumulator(AccumulatorCore):
                     if self.closed:
                         raise ProducerClosedError("send() after close(): the producer is closed")
                     # Another thread may have opened a batch meanwhile.
-                    future = self.try_append_locked(queue, key, value, headers, timestamp_ms)
-                    if future is not None:
-                        return future
+                    appended = self.try_append_locked(queue, key, value, headers,
+                                                      timestamp_ms, track)
+                    if appended is not None:
+                        return appended
                     if queue.open is not None:
                         self._retire_locked(queue)
                         retired = True
@@ -171,8 +201,8 @@ class RecordAccumulator(AccumulatorCore):
                     if buffer is not None:
                         batch, buffer = self._open_locked(queue, buffer), None
                         try:
-                            future = self.try_append_locked(queue, key, value, headers,
-                                                            timestamp_ms)
+                            appended = self.try_append_locked(queue, key, value, headers,
+                                                              timestamp_ms, track)
                         except BufferPoolExhausted:
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
@@ -185,7 +215,7 @@ class RecordAccumulator(AccumulatorCore):
                         else:
                             self._linger.schedule(batch.created_ns + self._linger_ns,
                                                   queue, batch)
-                            return future
+                            return appended
                 if retired:
                     self._drain(queue)
                 if buffer is None:
@@ -338,6 +368,21 @@ class RecordAccumulator(AccumulatorCore):
                 self._metrics["records_acknowledged"] += builder.record_count
             else:
                 self._metrics["records_failed"] += builder.record_count
+                if batch.untracked_records:
+                    self._count_untracked_locked(batch.untracked_records, error)
+
+    def count_untracked_failure(self, error):
+        """Any thread: a fire-and-forget record refused before it reached a batch
+        (produce() does not raise it): counted, and raised by flush()."""
+        with self._state_lock:
+            self._metrics["records_failed"] += 1
+            self._count_untracked_locked(1, error)
+
+    def _count_untracked_locked(self, count, error):
+        self._metrics["records_untracked_failed"] += count
+        self._untracked_failed += count
+        if len(self._untracked_errors) < FIRST_ERRORS_KEPT:
+            self._untracked_errors.append(error)
 
     # ------------------------------------------------------------------
     # The linger thread.
@@ -358,6 +403,8 @@ class RecordAccumulator(AccumulatorCore):
 
         Raises:
             KafkaTimeoutError: some are still pending after timeout_s.
+            UndeliveredRecordsError: fire-and-forget records (append_untracked)
+                failed since the previous flush(); the count starts again at 0.
         """
         with self.lock:
             queues = self.queues_locked()
@@ -376,6 +423,11 @@ class RecordAccumulator(AccumulatorCore):
                 left = sum(1 for r in waiting if not r.done)
                 raise KafkaTimeoutError(
                     f"flush: {left} batches still not delivered after {timeout_s} s")
+        with self._state_lock:
+            failed, self._untracked_failed = self._untracked_failed, 0
+            first_errors, self._untracked_errors = self._untracked_errors, []
+        if failed:
+            raise UndeliveredRecordsError(failed, first_errors)
 
     def close(self, timeout_s=None):
         """Refuses further records, flushes for up to timeout_s (None: until done),
@@ -410,13 +462,15 @@ class RecordAccumulator(AccumulatorCore):
     def metrics(self):
         """Counters: batches_created, batches_sent, records_sent, bytes_sent,
         records_acknowledged, records_failed, records_dropped (refused for lack of
-        memory, backoff='drop'); batches_incomplete; buffer_total_bytes and
+        memory, backoff='drop'), records_untracked_failed (those of records_failed
+        sent with no future: produce()); batches_incomplete; buffer_total_bytes and
         buffer_available_bytes."""
         with self._state_lock:
             snapshot = dict(self._metrics)
             snapshot["batches_incomplete"] = len(self._incomplete)
         for key in ("batches_created", "batches_sent", "records_sent", "bytes_sent",
-                    "records_acknowledged", "records_failed", "records_dropped"):
+                    "records_acknowledged", "records_failed", "records_dropped",
+                    "records_untracked_failed"):
             snapshot.setdefault(key, 0)
         snapshot["buffer_total_bytes"] = self._pool.total_bytes
         snapshot["buffer_available_bytes"] = self._pool.available_bytes

@@ -132,6 +132,7 @@ class Producer:
         self._pool, self._metadata, self._sender = pool, metadata, sender
         self._idempotence, self._accumulator = idempotence, accumulator
         self._append = accumulator.append  # the hot path, bound once
+        self._append_untracked = accumulator.append_untracked  # produce()'s
         metadata.add_listener(self)
 
     # ------------------------------------------------------------------
@@ -167,6 +168,36 @@ class Producer:
         # it comes back to _wait_for_partition() when metadata is missing, and asks
         # the partitioner's on_new_batch() when a record would open a new batch.
         return self._append(topic, partition, key, value, headers, timestamp_ms)
+
+    def produce(self, topic, value=None, key=None, headers=None, partition=None,
+                timestamp_ms=None):
+        """Fire and forget: queues a record as send() does, but returns None and
+        makes no future for it -- the fastest way to send one record.
+
+        A failure of the record is not raised here: it is counted, shown in
+        metrics() as records_untracked_failed, and raised by the next flush() as an
+        UndeliveredRecordsError giving how many records failed since the previous
+        flush() and the first errors.  That covers delivery errors and refusals of
+        the record itself (larger than max_request_size, unknown partition, no
+        metadata or no memory within max_block_ms, a bad timestamp).
+
+        Args: as send().
+
+        Raises:
+            ProducerClosedError: after close().
+            TypeError: an argument of the wrong type (named), as send().
+        """
+        try:
+            if self._key_serializer is not None:
+                key = self._serialize(self._key_serializer, "key_serializer", topic, key)
+            if self._value_serializer is not None:
+                value = self._serialize(self._value_serializer, "value_serializer", topic,
+                                        value)
+            self._append_untracked(topic, partition, key, value, headers, timestamp_ms)
+        except (ProducerClosedError, TypeError):
+            raise
+        except (errors.KafkaError, ValueError) as exc:
+            self._accumulator.count_untracked_failure(exc)
 
     def _serialize(self, serializer, name, topic, data):
         # As kafka-python, the serializer sees None too: it decides what a null
@@ -213,6 +244,8 @@ class Producer:
 
         Raises:
             KafkaTimeoutError: not all done within timeout seconds.
+            UndeliveredRecordsError: records sent with produce() failed since the
+                previous flush() (their count and first errors; the count restarts).
             KafkaError: called from a callback, on the I/O thread that would have to
                 deliver what it waits for.
         """
@@ -302,10 +335,15 @@ class Producer:
         self._pool.abandon_after_fork()
         self._needs_start = True
         self._append = self._append_after_fork
+        self._append_untracked = self._append_untracked_after_fork
 
     def _append_after_fork(self, *args):
         self._start_if_forked()
         return self._append(*args)
+
+    def _append_untracked_after_fork(self, *args):
+        self._start_if_forked()
+        return self._append_untracked(*args)
 
     def _start_if_forked(self):
         with self._close_lock:
