@@ -13,7 +13,8 @@ share with send() and the one path that runs per record:
 
 append_untracked() and append_into_batch() are the same path with no future made
 (the fire-and-forget and bulk paths): they return the Batch the record went into
-(and, for the bulk path, the record's index there).
+(and, for the bulk path, the record's index there).  The bulk path's own helpers,
+rows grouped by partition and gathered, are group_rows() and take_rows() below.
 One function serves all three, told apart by its `track` argument (TRACK_*).
 
 Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
@@ -31,6 +32,10 @@ pool's mutex or the linger timer's condition.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
+from cpython.sequence cimport PySequence_Fast_GET_ITEM
+from cpython.tuple cimport PyTuple_CheckExact
 from cpython.long cimport PyLong_AsLongLong, PyLong_Check
 from cpython.pythread cimport (
     NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
@@ -46,6 +51,7 @@ from netkafka.csrc cimport (
 )
 
 import collections
+from array import array
 
 
 @cython.final
@@ -351,3 +357,87 @@ cdef int _headers_size(object headers) except -2:
         if value is not None:
             size += len(value)
     return size
+
+
+# -- send_batch()'s bulk helpers ------------------------------------------------------
+
+def group_rows(partitions):
+    """Rows grouped by partition, each group in row order (a stable counting sort).
+
+    Args:
+        partitions: an array('i') or list/tuple of ints: each row's partition, or
+            -1 for a row the partitioner places (sticky).
+
+    Returns:
+        (order, groups): order, an array('q') of the row indices, group after group;
+        groups, a list of (partition, start, count) slices of order, ascending by
+        partition (-1 first).
+
+    Raises:
+        TypeError, ValueError: an element that is not an int in -1..2**31-1, named
+            as partitions[i].
+    """
+    cdef int[::1] parts = _partitions_array(partitions)
+    cdef Py_ssize_t n = parts.shape[0], i
+    cdef int top = -1, p
+    for i in range(n):
+        if parts[i] > top:
+            top = parts[i]
+    # starts[p + 1]: where partition p's rows begin in order (p = -1 at slot 0).
+    cdef long long[::1] starts = array("q", bytes(8 * (top + 3)))
+    for i in range(n):
+        starts[parts[i] + 2] += 1
+    for p in range(1, top + 3):
+        starts[p] += starts[p - 1]
+    groups = [(p - 1, starts[p], starts[p + 1] - starts[p])
+              for p in range(top + 2) if starts[p + 1] > starts[p]]
+    order_array = array("q", bytes(8 * n))
+    cdef long long[::1] order = order_array
+    for i in range(n):
+        p = parts[i] + 1
+        order[starts[p]] = i
+        starts[p] += 1
+    return order_array, groups
+
+
+cdef object _partitions_array(object partitions):
+    # An array('i') of the rows' partitions, each checked (-1: the partitioner's).
+    cdef Py_ssize_t i
+    if isinstance(partitions, array) and partitions.typecode == "i":
+        for i in range(len(partitions)):
+            if partitions[i] < -1:
+                raise ValueError(f"partitions[{i}]={partitions[i]} is negative")
+        return partitions
+    if not (type(partitions) is list or PyTuple_CheckExact(partitions)):
+        raise TypeError(f"partitions must be a list or tuple of ints (or an int for every "
+                        f"row), not {type(partitions).__name__}")
+    result = array("i", bytes(4 * len(partitions)))
+    cdef int[::1] out = result
+    for i in range(len(partitions)):
+        item = <object>PySequence_Fast_GET_ITEM(partitions, i)
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"partitions[{i}] must be an int, not {type(item).__name__}")
+        if not 0 <= item <= 0x7FFFFFFF:
+            raise ValueError(f"partitions[{i}]={item} is not a partition id (0..2**31-1)")
+        out[i] = item
+    return result
+
+
+def take_rows(seq, const long long[::1] rows):
+    """A list of seq's items at rows (row indices from group_rows), in that order:
+    references to the same objects, gathered without Python-level indexing.
+
+    seq must be a list or tuple holding every index in rows (checked)."""
+    cdef Py_ssize_t n = rows.shape[0], size = len(seq), i
+    cdef long long row
+    if not (type(seq) is list or PyTuple_CheckExact(seq)):
+        raise TypeError(f"take_rows needs a list or tuple, not {type(seq).__name__}")
+    for i in range(n):
+        if not 0 <= rows[i] < size:
+            raise IndexError(f"row {rows[i]} is outside a sequence of {size}")
+    out = PyList_New(n)
+    for i in range(n):
+        item = <object>PySequence_Fast_GET_ITEM(seq, rows[i])
+        Py_INCREF(item)
+        PyList_SET_ITEM(out, i, item)
+    return out

@@ -29,6 +29,9 @@ where linger_ms sends batches before they fill, switching per batch moves on soo
 than KIP-794 would and can favour slower brokers.  Adaptive weighting is not
 implemented.
 
+send_batch() places keyed rows in bulk with keyed_partitions(): the same murmur2
+placement over a list of keys or a pyarrow binary/string array, in one native loop.
+
 Threads: partition() and on_new_batch() run on the caller's thread of send(), from
 any number of threads at once.  Each stateful partitioner keeps its state in
 per-topic records guarded by its own `_lock` (a _Lock mutex; correctness does not
@@ -45,10 +48,11 @@ from cpython.pythread cimport (
     PyThread_type_lock,
 )
 cimport cython
-from libc.stdint cimport INT32_MAX, int32_t, uint32_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
 
 from netkafka.csrc cimport nk_murmur2, nk_murmur2_partition
 
+import array
 import bisect
 import operator
 import random
@@ -97,6 +101,112 @@ cdef int _keyed_partition(object key_bytes, Py_ssize_t num_partitions, object to
 def murmur2(data):
     """Kafka's murmur2 of `data` (bytes-like), as the signed 32-bit int Java returns."""
     return <int32_t>_murmur2_bits(data)
+
+
+def keyed_partitions(keys, Py_ssize_t num_partitions):
+    """Each key's partition as the Java client (and send()) places it, in bulk.
+
+    Args:
+        keys: a list or tuple of bytes-like or None, or a pyarrow Binary, String,
+            LargeBinary or LargeString array (read in place, nulls allowed).
+        num_partitions: the topic's partition count.
+
+    Returns:
+        An array('i'): toPositive(murmur2(key)) % num_partitions per key, -1 for a
+        null key (the partitioner places those).
+
+    Raises:
+        TypeError: keys is of another kind, or keys[i] is not bytes-like (named).
+        ValueError: num_partitions is not in 1..2**31-1, or an Arrow array whose
+            buffers do not hold what its offsets say.
+    """
+    cdef uint32_t count
+    if num_partitions <= 0 or num_partitions > INT32_MAX:
+        raise ValueError(f"num_partitions must be in 1..2**31-1, got {num_partitions}")
+    count = <uint32_t>num_partitions
+    if type(keys) is list or type(keys) is tuple:
+        return _sequence_partitions(keys, count)
+    return _arrow_partitions(keys, count)
+
+
+cdef object _sequence_partitions(object keys, uint32_t count):
+    cdef Py_ssize_t n = len(keys), i
+    cdef Py_buffer view
+    result = array.array("i", bytes(4 * n))
+    cdef int[::1] out = result
+    for i in range(n):
+        key = keys[i]
+        if key is None:
+            out[i] = -1
+            continue
+        try:
+            PyObject_GetBuffer(key, &view, PyBUF_SIMPLE)
+        except TypeError:
+            raise TypeError(f"keys[{i}] must be bytes-like or None (serialize it first), "
+                            f"not {type(key).__name__}") from None
+        out[i] = <int>nk_murmur2_partition(view.buf, <size_t>view.len, count)
+        PyBuffer_Release(&view)
+    return result
+
+
+cdef object _arrow_partitions(object keys, uint32_t count):
+    # Arrow's layout: element i is data[offsets[first + i] : offsets[first + i + 1]],
+    # null where bit first + i of validity is 0.  Every offset is checked against
+    # the data buffer before it is used.
+    cdef const unsigned char[::1] offsets_bytes, data, validity
+    cdef const int32_t *offsets32 = NULL
+    cdef const int64_t *offsets64 = NULL
+    cdef Py_ssize_t n, first, i, j, width
+    cdef int64_t lo, hi
+    try:
+        import pyarrow
+    except ImportError:
+        pyarrow = None
+    if pyarrow is None or not isinstance(keys, pyarrow.Array):
+        raise TypeError(f"keys must be a list or tuple, or a pyarrow binary or string "
+                        f"array, not {type(keys).__name__}")
+    kind = keys.type
+    if pyarrow.types.is_binary(kind) or pyarrow.types.is_string(kind):
+        width = 4
+    elif pyarrow.types.is_large_binary(kind) or pyarrow.types.is_large_string(kind):
+        width = 8
+    else:
+        raise TypeError(f"keys: a pyarrow array of {kind} is not binary or string")
+    n = len(keys)
+    first = keys.offset
+    result = array.array("i", bytes(4 * n))
+    cdef int[::1] out = result
+    if n == 0:
+        return result
+    validity_buffer, offsets_buffer, data_buffer = keys.buffers()
+    # pyarrow.Buffer exports signed chars: viewed as unsigned bytes, no copy.
+    offsets_bytes = memoryview(offsets_buffer).cast("B")
+    data = memoryview(data_buffer).cast("B") if data_buffer is not None else b""
+    if offsets_bytes.shape[0] < (first + n + 1) * width:
+        raise ValueError(f"keys: the offsets buffer is too short for {n} elements")
+    if validity_buffer is not None:
+        validity = memoryview(validity_buffer).cast("B")
+        if validity.shape[0] * 8 < first + n:
+            raise ValueError(f"keys: the validity buffer is too short for {n} elements")
+    if width == 4:
+        offsets32 = <const int32_t *>&offsets_bytes[0]
+    else:
+        offsets64 = <const int64_t *>&offsets_bytes[0]
+    for i in range(n):
+        j = first + i
+        if validity_buffer is not None and not (validity[j >> 3] >> (j & 7)) & 1:
+            out[i] = -1
+            continue
+        if width == 4:
+            lo, hi = offsets32[j], offsets32[j + 1]
+        else:
+            lo, hi = offsets64[j], offsets64[j + 1]
+        if not 0 <= lo <= hi <= data.shape[0]:
+            raise ValueError(f"keys[{i}]: offsets {lo}..{hi} are outside the data buffer "
+                             f"of {data.shape[0]} bytes")
+        out[i] = <int>nk_murmur2_partition(&data[0] + lo if hi > lo else NULL,
+                                           <size_t>(hi - lo), count)
+    return result
 
 
 def default_partition(key_bytes, Py_ssize_t num_partitions):

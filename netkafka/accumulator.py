@@ -224,6 +224,85 @@ class RecordAccumulator(AccumulatorCore):
             if buffer is not None:
                 buffer.release()  # taken but not used (closed, or a batch appeared)
 
+    # ------------------------------------------------------------------
+    # send_batch(): rows in bulk (the caller's thread).
+
+    def topic_partitions(self, topic):
+        """(all_partitions, available_partitions) of topic, as the partitioner sees
+        them; waits for metadata (up to max_block_ms) if the topic is new."""
+        with self.lock:
+            table = self.table_locked(topic)
+        if table is None:
+            self._topic_waiter(topic, None)
+            with self.lock:
+                table = self.table_locked(topic)
+        return table.all_partitions, table.available_partitions
+
+    def append_rows(self, topic, partition, rows, outcome):
+        """Appends rows, in order, to partition's batches (partition None: unkeyed
+        rows the partitioner places, sticky -- a full batch moves them on as it
+        moves send()'s records).
+
+        A batch's first row goes the per-record way (append_into_batch: metadata,
+        memory, opening the batch, the sticky move); the rows after it go in bulk
+        (rows.append_to: the builder's append_many or append_column) while the
+        batch has room.  A row the builder refuses (its type, its size, its
+        timestamp) fails alone; an error of the partition itself (no metadata,
+        no such partition, no memory within max_block_ms) fails the rows left, as
+        each would wait as long again.
+
+        rows: count, record(i) -> (key, value, headers, timestamp_ms), append_to(
+        builder, start) -> rows appended.  outcome hears where each row went:
+        appended(rows, batch_result, first_offset_delta, start, count) and
+        refused(rows, start, count, error) (called with self.lock held).
+        """
+        start, count = 0, rows.count
+        while start < count:
+            key, value, headers, timestamp_ms = rows.record(start)
+            try:
+                batch, first = self.append_into_batch(topic, partition, key, value, headers,
+                                                      timestamp_ms)
+            except ProducerClosedError:
+                raise
+            except (TypeError, ValueError) as exc:
+                outcome.refused(rows, start, 1, exc)
+                start += 1
+                continue
+            except errors.KafkaError as exc:
+                outcome.refused(rows, start, count - start, exc)
+                return
+            run_start, start = start, start + 1
+            retired = False
+            with self.lock:
+                queue = self.queue_locked(topic, batch.result.partition)
+                builder = batch.builder
+                if queue.open is batch and builder.record_count != first + 1:
+                    # Another thread appended between that row and this lock: the
+                    # bulk rows' offsets start a run of their own.
+                    outcome.appended(rows, batch.result, first, run_start, 1)
+                    run_start, first = start, builder.record_count
+                while start < count and queue.open is batch and not self.closed:
+                    before = builder.record_count
+                    try:
+                        start += rows.append_to(builder, start)
+                    except (TypeError, ValueError) as exc:
+                        # Row `start + appended` was refused, the ones before it taken.
+                        start += builder.record_count - before
+                        if start > run_start:
+                            outcome.appended(rows, batch.result, first, run_start,
+                                             start - run_start)
+                        outcome.refused(rows, start, 1, exc)
+                        start += 1
+                        run_start, first = start, builder.record_count
+                        continue
+                    if start < count:
+                        self._retire_locked(queue)  # full: the next row opens a batch
+                        retired = True
+                if start > run_start:
+                    outcome.appended(rows, batch.result, first, run_start, start - run_start)
+            if retired:
+                self._drain(queue)
+
     def _wait_for_memory(self, size_bytes, deadline):
         """A buffer of size_bytes (0: the pool's size) once the backoff strategy
         allows, within the time left to deadline; None if the strategy saw room but

@@ -10,6 +10,10 @@ The life of a record in send():
        if the record would open a new batch there (KIP-480)
     5. return the record's future
 
+produce() is the same story returning nothing (no future: its failures are
+counted for flush() to raise); send_batch() tells it for many rows at once, a
+partition's rows appended in bulk (batch_send.py).
+
 Everything after that happens elsewhere: a full or lingered batch is sealed and
 handed to the sender, the I/O threads write it and read the answer, and the
 batch's result resolves the futures of all its records.
@@ -28,6 +32,7 @@ import weakref
 from netkafka import errors
 from netkafka.accumulator import ProducerClosedError, RecordAccumulator
 from netkafka.backoff import backoff_strategy
+from netkafka.batch_send import send_batch
 from netkafka.config import ProducerConfig
 from netkafka.idempotence import ProducerIdManager
 from netkafka.connection import KafkaTimeoutError
@@ -198,6 +203,68 @@ class Producer:
             raise
         except (errors.KafkaError, ValueError) as exc:
             self._accumulator.count_untracked_failure(exc)
+
+    def send_batch(self, topic, values, keys=None, headers=None, partitions=None,
+                   timestamps_ms=None):
+        """Queues many records at once and returns one BatchSendResult for them all:
+        no future per record, and no Python object per row in netkafka's code.
+
+        Rows are placed as send() places them: the row's entry of `partitions`, else
+        the partitioner's choice -- murmur2 of the key, bit-identical to send(), and
+        sticky batches for rows without a key (another partitioner is asked row by
+        row).  Each partition's rows are appended in bulk, in row order -- except
+        that rows without a key go first: in a partition they precede the call's
+        keyed rows rather than interleave with them.
+
+        Args:
+            topic: the topic's name.
+            values: a list or tuple of bytes-like or None, or a pyarrow Binary,
+                String, LargeBinary or LargeString array (read in place; nulls are
+                tombstones).
+            keys: None, or per row bytes-like or None: a list or tuple, or (with
+                pyarrow values) a pyarrow array.
+            headers: None, or a list or tuple with per row None or a list of
+                (str, bytes) pairs; lists of values only.
+            partitions: None, an int (every row), or a list or tuple of ints.
+            timestamps_ms: None (now), or per row CreateTime in ms: a list or tuple
+                (int or None; ints only with pyarrow values), or with pyarrow values
+                a buffer of int64.
+
+        With key_serializer / value_serializer set, they are applied row by row
+        (Python calls, by nature) and values/keys must be lists or tuples.
+
+        Returns:
+            A BatchSendResult: get(timeout) / wait(timeout), then errors [(row,
+            exception)], failed_count, partitions() and offsets() per row.  A row
+            refused by the encoder (an element of the wrong type, larger than
+            max_request_size, a bad timestamp) fails alone and the others are sent.
+
+        Raises:
+            ProducerClosedError: after close().
+            TypeError, ValueError: an argument of the wrong kind or length (named);
+                nothing was sent.
+            KafkaTimeoutError: no metadata for the topic within max_block_ms.
+        """
+        self._start_if_forked()
+        if self._key_serializer is not None or self._value_serializer is not None:
+            values, keys = self._serialize_rows(topic, values, keys)
+        return send_batch(self._accumulator, topic, values, keys, headers, partitions,
+                          timestamps_ms)
+
+    def _serialize_rows(self, topic, values, keys):
+        for name, rows in (("values", values), ("keys", keys)):
+            if rows is not None and not isinstance(rows, (list, tuple)):
+                raise TypeError(f"with a serializer set, {name} must be a list or tuple, "
+                                f"not {type(rows).__name__}")
+        if keys is None and self._key_serializer is not None:
+            keys = [None] * len(values)  # as send(), the serializer sees a null key
+        if self._value_serializer is not None:
+            values = [self._serialize(self._value_serializer, "value_serializer", topic, v)
+                      for v in values]
+        if self._key_serializer is not None:
+            keys = [self._serialize(self._key_serializer, "key_serializer", topic, k)
+                    for k in keys]
+        return values, keys
 
     def _serialize(self, serializer, name, topic, data):
         # As kafka-python, the serializer sees None too: it decides what a null

@@ -4,7 +4,12 @@ What they wrote is read back by the independent reader (netkafka.testing.reader,
 librdkafka underneath) and compared byte for byte with what the test handed over,
 and with what the batch result / flush() / metrics() reported.
 """
+import os
+import time
+from array import array
+
 import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka import Producer
 from netkafka.accumulator import UndeliveredRecordsError
@@ -15,6 +20,11 @@ from netkafka.testing.reader import read_topic
 def producer(bootstrap, **options):
     options.setdefault("max_block_ms", 30000)
     return Producer(bootstrap_servers=bootstrap, **options)
+
+
+def kafka_python_partition(key, num_partitions):
+    # kafka-python's DefaultPartitioner: (murmur2(key) & 0x7fffffff) % n, pure Python.
+    return (kafka_python_murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
 # ----------------------------------------------------------------------------------
@@ -79,3 +89,224 @@ def test_produce_raises_type_errors_at_once(kafka_broker, topic_name):
             p.produce(topic_name, b"v", partition="0")
         p.flush()
         assert p.metrics()["records_untracked_failed"] == 0
+
+
+# ----------------------------------------------------------------------------------
+# send_batch()
+
+
+def _check_read_back(bootstrap, topic, result, sent):
+    """sent: per row (key, value, headers, timestamp_ms or None).  Every row is read
+    back byte-exact at the partition and offset the result reports."""
+    partitions, offsets = result.partitions(), result.offsets()
+    records = read_topic(bootstrap, topic, len(sent))
+    assert len(records) == len(sent)
+    by_position = {(r.partition, r.offset): r for r in records}
+    for row, (key, value, headers, timestamp_ms) in enumerate(sent):
+        record = by_position[partitions[row], offsets[row]]
+        assert (record.key, record.value, record.headers or []) == (key, value, headers or [])
+        if timestamp_ms is not None:
+            assert record.timestamp_ms == timestamp_ms
+    return records
+
+
+def test_send_batch_of_lists_round_trips_byte_exact(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    count = 5000
+    now_ms = int(time.time() * 1000)
+    values = [None if i % 11 == 0 else b"" if i % 13 == 0 else os.urandom(i % 200)
+              for i in range(count)]
+    keys = [None if i % 3 == 0 else b"key-%d" % i for i in range(count)]
+    headers = [None if i % 2 else [("h", b"%d" % i), ("null", None)] for i in range(count)]
+    timestamps = [None if i % 5 == 0 else now_ms - count + i for i in range(count)]
+    with producer(kafka_broker.bootstrap, linger_ms=5) as p:
+        result = p.send_batch(topic_name, values, keys=keys, headers=headers,
+                              timestamps_ms=timestamps)
+        assert result.get(30) is result
+        assert result.failed_count == 0 and result.errors == []
+    _check_read_back(kafka_broker.bootstrap, topic_name, result,
+                     list(zip(keys, values, headers, timestamps)))
+    # Keyed rows are where kafka-python's murmur2 (and send()) puts them.
+    partitions = result.partitions()
+    for row, key in enumerate(keys):
+        if key is not None:
+            assert partitions[row] == kafka_python_partition(key, 3)
+
+
+def test_send_batch_keyed_rows_land_where_send_puts_them(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=5)
+    keys = [b"user-%d" % (i * 7919) for i in range(500)]
+    with producer(kafka_broker.bootstrap) as p:
+        result = p.send_batch(topic_name, [b"v"] * len(keys), keys=keys).get(30)
+        by_send = [p.send(topic_name, b"v", key=key) for key in keys]
+        p.flush()
+        assert list(result.partitions()) == [f.get(0).partition for f in by_send]
+
+
+def test_send_batch_explicit_partitions_and_one_partition_for_all(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    values = [b"row-%d" % i for i in range(3000)]
+    chosen = [(i * 7) % 3 for i in range(3000)]
+    with producer(kafka_broker.bootstrap) as p:
+        spread = p.send_batch(topic_name, values, partitions=chosen).get(30)
+        assert list(spread.partitions()) == chosen
+        single = p.send_batch(topic_name, values[:100], partitions=2).get(30)
+        assert list(single.partitions()) == [2] * 100
+    records = read_topic(kafka_broker.bootstrap, topic_name, 3100)
+    assert len(records) == 3100
+    # Offsets from the results equal the consumed ones, each partition in row order.
+    found = {(r.partition, r.offset): r.value for r in records}
+    for result, rows in ((spread, values), (single, values[:100])):
+        for partition, offset, value in zip(result.partitions(), result.offsets(), rows):
+            assert found[partition, offset] == value
+    for partition in range(3):
+        in_partition = [r.value for r in records if r.partition == partition
+                        and r.value in set(v for v, c in zip(values, chosen) if c == partition)]
+        expected = [v for v, c in zip(values, chosen) if c == partition]
+        assert in_partition[:len(expected)] == expected
+
+
+def test_send_batch_unkeyed_rows_are_sticky_per_batch(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    values = [b"x" * 100 for _ in range(20_000)]
+    with producer(kafka_broker.bootstrap, batch_size=16384) as p:
+        result = p.send_batch(topic_name, values).get(30)
+    partitions = result.partitions()
+    # Runs of one partition as long as a batch, then the next partition.
+    switches = sum(1 for a, b in zip(partitions, partitions[1:]) if a != b)
+    assert 1 <= switches <= len(values) // 100
+    records = _check_read_back(kafka_broker.bootstrap, topic_name, result,
+                               [(None, v, None, None) for v in values])
+    assert len({r.partition for r in records}) > 1
+
+
+@pytest.mark.parametrize("kind", ["binary", "string", "large_binary"])
+def test_send_batch_of_pyarrow_columns(kafka_broker, topic_name, kind):
+    pa = pytest.importorskip("pyarrow")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    count = 3000
+    now_ms = int(time.time() * 1000)
+    texts = [None if i % 17 == 0 else "" if i % 19 == 0 else "välue-%d" % i
+             for i in range(count)]
+    key_texts = [None if i % 4 == 0 else "k%d" % i for i in range(count)]
+    arrow_type = getattr(pa, kind)()
+    as_bytes = (lambda t: t if t is None else t.encode())
+    if kind == "string":
+        values, keys = pa.array(texts, arrow_type), pa.array(key_texts, arrow_type)
+    else:
+        values = pa.array([as_bytes(t) for t in texts], arrow_type)
+        keys = pa.array([as_bytes(t) for t in key_texts], arrow_type)
+    # A slice: the arrays' offset must be honoured.
+    values, keys = values.slice(1), keys.slice(1)
+    timestamps = array("q", [now_ms - count + i for i in range(count - 1)])
+    with producer(kafka_broker.bootstrap, linger_ms=5) as p:
+        result = p.send_batch(topic_name, values, keys=keys, timestamps_ms=timestamps).get(30)
+        assert result.failed_count == 0
+    sent = [(as_bytes(k), as_bytes(v), None, ts)
+            for k, v, ts in zip(key_texts[1:], texts[1:], timestamps)]
+    _check_read_back(kafka_broker.bootstrap, topic_name, result, sent)
+    partitions = result.partitions()
+    for row, (key, _, _, _) in enumerate(sent):
+        if key is not None:
+            assert partitions[row] == kafka_python_partition(key, 3)
+
+
+def test_send_batch_fails_only_the_oversize_row(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    values = [b"good-%d" % i for i in range(300)]
+    values[150] = b"x" * 200_000
+    values[151] = 12345  # not bytes-like: only this row fails too
+    with producer(kafka_broker.bootstrap, max_request_size=100_000) as p:
+        result = p.send_batch(topic_name, values).get(30)
+        assert result.failed_count == 2
+        (row_a, error_a), (row_b, error_b) = result.errors
+        assert (row_a, row_b) == (150, 151)
+        assert isinstance(error_a, ValueError) and "max_request_size" in str(error_a)
+        assert isinstance(error_b, TypeError) and "value" in str(error_b)
+        assert result.offsets()[150] == -1 and result.partitions()[151] == -1
+    good = [v for i, v in enumerate(values) if i not in (150, 151)]
+    records = read_topic(kafka_broker.bootstrap, topic_name, len(good))
+    assert [r.value for r in records] == good
+    offsets = result.offsets()
+    assert [offsets[i] for i in range(300) if i not in (150, 151)] == [
+        r.offset for r in records]
+
+
+def test_send_batch_to_a_partition_that_does_not_exist_fails_those_rows(
+        kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    with producer(kafka_broker.bootstrap, max_block_ms=1000) as p:
+        result = p.send_batch(topic_name, [b"a", b"b", b"c", b"d"],
+                              partitions=[0, 9, 1, 9]).get(30)
+        assert result.failed_count == 2
+        assert [row for row, _ in result.errors] == [1, 3]
+        assert all("no partition 9" in str(error) for _, error in result.errors)
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert sorted(r.value for r in records) == [b"a", b"c"]
+
+
+def test_send_batch_applies_serializers(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    with producer(kafka_broker.bootstrap, value_serializer=lambda v: v.encode(),
+                  key_serializer=lambda k: None if k is None else b"K" + k.encode()) as p:
+        p.send_batch(topic_name, ["a", "b"], keys=["x", None]).get(30)
+        with pytest.raises(TypeError, match="with a serializer set, values must be a list"):
+            p.send_batch(topic_name, iter(["a"]))
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert [(r.key, r.value) for r in records] == [(b"Kx", b"a"), (None, b"b")]
+
+
+def test_send_batch_of_nothing_is_done_at_once(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    with producer(kafka_broker.bootstrap) as p:
+        result = p.send_batch(topic_name, [])
+        assert result.done and result.failed_count == 0 and result.record_count == 0
+
+
+def test_send_batch_bad_arguments_raise_naming_them(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    with producer(kafka_broker.bootstrap) as p:
+        cases = [
+            (dict(values=b"abc"), TypeError, "values must be a list or tuple"),
+            (dict(values=[b"a"], keys=[b"k", b"l"]), ValueError,
+             "keys has 2 elements, values has 1"),
+            (dict(values=[b"a"], headers=[("h", b"v")] * 2), ValueError,
+             "headers has 2 elements"),
+            (dict(values=[b"a"], headers={"h": b"v"}), TypeError,
+             "headers must be None or a list or tuple"),
+            (dict(values=[b"a"], timestamps_ms=[1, 2]), ValueError,
+             "timestamps_ms has 2 elements"),
+            (dict(values=[b"a", b"b"], partitions=[0, "1"]), TypeError,
+             r"partitions\[1\] must be an int"),
+            (dict(values=[b"a"], partitions=-1), ValueError, "partitions=-1 is negative"),
+            (dict(values=[b"a"], keys=[3]), TypeError, r"keys\[0\] must be bytes-like"),
+        ]
+        for kwargs, error, message in cases:
+            with pytest.raises(error, match=message):
+                p.send_batch(topic_name, **kwargs)
+        with pytest.raises(TypeError, match="topic must be a str"):
+            p.send_batch(None, [b"a"])
+        p.flush()
+    # Nothing was sent by any of them.
+    assert read_topic(kafka_broker.bootstrap, topic_name, 0) == []
+
+
+def test_send_batch_pyarrow_bad_arguments(kafka_broker, topic_name):
+    pa = pytest.importorskip("pyarrow")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    with producer(kafka_broker.bootstrap) as p:
+        values = pa.array([b"a", b"b"])
+        with pytest.raises(TypeError, match="headers need values as a list or tuple"):
+            p.send_batch(topic_name, values, headers=[None, None])
+        with pytest.raises(TypeError, match="ChunkedArray"):
+            p.send_batch(topic_name, pa.chunked_array([values]))
+        with pytest.raises(ValueError, match="keys has 1 elements, values has 2"):
+            p.send_batch(topic_name, values, keys=pa.array([b"k"]))
+        with pytest.raises(TypeError, match="buffer of int64"):
+            p.send_batch(topic_name, values, timestamps_ms=array("i", [1, 2]))
+        with pytest.raises(TypeError, match="keys: a pyarrow array of int64 is not binary"):
+            p.send_batch(topic_name, values, keys=pa.array([1, 2]))
+        with pytest.raises(TypeError, match="values: a pyarrow array of int64 is not binary"):
+            p.send_batch(topic_name, pa.array([1, 2]))
+        p.flush()
+    assert read_topic(kafka_broker.bootstrap, topic_name, 0) == []
