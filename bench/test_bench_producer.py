@@ -9,6 +9,9 @@ long-running service would be.  Peers:
 
     netkafka defaults       Producer(): batch_size 16384, linger_ms 0 (kafka-python's)
     netkafka large batches  batch_size 1 MiB, linger_ms 5 (librdkafka's defaults)
+    netkafka produce()      large batches; fire and forget, no future per record
+    netkafka send_batch()   large batches; one call with a list of every value
+    netkafka send_batch() pyarrow   the same with a pyarrow binary array
     confluent-kafka         Producer({...}): librdkafka's defaults (batch.size 1 MiB,
                             linger.ms 5); produce() per record, poll(0) every 10,000
     kafka-python            KafkaProducer(): its defaults; one round only (slow)
@@ -31,16 +34,33 @@ SLOW_PEER_ROUNDS = 1
 POLL_EVERY = 10_000
 
 
-def _netkafka(bootstrap, **options):
+def _netkafka(bootstrap, method="send", **options):
     from netkafka import Producer
 
     producer = Producer(bootstrap_servers=bootstrap, **options)
 
     def produce(topic):
-        send = producer.send
+        send = getattr(producer, method)
         for _ in range(RECORD_COUNT):
             send(topic, VALUE)
         producer.flush()
+
+    return produce, producer.close
+
+
+def _netkafka_send_batch(bootstrap, arrow=False, **options):
+    from netkafka import Producer
+
+    producer = Producer(bootstrap_servers=bootstrap, **options)
+    values = [VALUE] * RECORD_COUNT
+    if arrow:
+        import pyarrow
+        values = pyarrow.array(values, pyarrow.binary())
+
+    def produce(topic):
+        result = producer.send_batch(topic, values)
+        producer.flush()
+        assert result.get(0).failed_count == 0
 
     return produce, producer.close
 
@@ -85,6 +105,16 @@ PEERS = {
     "netkafka defaults": (lambda bootstrap: _netkafka(bootstrap), ROUNDS),
     "netkafka large batches": (
         lambda bootstrap: _netkafka(bootstrap, batch_size=1 << 20, linger_ms=5), ROUNDS),
+    "netkafka produce()": (
+        lambda bootstrap: _netkafka(bootstrap, "produce", batch_size=1 << 20, linger_ms=5),
+        ROUNDS),
+    "netkafka send_batch()": (
+        lambda bootstrap: _netkafka_send_batch(bootstrap, batch_size=1 << 20, linger_ms=5),
+        ROUNDS),
+    "netkafka send_batch() pyarrow": (
+        lambda bootstrap: _netkafka_send_batch(bootstrap, arrow=True, batch_size=1 << 20,
+                                               linger_ms=5),
+        ROUNDS),
     "confluent-kafka": (_confluent, ROUNDS),
     "kafka-python": (_kafka_python, SLOW_PEER_ROUNDS),
 }

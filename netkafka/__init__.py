@@ -3,7 +3,9 @@ from netkafka._native import load_native_modules
 
 _NATIVE = load_native_modules()
 
-from netkafka.accumulator import ProducerClosedError  # noqa: E402 -- after the native check
+from netkafka.accumulator import (ProducerClosedError,  # noqa: E402 -- after the native check
+                                  UndeliveredRecordsError)
+from netkafka.batch_send import BatchSendResult  # noqa: E402
 from netkafka.errors import (BackpressureTimeoutError, KafkaConnectionError,  # noqa: E402
                              KafkaError, KafkaTimeoutError, RecordDroppedError)
 from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
@@ -12,6 +14,7 @@ from netkafka.producer import (KafkaProducer, Producer, SentBeforeForkError,  # 
 
 __all__ = [
     "BackpressureTimeoutError",
+    "BatchSendResult",
     "FutureRecordMetadata",
     "KafkaConnectionError",
     "KafkaError",
@@ -23,6 +26,7 @@ __all__ = [
     "RecordMetadata",
     "SentBeforeForkError",
     "SerializationError",
+    "UndeliveredRecordsError",
 ]
 
 __version__ = "0.1.0"

@@ -11,8 +11,7 @@ from array import array
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from netkafka import Producer
-from netkafka.accumulator import UndeliveredRecordsError
+from netkafka import BatchSendResult, Producer, UndeliveredRecordsError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -122,6 +121,7 @@ def test_send_batch_of_lists_round_trips_byte_exact(kafka_broker, topic_name):
     with producer(kafka_broker.bootstrap, linger_ms=5) as p:
         result = p.send_batch(topic_name, values, keys=keys, headers=headers,
                               timestamps_ms=timestamps)
+        assert isinstance(result, BatchSendResult)
         assert result.get(30) is result
         assert result.failed_count == 0 and result.errors == []
     _check_read_back(kafka_broker.bootstrap, topic_name, result,
