@@ -13,9 +13,10 @@ share with send() and the one path that runs per record:
 
 append_untracked() and append_into_batch() are the same path with no future made
 (the fire-and-forget and bulk paths): they return the Batch the record went into
-(and, for the bulk path, the record's index there).  The bulk path's own helpers,
-rows grouped by partition and gathered, are group_rows() and take_rows() below.
-One function serves all three, told apart by its `track` argument (TRACK_*).
+(and, for the bulk path, the record's index there).  One function serves all
+three, told apart by its `track` argument (TRACK_*).  The bulk path's own helpers
+-- rows grouped by partition and gathered, a run's outcome spread back over its
+rows -- are group_rows(), take_rows() and fill_rows() at the end.
 
 Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
 -- goes to the subclass's _append_cold() with the same arguments.
@@ -441,3 +442,31 @@ def take_rows(seq, const long long[::1] rows):
         Py_INCREF(item)
         PyList_SET_ITEM(out, i, item)
     return out
+
+
+ctypedef fused _row_value_t:
+    int
+    long long
+
+
+def fill_rows(_row_value_t[::1] out, rows, long long first, long long step):
+    """out[rows[k]] = first + k * step for every k: a run of send_batch() rows gets
+    its partition (step 0) or its offsets (step 1) at its rows' places.
+
+    rows: a range of step 1, or a buffer of int64 row indices (a slice of
+    group_rows' order).  Every index is checked against out."""
+    cdef const long long[::1] indices
+    cdef Py_ssize_t size = out.shape[0], k, begin, count
+    if isinstance(rows, range):
+        begin, count = rows.start, len(rows)
+        if rows.step != 1 or begin < 0 or begin + count > size:
+            raise IndexError(f"rows {rows!r} do not fit {size} values")
+        for k in range(count):
+            out[begin + k] = <_row_value_t>(first + k * step)
+        return
+    indices = rows
+    for k in range(indices.shape[0]):
+        if not 0 <= indices[k] < size:
+            raise IndexError(f"row {indices[k]} is outside {size} values")
+    for k in range(indices.shape[0]):
+        out[indices[k]] = <_row_value_t>(first + k * step)

@@ -17,7 +17,8 @@ The story of a call:
        batch's first row through the per-record path, the rest in bulk with the
        builder's append_many (lists) or append_column (pyarrow arrays)
     5. a BatchSendResult: where each run of rows went (batch result, first offset
-       delta, row indices) and the rows refused, with their errors
+       delta, row indices) and the rows refused, with their errors; per-row
+       partitions and offsets are written from the runs natively (fill_rows)
 
 Threads: send_batch() runs on the caller's thread; the BatchSendResult it returns
 is filled before it is returned and never written again (its batches' outcomes
@@ -28,7 +29,7 @@ import time
 from array import array
 
 from netkafka import errors
-from netkafka._accumulator import group_rows, take_rows
+from netkafka._accumulator import fill_rows, group_rows, take_rows
 from netkafka._partitioner import BrokerAwarePartitioner, DefaultPartitioner, keyed_partitions
 from netkafka.errors import KafkaTimeoutError
 
@@ -114,11 +115,9 @@ class BatchSendResult:
         self._require_done("partitions()")
         result = array("i", bytes(4 * self.record_count))
         for batch, _, rows in self._runs:
-            for row in rows:
-                result[row] = batch.partition
+            fill_rows(result, rows, batch.partition, 0)
         for rows, _ in self._refused:
-            for row in rows:
-                result[row] = -1
+            fill_rows(result, rows, -1, 0)
         return result
 
     def offsets(self):
@@ -128,9 +127,7 @@ class BatchSendResult:
         result = array("q", b"\xff" * (8 * self.record_count))
         for batch, first, rows in self._runs:
             if batch.error is None and batch.base_offset >= 0:
-                base = batch.base_offset + first
-                for k, row in enumerate(rows):
-                    result[row] = base + k
+                fill_rows(result, rows, batch.base_offset + first, 1)
         return result
 
     def _require_done(self, what):

@@ -5,6 +5,7 @@ librdkafka underneath) and compared byte for byte with what the test handed over
 and with what the batch result / flush() / metrics() reported.
 """
 import os
+import threading
 import time
 from array import array
 
@@ -310,3 +311,40 @@ def test_send_batch_pyarrow_bad_arguments(kafka_broker, topic_name):
             p.send_batch(topic_name, pa.array([1, 2]))
         p.flush()
     assert read_topic(kafka_broker.bootstrap, topic_name, 0) == []
+
+
+def test_send_batch_from_threads_beside_send(kafka_broker, topic_name):
+    # Other threads append to the same partitions between and during the bulk runs:
+    # every row's reported offset must still be its own.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    results, futures = {}, {}
+
+    def bulk(thread):
+        values = [b"b%d-%d" % (thread, i) for i in range(4000)]
+        keys = [None if i % 2 else b"k%d" % (i % 50) for i in range(4000)]
+        results[thread] = (values, p.send_batch(topic_name, values, keys=keys))
+
+    def single(thread):
+        futures[thread] = [(b"s%d-%d" % (thread, i),
+                            p.send(topic_name, b"s%d-%d" % (thread, i)))
+                           for i in range(2000)]
+
+    with producer(kafka_broker.bootstrap, batch_size=4096, linger_ms=2) as p:
+        threads = ([threading.Thread(target=bulk, args=(t,)) for t in range(3)]
+                   + [threading.Thread(target=single, args=(t,)) for t in range(2)])
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        p.flush()
+        expected = {}
+        for values, result in results.values():
+            assert result.get(30).failed_count == 0
+            expected.update(zip(zip(result.partitions(), result.offsets()), values))
+        for pairs in futures.values():
+            for value, future in pairs:
+                meta = future.get(0)
+                expected[meta.partition, meta.offset] = value
+    records = read_topic(kafka_broker.bootstrap, topic_name, 3 * 4000 + 2 * 2000)
+    assert len(expected) == len(records) == 3 * 4000 + 2 * 2000
+    assert {(r.partition, r.offset): r.value for r in records} == expected
