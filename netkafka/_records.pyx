@@ -46,7 +46,7 @@ from libc.string cimport memcpy
 from netkafka._compression cimport CODEC_NONE, Compressor
 from netkafka.csrc cimport (
     nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16,
-    nk_store_be32, nk_store_be64, nk_varint_size, nk_varlong_size, nk_write_varint,
+    nk_store_be32, nk_store_be64, nk_varlong_size, nk_write_varint,
     nk_write_varlong,
 )
 
@@ -359,19 +359,27 @@ cdef Compressor _compressor_for(object compression):
 # Encoding helpers: sizes and writes of the variable parts of a record
 
 
+cdef extern from "varint.h":
+    # The unsigned core of the zigzag writers, for fields that are never negative
+    # (lengths, offset deltas): their zigzag is twice the value, no sign to fold in.
+    int nk_uvarint64_size(uint64_t u) noexcept
+    unsigned char *nk_write_uvarint64(unsigned char *p, uint64_t u) noexcept
+
+
 cdef inline Py_ssize_t _nullable_size(Py_ssize_t length) noexcept:
     # Null is the varint -1 (one byte); lengths above INT32_MAX are rejected later
-    # by the size limits, and varlong sizing keeps this exact meanwhile.
+    # by the size limits, and 64-bit sizing keeps this exact meanwhile.
     if length < 0:
         return 1
-    return nk_varlong_size(length) + length
+    return nk_uvarint64_size(<uint64_t>length << 1) + length
 
 
 cdef inline unsigned char *_write_nullable(unsigned char *p, const unsigned char *data,
                                            Py_ssize_t length) noexcept:
     if length < 0:
-        return nk_write_varint(p, -1)
-    p = nk_write_varint(p, <int32_t>length)
+        p[0] = 1  # zigzag varint of -1
+        return p + 1
+    p = nk_write_uvarint64(p, <uint64_t>length << 1)
     memcpy(p, data, length)
     return p + length
 
@@ -918,46 +926,51 @@ cdef class RecordBatchBuilder(PooledBatch):
                                 const unsigned char *value, Py_ssize_t value_len,
                                 object headers, int64_t timestamp_ms) except -2:
         # The one encoder every append path ends in.  Sizes the record, checks room
-        # once, then writes it with no further checks.
-        cdef int64_t ts_delta
-        cdef Py_ssize_t headers_bytes, body_bytes, record_bytes
+        # once, then writes it with no further checks.  The offset delta and the
+        # lengths are never negative: they take the unsigned varint helpers.
+        cdef int32_t offset_delta = self._record_count
+        cdef int64_t ts_delta = 0
+        cdef Py_ssize_t headers_bytes = 1, body_bytes, record_bytes
         cdef unsigned char *p
         cdef unsigned char *end
         if self._state != BATCH_OPEN:
             self._state_error("append to")
-        headers_bytes = 1 if headers is None else _headers_size(headers)
-        ts_delta = timestamp_ms - self._first_timestamp_ms if self._record_count else 0
-        body_bytes = (1 + nk_varlong_size(ts_delta) + nk_varint_size(self._record_count)
+        if headers is not None:
+            headers_bytes = _headers_size(headers)
+        if offset_delta:
+            ts_delta = timestamp_ms - self._first_timestamp_ms
+        body_bytes = (1 + nk_varlong_size(ts_delta) + nk_uvarint64_size(<uint64_t>offset_delta << 1)
                       + _nullable_size(key_len) + _nullable_size(value_len) + headers_bytes)
-        record_bytes = nk_varlong_size(body_bytes) + body_bytes
+        record_bytes = nk_uvarint64_size(<uint64_t>body_bytes << 1) + body_bytes
         if self._pos_bytes + record_bytes > self.batch_size_bytes:
-            if self._record_count:
+            if offset_delta:
                 self._full = True
                 return -1
             self._make_room_for_first(record_bytes)
         p = self._data + self._pos_bytes
         end = p + record_bytes
-        p = nk_write_varint(p, <int32_t>body_bytes)
+        p = nk_write_uvarint64(p, <uint64_t>body_bytes << 1)
         p[0] = 0  # record attributes: none defined
         p = nk_write_varlong(p + 1, ts_delta)
-        p = nk_write_varint(p, self._record_count)
+        p = nk_write_uvarint64(p, <uint64_t>offset_delta << 1)
         p = _write_nullable(p, key, key_len)
         p = _write_nullable(p, value, value_len)
         if headers is None:
             p[0] = 0  # zero headers
-            p += 1
         else:
+            # Headers are the one part read twice from objects that user code (a
+            # str's encoding, a list changed by another thread) may have changed.
             p = _write_headers(p, end, headers)
-        if p != end:
-            raise RuntimeError("headers changed during append")
+            if p != end:
+                raise RuntimeError("headers changed during append")
         self._pos_bytes += record_bytes
-        if self._record_count == 0:
+        if offset_delta == 0:
             self._first_timestamp_ms = timestamp_ms
             self._max_timestamp_ms = timestamp_ms
         elif timestamp_ms > self._max_timestamp_ms:
             self._max_timestamp_ms = timestamp_ms
-        self._record_count += 1
-        return self._record_count - 1
+        self._record_count = offset_delta + 1
+        return offset_delta
 
     cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1:
         # The first record goes in whatever its size, up to max_request_size_bytes;
