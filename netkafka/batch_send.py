@@ -194,7 +194,7 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
             raise TypeError("headers need values as a list or tuple: a pyarrow column "
                             "is appended without headers")
         timestamps_ms = _int64_timestamps(timestamps_ms, count)
-    elif isinstance(values, _SEQUENCES):
+    elif type(values) in _SEQUENCES:  # exact types: what the builder's append_many takes
         count = len(values)
         for name, column in (("keys", keys), ("headers", headers),
                              ("timestamps_ms", timestamps_ms)):
@@ -264,7 +264,7 @@ def _group_partition(partition):
 def _check_sequence(name, column, count):
     if column is None:
         return
-    if not isinstance(column, _SEQUENCES):
+    if type(column) not in _SEQUENCES:
         raise TypeError(f"{name} must be None or a list or tuple as long as values, "
                         f"not {type(column).__name__}")
     if len(column) != count:

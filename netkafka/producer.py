@@ -366,7 +366,8 @@ class Producer:
 
     def metrics(self):
         """Counters, flat: the accumulator's (batches_created, records_sent,
-        records_acknowledged, records_failed, records_dropped, buffer_*), then the
+        records_acknowledged, records_failed, records_dropped,
+        records_untracked_failed -- those of produce() --, buffer_*), then the
         sender's, prefixed "sender_" (batches acknowledged, failed, retried, dropped
         at a full connection, errors per broker error code), then with idempotence
         producer_id, producer_epoch, producer_ids_fetched, partitions_broken."""

@@ -269,6 +269,8 @@ def test_send_batch_bad_arguments_raise_naming_them(kafka_broker, topic_name):
     with producer(kafka_broker.bootstrap) as p:
         cases = [
             (dict(values=b"abc"), TypeError, "values must be a list or tuple"),
+            (dict(values=type("Rows", (list,), {})([b"a"])), TypeError,
+             "values must be a list or tuple"),
             (dict(values=[b"a"], keys=[b"k", b"l"]), ValueError,
              "keys has 2 elements, values has 1"),
             (dict(values=[b"a"], headers=[("h", b"v")] * 2), ValueError,
