@@ -46,8 +46,8 @@ from libc.string cimport memcpy
 from netkafka._compression cimport CODEC_NONE, Compressor
 from netkafka.csrc cimport (
     nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16,
-    nk_store_be32, nk_store_be64, nk_varlong_size, nk_write_varint,
-    nk_write_varlong,
+    nk_store_be32, nk_store_be64, nk_uvarint64_size, nk_varlong_size, nk_write_uvarint64,
+    nk_write_varint, nk_write_varlong,
 )
 
 
@@ -357,13 +357,6 @@ cdef Compressor _compressor_for(object compression):
 
 # ----------------------------------------------------------------------------------
 # Encoding helpers: sizes and writes of the variable parts of a record
-
-
-cdef extern from "varint.h":
-    # The unsigned core of the zigzag writers, for fields that are never negative
-    # (lengths, offset deltas): their zigzag is twice the value, no sign to fold in.
-    int nk_uvarint64_size(uint64_t u) noexcept
-    unsigned char *nk_write_uvarint64(unsigned char *p, uint64_t u) noexcept
 
 
 cdef inline Py_ssize_t _nullable_size(Py_ssize_t length) noexcept:

@@ -2,7 +2,7 @@
 # Every extension is linked with all of csrc/*.c (see setup.py), so any .pyx may
 # cimport from here.
 
-from libc.stdint cimport uint32_t, uint8_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "crc32c.h" nogil:
     # CRC32C (Castagnoli), as Kafka's RecordBatch v2 uses.  `crc` is the running
@@ -16,8 +16,6 @@ cdef extern from "crc32.h" nogil:
     # CRC32 (IEEE 802.3, zlib's), for legacy message sets v0/v1; `crc` as above.
     uint32_t nk_crc32(uint32_t crc, const void *data, size_t length)
 
-from libc.stdint cimport int16_t, int32_t, int64_t
-
 cdef extern from "varint.h" nogil:
     # Zigzag varint (int32) / varlong (int64) and big-endian stores.  Each writer
     # returns the pointer past its bytes and checks no space: size first, check once.
@@ -28,6 +26,10 @@ cdef extern from "varint.h" nogil:
     int nk_varlong_size(int64_t v)
     unsigned char *nk_write_varint(unsigned char *p, int32_t v)
     unsigned char *nk_write_varlong(unsigned char *p, int64_t v)
+    # The unsigned core of the zigzag writers, for fields that are never negative
+    # (lengths, offset deltas): their zigzag is twice the value, no sign to fold in.
+    int nk_uvarint64_size(uint64_t u)
+    unsigned char *nk_write_uvarint64(unsigned char *p, uint64_t u)
     unsigned char *nk_store_be16(unsigned char *p, int16_t v)
     unsigned char *nk_store_be32(unsigned char *p, int32_t v)
     unsigned char *nk_store_be64(unsigned char *p, int64_t v)
@@ -40,8 +42,6 @@ cdef extern from "murmur2.h" nogil:
     # keyed record.  num_partitions must be > 0.
     uint32_t nk_murmur2_partition(const void *key, size_t length_bytes,
                                   uint32_t num_partitions)
-
-from libc.stdint cimport uint64_t
 
 cdef extern from "clock.h" nogil:
     # Wall-clock ms for record timestamps: the real clock read at most once per
