@@ -25,7 +25,7 @@ Measured (100-byte values, no key, sticky partitioner, a stub sender, per-batch 
 included): 2.2 us per record when this path was Python; 0.6 us in Cython with 16 KiB
 batches, 0.34 us with 1 MiB ones.
 
-Locking: `lock` (a Lock, below) guards `topics`, `closed`, the clock cache, and every
+Locking: `lock` (a _mutex.Mutex) guards `topics`, `closed`, the clock cache, and every
 field of the TopicTable, PartitionQueue and Batch objects reachable from `topics`.
 The partitioner runs outside it (it has its own lock, and a custom partitioner is
 user code, which must not run under ours).  Lock order: `lock`, then the buffer
@@ -37,61 +37,18 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_GET_ITEM
 from cpython.tuple cimport PyTuple_CheckExact
-from cpython.long cimport PyLong_AsLongLong, PyLong_Check
-from cpython.pythread cimport (
-    NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
-    PyThread_release_lock, PyThread_type_lock,
-)
 from libc.stdint cimport int64_t
 
 from netkafka._futures cimport BatchResult, new_record_future
+from netkafka._mutex cimport Mutex
 from netkafka._partitioner cimport Partitioner
-from netkafka._records cimport RecordBatchBuilder
+from netkafka._records cimport RecordBatchBuilder, checked_timestamp_ms
 from netkafka.csrc cimport (
     nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms,
 )
 
 import collections
 from array import array
-
-
-@cython.final
-cdef class Lock:
-    """A mutex taken by C calls from Cython, and by acquire()/release() or `with`
-    from Python.  A thread that must wait for it releases the GIL, so a holder that
-    loses the GIL meanwhile can always finish."""
-    cdef PyThread_type_lock _handle  # owned by this object
-
-    def __cinit__(self):
-        self._handle = PyThread_allocate_lock()
-        if self._handle == NULL:
-            raise MemoryError("cannot allocate a lock")
-
-    def __dealloc__(self):
-        if self._handle != NULL:
-            PyThread_free_lock(self._handle)
-
-    cdef inline void take(self) noexcept:
-        if not PyThread_acquire_lock(self._handle, NOWAIT_LOCK):
-            with nogil:
-                PyThread_acquire_lock(self._handle, WAIT_LOCK)
-
-    cdef inline void give(self) noexcept:
-        PyThread_release_lock(self._handle)
-
-    def acquire(self):
-        self.take()
-        return True
-
-    def release(self):
-        self.give()
-
-    def __enter__(self):
-        self.take()
-        return self
-
-    def __exit__(self, *exc_info):
-        self.give()
 
 
 cdef enum:
@@ -159,14 +116,14 @@ cdef class AccumulatorCore:
     Args:
         partitioner: a netkafka.partitioner.Partitioner.
     """
-    cdef readonly Lock lock                 # guards everything below (see module docstring)
+    cdef readonly Mutex lock                # guards everything below (see module docstring)
     cdef readonly Partitioner partitioner   # immutable; thread-safe
     cdef dict _topics                       # lock: topic -> TopicTable
     cdef public bint closed                 # lock: records are refused once set
     cdef nk_clock_cache _clock              # lock: "now" for records without a timestamp
 
     def __cinit__(self, Partitioner partitioner not None, *args, **kwargs):
-        self.lock = Lock()
+        self.lock = Mutex()
         self.partitioner = partitioner
         self._topics = {}
         nk_clock_init(&self._clock, nk_clock_ticks_per_ms())
@@ -209,7 +166,7 @@ cdef class AccumulatorCore:
         if type(topic) is not str:
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         if timestamp_ms is not None:
-            ts = _timestamp_arg(timestamp_ms)
+            ts = checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
         # 1. The topic's partitions.
         self.lock.take()
         table = None if self.closed else self._topics.get(topic)
@@ -266,7 +223,7 @@ cdef class AccumulatorCore:
                           timestamp_ms, int track):
         """With the lock held: the record into queue's open batch; what `track` says
         (its future, or its Batch), or None when queue has no open batch or it is full."""
-        cdef int64_t ts = -1 if timestamp_ms is None else _timestamp_arg(timestamp_ms)
+        cdef int64_t ts = -1 if timestamp_ms is None else checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
         return self._append_locked(queue, key, value, headers, ts, track)
 
     def queue_locked(self, topic, int partition):
@@ -320,22 +277,6 @@ cdef int _partition_arg(object partition) except -1:
     if partition > 0x7FFFFFFF:
         raise ValueError(f"partition {partition} is beyond Kafka's int32 partition ids")
     return partition
-
-
-cdef int64_t _timestamp_arg(object timestamp) except -1:
-    # As Java's producer: negative timestamps are refused (-1 would read as "none").
-    cdef int64_t ts
-    if not PyLong_Check(timestamp) or isinstance(timestamp, bool):
-        raise TypeError(f"timestamp_ms must be an int (milliseconds since the epoch) or "
-                        f"None, not {type(timestamp).__name__}")
-    try:
-        ts = PyLong_AsLongLong(timestamp)
-    except OverflowError:
-        raise ValueError(f"timestamp_ms={timestamp} does not fit in 64 bits") from None
-    if ts < 0:
-        raise ValueError(f"timestamp_ms={ts} is negative; timestamps are milliseconds "
-                         f"since the epoch")
-    return ts
 
 
 cdef inline int _size_of(object data) except -2:

@@ -12,6 +12,7 @@ NATIVE_MODULES = (
     "_crc",
     "_futures",
     "_legacy",
+    "_mutex",
     "_partitioner",
     "_protocol",
     "_records",

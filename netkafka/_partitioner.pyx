@@ -34,22 +34,14 @@ placement over a list of keys or a pyarrow binary/string array, in one native lo
 
 Threads: partition() and on_new_batch() run on the caller's thread of send(), from
 any number of threads at once.  Each stateful partitioner keeps its state in
-per-topic records guarded by its own `_lock` (a _Lock mutex; correctness does not
+per-topic records guarded by its own `_lock` (a Mutex; correctness does not
 rest on the GIL).  The keyed path and murmur2 take no lock.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.pythread cimport (
-    NOWAIT_LOCK,
-    WAIT_LOCK,
-    PyThread_acquire_lock,
-    PyThread_allocate_lock,
-    PyThread_free_lock,
-    PyThread_release_lock,
-    PyThread_type_lock,
-)
 cimport cython
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
 
+from netkafka._mutex cimport Mutex
 from netkafka.csrc cimport nk_murmur2, nk_murmur2_partition
 
 import array
@@ -221,33 +213,6 @@ def default_partition(key_bytes, Py_ssize_t num_partitions):
     return _keyed_partition(key_bytes, num_partitions, None)
 
 
-@cython.final
-cdef class _Lock:
-    """The mutex guarding a partitioner's state: a C call to take when free.
-
-    A waiter releases the GIL, so a holder that runs Python code inside (a random
-    draw, a leaders_for callback) and loses the GIL meanwhile can always finish.
-    """
-    cdef PyThread_type_lock _handle  # owned by this object, freed with it
-
-    def __cinit__(self):
-        self._handle = PyThread_allocate_lock()
-        if self._handle == NULL:
-            raise MemoryError("cannot allocate a lock")
-
-    def __dealloc__(self):
-        if self._handle != NULL:
-            PyThread_free_lock(self._handle)
-
-    cdef inline void acquire(self) noexcept:
-        if not PyThread_acquire_lock(self._handle, NOWAIT_LOCK):
-            with nogil:
-                PyThread_acquire_lock(self._handle, WAIT_LOCK)
-
-    cdef inline void release(self) noexcept:
-        PyThread_release_lock(self._handle)
-
-
 cdef class Partitioner:
     """Base of netkafka's partitioners: the accumulator's interface (module docstring).
 
@@ -279,11 +244,11 @@ cdef class _StickyPartitioner(Partitioner):
     Subclasses decide which partition comes next (_next_sticky); this class keeps
     the state machine: choose when unset, move on on_new_batch of the current one.
     """
-    cdef _Lock _lock      # guards _topics and everything _next_sticky uses
+    cdef Mutex _lock      # guards _topics and everything _next_sticky uses
     cdef dict _topics     # topic -> _StickyTopic; guarded by _lock
 
     def __init__(self):
-        self._lock = _Lock()
+        self._lock = Mutex()
         self._topics = {}
 
     cpdef int partition(self, topic, key_bytes, all_partitions,
@@ -293,7 +258,7 @@ cdef class _StickyPartitioner(Partitioner):
         if key_bytes is not None:
             return _keyed_partition(key_bytes, n, topic)
         _checked_count(n, topic)
-        self._lock.acquire()
+        self._lock.take()
         try:
             state = self._topics.get(topic)
             if state is None:
@@ -305,7 +270,7 @@ cdef class _StickyPartitioner(Partitioner):
                                                   available_partitions, state.retired)
             return state.current
         finally:
-            self._lock.release()
+            self._lock.give()
 
     cpdef on_new_batch(self, topic, int prev_partition):
         """Move off prev_partition if it is still the sticky one.
@@ -315,14 +280,14 @@ cdef class _StickyPartitioner(Partitioner):
         StickyPartitionCache does).
         """
         cdef _StickyTopic state
-        self._lock.acquire()
+        self._lock.take()
         try:
             state = self._topics.get(topic)
             if state is not None and state.current == prev_partition:
                 state.current = -1
                 state.retired = prev_partition
         finally:
-            self._lock.release()
+            self._lock.give()
 
     cdef int _next_sticky(self, topic, all_partitions, available_partitions,
                           int retired) except -1:
@@ -418,11 +383,11 @@ cdef class RoundRobinPartitioner(Partitioner):
     back by on_new_batch is issued again first, so the record that caused the new
     batch keeps its turn instead of skipping a partition (KAFKA-9965).
     """
-    cdef _Lock _lock      # guards _topics
+    cdef Mutex _lock      # guards _topics
     cdef dict _topics     # topic -> _RoundRobinTopic; guarded by _lock
 
     def __init__(self):
-        self._lock = _Lock()
+        self._lock = Mutex()
         self._topics = {}
 
     cpdef int partition(self, topic, key_bytes, all_partitions,
@@ -431,7 +396,7 @@ cdef class RoundRobinPartitioner(Partitioner):
         candidates = available_partitions if len(available_partitions) else all_partitions
         cdef Py_ssize_t count = len(candidates)
         _checked_count(len(all_partitions), topic)
-        self._lock.acquire()
+        self._lock.take()
         try:
             state = self._topics.get(topic)
             if state is None:
@@ -443,17 +408,17 @@ cdef class RoundRobinPartitioner(Partitioner):
             state.next += 1
             return chosen
         finally:
-            self._lock.release()
+            self._lock.give()
 
     cpdef on_new_batch(self, topic, int prev_partition):
         cdef _RoundRobinTopic state
-        self._lock.acquire()
+        self._lock.take()
         try:
             state = self._topics.get(topic)
             if state is not None:
                 state.returned.append(prev_partition)
         finally:
-            self._lock.release()
+            self._lock.give()
 
 
 cdef class CallablePartitioner(Partitioner):

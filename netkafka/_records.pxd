@@ -8,6 +8,11 @@ from netkafka._compression cimport Compressor
 from netkafka.csrc cimport nk_clock_cache
 
 
+# timestamp (an int, not a bool, >= 0) as int64; errors name the argument `name`
+# (and its element `index` when index >= 0).
+cdef int64_t checked_timestamp_ms(object timestamp, str name, Py_ssize_t index) except -1
+
+
 cdef class PooledBuffer
 
 

@@ -28,6 +28,7 @@ cimport cython
 from cpython.buffer cimport (
     PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer,
 )
+from cpython.bool cimport PyBool_Check
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLong, PyLong_Check
@@ -116,10 +117,11 @@ cdef str _arg_name(str name, Py_ssize_t index):
     return name if index < 0 else f"{name}[{index}]"
 
 
-cdef int64_t _timestamp_arg(object timestamp, str name, Py_ssize_t index) except -1:
+cdef int64_t checked_timestamp_ms(object timestamp, str name, Py_ssize_t index) except -1:
     # Java's producer rejects negative timestamps; -1 would read as "no timestamp".
+    # A bool is an int to Python, but as a timestamp it can only be a mistake.
     cdef int64_t ts
-    if not PyLong_Check(timestamp):
+    if not PyLong_Check(timestamp) or PyBool_Check(timestamp):
         raise TypeError(f"{_arg_name(name, index)} must be an int (milliseconds since the "
                         f"epoch) or None, not {type(timestamp).__name__}")
     try:
@@ -779,7 +781,7 @@ cdef class RecordBatchBuilder(PooledBatch):
         if timestamp_ms is None:
             ts = nk_clock_now_ms(&self._clock)
         else:
-            ts = _timestamp_arg(timestamp_ms, "timestamp_ms", -1)
+            ts = checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
         if _plain_bytes(<PyObject *>key, &k, &k_len) and \
                 _plain_bytes(<PyObject *>value, &v, &v_len):
             offset_delta = self._append_raw(k, k_len, v, v_len, headers, ts)
@@ -852,7 +854,7 @@ cdef class RecordBatchBuilder(PooledBatch):
             if timestamps_ms is not None:
                 timestamp = _sequence_item(timestamps_ms, i)
                 if timestamp is not None:
-                    ts = _timestamp_arg(timestamp, "timestamps_ms", i)
+                    ts = checked_timestamp_ms(timestamp, "timestamps_ms", i)
             if headers is not None:
                 header_list = _sequence_item(headers, i)
             value = PySequence_Fast_GET_ITEM(values, i)

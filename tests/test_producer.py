@@ -501,3 +501,9 @@ def test_a_script_written_for_kafka_python_runs_unchanged(kafka_broker, topic_na
     records = read_topic(kafka_broker.bootstrap, topic_name, 102)
     values = sorted(json.loads(r.value).get("n", -1) for r in records)
     assert values == [-1, -1] + list(range(100))
+
+
+def test_bool_timestamp_is_refused_naming_it(kafka_broker, topic_name):
+    with Producer(bootstrap_servers=kafka_broker.bootstrap) as producer:
+        with pytest.raises(TypeError, match="timestamp_ms must be an int"):
+            producer.send(topic_name, b"v", timestamp_ms=True)

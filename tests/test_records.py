@@ -556,6 +556,7 @@ def test_constructor_checks(big_pool):
     ((b"k", b"v", [(1, b"b")]), {}, r"headers\[0\] key must be str or bytes"),
     ((b"k", b"v", [("a", "b")]), {}, r"headers\[0\] value must be bytes or None"),
     ((b"k", b"v", None, 1.5), {}, "timestamp_ms must be an int"),
+    ((b"k", b"v", None, True), {}, "timestamp_ms must be an int"),
     ((b"k", b"v"), {"timestamp_ms": -1}, "timestamp_ms=-1 is negative"),
     ((b"k", b"v"), {"timestamp_ms": 2**64}, "does not fit in 64 bits"),
 ])
