@@ -160,25 +160,23 @@ cdef class Reader:
         return _UUID(bytes=raw)
 
     cdef Py_ssize_t _string_length(self) except -2:
-        # A string's byte length, -1 for null.
-        cdef Py_ssize_t at = self._pos
-        cdef int64_t n
-        if self.flexible:
-            return <Py_ssize_t>(self.uvarint() - 1)
-        n = self.int16()
-        if n < -1:
-            raise ProtocolError(f"negative string length {n} at offset {at}")
-        return <Py_ssize_t>n
+        # A string's byte length (int16 when not flexible), -1 for null.
+        return self._length(False, "string")
 
     cdef Py_ssize_t _array_count(self) except -2:
-        # An array's element count, -1 for null.
+        # An array's element count (int32 when not flexible), -1 for null.
+        return self._length(True, "array")
+
+    cdef Py_ssize_t _length(self, bint int32_width, str what) except -2:
+        # Flexible versions write length + 1 as an unsigned varint, others a
+        # signed int16 or int32; -1 is null either way, anything lower is refused.
         cdef Py_ssize_t at = self._pos
         cdef int64_t n
         if self.flexible:
             return <Py_ssize_t>(self.uvarint() - 1)
-        n = self.int32()
+        n = self.int32() if int32_width else self.int16()
         if n < -1:
-            raise ProtocolError(f"negative array length {n} at offset {at}")
+            raise ProtocolError(f"negative {what} length {n} at offset {at}")
         return <Py_ssize_t>n
 
     cpdef object nullable_string(self):
