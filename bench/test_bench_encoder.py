@@ -120,7 +120,8 @@ def netkafka_per_record(codec):
     return encode
 
 
-def netkafka_bulk_list(codec):
+def netkafka_bulk(codec, append_rows):
+    # append_rows(builder, start) appends from row `start` on and returns how many fit.
     pool = new_pool(codec)
 
     def encode():
@@ -128,25 +129,19 @@ def netkafka_bulk_list(codec):
         while i < RECORD_COUNT:
             builder = RecordBatchBuilder(pool.try_acquire(), BATCH_SIZE_BYTES, MAX_REQUEST_SIZE_BYTES,
                                          codec)
-            i += builder.append_many(VALUES, KEYS, start=i)
+            i += append_rows(builder, i)
             finish(builder)
         return i
     return encode
+
+
+def netkafka_bulk_list(codec):
+    return netkafka_bulk(codec, lambda builder, start: builder.append_many(VALUES, KEYS, start=start))
 
 
 def netkafka_bulk_column(codec):
-    pool = new_pool(codec)
     keys, values = column(KEYS), column(VALUES)
-
-    def encode():
-        i = 0
-        while i < RECORD_COUNT:
-            builder = RecordBatchBuilder(pool.try_acquire(), BATCH_SIZE_BYTES, MAX_REQUEST_SIZE_BYTES,
-                                         codec)
-            i += builder.append_column(values, keys, start=i)
-            finish(builder)
-        return i
-    return encode
+    return netkafka_bulk(codec, lambda builder, start: builder.append_column(values, keys, start=start))
 
 
 def aiokafka_builder(codec):
