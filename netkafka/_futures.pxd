@@ -3,19 +3,24 @@
 
 from libc.stdint cimport int64_t
 
+from netkafka._mutex cimport Mutex
+
 
 cdef class BatchResult:
-    # Completed once; the outcome fields are written under _lock before _event is
-    # set, and read only after _event is set.
+    # Completed once; the outcome fields are written under _lock before _done is
+    # set, and read only by a thread that saw _done set (under _lock, or through
+    # _event, which is set after).
     cdef readonly object topic                 # immutable
     cdef readonly int partition                # immutable
     cdef readonly int64_t base_offset          # offset of the batch's first record; -1: unknown (acks=0)
     cdef readonly int64_t log_append_time_ms   # the broker's LogAppendTime, -1 for CreateTime topics
     cdef readonly object error                 # the exception that failed the batch, or None
-    cdef object _event                         # threading.Event: set once completed
-    cdef object _lock                          # threading.Lock guarding _callbacks and completion
+    cdef Mutex _lock                           # guards _done, _event, _callbacks and completion
+    cdef bint _done                            # _lock: completed
+    cdef object _event                         # _lock: threading.Event of the first waiter, or None
     cdef list _callbacks                       # [(record future, fn, is_errback)] (_lock), None when none
 
+    cdef bint _is_done(self) noexcept
     cdef int _complete(self, int64_t base_offset, int64_t log_append_time_ms,
                        object error) except -1
 

@@ -4,21 +4,23 @@ A record future holds its batch's result, its index in the batch and the sizes
 RecordMetadata reports -- nothing else; waiting, state and callbacks live in the
 BatchResult, one per batch.  So a record costs one small object (created by the
 accumulator's hot path without an __init__ call), and completing a batch costs one
-Event.set() however many records it carries: record callbacks, when someone
-registered them, are the only per-record work at completion.  (kafka-python splits
-FutureRecordMetadata over FutureProduceResult the same way, but registers a callback
-per record.)
+native lock round trip however many records it carries: record callbacks, when
+someone registered them, are the only per-record work at completion.  (kafka-python
+splits FutureRecordMetadata over FutureProduceResult the same way, but registers a
+callback per record.)  A threading.Event is made only for a batch someone waits for
+while it is pending -- most batches at a high rate are done before anyone looks.
 
 Threads: a BatchResult is completed once, by whichever thread learns the outcome (an
 I/O thread, the linger thread, a sending thread that could not hand the batch over);
-its outcome fields are written under _lock before _event is set and read only after
-it.  Callbacks run on the completing thread, or on the registering thread when the
-batch is done already.
+its outcome fields are written under _lock before _done is set and read only by a
+thread that saw _done.  Callbacks run on the completing thread, or on the
+registering thread when the batch is done already.
 """
 import logging
 import threading
 from collections import namedtuple
 
+from netkafka._mutex cimport Mutex
 from netkafka.connection import KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.futures")
@@ -53,16 +55,35 @@ cdef class BatchResult:
         self.partition = partition
         self.base_offset = -1
         self.log_append_time_ms = -1
-        self._event = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = Mutex()
+
+    cdef bint _is_done(self) noexcept:
+        cdef bint done
+        self._lock.take()
+        done = self._done
+        self._lock.give()
+        return done
 
     @property
     def done(self):
-        return self._event.is_set()
+        return self._is_done()
 
     def wait(self, timeout_s=None):
         """True once completed; False if timeout_s passed first."""
-        return self._event.wait(timeout_s)
+        self._lock.take()
+        if self._done:
+            self._lock.give()
+            return True
+        if timeout_s is not None and timeout_s <= 0:
+            self._lock.give()
+            return False  # a poll: no Event needed
+        try:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        finally:
+            self._lock.give()
+        return event.wait(timeout_s)
 
     def succeed(self, int64_t base_offset, int64_t log_append_time_ms):
         self._complete(base_offset, log_append_time_ms, None)
@@ -73,14 +94,19 @@ cdef class BatchResult:
     cdef int _complete(self, int64_t base_offset, int64_t log_append_time_ms,
                        object error) except -1:
         cdef list callbacks
-        with self._lock:
-            if self._event.is_set():
-                return 0  # completed already: the first outcome stands
-            self.base_offset = base_offset
-            self.log_append_time_ms = log_append_time_ms
-            self.error = error
-            callbacks, self._callbacks = self._callbacks, None
-            self._event.set()
+        self._lock.take()
+        if self._done:
+            self._lock.give()
+            return 0  # completed already: the first outcome stands
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.error = error
+        self._done = True
+        callbacks, self._callbacks = self._callbacks, None
+        event = self._event
+        self._lock.give()
+        if event is not None:
+            event.set()
         if callbacks is not None:
             for record, fn, is_errback in callbacks:
                 _run_callback(record, fn, is_errback)
@@ -88,22 +114,27 @@ cdef class BatchResult:
 
     def fail_after_fork(self, error):
         """In a forked child only: fails a batch the parent still owns (the parent
-        delivers it).  Fresh _lock and _event first: a parent thread may have held
-        the old ones at the fork, and would hold them here forever."""
-        if self._event.is_set():
+        delivers it).  A fresh _lock first, and no Event: a parent thread may have
+        held them at the fork, and would hold them here forever; no thread of the
+        child waits on the old Event (the child has one thread)."""
+        if self._done:  # the child runs alone: nothing can change it meanwhile
             return
-        self._lock = threading.Lock()
-        self._event = threading.Event()
+        self._lock = Mutex()
+        self._event = None
         self._complete(-1, -1, error)
 
     def add_callback(self, FutureRecordMetadata record, fn, bint is_errback):
         """Runs fn for record once the batch is done (now if it is)."""
-        with self._lock:
-            if not self._event.is_set():
+        self._lock.take()
+        if not self._done:
+            try:
                 if self._callbacks is None:
                     self._callbacks = []
                 self._callbacks.append((record, fn, is_errback))
-                return
+            finally:
+                self._lock.give()
+            return
+        self._lock.give()
         _run_callback(record, fn, is_errback)
 
 
@@ -145,7 +176,7 @@ cdef class FutureRecordMetadata:
             the error that failed the record's batch (a KafkaError).
         """
         cdef BatchResult batch = self._batch
-        if not batch._event.wait(timeout):
+        if not batch.wait(timeout):
             raise KafkaTimeoutError(
                 f"record for {batch.topic}-{batch.partition} not done after waiting "
                 f"{timeout} s")
@@ -155,13 +186,13 @@ cdef class FutureRecordMetadata:
 
     @property
     def is_done(self):
-        return self._batch._event.is_set()
+        return self._batch._is_done()
 
     def succeeded(self):
-        return self._batch._event.is_set() and self._batch.error is None
+        return self._batch._is_done() and self._batch.error is None
 
     def failed(self):
-        return self._batch._event.is_set() and self._batch.error is not None
+        return self._batch._is_done() and self._batch.error is not None
 
     @property
     def value(self):
@@ -171,7 +202,7 @@ cdef class FutureRecordMetadata:
     @property
     def exception(self):
         """The error once failed, else None."""
-        return self._batch.error if self._batch._event.is_set() else None
+        return self._batch.error if self._batch._is_done() else None
 
     def add_callback(self, fn, *args, **kwargs):
         """fn(*args, metadata, **kwargs) on success, on the thread that completes the
@@ -198,7 +229,7 @@ cdef class FutureRecordMetadata:
 
     def __repr__(self):
         cdef BatchResult batch = self._batch
-        state = ("pending" if not batch._event.is_set() else
+        state = ("pending" if not batch._is_done() else
                  "failed" if batch.error is not None else "succeeded")
         return f"<FutureRecordMetadata {batch.topic}-{batch.partition} {state}>"
 

@@ -379,6 +379,7 @@ class RecordAccumulator(AccumulatorCore):
         """Seals batch and gives it to the sender; a failure fails the batch."""
         builder = batch.builder
         view = None
+        counted = False
         try:
             age_ns = time.monotonic_ns() - batch.created_ns
             if age_ns >= self._delivery_timeout_ns:
@@ -394,22 +395,27 @@ class RecordAccumulator(AccumulatorCore):
                 builder.set_producer_state(*self._idempotence.next_sequence(
                     queue.topic, queue.partition, record_count))
             view = builder.seal()
-            future = self._sender.send(queue.topic, queue.partition, view, record_count,
-                                       created_ns=batch.created_ns)
+            # Counted before the sender has it: an I/O thread may complete it
+            # before send() returns, and no one must see it done but not sent.
+            self._count_sent(1, record_count, view.nbytes)
+            counted = True
+            self._sender.send(queue.topic, queue.partition, view, record_count,
+                              created_ns=batch.created_ns,
+                              on_done=functools.partial(self._on_delivered, batch, view))
         except Exception as exc:  # noqa: BLE001 -- the batch's futures carry it
+            if counted:  # the sender refused it: not sent after all
+                self._count_sent(-1, -record_count, -view.nbytes)
             self._complete(batch, view, error=exc)
-            return
-        with self._state_lock:
-            self._metrics["batches_sent"] += 1
-            self._metrics["records_sent"] += record_count
-            self._metrics["bytes_sent"] += view.nbytes
-        future.add_done_callback(functools.partial(self._on_delivered, batch, view))
 
-    def _on_delivered(self, batch, view, future):
+    def _count_sent(self, batches, records, nbytes):
+        with self._state_lock:
+            self._metrics["batches_sent"] += batches
+            self._metrics["records_sent"] += records
+            self._metrics["bytes_sent"] += nbytes
+
+    def _on_delivered(self, batch, view, result, error):
         """The sender's outcome (an I/O thread, usually)."""
-        error = future.exception()
         if error is None:
-            result = future.result()
             self._complete(batch, view, base_offset=result.base_offset,
                            log_append_time_ms=result.log_append_time_ms)
         else:

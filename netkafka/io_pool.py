@@ -246,25 +246,32 @@ class IOPool:
     def connection(self, node_id, host=None, port=None):
         """The connection to node_id, created on first use (host and port are
         needed then); a changed address makes it reconnect."""
+        conn, created = self._get_or_create(node_id, host, port)
+        if not created and host is not None:
+            conn.update_address(host, port)
+        return conn
+
+    def open_connection(self, node_id, host, port):
+        """As connection(), but an existing connection keeps its address: the
+        sender's lookup for every batch, one lock round trip (metadata moves a
+        connection when its broker moves, see Metadata._on_answer)."""
+        return self._get_or_create(node_id, host, port)[0]
+
+    def _get_or_create(self, node_id, host, port):
         with self._lock:
             if self._closed:
                 raise KafkaConnectionError("the producer's I/O pool is closed")
             conn = self._connections.get(node_id)
-            if conn is None:
-                if host is None:
-                    raise KeyError(f"no connection to node {node_id} and no address given")
-                conn = BrokerConnection(
-                    node_id, host, port, self.config, self.thread_for(node_id),
-                    request_source=self._request_source, listener=_Listeners(self))
-                self._connections[node_id] = conn
-                created = True
-            else:
-                created = False
-        if created:
-            self.thread_for(node_id).add_connection(conn)
-        elif host is not None:
-            conn.update_address(host, port)
-        return conn
+            if conn is not None:
+                return conn, False
+            if host is None:
+                raise KeyError(f"no connection to node {node_id} and no address given")
+            conn = BrokerConnection(
+                node_id, host, port, self.config, self.thread_for(node_id),
+                request_source=self._request_source, listener=_Listeners(self))
+            self._connections[node_id] = conn
+        self.thread_for(node_id).add_connection(conn)
+        return conn, True
 
     def get(self, node_id):
         """The existing connection to node_id, or None."""

@@ -9,7 +9,7 @@ When the connection can take another request (fewer than max_in_flight
 outstanding, nothing left to write) its I/O thread asks the sender for one:
 the broker's queued batches, at most one per partition, up to
 max_request_size, become one Produce request whose buffers are the batches'
-own memory.  Answers complete the batches' futures; retriable errors put the
+own memory.  Answers complete the batches (their on_done); retriable errors put the
 batch back at the front of its partition's queue after retry_backoff_ms (and
 ask for fresh metadata when the error says the leader moved), until retries
 or delivery_timeout_ms run out.
@@ -33,6 +33,8 @@ counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
 connection's or the metadata's lock, never the other way round.
 """
 import collections
+import functools
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -43,8 +45,11 @@ from netkafka.backoff import backoff_strategy
 from netkafka.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 
+_log = logging.getLogger("netkafka.sender")
+
+
 class ProduceResult(NamedTuple):
-    """What a batch's future resolves to.  base_offset is -1 with acks=0."""
+    """A batch's outcome when acknowledged.  base_offset is -1 with acks=0."""
 
     topic: str
     partition: int
@@ -57,17 +62,17 @@ class _Batch:
     """A sealed batch on its way; owned by whichever queue holds it (under
     Sender._lock) or by the request carrying it (its I/O thread)."""
 
-    __slots__ = ("seq", "topic", "partition", "view", "size_bytes", "record_count", "future",
+    __slots__ = ("seq", "topic", "partition", "view", "size_bytes", "record_count", "on_done",
                  "attempts", "created_ns", "retry_at_ns", "node_id")
 
-    def __init__(self, seq, topic, partition, view, record_count, now_ns):
+    def __init__(self, seq, topic, partition, view, record_count, now_ns, on_done):
         self.seq = seq  # send order: keeps a partition's FIFO in order across resends
         self.topic = topic
         self.partition = partition
         self.view = view
         self.size_bytes = view.nbytes
         self.record_count = record_count
-        self.future = Future()
+        self.on_done = on_done  # on_done(result, error), called once by _complete
         self.attempts = 0
         self.created_ns = now_ns
         self.retry_at_ns = 0
@@ -88,7 +93,7 @@ class Sender:
         retries: resends of a batch after retriable errors. Default 2**31-1,
             bounded in practice by delivery_timeout_ms.
         retry_backoff_ms: wait before a resend. Default 100.
-        delivery_timeout_ms: bound from send() to the future's outcome.
+        delivery_timeout_ms: bound from send() to the batch's outcome.
             Default 120000.
         max_request_size: bytes of batches per Produce request. Default 1048576.
         idempotent: the batches carry producer ids and sequences (above).
@@ -144,13 +149,19 @@ class Sender:
     # ------------------------------------------------------------------
     # Callers' threads.
 
-    def send(self, topic, partition, batch, record_count, created_ns=None):
+    def send(self, topic, partition, batch, record_count, created_ns=None, on_done=None):
         """Queues a sealed batch (any buffer; its memory is sent as is and must
-        not change until the future is done).  Returns a Future of
-        ProduceResult.  created_ns: time.monotonic_ns() when the batch was
-        opened, where delivery_timeout_ms starts (default: now).
+        not change until the batch is done).  created_ns: time.monotonic_ns()
+        when the batch was opened, where delivery_timeout_ms starts (default:
+        now).
 
-        Raises:
+        on_done(result, error) hears the outcome, once: a ProduceResult and
+        None, or None and the exception; on the thread that learns it (an I/O
+        thread, usually), with no lock held; what it raises is logged.  Without
+        on_done, send() returns a Future of the ProduceResult instead (a
+        per-batch object the accumulator does without).
+
+        Raises (the batch is not queued; on_done is not called):
             KafkaTimeoutError: no metadata for the partition within max_block_ms.
             BackpressureTimeoutError: strategy block/park and the leader's
                 connection stayed above its high watermark (names the broker).
@@ -164,10 +175,13 @@ class Sender:
             raise errors.KafkaError(
                 f"batch of {view.nbytes} bytes for {topic}-{partition} exceeds "
                 f"max_request_size={self.max_request_size}")
+        future = None
+        if on_done is None:
+            future = Future()
+            on_done = functools.partial(_resolve, future)
         start = time.monotonic()
-        self._check_open()
         broker = self._metadata.leader_for(topic, partition, self.max_block_ms / 1000)
-        conn = self._pool.connection(broker.node_id, broker.host, broker.port)
+        conn = self._pool.open_connection(broker.node_id, broker.host, broker.port)
         if not conn.has_room():
             remaining_ms = max(0, self.max_block_ms - int((time.monotonic() - start) * 1000))
             try:
@@ -177,21 +191,23 @@ class Sender:
                     self._metrics["batches_dropped"] += 1
                     self._metrics["records_dropped"] += record_count
                 raise
-        if self._pool.closed:
-            raise KafkaConnectionError(f"{conn.describe()} is closed: batch not sent")
+            # has_room() says yes to a connection closed meanwhile (waiting is
+            # pointless then): say why the batch cannot go.
+            if self._pool.closed:
+                raise KafkaConnectionError(f"{conn.describe()} is closed: batch not sent")
         with self._lock:
             if self._closed:
                 raise errors.KafkaError("the sender is closed: batch not sent")
             item = _Batch(self._next_seq, topic, partition, view, record_count,
-                          time.monotonic_ns() if created_ns is None else created_ns)
+                          time.monotonic_ns() if created_ns is None else created_ns, on_done)
             self._next_seq += 1
             self._pending += 1
             if self.idempotent:
                 self._outstanding.setdefault((topic, partition), collections.deque()).append(item)
-            self._route_locked(item, broker.node_id)
+            self._route_locked(item, broker.node_id, conn=conn)
             self._schedule_sweep_locked(item.created_ns)
         conn.wakeup()
-        return item.future
+        return future
 
     def flush(self, timeout_s=None):
         """Waits until every batch handed over is completed; raises
@@ -235,11 +251,6 @@ class Sender:
                     "records_dropped"):
             snapshot.setdefault(key, 0)
         return snapshot
-
-    def _check_open(self):
-        with self._lock:
-            if self._closed:
-                raise errors.KafkaError("the sender is closed: batch not sent")
 
     # ------------------------------------------------------------------
     # Request source: the I/O thread of conn.
@@ -446,11 +457,13 @@ class Sender:
     # ------------------------------------------------------------------
     # Helpers.
 
-    def _route_locked(self, item, node_id, snapshot=None):
+    def _route_locked(self, item, node_id, snapshot=None, conn=None):
         """With _lock held: queue item, in send order within its partition, for
         node_id (None, or a broker not in the metadata: parked until metadata
-        names a leader); counts its bytes as that connection's outbound."""
-        conn = None if node_id is None else self._pool.get(node_id)
+        names a leader); counts its bytes as that connection's outbound.  conn:
+        node_id's connection, when the caller has it at hand."""
+        if conn is None and node_id is not None:
+            conn = self._pool.get(node_id)
         if conn is None and node_id is not None:
             broker = (snapshot or self._metadata.snapshot()).brokers.get(node_id)
             if broker is not None:
@@ -513,8 +526,8 @@ class Sender:
             self._complete(item, error=_delivery_timeout(self, item))
 
     def _complete(self, item, result=None, error=None):
-        # The batch's memory is no longer ours to hold: by the time the future
-        # is done, the owner may release the buffer it came from.
+        # The batch's memory is no longer ours to hold: once told the outcome,
+        # the owner may release the buffer it came from.
         item.view = None
         with self._done:
             if self.idempotent:
@@ -531,10 +544,18 @@ class Sender:
                 self._metrics["records_failed"] += item.record_count
             self._pending -= 1
             self._done.notify_all()
-        if error is None:
-            item.future.set_result(result)
-        else:
-            item.future.set_exception(error)
+        try:
+            item.on_done(result, error)
+        except Exception:  # noqa: BLE001 -- the other batches of the answer still complete
+            _log.exception("completion of a %s-%d batch raised", item.topic, item.partition)
+
+
+def _resolve(future, result, error):
+    """on_done for a caller of send() that wants a Future."""
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 _OUT_OF_ORDER_SEQUENCE_NUMBER = 45
