@@ -45,6 +45,9 @@ except (ValueError, OSError):
     _IOV_MAX = 64
 
 _SIZE = struct.Struct(">i")
+# The receive buffer's usual size: a few Produce answers at once.  A larger
+# response gets a buffer of its own size while it is read.
+_RX_BUFFER_BYTES = 64 * 1024
 
 # Connection states.  Owned by the I/O thread; published copies under _lock.
 DISCONNECTED = "disconnected"
@@ -214,7 +217,9 @@ class BrokerConnection:
         self._outbound_bytes = 0  # guarded by _lock
         self._writable = True  # guarded by _lock
         self._published_state = DISCONNECTED  # guarded by _lock
-        self._api_versions = None  # guarded by _lock: {api_key: version to use}
+        # {api_key: version to use}: written by the I/O thread under _lock, so
+        # that thread alone may read it without the lock.
+        self._api_versions = None
         self._last_error = None  # guarded by _lock: why the last connection ended
         self._stats = {"connect_attempts": 0, "connections_ready": 0, "requests_sent": 0,
                        "in_flight_peak": 0}  # guarded by _lock
@@ -233,10 +238,11 @@ class BrokerConnection:
         self._unwritten = collections.deque()  # (end_offset, Request) not fully written
         self._queued_total = 0  # bytes ever put in _write_queue (this socket)
         self._written_total = 0  # bytes ever written (this socket)
-        self._rx_size = bytearray(4)
-        self._rx_buffer = None  # bytearray of the response being read, or None
-        self._rx_view = memoryview(self._rx_size)
-        self._rx_pos = 0
+        # Bytes received and not handled yet: _rx[:_rx_len], whole responses and
+        # the start of the next.  One recv() takes as much as the socket has, so
+        # a small answer costs one call, not one for its size and one for its body.
+        self._rx = bytearray(_RX_BUFFER_BYTES)
+        self._rx_len = 0
 
     # ------------------------------------------------------------------
     # Any thread.
@@ -300,9 +306,12 @@ class BrokerConnection:
     def reserve_outbound(self, nbytes):
         """Counts nbytes more outbound (queued for this broker, not yet written)."""
         with self._lock:
-            self._outbound_bytes += nbytes
-            if self._outbound_bytes > self.config.high_watermark_bytes:
-                self._writable = False
+            self._reserve_outbound_locked(nbytes)
+
+    def _reserve_outbound_locked(self, nbytes):
+        self._outbound_bytes += nbytes
+        if self._outbound_bytes > self.config.high_watermark_bytes:
+            self._writable = False
 
     def release_outbound(self, nbytes):
         """Counts nbytes less outbound: written, failed, or moved elsewhere."""
@@ -585,8 +594,7 @@ class BrokerConnection:
         self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
         try:
             if request.api_version is None:
-                with self._lock:
-                    request.api_version = self._api_versions.get(request.api_key)
+                request.api_version = self._api_versions.get(request.api_key)
                 if request.api_version is None:
                     raise errors.IncompatibleBrokerError(
                         f"{self._who()} does not support "
@@ -618,7 +626,7 @@ class BrokerConnection:
             self._stats["requests_sent"] += 1
             if len(self._in_flight) > self._stats["in_flight_peak"]:
                 self._stats["in_flight_peak"] = len(self._in_flight)
-        self.reserve_outbound(total - request.reserved_bytes)
+            self._reserve_outbound_locked(total - request.reserved_bytes)
 
     def _io_flush(self, now_ns):
         """Writes as much of the write queue as the socket takes now."""
@@ -667,8 +675,9 @@ class BrokerConnection:
     def _io_read(self, now_ns):
         sock = self._sock
         while sock is self._sock and self._sock is not None:
+            rx = self._rx
             try:
-                n = sock.recv_into(self._rx_view[self._rx_pos:])
+                n = sock.recv_into(memoryview(rx)[self._rx_len:])
             except (BlockingIOError, InterruptedError):
                 return
             if n == 0:
@@ -677,28 +686,45 @@ class BrokerConnection:
                 raise KafkaConnectionError(
                     f"{self._who()} closed the connection{during}")
             self._last_activity_ns = now_ns
-            self._rx_pos += n
-            if self._rx_pos < len(self._rx_view):
-                continue
-            if self._rx_buffer is None:
-                self._io_start_body()
-            else:
-                body = self._rx_buffer
-                self._rx_buffer = None
-                self._rx_view = memoryview(self._rx_size)
-                self._rx_pos = 0
-                self._io_on_response(body)
+            self._rx_len += n
+            filled = self._rx_len == len(rx)
+            self._io_take_responses(sock)
+            if not filled:
+                return  # the socket had no more; the selector says when it has
 
-    def _io_start_body(self):
-        (size,) = _SIZE.unpack(self._rx_size)
-        if size < 4 or size > self.config.max_response_bytes:
-            raise errors.ProtocolError(
-                f"{self._who()} sent a response size of {size} bytes (first bytes "
-                f"{bytes(self._rx_size)!r}; allowed 4..{self.config.max_response_bytes}): "
-                "the peer does not speak the Kafka protocol or the stream is corrupt")
-        self._rx_buffer = bytearray(size)
-        self._rx_view = memoryview(self._rx_buffer)
-        self._rx_pos = 0
+    def _io_take_responses(self, sock):
+        """Hands every whole response in _rx to _io_on_response, keeps the rest at
+        the front, and makes room for a response larger than the buffer."""
+        rx, end, pos = self._rx, self._rx_len, 0
+        view = memoryview(rx)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(rx, pos)
+            if size < 4 or size > self.config.max_response_bytes:
+                raise errors.ProtocolError(
+                    f"{self._who()} sent a response size of {size} bytes (first bytes "
+                    f"{bytes(view[pos:pos + 4])!r}; allowed 4..{self.config.max_response_bytes}"
+                    "): the peer does not speak the Kafka protocol or the stream is corrupt")
+            if end - pos - 4 < size:
+                break
+            body = bytes(view[pos + 4:pos + 4 + size])
+            pos += 4 + size
+            self._io_on_response(body)
+            if self._sock is not sock:
+                return  # a completion closed the connection: its buffer was reset
+        rest = end - pos
+        if rest >= 4:
+            needed = 4 + _SIZE.unpack_from(rx, pos)[0]
+        else:
+            needed = _RX_BUFFER_BYTES
+        if needed > len(rx) or (len(rx) > _RX_BUFFER_BYTES and needed <= _RX_BUFFER_BYTES):
+            # Grown for one large response, or back to the usual size after it.
+            grown = bytearray(max(needed, _RX_BUFFER_BYTES))
+            grown[:rest] = view[pos:end]
+            view.release()
+            self._rx = grown
+        elif pos:
+            view[:rest] = view[pos:end]
+        self._rx_len = rest
 
     def _io_on_response(self, body):
         (correlation_id,) = _SIZE.unpack_from(body, 0)
@@ -785,9 +811,9 @@ class BrokerConnection:
         self._write_queue.clear()
         self.release_outbound(unwritten_bytes)
         self._queued_total = self._written_total = 0
-        self._rx_buffer = None
-        self._rx_view = memoryview(self._rx_size)
-        self._rx_pos = 0
+        self._rx_len = 0
+        if len(self._rx) > _RX_BUFFER_BYTES:
+            self._rx = bytearray(_RX_BUFFER_BYTES)
 
     def _io_fail_pending(self, error, include_submitted):
         failed = list(self._in_flight)

@@ -126,7 +126,7 @@ class Sender:
         self._metadata = metadata  # immutable
 
         self._lock = threading.Lock()
-        self._done = threading.Condition(self._lock)  # notified when a batch completes
+        self._done = threading.Condition(self._lock)  # notified when _pending drops to 0
         # Guarded by _lock: node_id -> {(topic, partition): deque of _Batch};
         # a partition's entry exists only while its deque is non-empty.
         self._queues = {}
@@ -268,19 +268,22 @@ class Sender:
         chosen, expired, woken = [], [], set()
         total = 0
         earliest_retry_ns = wakeup_at_ns = None
+        # One snapshot for the whole request: leaders and topic ids agree, and the
+        # metadata's lock is taken once, not once per partition.
+        snapshot = self._metadata.snapshot()
         with self._lock:
             partitions = self._queues.get(node_id)
             if not partitions:
                 return None
             for key in list(partitions):
                 queue = partitions[key]
-                leader = self._metadata.leader_id(*key)
+                leader = _leader_id(snapshot, *key)
                 if leader != node_id:
                     # The leader moved: the partition's batches follow it.
                     del partitions[key]
                     for item in queue:
                         conn.release_outbound(item.size_bytes)
-                        self._route_locked(item, leader)
+                        self._route_locked(item, leader, snapshot)
                     woken.add(leader)
                     continue
                 while queue and now_ns - queue[0].created_ns >= limit_ns:
@@ -328,7 +331,7 @@ class Sender:
             item.attempts += 1
             topic_data.setdefault(item.topic, []).append((item.partition, item.view))
         # Produce v13+ names topics by id (from Metadata v10+).
-        topic_ids = {topic: self._metadata.topic_id(topic) for topic in topic_data}
+        topic_ids = {topic: _topic_id(snapshot, topic) for topic in topic_data}
         acks = self.acks
         timeout_ms = conn.config.request_timeout_ms
         client_id = conn.config.client_id
@@ -359,14 +362,15 @@ class Sender:
                 self._retry_or_fail(item, error)
             return
         if response is None:  # acks=0: done once written
-            for item in batches:
-                self._complete(item, result=ProduceResult(
-                    item.topic, item.partition, -1, -1, item.record_count))
+            self._complete_all([(item, ProduceResult(item.topic, item.partition, -1, -1,
+                                                     item.record_count), None)
+                                for item in batches])
             return
         names = {topic_id: name for name, topic_id in topic_ids.items()}
         answers = {(t.name if t.name is not None else names.get(t.topic_id), p.partition): p
                    for t in response.topics for p in t.partitions}
         refresh = False
+        acknowledged = []  # completed together, after the loop
         for item in batches:
             part = answers.get((item.topic, item.partition))
             if part is None:
@@ -378,9 +382,9 @@ class Sender:
                 # A duplicate: appended by an earlier attempt whose answer was lost,
                 # and too long ago for the broker to have kept its offset.
                 base_offset = part.base_offset if part.error_code == 0 else -1
-                self._complete(item, result=ProduceResult(
+                acknowledged.append((item, ProduceResult(
                     item.topic, item.partition, base_offset,
-                    part.log_append_time_ms, item.record_count))
+                    part.log_append_time_ms, item.record_count), None))
             else:
                 error = errors.error_for_code(
                     part.error_code,
@@ -393,6 +397,8 @@ class Sender:
                     self._retry_or_fail(item, error)
                 else:
                     self._complete(item, error=error)
+        if acknowledged:
+            self._complete_all(acknowledged)
         if refresh:
             self._metadata.request_update()
 
@@ -526,28 +532,49 @@ class Sender:
             self._complete(item, error=_delivery_timeout(self, item))
 
     def _complete(self, item, result=None, error=None):
-        # The batch's memory is no longer ours to hold: once told the outcome,
-        # the owner may release the buffer it came from.
-        item.view = None
-        with self._done:
-            if self.idempotent:
-                key = (item.topic, item.partition)
-                outstanding = self._outstanding[key]
-                outstanding.remove(item)  # the oldest, but for failures out of order
-                if not outstanding:
-                    del self._outstanding[key]
-            if error is None:
-                self._metrics["batches_acknowledged"] += 1
-                self._metrics["records_acknowledged"] += item.record_count
-            else:
-                self._metrics["batches_failed"] += 1
-                self._metrics["records_failed"] += item.record_count
-            self._pending -= 1
-            self._done.notify_all()
-        try:
-            item.on_done(result, error)
-        except Exception:  # noqa: BLE001 -- the other batches of the answer still complete
-            _log.exception("completion of a %s-%d batch raised", item.topic, item.partition)
+        self._complete_all(((item, result, error),))
+
+    def _complete_all(self, outcomes):
+        """Completes batches: outcomes is a sequence of (item, result, error), one
+        lock round trip for them all (the batches of one answer, usually)."""
+        for item, _, _ in outcomes:
+            # The batch's memory is no longer ours to hold: once told the outcome,
+            # the owner may release the buffer it came from.
+            item.view = None
+        with self._lock:
+            metrics = self._metrics
+            for item, _, error in outcomes:
+                if self.idempotent:
+                    key = (item.topic, item.partition)
+                    outstanding = self._outstanding[key]
+                    outstanding.remove(item)  # the oldest, but for failures out of order
+                    if not outstanding:
+                        del self._outstanding[key]
+                if error is None:
+                    metrics["batches_acknowledged"] += 1
+                    metrics["records_acknowledged"] += item.record_count
+                else:
+                    metrics["batches_failed"] += 1
+                    metrics["records_failed"] += item.record_count
+            self._pending -= len(outcomes)
+            if self._pending == 0:
+                self._done.notify_all()
+        for item, result, error in outcomes:
+            try:
+                item.on_done(result, error)
+            except Exception:  # noqa: BLE001 -- the other batches still complete
+                _log.exception("completion of a %s-%d batch raised", item.topic,
+                               item.partition)
+
+
+def _leader_id(snapshot, topic, partition):
+    broker = None if snapshot is None else snapshot.leader(topic, partition)
+    return None if broker is None else broker.node_id
+
+
+def _topic_id(snapshot, topic):
+    info = None if snapshot is None else snapshot.topics.get(topic)
+    return None if info is None else info.topic_id
 
 
 def _resolve(future, result, error):
