@@ -1,0 +1,189 @@
+"""netkafka-perf run as a user runs it (a subprocess) against the session's real broker;
+what it claims to have written is checked by the independent reader."""
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import netkafka
+from netkafka import perf
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+
+REPO = Path(netkafka.__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 180
+# The Java tool's final line, with our percentiles' decimals.
+NUMBER = r"(nan|[0-9.]+)"
+SUMMARY = re.compile(
+    rf"^(\d+) records sent, {NUMBER} records/sec \({NUMBER} MB/sec\), {NUMBER} ms avg latency, "
+    rf"{NUMBER} ms max latency, {NUMBER} ms 50th, {NUMBER} ms 95th, {NUMBER} ms 99th, "
+    rf"{NUMBER} ms 99.9th\.$")
+
+
+def run_perf(*args, timeout=RUN_TIMEOUT_S):
+    return subprocess.run([sys.executable, "-m", "netkafka.perf", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+def run_json(*args):
+    done = run_perf(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def topic(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    return topic_name
+
+
+@pytest.mark.parametrize("mode", ["send", "produce", "send_batch"])
+def test_summary_line_and_every_record_in_the_topic(kafka_broker, topic, mode):
+    count, size = 2345, 150
+    extra = ["--rows-per-call", 100] if mode == "send_batch" else []  # the last call is short
+    done = run_perf("--topic", topic, "--num-records", count, "--record-size", size,
+                    "--bootstrap-servers", kafka_broker.bootstrap, "--mode", mode,
+                    "--producer-config", "linger.ms=2", "batch.size=65536", *extra)
+    assert done.returncode == 0, done.stderr
+    match = SUMMARY.match(done.stdout.strip())
+    assert match, done.stdout
+    sent, per_s, mb_per_s = int(match[1]), float(match[2]), float(match[3])
+    avg, max_ms, p50, p95, p99, p999 = map(float, match.groups()[3:])
+    assert sent == count
+    assert per_s > 0 and mb_per_s == pytest.approx(per_s * size / 2**20, rel=0.01, abs=0.01)
+    assert 0 < p50 <= p95 <= p99 <= p999 <= max_ms and avg <= max_ms
+
+    records = read_topic(kafka_broker.bootstrap, topic, count)
+    assert len(records) == count
+    assert {len(r.value) for r in records} == {size}
+    assert all(re.fullmatch(rb"[A-Z]+", r.value) for r in records)  # the Java tool's letters
+
+
+def test_json_summary(kafka_broker, topic):
+    summary = run_json("--topic", topic, "--num-records", 1000, "--record-size", 64,
+                       "--bootstrap-servers", kafka_broker.bootstrap, "--mode", "produce",
+                       "--producer-config", "acks=1", "compression.type=lz4")
+    assert summary["records_sent"] == 1000
+    assert summary["records_failed"] == summary["records_unaccounted"] == 0
+    assert summary["record_bytes_total"] == 64_000
+    assert summary["producer_config"] == {"acks": 1, "compression_type": "lz4",
+                                          "bootstrap_servers": kafka_broker.bootstrap}
+    # Every tenth record is a latency probe sent with send(), the rest go with produce().
+    assert summary["latency_samples"] == 100 and summary["latency_sample_every"] == 10
+    assert (0 < summary["p50_ms"] <= summary["p95_ms"] <= summary["p99_ms"]
+            <= summary["p999_ms"] <= summary["max_latency_ms"])
+    assert summary["records_per_sec"] == pytest.approx(1000 / summary["elapsed_s"])
+    assert len(read_topic(kafka_broker.bootstrap, topic, 1000)) == 1000
+
+
+@pytest.mark.parametrize("mode", ["send", "send_batch"])
+def test_throughput_holds_the_rate(kafka_broker, topic, mode):
+    count, per_s = 800, 400.0
+    extra = ["--rows-per-call", 20] if mode == "send_batch" else []
+    started = time.monotonic()
+    summary = run_json("--topic", topic, "--num-records", count, "--record-size", 10,
+                       "--throughput", per_s, "--bootstrap-servers", kafka_broker.bootstrap,
+                       "--mode", mode, *extra)
+    wall_s = time.monotonic() - started
+    records = read_topic(kafka_broker.bootstrap, topic, count)
+    assert len(records) == count == summary["records_sent"]
+    # Lower bounds only: a loaded machine can make the run slower, never faster.  The last
+    # record (or call) may go (count - rows) / per_s after the first, less a throttle tick.
+    rows = 20 if mode == "send_batch" else 1
+    least_s = (count - rows) / per_s - 0.05
+    assert wall_s >= least_s
+    assert summary["elapsed_s"] >= least_s
+    # Independent of the tool's own clock: the records' CreateTime stamps, taken at send().
+    stamps = [r.timestamp_ms for r in records]
+    assert (max(stamps) - min(stamps)) / 1000 >= least_s - 0.01  # ms resolution
+
+
+def test_producer_properties_file_and_overrides(kafka_broker, topic, tmp_path):
+    properties = tmp_path / "producer.properties"
+    properties.write_text(f"# as kafka-producer-perf-test takes them\n"
+                          f"bootstrap.servers={kafka_broker.bootstrap}\n"
+                          f"linger.ms = 20\n"
+                          f"batch.size: 32768\n"
+                          f"acks all\n")
+    summary = run_json("--topic", topic, "--num-records", 300, "--record-size", 10,
+                       "--producer.config", properties, "--producer-config", "linger_ms=1")
+    assert summary["producer_config"] == {"bootstrap_servers": kafka_broker.bootstrap,
+                                          "linger_ms": 1, "batch_size": 32768, "acks": "all"}
+    assert summary["records_sent"] == 300
+    assert len(read_topic(kafka_broker.bootstrap, topic, 300)) == 300
+
+
+def test_payload_file(kafka_broker, topic, tmp_path):
+    payloads = [b"first", b"second payload", b"3"]
+    path = tmp_path / "payloads.txt"
+    path.write_bytes(b"|".join(payloads) + b"|")
+    summary = run_json("--topic", topic, "--num-records", 500, "--payload-file", path,
+                       "--payload-delimiter", "|", "--bootstrap-servers", kafka_broker.bootstrap)
+    records = read_topic(kafka_broker.bootstrap, topic, 500)
+    assert len(records) == summary["records_sent"] == 500
+    values = [r.value for r in records]
+    assert set(values) == set(payloads)  # 500 random picks of 3: all appear
+    assert summary["record_bytes_total"] == sum(map(len, values))
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--num-records", "0"], "--num-records"),
+    (["--num-records", "ten"], "--num-records"),
+    (["--throughput", "0"], "--throughput"),
+    (["--mode", "fast"], "--mode"),
+    (["--producer-config", "batch.size=10"], "batch.size=10"),
+    (["--producer-config", "no.such.setting=1"], "no.such.setting"),
+    (["--producer-config", "linger.ms"], "linger.ms"),
+    (["--bootstrap-servers", "127.0.0.1:port"], "--bootstrap-servers"),
+    (["--rows-per-call", "10"], "--rows-per-call"),
+    (["--payload-file", "/nonexistent/payloads"], "--payload-file"),
+])
+def test_a_bad_argument_is_named(args, named):
+    base = {"--topic": "t", "--num-records": "10", "--bootstrap-servers": "127.0.0.1:9"}
+    for option, value in zip(args[::2], args[1::2]):
+        base[option] = value
+    if "--payload-file" not in base:
+        base["--record-size"] = "10"
+    done = run_perf(*[part for pair in base.items() for part in pair], timeout=60)
+    assert done.returncode == 2
+    assert "netkafka-perf: error:" in done.stderr and named in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+def test_unreachable_broker_fails_with_a_non_zero_exit():
+    with socket.socket() as closed:  # a port nothing listens on once this socket is gone
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    done = run_perf("--topic", "nowhere", "--num-records", 50, "--record-size", 10,
+                    "--bootstrap-servers", f"127.0.0.1:{port}", "--json",
+                    "--producer-config", "max.block.ms=1500", timeout=60)
+    assert done.returncode == 1
+    summary = json.loads(done.stdout)
+    assert summary["records_sent"] == 0 and summary["records_failed"] == 50
+    assert "50 of 50 records failed" in done.stderr and f"127.0.0.1:{port}" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["send", "produce", "send_batch"])
+def test_failed_records_are_counted(kafka_broker, topic, mode):
+    # Records larger than max.request.size: refused by the producer, one by one.
+    done = run_perf("--topic", topic, "--num-records", 40, "--record-size", 2000,
+                    "--bootstrap-servers", kafka_broker.bootstrap, "--mode", mode, "--json",
+                    "--producer-config", "max.request.size=1024", "batch.size=1024")
+    assert done.returncode == 1, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["records_sent"] == 0 and summary["records_failed"] == 40
+    assert summary["records_unaccounted"] == 0
+    assert "40 of 40 records failed" in done.stderr and "max_request_size" in done.stderr
+
+
+def test_console_script_is_declared():
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["netkafka-perf"].partition(":")
+    assert module == perf.__name__ and getattr(perf, function) is perf.main
