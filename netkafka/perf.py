@@ -384,36 +384,20 @@ class Failures:
 # ----------------------------------------------------------------------------------
 # The three ways of sending.
 
-def run_send(producer, args, recorder, throttle, failures):
-    """send() for every record; every sample_every-th future gets the latency callback."""
+def run_per_record(producer, args, recorder, throttle, failures):
+    """One call per record: send() or produce() by mode; the sampled records go through
+    send() with the latency callback on their futures."""
     topic, order, count = args.topic, args.payloads.order, args.num_records
     length, every = len(order), args.latency_sample_every
-    send, on_ack, clock = producer.send, recorder.on_ack, time.perf_counter_ns
-    for i in range(count):
-        if throttle is not None:
-            throttle.wait(i)
-        try:
-            if i % every:
-                send(topic, order[i % length])
-            else:
-                sent_ns = clock()
-                send(topic, order[i % length]).add_callback(on_ack, sent_ns)
-        except (KafkaError, ValueError, TypeError) as exc:
-            failures.add(1, exc)
-
-
-def run_produce(producer, args, recorder, throttle, failures):
-    """produce() for every record but the sampled ones, which go through send()."""
-    topic, order, count = args.topic, args.payloads.order, args.num_records
-    length, every = len(order), args.latency_sample_every
-    produce, send = producer.produce, producer.send
+    send = producer.send
+    unsampled = send if args.mode == "send" else producer.produce
     on_ack, clock = recorder.on_ack, time.perf_counter_ns
     for i in range(count):
         if throttle is not None:
             throttle.wait(i)
         try:
             if i % every:
-                produce(topic, order[i % length])
+                unsampled(topic, order[i % length])
             else:
                 sent_ns = clock()
                 send(topic, order[i % length]).add_callback(on_ack, sent_ns)
@@ -424,7 +408,8 @@ def run_produce(producer, args, recorder, throttle, failures):
 def run_send_batch(producer, args, recorder, throttle, failures):
     """send_batch() of rows_per_call rows at a time; a waiter thread times each call
     until its result is done and counts the rows that failed."""
-    topic, order, count, rows = args.topic, args.payloads.order, args.num_records, args.rows_per_call
+    topic, order, count = args.topic, args.payloads.order, args.num_records
+    rows = args.rows_per_call
     results = queue.SimpleQueue()
     waiter = threading.Thread(target=_wait_for_results, args=(results, recorder, failures),
                               name="netkafka-perf-waiter", daemon=True)
@@ -466,7 +451,7 @@ def _wait_for_results(results, recorder, failures):
             recorder.record(latency_ms, rows - failed)
 
 
-MODES = {"send": run_send, "produce": run_produce, "send_batch": run_send_batch}
+MODES = {"send": run_per_record, "produce": run_per_record, "send_batch": run_send_batch}
 
 
 # ----------------------------------------------------------------------------------
@@ -481,7 +466,7 @@ def run(args, progress_stream=sys.stderr):
                "record_bytes_total": args.payloads.total_bytes(args.num_records),
                "throughput_limit": args.throughput,
                "latency_sample_every": args.latency_sample_every,
-               "producer_config": {k: v for k, v in args.settings.items()}}
+               "producer_config": dict(args.settings)}
     recorder, failures = LatencyRecorder(), Failures()
     producer = Producer(**args.settings)
     try:

@@ -1,6 +1,8 @@
 """netkafka-perf run as a user runs it (a subprocess) against the session's real broker;
 what it claims to have written is checked by the independent reader."""
 import json
+import os
+import pty
 import re
 import socket
 import subprocess
@@ -103,6 +105,33 @@ def test_throughput_holds_the_rate(kafka_broker, topic, mode):
     # Independent of the tool's own clock: the records' CreateTime stamps, taken at send().
     stamps = [r.timestamp_ms for r in records]
     assert (max(stamps) - min(stamps)) / 1000 >= least_s - 0.01  # ms resolution
+
+
+def test_progress_bar_on_a_terminal(kafka_broker, topic):
+    controller, terminal = pty.openpty()
+    with open(terminal, "wb") as stderr:
+        done = subprocess.run(
+            [sys.executable, "-m", "netkafka.perf", "--topic", topic, "--num-records", "3000",
+             "--record-size", "20", "--throughput", "3000", "--bootstrap-servers",
+             kafka_broker.bootstrap], stdout=subprocess.PIPE, stderr=stderr, text=True,
+            timeout=RUN_TIMEOUT_S, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    shown = b""
+    while True:  # the bar's few redraws fit in the terminal's buffer: read once it is done
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert done.returncode == 0
+    # The terminal turns the final newline into \r\n; the bar's own \r start each redraw.
+    redraws = shown.decode().replace("\r\n", "\n").split("\r")
+    assert redraws[-1].startswith("[" + "#" * perf.BAR_WIDTH + "] 100.0% 3,000/3,000 records")
+    assert len(redraws) >= 3  # redrawn in place while it ran, not one line per window
+    assert "records sent," not in shown.decode()
+    assert SUMMARY.match(done.stdout.strip())
 
 
 def test_producer_properties_file_and_overrides(kafka_broker, topic, tmp_path):
