@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 
-.PHONY: all venv build kafka demo test bench clean
+.PHONY: all venv build kafka demo test bench report clean
 
 all: test
 
@@ -45,6 +45,13 @@ test: build kafka
 
 bench: build kafka
 	$(PY) -m pytest bench --benchmark-only
+
+# The benchmark report (bench/report.py): docs/benchmarks.md, docs/throughput.png and the
+# README's report block, from the newest JSON pytest-benchmark saved under .benchmarks/
+# (--benchmark-autosave), or from BENCH_JSON=path.
+BENCH_JSON ?= $(lastword $(sort $(wildcard .benchmarks/*/*.json)))
+report: $(VENV_STAMP)
+	$(PY) bench/report.py $(BENCH_JSON) --out docs --readme README.md
 
 clean:
 	rm -rf build netkafka/*.so netkafka/*.c netkafka/*.html

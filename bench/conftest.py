@@ -4,7 +4,8 @@ import pytest
 
 from netkafka.testing.broker import BROKER_JVM_OPTIONS
 
-pytest_plugins = ["netkafka.testing.fixtures"]
+# environment: the machine and every client's and the broker's version, into the JSON.
+pytest_plugins = ["netkafka.testing.fixtures", "netkafka.testing.environment"]
 
 
 @pytest.fixture(scope="session")

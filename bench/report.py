@@ -1,0 +1,290 @@
+"""The benchmark report: pytest-benchmark JSON of bench/'s end-to-end suite in, Markdown
+tables and a PNG chart out.
+
+    python bench/report.py RESULTS.json [--out docs] [--readme README.md]     (make report)
+
+writes OUT/benchmarks.md (the machine, then throughput, latency and memory tables: each
+suite the JSON holds, the others left out) and OUT/throughput.png (records/s per client,
+one panel per record size), and with --readme replaces the part of that file between
+README_BEGIN and README_END with the machine, the parameters and the chart.
+
+It reads each benchmark's extra_info (the suite's own measurements, see bench/'s
+end-to-end tests): throughput {suite: "throughput", client, mode, record_size, acks,
+compression, batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s}; latency
+{suite: "latency", client, rate, records, p50_ms, p99_ms, max_ms}; memory {suite: "memory",
+client, mode, records, peak_rss_bytes, rss_growth_bytes, allocs_per_record,
+bytes_per_record}.  Benchmarks without a suite (the micro-benchmarks) are not part of it.
+
+A script of bench/ rather than a module of netkafka: it is about this repository's
+benchmark runs, and matplotlib stays out of what users install.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPORT_NAME = "benchmarks.md"
+CHART_NAME = "throughput.png"
+README_BEGIN = "<!-- benchmark-report:begin (written by make report) -->"
+README_END = "<!-- benchmark-report:end -->"
+# The baselines of the ratio columns: confluent-kafka with error-only delivery reports
+# (its fastest way), and the Java producer.
+CONFLUENT = ("confluent-kafka", "error_only")
+JAVA = "java"
+MISSING = "–"
+GIB = 2**30
+MIB = 2**20
+
+
+def load(path):
+    """(suites {name: [extra_info, ...]}, the JSON's other facts) from a results file."""
+    with open(path, encoding="utf-8") as file:
+        results = json.load(file)
+    suites, others = defaultdict(list), 0
+    for benchmark in results.get("benchmarks", []):
+        info = benchmark.get("extra_info", {})
+        if "suite" in info:
+            suites[info["suite"]].append(info)
+        else:
+            others += 1
+    return dict(suites), {"machine_info": results.get("machine_info", {}),
+                          "commit_info": results.get("commit_info", {}),
+                          "datetime": results.get("datetime"), "others": others,
+                          "source": Path(path).name}
+
+
+# ----------------------------------------------------------------------------------
+# Markdown.
+
+def machine_lines(facts):
+    """The machine and the versions, from the run's own JSON."""
+    machine = facts["machine_info"]
+    env = machine.get("netkafka_environment")
+    if env is None:
+        # pytest-benchmark's own facts: no RAM, no client or broker versions.
+        cpu = machine.get("cpu", {})
+        return [f"- CPU: {cpu.get('brand_raw', 'unknown')}, {cpu.get('count', '?')} cores; "
+                f"kernel {machine.get('system', '')} {machine.get('release', '')}; "
+                f"Python {machine.get('python_version', '?')}",
+                "- RAM, client and broker versions: not recorded in this JSON (the run lacked "
+                "the netkafka.testing.environment plugin)"]
+    clients = ", ".join(f"{name} {version or 'not installed'}"
+                        for name, version in env["clients"].items())
+    load = env.get("load_average")
+    return [
+        f"- CPU: {env['cpu_model']}, {env['cpu_cores']} cores; RAM {_gib(env['ram_bytes'])}; "
+        f"kernel {env['kernel']}; {env['python']}",
+        f"- netkafka {env['netkafka']}; {clients}; librdkafka {env['librdkafka']}; "
+        f"Java producer (kafka-clients) {env['java_client']} on {env['java']}",
+        f"- broker: Apache Kafka {env['broker']}, one node on 127.0.0.1"
+        + (f"; load average at the end of the run {load[0]:.2f} / {load[1]:.2f} / "
+           f"{load[2]:.2f} (1 / 5 / 15 min)" if load else ""),
+    ]
+
+
+def _gib(size_bytes):
+    return "unknown" if size_bytes is None else f"{size_bytes / GIB:.1f} GiB"
+
+
+def throughput_groups(rows):
+    """{(record_size, acks, compression): rows, fastest first}, groups in that order."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["record_size"], str(row["acks"]), row["compression"])].append(row)
+    return {key: sorted(groups[key], key=lambda r: -r["msgs_per_s"])
+            for key in sorted(groups, key=lambda k: (k[0], k[1] != "1", k[2] != "none", k[2]))}
+
+
+def ratio(row, baseline):
+    """row's msgs/s over the baseline's, as the table shows it."""
+    if baseline is None or not baseline["msgs_per_s"]:
+        return MISSING
+    return f"{row['msgs_per_s'] / baseline['msgs_per_s']:.2f}×"
+
+
+def baselines(group):
+    """(confluent-kafka error-only row, Java row) of a group; None where absent."""
+    confluent = next((r for r in group if (r["client"], r["mode"]) == CONFLUENT), None)
+    java = next((r for r in group if r["client"] == JAVA), None)
+    return confluent, java
+
+
+def throughput_lines(rows):
+    lines = ["## Throughput", "",
+             "Each run ends when every record is acknowledged.  Ratios are of records/s, to "
+             "confluent-kafka's `produce()` with error-only delivery reports and to the Java "
+             "producer (`ProducerPerformance`) in the same group.", ""]
+    for (size, acks, compression), group in throughput_groups(rows).items():
+        confluent, java = baselines(group)
+        lines += [f"### {_size(size)}, acks={acks}, compression {compression}", "",
+                  f"batch_size {_values(group, 'batch_size')}, linger_ms "
+                  f"{_values(group, 'linger_ms')}, records per run {_values(group, 'records')}",
+                  "",
+                  "| client | mode | records/s | MB/s | × confluent-kafka | × Java |",
+                  "|---|---|--:|--:|--:|--:|"]
+        for row in group:
+            lines.append(f"| {row['client']} | {row['mode']} | {row['msgs_per_s']:,.0f} | "
+                         f"{row['mb_per_s']:,.1f} | {ratio(row, confluent)} | "
+                         f"{ratio(row, java)} |")
+        lines.append("")
+    return lines
+
+
+def _size(size_bytes):
+    return f"{size_bytes // 1024} KiB" if size_bytes >= 1024 and size_bytes % 1024 == 0 \
+        else f"{size_bytes} B"
+
+
+def _values(group, field):
+    return " / ".join(f"{v:,}" for v in sorted({row[field] for row in group}))
+
+
+def latency_lines(rows):
+    lines = ["## Latency", "", "From send to acknowledgement, at a fixed rate.", "",
+             "| client | rate (records/s) | records | p50 ms | p99 ms | max ms |",
+             "|---|--:|--:|--:|--:|--:|"]
+    for row in sorted(rows, key=lambda r: (r["rate"], r["client"])):
+        lines.append(f"| {row['client']} | {row['rate']:,} | {row['records']:,} | "
+                     f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['max_ms']:.2f} |")
+    return lines + [""]
+
+
+def memory_lines(rows):
+    lines = ["## Memory", "",
+             "| client | mode | records | peak RSS MiB | RSS growth MiB | allocations/record "
+             "| bytes/record |",
+             "|---|---|--:|--:|--:|--:|--:|"]
+    for row in sorted(rows, key=lambda r: (r["client"], r["mode"])):
+        lines.append(f"| {row['client']} | {row['mode']} | {row['records']:,} | "
+                     f"{row['peak_rss_bytes'] / MIB:,.1f} | {row['rss_growth_bytes'] / MIB:,.1f} | "
+                     f"{row['allocs_per_record']:.2f} | {row['bytes_per_record']:.1f} |")
+    return lines + [""]
+
+
+SECTIONS = {"throughput": throughput_lines, "latency": latency_lines, "memory": memory_lines}
+
+
+def report_markdown(suites, facts, chart_name):
+    commit = facts["commit_info"]
+    lines = ["# Benchmark report", "",
+             f"Written by `make report` (bench/report.py) from `{facts['source']}`, a run of "
+             f"{facts['datetime'] or 'unknown date'} at commit "
+             f"{str(commit.get('id', 'unknown'))[:12]}{' (dirty)' if commit.get('dirty') else ''}.",
+             "", *machine_lines(facts), ""]
+    if "throughput" in suites:
+        lines += [f"![records/s per client]({chart_name})", ""]
+    for name, section in SECTIONS.items():
+        if name in suites:
+            lines += section(suites[name])
+    absent = [name for name in SECTIONS if name not in suites]
+    if absent:
+        lines.append(f"Not in this run: {', '.join(absent)}.")
+    if facts["others"]:
+        lines.append(f"{facts['others']} micro-benchmarks of the JSON are not part of this "
+                     f"report.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def readme_block(suites, facts, out_dir, readme):
+    """What goes between the README's markers: the machine, the parameters, the chart."""
+    where = Path(os.path.relpath(out_dir, readme.parent))
+    lines = [README_BEGIN, "", *machine_lines(facts), ""]
+    if "throughput" in suites:
+        params = suites["throughput"]
+        lines += [f"Throughput of each client, record sizes "
+                  f"{', '.join(_size(s) for s in sorted({r['record_size'] for r in params}))}, "
+                  f"batch_size {_values(params, 'batch_size')}, linger_ms "
+                  f"{_values(params, 'linger_ms')}:", "",
+                  f"![records/s per client]({(where / CHART_NAME).as_posix()})", ""]
+    lines += [f"Every table, with ratios to confluent-kafka and to Java: "
+              f"[{(where / REPORT_NAME).as_posix()}]({(where / REPORT_NAME).as_posix()}).", "",
+              README_END]
+    return "\n".join(lines)
+
+
+def update_readme(readme, block):
+    text = readme.read_text(encoding="utf-8")
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"{readme} has no {README_BEGIN!r} ... {README_END!r} block")
+    readme.write_text(text[:begin] + block + text[end + len(README_END):], encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------------
+# The chart.
+
+def draw_throughput(rows, path):
+    """Bars of records/s: one panel per record size, a cluster per (acks, compression),
+    a bar per client and mode."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no display on a CI machine
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    groups = throughput_groups(rows)
+    sizes = sorted({key[0] for key in groups})
+    series = sorted({(r["client"], r["mode"]) for r in rows})
+    colors = plt.get_cmap("tab10")
+    figure, axes = plt.subplots(len(sizes), 1, figsize=(12, 3.4 * len(sizes)), squeeze=False)
+    width = 0.8 / len(series)
+    for axis, size in zip(axes[:, 0], sizes):
+        keys = [key for key in groups if key[0] == size]
+        for index, (client, mode) in enumerate(series):
+            heights = [next((r["msgs_per_s"] for r in groups[key]
+                             if (r["client"], r["mode"]) == (client, mode)), math.nan)
+                       for key in keys]
+            positions = [k + (index - (len(series) - 1) / 2) * width for k in range(len(keys))]
+            axis.bar(positions, heights, width, label=f"{client} {mode}", color=colors(index % 10))
+        axis.set_xticks(range(len(keys)), [f"acks={acks}, {compression}"
+                                           for _, acks, compression in keys])
+        axis.set_title(f"{_size(size)} records")
+        axis.set_ylabel("records/s")
+        axis.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+        axis.grid(axis="y", alpha=0.3)
+    # Beside the first panel, where it covers no bar.
+    axes[0, 0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="bench/report.py", description=__doc__.split("\n")[0])
+    parser.add_argument("results", nargs="?",
+                        help="pytest-benchmark JSON (--benchmark-json or --benchmark-autosave)")
+    parser.add_argument("--out", type=Path, default=Path("docs"), help="directory for the "
+                        f"report ({REPORT_NAME}) and the chart ({CHART_NAME}); default docs")
+    parser.add_argument("--readme", type=Path, help="a README whose report block to rewrite")
+    args = parser.parse_args(argv)
+    if not args.results:
+        parser.error("no results JSON given (make bench saves one; or make report "
+                     "BENCH_JSON=path)")
+    try:
+        suites, facts = load(args.results)
+    except (OSError, ValueError) as exc:
+        parser.error(f"results {args.results}: {exc}")
+    if not suites:
+        parser.error(f"results {args.results}: no end-to-end benchmark (extra_info with a "
+                     f"'suite') in it")
+    args.out.mkdir(parents=True, exist_ok=True)
+    chart = args.out / CHART_NAME
+    if "throughput" in suites:
+        draw_throughput(suites["throughput"], chart)
+    elif chart.exists():
+        chart.unlink()  # a previous run's, which this report would not describe
+    (args.out / REPORT_NAME).write_text(report_markdown(suites, facts, CHART_NAME),
+                                        encoding="utf-8")
+    if args.readme is not None:
+        try:
+            update_readme(args.readme, readme_block(suites, facts, args.out, args.readme))
+        except (OSError, ValueError) as exc:
+            parser.error(f"--readme: {exc}")
+    print(f"wrote {args.out / REPORT_NAME}" + (f" and {chart}" if "throughput" in suites else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

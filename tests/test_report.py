@@ -1,0 +1,178 @@
+"""bench/report.py on the JSON of a real (tiny) pytest-benchmark run: every table cell and
+ratio must come from that input, and the chart must be a PNG of the right shape.
+
+The run is tests/report_sample_bench.py against the session's broker, made once per module
+in a subprocess, as `make bench` makes its JSON.
+"""
+import copy
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+import netkafka
+
+REPO = Path(netkafka.__file__).resolve().parents[1]
+REPORT = REPO / "bench" / "report.py"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def results(kafka_broker, tmp_path_factory):
+    """(the JSON as a dict, its path) of one run of the sample benchmarks."""
+    directory = tmp_path_factory.mktemp("sample-bench")
+    path = directory / "results.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO), NETKAFKA_BOOTSTRAP=kafka_broker.bootstrap)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "tests" / "report_sample_bench.py"), "-q",
+         "-p", "netkafka.testing.environment", "-p", "no:cacheprovider",
+         f"--benchmark-json={path}", f"--basetemp={directory / 'tmp'}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(path.read_text()), path
+
+
+def run_report(results_path, out, *extra):
+    return subprocess.run([sys.executable, str(REPORT), str(results_path), "--out", str(out),
+                           *map(str, extra)], capture_output=True, text=True, timeout=120)
+
+
+def write_json(data, path):
+    path.write_text(json.dumps(data))
+    return path
+
+
+def suite(data, name):
+    return [b["extra_info"] for b in data["benchmarks"] if b["extra_info"].get("suite") == name]
+
+
+def tables(markdown):
+    """{heading: [row cells]} for every table, under the nearest heading above it."""
+    found, heading = defaultdict(list), None
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            heading = line
+        elif line.startswith("| ") and not line.startswith("| client"):
+            found[heading].append([cell.strip() for cell in line.strip("|").split("|")])
+    return found
+
+
+@pytest.fixture(scope="module")
+def report(results, tmp_path_factory):
+    """The Markdown and the output directory of the report of the whole run."""
+    out = tmp_path_factory.mktemp("docs")
+    done = run_report(results[1], out)
+    assert done.returncode == 0, done.stderr
+    return (out / "benchmarks.md").read_text(), out
+
+
+def test_throughput_rows_and_ratios_come_from_the_input(results, report):
+    data, markdown = results[0], report[0]
+    groups = defaultdict(list)
+    for info in suite(data, "throughput"):
+        groups[info["record_size"], info["acks"], info["compression"]].append(info)
+    assert len(groups) == 2  # the sample's: acks=1 without compression, acks=all with lz4
+    found = tables(markdown)
+    for (size, acks, compression), infos in groups.items():
+        rows = found.pop(f"### {size} B, acks={acks}, compression {compression}")
+        confluent = next(i for i in infos if i["client"] == "confluent-kafka")["msgs_per_s"]
+        java = next((i["msgs_per_s"] for i in infos if i["client"] == "java"), None)
+        expected = [[i["client"], i["mode"], f"{i['msgs_per_s']:,.0f}", f"{i['mb_per_s']:,.1f}",
+                     f"{i['msgs_per_s'] / confluent:.2f}×",
+                     "–" if java is None else f"{i['msgs_per_s'] / java:.2f}×"]
+                    for i in sorted(infos, key=lambda i: -i["msgs_per_s"])]
+        assert rows == expected
+    assert set(found) == {"## Latency", "## Memory"}
+
+
+def test_latency_and_memory_tables_come_from_the_input(results, report):
+    data, found = results[0], tables(report[0])
+    assert found["## Latency"] == [
+        [i["client"], f"{i['rate']:,}", f"{i['records']:,}", f"{i['p50_ms']:.2f}",
+         f"{i['p99_ms']:.2f}", f"{i['max_ms']:.2f}"]
+        for i in sorted(suite(data, "latency"), key=lambda i: (i["rate"], i["client"]))]
+    (memory,) = suite(data, "memory")
+    assert found["## Memory"] == [[
+        memory["client"], memory["mode"], f"{memory['records']:,}",
+        f"{memory['peak_rss_bytes'] / 2**20:,.1f}", f"{memory['rss_growth_bytes'] / 2**20:,.1f}",
+        f"{memory['allocs_per_record']:.2f}", f"{memory['bytes_per_record']:.1f}"]]
+
+
+def test_the_chart_is_a_png_with_a_panel_per_record_size(report):
+    chart = report[1] / "throughput.png"
+    assert chart.read_bytes()[:8] == PNG_SIGNATURE
+    pixels = matplotlib.image.imread(chart)
+    assert pixels.shape[:2] == (340, 1200)  # one record size: one 12 x 3.4 inch panel at 100 dpi
+    assert pixels[..., :3].std() > 0.05  # not a blank canvas
+    assert "![records/s per client](throughput.png)" in report[0]
+
+
+def test_machine_and_versions_are_stated(results, report):
+    environment = results[0]["machine_info"]["netkafka_environment"]
+    markdown = report[0]
+    assert f"CPU: {environment['cpu_model']}, {os.cpu_count()} cores" in markdown
+    assert f"confluent-kafka {importlib.metadata.version('confluent-kafka')}" in markdown
+    assert f"aiokafka {importlib.metadata.version('aiokafka')}" in markdown
+    assert f"kafka-python {importlib.metadata.version('kafka-python')}" in markdown
+    assert environment["broker"].startswith("4.")
+    assert f"Apache Kafka {environment['broker']}" in markdown
+    assert f"RAM {environment['ram_bytes'] / 2**30:.1f} GiB" in markdown
+    assert "load average at the end of the run" in markdown
+
+
+def test_absent_suites_are_left_out(results, tmp_path):
+    data = copy.deepcopy(results[0])
+    data["benchmarks"] = [b for b in data["benchmarks"] if b["extra_info"]["suite"] == "latency"]
+    del data["machine_info"]["netkafka_environment"]
+    out = tmp_path / "docs"
+    out.mkdir()
+    (out / "throughput.png").write_bytes(PNG_SIGNATURE)  # a previous report's chart
+    done = run_report(write_json(data, tmp_path / "latency-only.json"), out)
+    assert done.returncode == 0, done.stderr
+    markdown = (out / "benchmarks.md").read_text()
+    assert "## Latency" in markdown
+    assert "## Throughput" not in markdown and "## Memory" not in markdown
+    assert "Not in this run: throughput, memory." in markdown
+    assert not (out / "throughput.png").exists() and "throughput.png" not in markdown
+    # Without the environment plugin, pytest-benchmark's own facts are stated.
+    assert data["machine_info"]["cpu"]["brand_raw"] in markdown
+    assert "not recorded in this JSON" in markdown
+
+
+def test_readme_block_is_rewritten_in_place(results, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# project\n\nbefore\n\n<!-- benchmark-report:begin (written by make "
+                      "report) -->\nold numbers\n<!-- benchmark-report:end -->\n\nafter\n")
+    done = run_report(results[1], tmp_path / "docs", "--readme", readme)
+    assert done.returncode == 0, done.stderr
+    text = readme.read_text()
+    assert text.startswith("# project\n\nbefore\n\n<!-- benchmark-report:begin")
+    assert text.endswith("<!-- benchmark-report:end -->\n\nafter\n")
+    assert "old numbers" not in text
+    assert "![records/s per client](docs/throughput.png)" in text
+    assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
+    assert "batch_size 262,144, linger_ms 5" in text  # the sample's parameters
+
+
+@pytest.mark.parametrize("case", ["no json", "no suite", "readme without block"])
+def test_bad_input_is_an_argument_error(results, tmp_path, case):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no report block here\n")
+    if case == "no json":
+        done = subprocess.run([sys.executable, str(REPORT)], capture_output=True, text=True)
+        named = "no results JSON"
+    elif case == "no suite":
+        empty = write_json(dict(results[0], benchmarks=[]), tmp_path / "empty.json")
+        done = run_report(empty, tmp_path / "docs")
+        named = "no end-to-end benchmark"
+    else:
+        done = run_report(results[1], tmp_path / "docs", "--readme", readme)
+        named = "--readme"
+    assert done.returncode == 2
+    assert named in done.stderr
