@@ -98,27 +98,32 @@ def throughput_groups(rows):
             for key in sorted(groups, key=lambda k: (k[0], k[1] != "1", k[2] != "none", k[2]))}
 
 
-def ratio(row, baseline):
-    """row's msgs/s over the baseline's, as the table shows it."""
+def ratio(row, group, is_baseline):
+    """row's msgs/s over the baseline's, as the table shows it: the baseline is the
+    group's row that is_baseline() picks with row's batch_size and linger_ms (a ratio
+    between different batching would say little about the clients)."""
+    baseline = next((r for r in group if is_baseline(r) and r["batch_size"] == row["batch_size"]
+                     and r["linger_ms"] == row["linger_ms"]), None)
     if baseline is None or not baseline["msgs_per_s"]:
         return MISSING
     return f"{row['msgs_per_s'] / baseline['msgs_per_s']:.2f}×"
 
 
-def baselines(group):
-    """(confluent-kafka error-only row, Java row) of a group; None where absent."""
-    confluent = next((r for r in group if (r["client"], r["mode"]) == CONFLUENT), None)
-    java = next((r for r in group if r["client"] == JAVA), None)
-    return confluent, java
+def _is_confluent(row):
+    return (row["client"], row["mode"]) == CONFLUENT
+
+
+def _is_java(row):
+    return row["client"] == JAVA
 
 
 def throughput_lines(rows):
     lines = ["## Throughput", "",
              "Each run ends when every record is acknowledged.  Ratios are of records/s, to "
              "confluent-kafka's `produce()` with error-only delivery reports and to the Java "
-             "producer (`ProducerPerformance`) in the same group.", ""]
+             "producer (`ProducerPerformance`) in the same group with the same batch_size and "
+             "linger_ms.", ""]
     for (size, acks, compression), group in throughput_groups(rows).items():
-        confluent, java = baselines(group)
         lines += [f"### {_size(size)}, acks={acks}, compression {compression}", "",
                   f"batch_size {_values(group, 'batch_size')}, linger_ms "
                   f"{_values(group, 'linger_ms')}, records per run {_values(group, 'records')}",
@@ -127,8 +132,8 @@ def throughput_lines(rows):
                   "|---|---|--:|--:|--:|--:|"]
         for row in group:
             lines.append(f"| {row['client']} | {row['mode']} | {row['msgs_per_s']:,.0f} | "
-                         f"{row['mb_per_s']:,.1f} | {ratio(row, confluent)} | "
-                         f"{ratio(row, java)} |")
+                         f"{row['mb_per_s']:,.1f} | {ratio(row, group, _is_confluent)} | "
+                         f"{ratio(row, group, _is_java)} |")
         lines.append("")
     return lines
 
@@ -144,10 +149,11 @@ def _values(group, field):
 
 def latency_lines(rows):
     lines = ["## Latency", "", "From send to acknowledgement, at a fixed rate.", "",
-             "| client | rate (records/s) | records | p50 ms | p99 ms | max ms |",
-             "|---|--:|--:|--:|--:|--:|"]
-    for row in sorted(rows, key=lambda r: (r["rate"], r["client"])):
-        lines.append(f"| {row['client']} | {row['rate']:,} | {row['records']:,} | "
+             "| client | mode | rate (records/s) | records | p50 ms | p99 ms | max ms |",
+             "|---|---|--:|--:|--:|--:|--:|"]
+    for row in sorted(rows, key=lambda r: (r["rate"], r["client"], r.get("mode", ""))):
+        lines.append(f"| {row['client']} | {row.get('mode', MISSING)} | {row['rate']:,} | "
+                     f"{row['records']:,} | "
                      f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['max_ms']:.2f} |")
     return lines + [""]
 

@@ -161,7 +161,9 @@ def test_latency(benchmark, kafka_broker, topic, client):
                                           iterations=1))
     assert len(latencies) == LATENCY_RECORDS
     benchmark.extra_info.update({
-        "suite": "latency", "client": client, "rate": LATENCY_RATE, "records": LATENCY_RECORDS,
+        "suite": "latency", "client": client,
+        "mode": "send" if client == "netkafka" else "callback",
+        "rate": LATENCY_RATE, "records": LATENCY_RECORDS,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[len(latencies) * 99 // 100],
         "max_ms": 1000 * latencies[-1]})

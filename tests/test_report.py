@@ -91,10 +91,25 @@ def test_throughput_rows_and_ratios_come_from_the_input(results, report):
     assert set(found) == {"## Latency", "## Memory"}
 
 
+def test_ratios_compare_rows_of_equal_batching(results, tmp_path):
+    data = copy.deepcopy(results[0])
+    (java,) = [b["extra_info"] for b in data["benchmarks"]
+               if b["extra_info"].get("client") == "java"]
+    java["batch_size"] *= 2  # the same run, said to batch differently: no longer comparable
+    done = run_report(write_json(data, tmp_path / "java-batching.json"), tmp_path / "docs")
+    assert done.returncode == 0, done.stderr
+    rows = tables((tmp_path / "docs" / "benchmarks.md").read_text())[
+        f"### {java['record_size']} B, acks={java['acks']}, compression {java['compression']}"]
+    by_client = {(row[0], row[1]): row for row in rows}
+    assert by_client["java", java["mode"]][4:] == ["–", "1.00×"]
+    assert all(row[5] == "–" for key, row in by_client.items() if key[0] != "java")
+    assert by_client["confluent-kafka", "error_only"][4] == "1.00×"
+
+
 def test_latency_and_memory_tables_come_from_the_input(results, report):
     data, found = results[0], tables(report[0])
     assert found["## Latency"] == [
-        [i["client"], f"{i['rate']:,}", f"{i['records']:,}", f"{i['p50_ms']:.2f}",
+        [i["client"], i["mode"], f"{i['rate']:,}", f"{i['records']:,}", f"{i['p50_ms']:.2f}",
          f"{i['p99_ms']:.2f}", f"{i['max_ms']:.2f}"]
         for i in sorted(suite(data, "latency"), key=lambda i: (i["rate"], i["client"]))]
     (memory,) = suite(data, "memory")
