@@ -128,36 +128,25 @@ cdef class AccumulatorCore:
         self._topics = {}
         nk_clock_init(&self._clock, nk_clock_ticks_per_ms())
 
-    def append(self, topic, partition, key, value, headers, timestamp_ms):
-        """Encodes one record into its partition's open batch; returns its future.
-
-        partition None lets the partitioner choose.  Raises what the encoder and the
-        partitioner raise for bad arguments (naming them), and whatever
-        _append_cold raises.
-        """
-        return self._append(topic, partition, key, value, headers, timestamp_ms,
-                            TRACK_FUTURE)
-
-    def append_untracked(self, topic, partition, key, value, headers, timestamp_ms):
-        """As append(), but makes no future: returns the Batch the record went into,
-        whose failure counts the record among the fire-and-forget failures."""
-        return self._append(topic, partition, key, value, headers, timestamp_ms,
-                            TRACK_COUNT)
-
     def append_into_batch(self, topic, partition, key, value, headers, timestamp_ms):
-        """As append(), but makes no future and counts nothing: returns (the Batch
-        the record went into, its index there); the bulk path follows its outcome."""
+        """As ProducerCore.send() appends, but makes no future and counts nothing:
+        returns (the Batch the record went into, its index there); the bulk path
+        follows its outcome."""
         return self._append(topic, partition, key, value, headers, timestamp_ms,
                             TRACK_NONE)
 
     def append_tracked(self, topic, partition, key, value, headers, timestamp_ms,
                        int track):
-        """The general form of the three above, for the cold path to start again
+        """The general form of every append, for the cold path to start again
         with: track is the TRACK_* value it was given."""
         return self._append(topic, partition, key, value, headers, timestamp_ms, track)
 
     cdef object _append(self, topic, partition, key, value, headers, timestamp_ms,
                         int track):
+        # Encodes one record into its partition's open batch; returns what `track`
+        # says.  partition None lets the partitioner choose.  Raises what the
+        # encoder and the partitioner raise for bad arguments (naming them), and
+        # whatever _append_cold raises.
         cdef TopicTable table
         cdef PartitionQueue queue
         cdef object appended
@@ -299,6 +288,86 @@ cdef int _headers_size(object headers) except -2:
         if value is not None:
             size += len(value)
     return size
+
+
+cdef class ProducerCore:
+    """netkafka.Producer's per-record entries, send() and produce(), in C: the
+    caller's call is the only Python call a record costs on its way into a batch.
+    Producer subclasses it; everything else of the producer is Python there.
+
+    Fields are set by Producer (_start(), and __init__ for the serializers) and
+    only read here.  _records is None in a forked child until the child's own
+    stack is started: the entries then ask Producer._restarted() for it.  The
+    Python hooks they call (_serialize_record, _restarted, _counts_as_undelivered)
+    are Producer's.
+    """
+    cdef public AccumulatorCore _records   # the running accumulator, or None (above)
+    cdef public object _key_serializer     # callable or None
+    cdef public object _value_serializer   # callable or None
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None,
+             timestamp_ms=None):
+        """Queues a record and returns its FutureRecordMetadata.
+
+        Args:
+            topic: the topic's name.
+            value: bytes-like, or None (a tombstone); through value_serializer if set.
+            key: bytes-like or None; through key_serializer if set.  Keyed records
+                go where the Java client puts them (murmur2).
+            headers: None or a list of (str key, bytes value) pairs.
+            partition: the partition, or None to let the partitioner choose.
+            timestamp_ms: CreateTime in milliseconds since the epoch; None: now.
+
+        Raises:
+            ProducerClosedError: after close().
+            SerializationError: a serializer failed.
+            TypeError, ValueError: a bad argument (named), a record larger than
+                max_request_size among them.
+            KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            BackpressureTimeoutError: no memory within max_block_ms.
+            RecordDroppedError: no memory and backoff='drop'.
+        """
+        cdef AccumulatorCore records = self._records
+        if self._key_serializer is not None or self._value_serializer is not None:
+            key, value = (<object>self)._serialize_record(topic, key, value)
+        if records is None:
+            records = (<object>self)._restarted()
+        # Steps 2-5 of Producer's story are the accumulator's append: it comes back
+        # to Producer._wait_for_partition() when metadata is missing, and asks the
+        # partitioner's on_new_batch() when a record would open a new batch.
+        return records._append(topic, partition, key, value, headers, timestamp_ms,
+                               TRACK_FUTURE)
+
+    def produce(self, topic, value=None, key=None, headers=None, partition=None,
+                timestamp_ms=None):
+        """Fire and forget: queues a record as send() does, but returns None and
+        makes no future for it -- the fastest way to send one record.
+
+        A failure of the record is not raised here: it is counted, shown in
+        metrics() as records_untracked_failed, and raised by the next flush() as an
+        UndeliveredRecordsError giving how many records failed since the previous
+        flush() and the first errors.  That covers delivery errors and refusals of
+        the record itself (larger than max_request_size, unknown partition, no
+        metadata or no memory within max_block_ms, a bad timestamp).
+
+        Args: as send().
+
+        Raises:
+            ProducerClosedError: after close().
+            TypeError: an argument of the wrong type (named), as send().
+        """
+        cdef AccumulatorCore records = self._records
+        if records is None:
+            records = (<object>self)._restarted()
+        try:
+            if self._key_serializer is not None or self._value_serializer is not None:
+                key, value = (<object>self)._serialize_record(topic, key, value)
+            records._append(topic, partition, key, value, headers, timestamp_ms,
+                            TRACK_COUNT)
+        except Exception as exc:
+            if not (<object>self)._counts_as_undelivered(exc):
+                raise
+            (<object>records).count_untracked_failure(exc)
 
 
 # -- send_batch()'s bulk helpers ------------------------------------------------------

@@ -12,7 +12,10 @@ The life of a record in send():
 
 produce() is the same story returning nothing (no future: its failures are
 counted for flush() to raise); send_batch() tells it for many rows at once, a
-partition's rows appended in bulk (batch_send.py).
+partition's rows appended in bulk (batch_send.py).  send() and produce()
+themselves are ProducerCore's, in C (_accumulator.pyx), so that a record costs
+its caller one Python call; they come back here only for serializers and, in a
+forked child, for the child's own stack.
 
 Everything after that happens elsewhere: a full or lingered batch is sealed and
 handed to the sender, the I/O threads write it and read the answer, and the
@@ -20,7 +23,8 @@ batch's result resolves the futures of all its records.
 
 Threads: send(), flush(), close() and the rest may be called from any number of
 threads; the accumulator and the partitioner have their own locks, and the
-producer's only state of its own, _closed, is guarded by _close_lock.
+producer's own state (_closed, and whether a forked child has started) is guarded
+by _close_lock.
 """
 import atexit
 import logging
@@ -30,6 +34,7 @@ import time
 import weakref
 
 from netkafka import errors
+from netkafka._accumulator import ProducerCore
 from netkafka.accumulator import ProducerClosedError, RecordAccumulator
 from netkafka.backoff import backoff_strategy
 from netkafka.batch_send import send_batch
@@ -58,7 +63,7 @@ class SerializationError(errors.KafkaError, ValueError):
     than bytes, bytearray, memoryview or None."""
 
 
-class Producer:
+class Producer(ProducerCore):
     """A Kafka producer, drop-in for kafka-python's KafkaProducer.
 
     Keyword arguments are kafka-python's (see netkafka.config.ProducerConfig for
@@ -136,73 +141,37 @@ class Producer:
             raise
         self._pool, self._metadata, self._sender = pool, metadata, sender
         self._idempotence, self._accumulator = idempotence, accumulator
-        self._append = accumulator.append  # the hot path, bound once
-        self._append_untracked = accumulator.append_untracked  # produce()'s
+        self._records = accumulator  # send() and produce() go there (ProducerCore)
         metadata.add_listener(self)
 
     # ------------------------------------------------------------------
     # The story of a record.
 
-    def send(self, topic, value=None, key=None, headers=None, partition=None,
-             timestamp_ms=None):
-        """Queues a record and returns its FutureRecordMetadata.
+    # send() and produce() are ProducerCore's (in C, _accumulator.pyx): steps 1-5
+    # above, with these hooks for what is not per-record work.
 
-        Args:
-            topic: the topic's name.
-            value: bytes-like, or None (a tombstone); through value_serializer if set.
-            key: bytes-like or None; through key_serializer if set.  Keyed records
-                go where the Java client puts them (murmur2).
-            headers: None or a list of (str key, bytes value) pairs.
-            partition: the partition, or None to let the partitioner choose.
-            timestamp_ms: CreateTime in milliseconds since the epoch; None: now.
-
-        Raises:
-            ProducerClosedError: after close().
-            SerializationError: a serializer failed.
-            TypeError, ValueError: a bad argument (named), a record larger than
-                max_request_size among them.
-            KafkaTimeoutError: no metadata for the topic within max_block_ms.
-            BackpressureTimeoutError: no memory within max_block_ms.
-            RecordDroppedError: no memory and backoff='drop'.
-        """
+    def _serialize_record(self, topic, key, value):
+        """Step 1 with serializers set: (key, value) serialized, key first."""
         if self._key_serializer is not None:
             key = self._serialize(self._key_serializer, "key_serializer", topic, key)
         if self._value_serializer is not None:
             value = self._serialize(self._value_serializer, "value_serializer", topic, value)
-        # Steps 2-5 are the accumulator's append(): its per-record path is native;
-        # it comes back to _wait_for_partition() when metadata is missing, and asks
-        # the partitioner's on_new_batch() when a record would open a new batch.
-        return self._append(topic, partition, key, value, headers, timestamp_ms)
+        return key, value
 
-    def produce(self, topic, value=None, key=None, headers=None, partition=None,
-                timestamp_ms=None):
-        """Fire and forget: queues a record as send() does, but returns None and
-        makes no future for it -- the fastest way to send one record.
+    def _restarted(self):
+        """The accumulator of a forked child's own stack, started on first use."""
+        self._start_if_forked()
+        records = self._records
+        if records is None:  # closed in the child before it was used
+            raise ProducerClosedError("send() after close(): the producer is closed")
+        return records
 
-        A failure of the record is not raised here: it is counted, shown in
-        metrics() as records_untracked_failed, and raised by the next flush() as an
-        UndeliveredRecordsError giving how many records failed since the previous
-        flush() and the first errors.  That covers delivery errors and refusals of
-        the record itself (larger than max_request_size, unknown partition, no
-        metadata or no memory within max_block_ms, a bad timestamp).
-
-        Args: as send().
-
-        Raises:
-            ProducerClosedError: after close().
-            TypeError: an argument of the wrong type (named), as send().
-        """
-        try:
-            if self._key_serializer is not None:
-                key = self._serialize(self._key_serializer, "key_serializer", topic, key)
-            if self._value_serializer is not None:
-                value = self._serialize(self._value_serializer, "value_serializer", topic,
-                                        value)
-            self._append_untracked(topic, partition, key, value, headers, timestamp_ms)
-        except (ProducerClosedError, TypeError):
-            raise
-        except (errors.KafkaError, ValueError) as exc:
-            self._accumulator.count_untracked_failure(exc)
+    @staticmethod
+    def _counts_as_undelivered(error):
+        """produce()'s rule: a refusal of the record itself is counted (flush()
+        raises it later); a closed producer or a wrong argument type is raised."""
+        return (isinstance(error, (errors.KafkaError, ValueError))
+                and not isinstance(error, (ProducerClosedError, TypeError)))
 
     def send_batch(self, topic, values, keys=None, headers=None, partitions=None,
                    timestamps_ms=None):
@@ -402,16 +371,7 @@ class Producer:
             "delivers it, this process's copy of its future cannot know the outcome"))
         self._pool.abandon_after_fork()
         self._needs_start = True
-        self._append = self._append_after_fork
-        self._append_untracked = self._append_untracked_after_fork
-
-    def _append_after_fork(self, *args):
-        self._start_if_forked()
-        return self._append(*args)
-
-    def _append_untracked_after_fork(self, *args):
-        self._start_if_forked()
-        return self._append_untracked(*args)
+        self._records = None  # send() and produce() come to _restarted()
 
     def _start_if_forked(self):
         with self._close_lock:

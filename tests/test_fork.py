@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from netkafka import Producer, SentBeforeForkError
+from netkafka import Producer, ProducerClosedError, SentBeforeForkError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -104,10 +104,21 @@ def test_a_child_that_never_uses_the_producer_closes_at_once(kafka_broker, topic
             started = time.monotonic()
             p.close()
             threads = [t.name for t in threading.enumerate() if t.name.startswith("netkafka")]
-            return {"close_s": time.monotonic() - started, "threads": threads}
+            # Closed before its own stack was started: records are refused, not sent
+            # through the parent's stack nor started on one.
+            refused = []
+            for entry in (p.send, p.produce):
+                try:
+                    entry(topic_name, b"after close")
+                    refused.append("accepted")
+                except ProducerClosedError as exc:
+                    refused.append(str(exc))
+            return {"close_s": time.monotonic() - started, "threads": threads,
+                    "refused": refused}
 
         result = run_in_child(child)
     assert result["close_s"] < 1 and result["threads"] == []
+    assert result["refused"] == ["send() after close(): the producer is closed"] * 2
 
 
 def test_forking_while_threads_send_never_hangs_the_child(kafka_broker, topic_name):
