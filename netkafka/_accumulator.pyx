@@ -5,21 +5,22 @@ once per batch or less (opening batches, waiting for memory, handing batches to 
 sender, linger, flush) is Python there; this module holds the state those paths
 share with send() and the one path that runs per record:
 
-    append(topic, partition, key, value, headers, timestamp_ms)
+    _append(topic, partition, key, value, headers, timestamp_ms, track)
         under `lock`: the topic's partitions            (TopicTable)
         no lock:      the partitioner's choice          (unless partition is given)
         under `lock`: encode into the open batch        (PartitionQueue.open)
         -> a FutureRecordMetadata over the batch's result
 
-append_untracked() and append_into_batch() are the same path with no future made
-(the fire-and-forget and bulk paths): they return the Batch the record went into
-(and, for the bulk path, the record's index there).  One function serves all
-three, told apart by its `track` argument (TRACK_*).  The bulk path's own helpers
--- rows grouped by partition and gathered, a run's outcome spread back over its
-rows -- are group_rows(), take_rows() and fill_rows() at the end.
+Producer.send() enters it straight from C (ProducerCore, below); produce() and
+append_into_batch() are the same path with no future made (the fire-and-forget and
+bulk paths): they get the Batch the record went into (and, for the bulk path, the
+record's index there), told apart by the `track` argument (TRACK_*).  The bulk
+path's own helpers -- rows grouped by partition and gathered, a run's outcome spread
+back over its rows -- are group_rows(), take_rows() and fill_rows() at the end.
 
 Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
--- goes to the subclass's _append_cold() with the same arguments.
+-- goes to the subclass's _append_cold() with the same arguments (a full batch is
+moved to the ready queue first, under the same lock round trip).
 
 Measured (100-byte values, no key, sticky partitioner, a stub sender, per-batch work
 included): 2.2 us per record when this path was Python; 0.6 us in Cython with 16 KiB
@@ -90,6 +91,12 @@ cdef class PartitionQueue:
         self.partition = partition
         self.ready = collections.deque()
 
+    cpdef retire(self):
+        """With the accumulator's lock held: the open batch goes to the ready
+        queue, to be handed over by _drain()."""
+        self.ready.append(self.open)
+        self.open = None
+
 
 @cython.final
 cdef class TopicTable:
@@ -149,6 +156,7 @@ cdef class AccumulatorCore:
         # whatever _append_cold raises.
         cdef TopicTable table
         cdef PartitionQueue queue
+        cdef PartitionQueue retired = None
         cdef object appended
         cdef int chosen
         cdef int64_t ts = -1
@@ -165,7 +173,7 @@ cdef class AccumulatorCore:
         self.lock.give()
         if table is None:
             return self._append_cold(topic, partition, -1, key, value, headers, timestamp_ms,
-                                     track)
+                                     track, None)
         # 2. The partition: the caller's, or the partitioner's (outside our lock).
         if partition is None:
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
@@ -180,10 +188,15 @@ cdef class AccumulatorCore:
                     appended = self._append_locked(queue, key, value, headers, ts, track)
                     if appended is not None:
                         return appended
+                    if queue.open is not None:
+                        # Full: it leaves the open slot now, under this lock; the
+                        # cold path hands it over and opens the next.
+                        queue.retire()
+                        retired = queue
         finally:
             self.lock.give()
         return self._append_cold(topic, partition, chosen, key, value, headers, timestamp_ms,
-                                 track)
+                                 track, retired)
 
     cdef object _append_locked(self, PartitionQueue queue, key, value, headers, int64_t ts,
                                int track):

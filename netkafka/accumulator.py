@@ -27,8 +27,9 @@ queue and drains it.  With linger_ms=0 a new batch is due at once: it leaves whe
 the linger thread gets to it, so batches fill while that thread waits for its turn
 -- the Java client's "send when the sender is free" behaviour.
 
-Hot path: append() is _accumulator.AccumulatorCore's, in Cython (one record into an
-open batch with room); everything rarer is here, in _append_cold().
+Hot path: _accumulator.AccumulatorCore's append, in Cython (one record into an open
+batch with room, or a full batch out of the open slot); everything rarer is here,
+in _append_cold().
 
 Locks (never held while waiting for memory, for the sender or for the broker):
     self.lock (the core's)    the topic tables, every partition queue's fields (open
@@ -101,7 +102,7 @@ class RecordAccumulator(AccumulatorCore):
             shared Compressor (when compressing does not pay: sent uncompressed).
         buffer_memory: bound on the memory of all batches not yet completed.
         linger_ms: how long a batch below batch_size waits for more records.
-        max_block_ms: bound on append() waiting for memory.
+        max_block_ms: bound on an append waiting for memory.
         delivery_timeout_ms: a batch older than this when it is handed over fails
             without being sent (the sender bounds the rest of its way).
         backoff: the strategy object (backoff.backoff_strategy) applied when the
@@ -137,33 +138,37 @@ class RecordAccumulator(AccumulatorCore):
         self._linger = _LingerTimer(self)
 
     # ------------------------------------------------------------------
-    # send() threads: what the hot path (AccumulatorCore.append) leaves to us.
+    # send() threads: what the hot path (AccumulatorCore._append) leaves to us.
 
     def _append_cold(self, topic, partition, chosen, key, value, headers, timestamp_ms,
-                     track):
-        """append() for anything but a record into an open batch with room: an
+                     track, retired):
+        """The append for anything but a record into an open batch with room: an
         unknown topic or partition, a new or full batch, a closed accumulator.
-        chosen: the partition append() picked, -1 if it did not get that far; track:
-        what to return (the core's TRACK_*: a future, or the Batch)."""
-        with self.lock:
-            if self.closed:
-                raise ProducerClosedError("send() after close(): the producer is closed")
-            queue = None if chosen < 0 else self.queue_locked(topic, chosen)
-        if queue is None:
-            # The topic, or this partition of it, is not in the table yet: wait for
-            # metadata (or a clear error), then start again.
-            self._topic_waiter(topic, None if chosen < 0 else chosen)
-            return self.append_tracked(topic, partition, key, value, headers, timestamp_ms,
-                                       track)
-        retired = False
-        with self.lock:
-            appended = self.try_append_locked(queue, key, value, headers, timestamp_ms, track)
-            if appended is not None:
-                return appended  # another thread opened a batch meanwhile
-            if queue.open is not None:
-                self._retire_locked(queue)
-                retired = True
-        if retired:
+        chosen: the partition the core picked, -1 if it did not get that far; track:
+        what to return (the core's TRACK_*: a future, or the Batch); retired: the
+        queue whose full batch the core moved to the ready queue, or None."""
+        if retired is not None:
+            queue = retired
+        else:
+            with self.lock:
+                if self.closed:
+                    raise ProducerClosedError("send() after close(): the producer is closed")
+                queue = None if chosen < 0 else self.queue_locked(topic, chosen)
+            if queue is None:
+                # The topic, or this partition of it, is not in the table yet: wait
+                # for metadata (or a clear error), then start again.
+                self._topic_waiter(topic, None if chosen < 0 else chosen)
+                return self.append_tracked(topic, partition, key, value, headers,
+                                           timestamp_ms, track)
+            with self.lock:
+                appended = self.try_append_locked(queue, key, value, headers, timestamp_ms,
+                                                  track)
+                if appended is not None:
+                    return appended  # another thread opened a batch meanwhile
+                if queue.open is not None:
+                    queue.retire()
+                    retired = queue
+        if retired is not None:
             self._drain(queue)
         if partition is None:
             # The partitioner's choice would open a new batch: it may move on first
@@ -194,7 +199,7 @@ class RecordAccumulator(AccumulatorCore):
                     if appended is not None:
                         return appended
                     if queue.open is not None:
-                        self._retire_locked(queue)
+                        queue.retire()
                         retired = True
                     if buffer is None:
                         buffer = self._pool.try_acquire(size_bytes)
@@ -296,7 +301,7 @@ class RecordAccumulator(AccumulatorCore):
                         run_start, first = start, builder.record_count
                         continue
                     if start < count:
-                        self._retire_locked(queue)  # full: the next row opens a batch
+                        queue.retire()  # full: the next row opens a batch
                         retired = True
                 if start > run_start:
                     outcome.appended(rows, batch.result, first, run_start, start - run_start)
@@ -340,11 +345,6 @@ class RecordAccumulator(AccumulatorCore):
         batch.builder.mark_failed()
         batch.builder.release()
 
-    def _retire_locked(self, queue):
-        """With the lock held: queue's open batch goes to the ready queue."""
-        queue.ready.append(queue.open)
-        queue.open = None
-
     # ------------------------------------------------------------------
     # Handing over: send() threads, the linger thread, flush().
 
@@ -355,16 +355,16 @@ class RecordAccumulator(AccumulatorCore):
             if queue.draining or not queue.ready:
                 return
             queue.draining = True
-        batch = None
+            batch = queue.ready.popleft()
         try:
             while True:
+                self._hand_over(queue, batch)
+                batch = None
                 with self.lock:
                     if not queue.ready:
                         queue.draining = False
                         return
                     batch = queue.ready.popleft()
-                self._hand_over(queue, batch)
-                batch = None
         except BaseException as exc:
             # Only an interrupt gets here (_hand_over turns errors into failed
             # batches): fail the batch in hand, let another thread drain the rest.
@@ -476,7 +476,7 @@ class RecordAccumulator(AccumulatorCore):
         with self.lock:
             if queue.open is not batch:
                 return  # full, flushed or discarded already
-            self._retire_locked(queue)
+            queue.retire()
         self._drain(queue)
 
     # ------------------------------------------------------------------
@@ -495,7 +495,7 @@ class RecordAccumulator(AccumulatorCore):
             queues = self.queues_locked()
             for queue in queues:
                 if queue.open is not None:
-                    self._retire_locked(queue)
+                    queue.retire()
             queues = [queue for queue in queues if queue.ready]
             with self._state_lock:
                 waiting = list(self._incomplete)
@@ -530,7 +530,7 @@ class RecordAccumulator(AccumulatorCore):
             leftovers = []
             for queue in self.queues_locked():
                 if queue.open is not None:
-                    self._retire_locked(queue)
+                    queue.retire()
                 leftovers += queue.ready
                 queue.ready.clear()
         for batch in leftovers:

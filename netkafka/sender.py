@@ -263,18 +263,18 @@ class Sender:
         """One Produce request of conn's queued batches, or None: the head
         batch of each partition led by conn's broker, up to max_request_size."""
         node_id = conn.node_id
-        now_ns = time.monotonic_ns()
-        limit_ns = self.delivery_timeout_ms * 1_000_000
-        chosen, expired, woken = [], [], set()
-        total = 0
-        earliest_retry_ns = wakeup_at_ns = None
-        # One snapshot for the whole request: leaders and topic ids agree, and the
-        # metadata's lock is taken once, not once per partition.
-        snapshot = self._metadata.snapshot()
         with self._lock:
             partitions = self._queues.get(node_id)
             if not partitions:
-                return None
+                return None  # the usual answer to a connection between requests
+            now_ns = time.monotonic_ns()
+            limit_ns = self.delivery_timeout_ms * 1_000_000
+            chosen, expired, woken = [], [], set()
+            total = 0
+            earliest_retry_ns = wakeup_at_ns = None
+            # One snapshot for the whole request: leaders and topic ids agree, and
+            # the metadata's lock is taken once, not once per partition.
+            snapshot = self._metadata.snapshot()
             for key in list(partitions):
                 queue = partitions[key]
                 leader = _leader_id(snapshot, *key)
