@@ -16,6 +16,19 @@ long-running service would be.  Peers:
                             linger.ms 5); produce() per record, poll(0) every 10,000
     kafka-python            KafkaProducer(): its defaults; one round only (slow)
 
+test_produce_acks1 is the same at acks=1 without idempotence (issue 7's targets),
+every peer given the same batch size and linger as the netkafka entry it is set
+against:
+
+    netkafka send()                 1 MiB, 5 ms; a future per record
+    netkafka produce()              1 MiB, 5 ms; fire and forget
+    confluent-kafka error-only      1 MiB, 5 ms (its defaults); produce() with a
+                                    delivery callback called for failures only
+                                    (delivery.report.only.error)
+    netkafka send() 16 KiB          batch_size 16384, linger_ms 0 (kafka-python's)
+    kafka-python                    its defaults (16 KiB, 0 ms); one round
+    kafka-python 1 MiB              batch_size 1 MiB, linger_ms 5; one round
+
 extra_info: krec_per_s from the minimum time.  The machine is shared (and the broker
 runs on it too): compare minimum times, and run twice.
 
@@ -65,11 +78,16 @@ def _netkafka_send_batch(bootstrap, arrow=False, **options):
     return produce, producer.close
 
 
-def _confluent(bootstrap):
+def _confluent(bootstrap, acks="all", errors_only=False):
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True})
+    config = {"bootstrap.servers": bootstrap, "acks": acks,
+              "enable.idempotence": acks == "all"}
+    failures = []  # the error-only delivery reports
+    if errors_only:
+        config.update({"delivery.report.only.error": True,
+                       "on_delivery": lambda error, message: failures.append(error)})
+    producer = Producer(config)
 
     def produce(topic):
         send = producer.produce
@@ -83,14 +101,15 @@ def _confluent(bootstrap):
             if i % POLL_EVERY == 0:
                 producer.poll(0)
         producer.flush()
+        assert not failures, failures[:3]
 
     return produce, lambda: producer.flush()
 
 
-def _kafka_python(bootstrap):
+def _kafka_python(bootstrap, acks="all", **options):
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, **options)
 
     def produce(topic):
         send = producer.send
@@ -120,13 +139,36 @@ PEERS = {
 }
 
 
+LARGE = {"batch_size": 1 << 20, "linger_ms": 5}
+PEERS_ACKS1 = {
+    "netkafka send()": (lambda bootstrap: _netkafka(bootstrap, acks=1, **LARGE), ROUNDS),
+    "netkafka produce()": (
+        lambda bootstrap: _netkafka(bootstrap, "produce", acks=1, **LARGE), ROUNDS),
+    "confluent-kafka error-only": (
+        lambda bootstrap: _confluent(bootstrap, acks=1, errors_only=True), ROUNDS),
+    "netkafka send() 16 KiB": (lambda bootstrap: _netkafka(bootstrap, acks=1), ROUNDS),
+    "kafka-python": (lambda bootstrap: _kafka_python(bootstrap, acks=1), SLOW_PEER_ROUNDS),
+    "kafka-python 1 MiB": (
+        lambda bootstrap: _kafka_python(bootstrap, acks=1, batch_size=1 << 20, linger_ms=5),
+        SLOW_PEER_ROUNDS),
+}
+
+
 @pytest.mark.parametrize("peer", list(PEERS))
 def test_produce(benchmark, kafka_broker, topic_name, peer):
-    make, rounds = PEERS[peer]
+    _run(benchmark, kafka_broker, topic_name, *PEERS[peer], acks="all")
+
+
+@pytest.mark.parametrize("peer", list(PEERS_ACKS1))
+def test_produce_acks1(benchmark, kafka_broker, topic_name, peer):
+    _run(benchmark, kafka_broker, topic_name, *PEERS_ACKS1[peer], acks=1)
+
+
+def _run(benchmark, kafka_broker, topic_name, make, rounds, acks):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=PARTITIONS)
     produce, close = make(kafka_broker.bootstrap)
     try:
-        benchmark.group = f"produce {RECORD_COUNT} x {len(VALUE)} B, acks=all"
+        benchmark.group = f"produce {RECORD_COUNT} x {len(VALUE)} B, acks={acks}"
         benchmark.pedantic(produce, args=(topic_name,), rounds=rounds, iterations=1,
                            warmup_rounds=1)
         benchmark.extra_info["krec_per_s"] = round(
