@@ -694,6 +694,20 @@ cdef class PooledBatch:
         return self._view_count
 
 
+cdef void _store_crc(unsigned char *batch, Py_ssize_t size_bytes) noexcept:
+    # The batch's CRC32C field, over attributes .. end (the header fields before
+    # the attributes may change on the broker without breaking it).
+    cdef const unsigned char *start = batch + _ATTRIBUTES
+    cdef size_t length = size_bytes - _ATTRIBUTES
+    cdef uint32_t crc
+    if length >= _CRC_NOGIL_MIN_BYTES:
+        with nogil:
+            crc = nk_crc32c(0, start, length)
+    else:
+        crc = nk_crc32c(0, start, length)
+    nk_store_be32(batch + _CRC, <int32_t>crc)
+
+
 # ----------------------------------------------------------------------------------
 # The builder
 
@@ -989,6 +1003,32 @@ cdef class RecordBatchBuilder(PooledBatch):
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
 
+    def rewrite_producer_state(self, int64_t producer_id, int16_t producer_epoch,
+                               int32_t base_sequence):
+        """Re-stamps a sealed batch: producer id, epoch and base sequence in its
+        header, and the CRC32C over attributes .. end, which covers them.  The
+        records (compressed or not) stay as they are.
+
+        For an idempotent partition that starts over under a new epoch (KIP-360),
+        the Java client's ProducerBatch.resetProducerState.  The bytes change under
+        any exported view: the caller makes sure nothing reads them meanwhile (no
+        request carrying them is being written).
+
+        Raises:
+            BatchStateError: not sealed, or done already.
+        """
+        cdef unsigned char *batch
+        if self._state != BATCH_SEALED:
+            self._state_error("rewrite the producer state of")
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        batch = self._sealed_buf.data
+        nk_store_be64(batch + _PRODUCER_ID, producer_id)
+        nk_store_be16(batch + _PRODUCER_EPOCH, producer_epoch)
+        nk_store_be32(batch + _BASE_SEQUENCE, base_sequence)
+        _store_crc(batch, self._sealed_size_bytes)
+
     # -- sealing and export -------------------------------------------------------------
 
     cdef int _seal(self) except -1:
@@ -1027,9 +1067,6 @@ cdef class RecordBatchBuilder(PooledBatch):
         return 0
 
     cdef int _write_header(self, unsigned char *batch, Py_ssize_t size_bytes) except -1:
-        cdef uint32_t crc
-        cdef const unsigned char *crc_start = batch + _ATTRIBUTES
-        cdef size_t crc_bytes = size_bytes - _ATTRIBUTES
         nk_store_be64(batch + _BASE_OFFSET, 0)
         nk_store_be32(batch + _BATCH_LENGTH, <int32_t>(size_bytes - _LENGTH_EXCLUDED))
         nk_store_be32(batch + _LEADER_EPOCH, -1)
@@ -1042,12 +1079,7 @@ cdef class RecordBatchBuilder(PooledBatch):
         nk_store_be16(batch + _PRODUCER_EPOCH, self._producer_epoch)
         nk_store_be32(batch + _BASE_SEQUENCE, self._base_sequence)
         nk_store_be32(batch + _RECORD_COUNT, self._record_count)
-        if crc_bytes >= _CRC_NOGIL_MIN_BYTES:
-            with nogil:
-                crc = nk_crc32c(0, crc_start, crc_bytes)
-        else:
-            crc = nk_crc32c(0, crc_start, crc_bytes)
-        nk_store_be32(batch + _CRC, <int32_t>crc)
+        _store_crc(batch, size_bytes)
         return 0
 
     # -- accessors --------------------------------------------------------------------

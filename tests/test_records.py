@@ -380,6 +380,80 @@ def test_producer_state_transactional_and_timestamp_type_in_header(big_pool, cod
     finish(builder)
 
 
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("codec", CODECS)
+def test_rewrite_producer_state_of_a_sealed_batch(big_pool, codec, size):
+    rng = random.Random(7)
+    if size == "large":
+        # ~200 KB of random bytes: sealed uncompressed, CRC with the GIL released.
+        records = [(b"k%d" % i, rng.randbytes(10_000), None, 1_700_000_000_000 + i)
+                   for i in range(20)]
+    else:
+        records = [(None if i % 4 == 0 else b"key-%d" % i, b"compressible %d " % i * 9,
+                    [("h", b"%d" % i)] if i % 3 == 0 else None, 1_700_000_000_000 - i)
+                   for i in range(50)]
+    builder = new_builder(big_pool, compression=codec)
+    for key, value, headers, ts in records:
+        builder.append(key, value, headers, ts)
+    builder.set_producer_state(1000, 3, 40)
+    with pytest.raises(BatchStateError, match="open"):
+        builder.rewrite_producer_state(1, 1, 1)
+    view = builder.seal()  # alive across the rewrite, as the sender's view is
+    before = bytes(view)
+    builder.rewrite_producer_state(123456789012, 32767, 2**31 - 1)
+    after = bytes(view)
+    assert (builder.producer_id, builder.producer_epoch, builder.base_sequence) == \
+        (123456789012, 32767, 2**31 - 1)
+    check_batch(after, records, codec=codec, sealed_codec=builder.sealed_codec,
+                producer_id=123456789012, producer_epoch=32767, base_sequence=2**31 - 1)
+    # Only the producer fields (43..57) and the CRC (17..21) changed: the records,
+    # compressed or not, were neither re-encoded nor re-compressed.
+    assert after[:17] == before[:17] and after[21:43] == before[21:43]
+    assert after[57:] == before[57:] and after[17:21] != before[17:21]
+    view.release()
+    finish(builder)
+    with pytest.raises(BatchStateError, match="released"):
+        builder.rewrite_producer_state(1, 1, 1)
+
+
+def test_rewritten_batch_is_taken_by_the_broker_under_a_new_epoch(kafka_broker, topic_name):
+    """Kafka's rules for an idempotent producer, on batches re-stamped in place: a
+    gap in the sequence is refused, a new epoch must start at sequence 0, an older
+    epoch is fenced."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    pool = BufferPool(1 << 20, 4 << 20)
+    producer_id = random.Random().randrange(1 << 40, 1 << 50)
+    first = RecordBatchBuilder(pool.try_acquire(), 1 << 20, 1 << 20, "zstd")
+    second = RecordBatchBuilder(pool.try_acquire(), 1 << 20, 1 << 20, "lz4")
+    for i in range(10):
+        first.append(b"k", b"first %d " % i * 20, None, 1_700_000_000_000 + i)
+        second.append(None, b"second %d " % i * 20, [("n", b"%d" % i)], 1_700_000_000_100 + i)
+    first.set_producer_state(producer_id, 0, 0)
+    second.set_producer_state(producer_id, 0, 15)  # 10 expected: a gap
+    first_view, second_view = first.seal(), second.seal()
+    try:
+        assert raw_produce.produce(kafka_broker.bootstrap, topic_name, 0, first_view) == 0
+        with pytest.raises(RuntimeError, match="error code 45"):  # OUT_OF_ORDER_SEQUENCE_NUMBER
+            raw_produce.produce(kafka_broker.bootstrap, topic_name, 0, second_view)
+        second.rewrite_producer_state(producer_id, 1, 5)
+        with pytest.raises(RuntimeError, match="error code 45"):  # a new epoch starts at 0
+            raw_produce.produce(kafka_broker.bootstrap, topic_name, 0, second_view)
+        second.rewrite_producer_state(producer_id, 1, 0)
+        assert raw_produce.produce(kafka_broker.bootstrap, topic_name, 0, second_view) == 10
+        with pytest.raises(RuntimeError, match="error code 47"):  # INVALID_PRODUCER_EPOCH
+            raw_produce.produce(kafka_broker.bootstrap, topic_name, 0, first_view)
+    finally:
+        first_view.release()
+        second_view.release()
+    for builder in (first, second):
+        finish(builder)
+    got = read_topic(kafka_broker.bootstrap, topic_name, expected_count=20)
+    assert [(r.offset, r.value) for r in got] == (
+        [(i, b"first %d " % i * 20) for i in range(10)]
+        + [(10 + i, b"second %d " % i * 20) for i in range(10)])
+    assert pool.in_use_bytes == 0
+
+
 def test_control_bit(big_pool):
     builder = new_builder(big_pool, control=True)
     builder.append(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", None, 5)
