@@ -399,12 +399,18 @@ class RecordAccumulator(AccumulatorCore):
             # before send() returns, and no one must see it done but not sent.
             self._count_sent(1, record_count, view.nbytes)
             counted = True
-            self._sender.send(queue.topic, queue.partition, view, record_count,
+            # The builder itself: with idempotence the sender may re-stamp it.
+            self._sender.send(queue.topic, queue.partition, builder, record_count,
                               created_ns=batch.created_ns,
                               on_done=functools.partial(self._on_delivered, batch, view))
         except Exception as exc:  # noqa: BLE001 -- the batch's futures carry it
             if counted:  # the sender refused it: not sent after all
                 self._count_sent(-1, -record_count, -view.nbytes)
+            if builder.producer_id >= 0:
+                # Numbered but never sent: its sequences are the partition's next.
+                self._idempotence.release_sequence(
+                    queue.topic, queue.partition, builder.producer_id,
+                    builder.producer_epoch, builder.base_sequence, record_count)
             self._complete(batch, view, error=exc)
 
     def _count_sent(self, batches, records, nbytes):
@@ -440,9 +446,6 @@ class RecordAccumulator(AccumulatorCore):
             # A request on an I/O thread still holds a view of the bytes; the buffers
             # go back to the pool when that view goes (PooledBuffer.__dealloc__).
             pass
-        if builder.producer_id >= 0:
-            self._idempotence.batch_done(batch.result.topic, batch.result.partition,
-                                         error is None)
         if error is None:
             batch.result.succeed(base_offset, log_append_time_ms)
         else:

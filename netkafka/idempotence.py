@@ -1,49 +1,119 @@
 """Idempotence: producer ids, epochs and each partition's sequence numbers.
 
-A broker keeps, per (producer id, partition), the sequence number of the last batch
-it appended and the offsets of the last five.  A batch whose base sequence is not
-the next one expected is refused (OUT_OF_ORDER_SEQUENCE_NUMBER); a resend of one it
-has already appended is answered with the first append's offsets.  So retries
-neither duplicate nor reorder, provided a partition's batches carry consecutive
-sequences in the order they are sent -- which the accumulator guarantees by
-assigning them here, at seal time, on the one thread draining that partition.
+A broker keeps, per (producer id, partition), the epoch and the sequence of the last
+batch it appended, and the offsets of the last five.  It appends a batch only if its
+base sequence follows that one (else OUT_OF_ORDER_SEQUENCE_NUMBER), answers a resend
+of one of the last five with the first append's offsets, takes a higher epoch only
+from sequence 0, and fences a lower one (INVALID_PRODUCER_EPOCH).  So retries neither
+duplicate nor reorder, provided a partition's batches carry consecutive sequences in
+the order they are sent -- which the accumulator guarantees by numbering them here, at
+seal time, on the one thread draining that partition.
 
 The producer id and epoch come from InitProducerId (no transactional id), asked of
 any broker the first time a batch is sealed, and retried on retriable errors.
 
-After a batch fails for good, its partition's sequence has a hole the broker will
-never fill: every later batch would be refused.  That partition is then marked
-broken.  Its next batch waits until every batch it had outstanding is done (so none
-can be overtaken), then starts again at sequence 0 under a fresh producer id; the
-other partitions carry on under theirs.  (The Java client bumps the epoch and
-renumbers unsent batches instead, KIP-360; a sealed batch here cannot be
-renumbered, its header being under the CRC.)
+Starting over (KIP-360, as the Java client's TransactionManager does it): a batch the
+broker has not appended that fails for good (delivery timeout, a non-retriable error,
+retries used up) leaves a hole in its partition's sequence that the broker will never
+fill; so does the first outstanding batch of a partition refused with
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID, which is resent.  The partition
+then starts over: the producer's epoch is bumped (once it is at its maximum, a new
+producer id comes from InitProducerId), and the partition's outstanding batches are
+re-stamped in send order from sequence 0 under the new epoch -- header and CRC
+rewritten in place, records untouched -- and sent again.  The failed batch's records
+fail with its error; those behind it are delivered, once and in order.
 
-Threads: next_sequence() runs on the thread draining the partition; batch_done() on
-whichever thread completes a batch.  Every field is guarded by _lock; _changed is
-notified when a partition's outstanding count drops.  Lock order: _lock alone (the
-InitProducerId request goes out without it).
+Only a batch the broker cannot hold under its old stamp may be re-stamped: sent again
+under the new one it would be a duplicate.  A batch becomes "maybe appended" when an
+attempt ends without a definite refusal (no answer, a lost connection,
+REQUEST_TIMED_OUT, ...), and stops being so when, first of its partition, it is
+refused for its sequence; nothing behind a batch the broker does not hold can be held
+(sequences are consecutive).  So a partition starting over sends nothing until none
+of its batches is in flight and its first one is not maybe appended: a first batch
+that is gets resent under the old stamp until its fate is known (acknowledged,
+refused, or failed for good).  Other partitions keep their own stamps; the broker
+keeps epochs per partition.
+
+Threads: next_sequence() and release_sequence() run on the thread draining the
+partition; the others on the Sender's (callers' threads in send(), I/O threads,
+track() and take() with the Sender's lock held).  Every field, a SequencedBatch's
+included, is guarded by _lock, under which a batch is re-stamped only while it is in
+no request: take() and restamp() exclude each other.  _fetch_lock serialises
+InitProducerId.  Lock order: Sender._lock, then _lock (InitProducerId goes out with
+neither held, from the draining thread or the "netkafka-producer-id" thread, never
+from an I/O thread, which would wait for itself).
 """
+import collections
+import itertools
+import logging
 import threading
 import time
 
 from netkafka import errors, protocol
 from netkafka.errors import KafkaTimeoutError
 
+_log = logging.getLogger("netkafka.idempotence")
+
 _SEQUENCE_LIMIT = 2**31  # sequences wrap to 0 after Int.MAX_VALUE, as in the Java client
+_EPOCH_MAX = 2**15 - 1  # Short.MAX_VALUE: past it, a new producer id
+
+_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+_UNKNOWN_PRODUCER_ID = 59
+# Refusals of a batch's sequence: "not yet" while an earlier batch of the partition is
+# outstanding, a hole before it when it is the first.
+_SEQUENCE_ERRORS = frozenset((_OUT_OF_ORDER_SEQUENCE_NUMBER, _UNKNOWN_PRODUCER_ID))
+# Partition error codes that say this attempt was not appended: the broker refused
+# the batch before writing it.  Any other answer but success may hide an append
+# (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND come after one).
+_NOT_APPENDED = frozenset((
+    2,   # CORRUPT_MESSAGE
+    3,   # UNKNOWN_TOPIC_OR_PARTITION
+    5,   # LEADER_NOT_AVAILABLE
+    6,   # NOT_LEADER_OR_FOLLOWER
+    10,  # MESSAGE_TOO_LARGE
+    18,  # RECORD_LIST_TOO_LARGE
+    19,  # NOT_ENOUGH_REPLICAS (checked before the append)
+    29,  # TOPIC_AUTHORIZATION_FAILED
+    32,  # INVALID_TIMESTAMP
+    45,  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    47,  # INVALID_PRODUCER_EPOCH
+    59,  # UNKNOWN_PRODUCER_ID
+    87,  # INVALID_RECORD
+))
+
+# What a sequence refusal means, from answered().
+WAIT = "wait"  # an earlier batch is outstanding: resend once it is through
+RESTART = "restart"  # a hole before this first batch: resend it after the restart
+APPENDED = "appended"  # a later batch was acknowledged, so this one is in the log
+
+
+class SequencedBatch:
+    """A sealed batch of an idempotent partition, from the Sender taking it until it
+    is acknowledged or fails.  Fields guarded by ProducerIdManager._lock."""
+
+    __slots__ = ("key", "batch", "record_count", "in_flight", "maybe_appended",
+                 "appended")
+
+    def __init__(self, key, batch, record_count):
+        self.key = key  # (topic, partition)
+        self.batch = batch  # the sealed RecordBatchBuilder, re-stamped in place
+        self.record_count = record_count
+        self.in_flight = False  # in a request not answered yet
+        self.maybe_appended = False  # an attempt may have been appended (above)
+        self.appended = False  # a later batch under its stamp was acknowledged
 
 
 class _PartitionSequence:
     """One partition's idempotence state; fields guarded by ProducerIdManager._lock."""
 
-    __slots__ = ("producer_id", "epoch", "next_sequence", "outstanding", "broken")
+    __slots__ = ("producer_id", "epoch", "next_sequence", "outstanding", "in_flight")
 
     def __init__(self, producer_id, epoch):
-        self.producer_id = producer_id  # the id its batches are sealed under
+        self.producer_id = producer_id  # the stamp its batches carry
         self.epoch = epoch
         self.next_sequence = 0  # base sequence of its next batch
-        self.outstanding = 0  # batches sealed and not yet done
-        self.broken = False  # a batch failed for good: start over under a fresh id
+        self.outstanding = collections.deque()  # SequencedBatch the Sender holds, send order
+        self.in_flight = 0  # of those, how many are in a request
 
 
 class ProducerIdManager:
@@ -53,8 +123,7 @@ class ProducerIdManager:
         pool: the IOPool whose connections carry InitProducerId.
         metadata: the Metadata cache (which brokers there are).
         retry_backoff_ms: wait between InitProducerId attempts.
-        max_block_ms: bound on next_sequence() waiting for an id or for a broken
-            partition's outstanding batches.
+        max_block_ms: bound on next_sequence() waiting for a producer id.
     """
 
     def __init__(self, pool, metadata, retry_backoff_ms, max_block_ms):
@@ -63,64 +132,187 @@ class ProducerIdManager:
         self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
         self._max_block_s = max_block_ms / 1000  # immutable
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._current = None  # guarded by _lock: (producer id, epoch) for new partitions
+        # Guarded by _lock: (producer id, epoch) a partition starting over takes;
+        # None while a new producer id is fetched.
+        self._current = None
         self._partitions = {}  # guarded by _lock: (topic, partition) -> _PartitionSequence
+        # Guarded by _lock: partitions with a hole, to re-stamp from 0 under a new
+        # epoch once they can (see above).
+        self._restarting = set()
         self._ids_fetched = 0  # guarded by _lock: InitProducerId answers so far
+        self._epoch_bumps = 0  # guarded by _lock
+        self._restarts = 0  # guarded by _lock: partitions re-stamped under a new epoch
+        self._fetching = False  # guarded by _lock: the producer-id thread is running
+        # Guarded by _lock: called (no lock held) once a new producer id lets the
+        # partitions waiting for one start over (the Sender's restamp_all).
+        self._on_new_producer_id = None
         self._fetch_lock = threading.Lock()  # one InitProducerId at a time; guards no field
 
+    # ------------------------------------------------------------------
+    # The thread draining a partition.
+
     def next_sequence(self, topic, partition, record_count):
-        """(producer id, epoch, base sequence) for the next batch of the partition,
-        which is counted as outstanding until batch_done().  Called by the thread
-        draining the partition.
+        """(producer id, epoch, base sequence) for the next batch of the partition.
 
         Raises:
-            KafkaTimeoutError: no producer id, or a broken partition still waiting for
-                its outstanding batches, within max_block_ms.
+            KafkaTimeoutError: no producer id within max_block_ms.
             KafkaError: a broker refused InitProducerId for good.
         """
-        deadline = time.monotonic() + self._max_block_s
         key = (topic, partition)
-        with self._changed:
-            state = self._partitions.get(key)
-            if state is not None and not state.broken:
-                return self._number_locked(state, record_count)
-            stale = None
-            if state is not None:
-                # Broken: let its outstanding batches finish first, so that none of
-                # them can be overtaken by a batch under the fresh id.
-                if not self._changed.wait_for(lambda: state.outstanding == 0,
-                                              max(0.0, deadline - time.monotonic())):
-                    raise KafkaTimeoutError(
-                        f"{topic}-{partition}: {state.outstanding} batches still outstanding "
-                        f"after a failed one when max_block_ms="
-                        f"{self._max_block_s * 1000:.0f} ran out; the partition starts over "
-                        f"once they are done")
-                stale = (state.producer_id, state.epoch)
-        # Only this thread adds batches to this partition, so it stays as it was.
-        producer_id, epoch = self._producer_id(deadline, avoid=stale)
         with self._lock:
-            state = self._partitions[key] = _PartitionSequence(producer_id, epoch)
+            state = self._partitions.get(key)
+            if state is not None:
+                return self._number_locked(state, record_count)
+        stamp = self._producer_id(time.monotonic() + self._max_block_s)
+        with self._lock:
+            # Only this thread adds this partition, so it is still missing.
+            state = self._partitions[key] = _PartitionSequence(*stamp)
             return self._number_locked(state, record_count)
+
+    def release_sequence(self, topic, partition, producer_id, epoch, base_sequence,
+                         record_count):
+        """A batch next_sequence() numbered never reached the Sender: its sequences
+        are given back, so that no hole is left (unless the partition has been
+        re-stamped since, which did not count it)."""
+        with self._lock:
+            state = self._partitions.get((topic, partition))
+            if (state is not None and (state.producer_id, state.epoch) == (producer_id, epoch)
+                    and state.next_sequence
+                    == (base_sequence + record_count) % _SEQUENCE_LIMIT):
+                state.next_sequence = base_sequence
 
     @staticmethod
     def _number_locked(state, record_count):
         base = state.next_sequence
         state.next_sequence = (base + record_count) % _SEQUENCE_LIMIT
-        state.outstanding += 1
         return state.producer_id, state.epoch, base
 
-    def batch_done(self, topic, partition, ok):
-        """A batch next_sequence() numbered is done: acknowledged (ok) or failed for
-        good, which breaks the partition's sequence."""
-        with self._changed:
-            state = self._partitions.get((topic, partition))
-            if state is None:
-                return
-            state.outstanding -= 1
-            if not ok:
-                state.broken = True
-            self._changed.notify_all()
+    # ------------------------------------------------------------------
+    # The Sender, with its lock held.
+
+    def set_new_producer_id_listener(self, listener):
+        with self._lock:
+            self._on_new_producer_id = listener
+
+    def track(self, topic, partition, batch, record_count):
+        """The Sender takes a sealed batch (a RecordBatchBuilder numbered by
+        next_sequence()): it joins its partition's outstanding batches, last.  One
+        numbered before its partition was re-stamped is re-stamped now."""
+        key = (topic, partition)
+        entry = SequencedBatch(key, batch, record_count)
+        with self._lock:
+            state = self._partitions[key]
+            if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.epoch):
+                batch.rewrite_producer_state(*self._number_locked(state, record_count))
+            state.outstanding.append(entry)
+        return entry
+
+    def take(self, entry):
+        """Whether entry, first in its partition's queue, may go into a request now;
+        if so it counts as in flight until answered()."""
+        with self._lock:
+            state = self._partitions[entry.key]
+            if entry.key in self._restarting and not (entry.maybe_appended
+                                                      and state.outstanding[0] is entry):
+                return False  # only a first batch whose fate is unknown goes out
+            entry.in_flight = True
+            state.in_flight += 1
+            return True
+
+    def answered(self, entry, error_code):
+        """entry's request came back: error_code 0, the partition's error code, or
+        None (no answer: the request or its connection failed).  Returns what a
+        refusal of its sequence means (WAIT, RESTART or APPENDED), else None."""
+        with self._lock:
+            state = self._partitions[entry.key]
+            entry.in_flight = False
+            state.in_flight -= 1
+            if error_code is None or (error_code and error_code not in _NOT_APPENDED):
+                entry.maybe_appended = True
+            if error_code not in _SEQUENCE_ERRORS:
+                return None
+            if state.outstanding[0] is not entry:
+                return WAIT
+            if entry.appended:
+                return APPENDED
+            # Nothing before it is outstanding and the broker refused it: the hole
+            # is before it, and it is not in the log.
+            entry.maybe_appended = False
+            self._restarting.add(entry.key)
+            return RESTART
+
+    def done(self, entry, ok, restart=True):
+        """entry was acknowledged (ok) or failed for good: it leaves its partition's
+        outstanding batches.  A failure starts the partition over, unless restart is
+        False (the Sender is closing)."""
+        with self._lock:
+            state = self._partitions[entry.key]
+            outstanding = state.outstanding
+            if outstanding[0] is entry:  # the usual case
+                outstanding.popleft()
+                index = 0
+            else:
+                index = outstanding.index(entry)
+                del outstanding[index]
+            entry.batch = None  # its memory is its owner's to release now
+            if ok:
+                # The broker appends in sequence order: those before it are in too.
+                for earlier in itertools.islice(outstanding, index):
+                    earlier.appended = True
+            elif restart:
+                self._restarting.add(entry.key)
+                if not entry.maybe_appended:
+                    for later in itertools.islice(outstanding, index, None):
+                        later.maybe_appended = False
+
+    def restamp(self, keys=None):
+        """Starts over every partition of keys (None: all) that is restarting and
+        ready to (see the module's docstring).  Returns those re-stamped: their
+        batches may be sent again."""
+        restamped = []
+        with self._lock:
+            if not self._restarting:
+                return restamped
+            for key in list(self._restarting if keys is None
+                            else self._restarting.intersection(keys)):
+                state = self._partitions[key]
+                if state.in_flight or (state.outstanding
+                                       and state.outstanding[0].maybe_appended):
+                    continue
+                stamp = self._new_stamp_locked((state.producer_id, state.epoch))
+                if stamp is None:
+                    continue  # the producer-id thread calls back with a new id
+                producer_id, epoch = stamp
+                sequence = 0
+                for entry in state.outstanding:
+                    entry.batch.rewrite_producer_state(producer_id, epoch, sequence)
+                    entry.appended = False
+                    sequence = (sequence + entry.record_count) % _SEQUENCE_LIMIT
+                state.producer_id, state.epoch, state.next_sequence = producer_id, epoch, sequence
+                self._restarting.discard(key)
+                self._restarts += 1
+                restamped.append(key)
+        return restamped
+
+    def _new_stamp_locked(self, stamp):
+        """The stamp a partition now under `stamp` starts over with: the producer's
+        current one if the partition has not used it, else the epoch after it (or,
+        past the last epoch, None until a new producer id arrives)."""
+        current = self._current
+        if current is None:
+            return None
+        if current != stamp:
+            return current
+        if current[1] < _EPOCH_MAX:
+            self._current = (current[0], current[1] + 1)
+            self._epoch_bumps += 1
+            return self._current
+        self._current = None
+        if not self._fetching:
+            self._fetching = True
+            threading.Thread(target=self._fetch_new_producer_id, args=(current,),
+                             name="netkafka-producer-id", daemon=True).start()
+        return None
 
     def metrics(self):
         with self._lock:
@@ -128,9 +320,28 @@ class ProducerIdManager:
             return {"producer_id": -1 if current is None else current[0],
                     "producer_epoch": -1 if current is None else current[1],
                     "producer_ids_fetched": self._ids_fetched,
-                    "partitions_broken": sum(s.broken for s in self._partitions.values())}
+                    "producer_epoch_bumps": self._epoch_bumps,
+                    "partitions_restarted": self._restarts}
 
     # ------------------------------------------------------------------
+    # InitProducerId.
+
+    def _fetch_new_producer_id(self, spent):
+        """The producer-id thread: a new id to replace `spent`, whose epochs are all
+        used, however long it takes (the batches waiting for it fail at their
+        delivery timeout meanwhile); gives up when the pool closes."""
+        while not self._pool.closed:
+            try:
+                self._producer_id(time.monotonic() + self._max_block_s, avoid=spent)
+                break
+            except errors.KafkaError as exc:
+                _log.warning("no new producer id yet: %s", exc)
+                time.sleep(self._retry_backoff_s)
+        with self._lock:
+            self._fetching = False
+            listener = self._on_new_producer_id
+        if listener is not None and not self._pool.closed:
+            listener()
 
     def _producer_id(self, deadline, avoid=None):
         """The current (producer id, epoch), asking a broker for one if there is none

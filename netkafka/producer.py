@@ -117,16 +117,16 @@ class Producer(ProducerCore):
             metadata = Metadata(pool, config.bootstrap_servers,
                                 metadata_max_age_ms=config.metadata_max_age_ms,
                                 retry_backoff_ms=config.retry_backoff_ms)
+            idempotence = (ProducerIdManager(pool, metadata,
+                                             retry_backoff_ms=config.retry_backoff_ms,
+                                             max_block_ms=config.max_block_ms)
+                           if config.enable_idempotence else None)
             sender = Sender(pool, metadata, acks=config.acks,
                             max_block_ms=config.max_block_ms, backoff=backoff,
                             retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
                             delivery_timeout_ms=config.delivery_timeout_ms,
                             max_request_size=config.max_request_size,
-                            idempotent=config.enable_idempotence)
-            idempotence = (ProducerIdManager(pool, metadata,
-                                             retry_backoff_ms=config.retry_backoff_ms,
-                                             max_block_ms=config.max_block_ms)
-                           if config.enable_idempotence else None)
+                            idempotence=idempotence)
             partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
             accumulator = RecordAccumulator(
                 partitioner, sender, self._wait_for_partition,
@@ -339,7 +339,8 @@ class Producer(ProducerCore):
         records_untracked_failed -- those of produce() --, buffer_*), then the
         sender's, prefixed "sender_" (batches acknowledged, failed, retried, dropped
         at a full connection, errors per broker error code), then with idempotence
-        producer_id, producer_epoch, producer_ids_fetched, partitions_broken."""
+        producer_id, producer_epoch, producer_ids_fetched, producer_epoch_bumps,
+        partitions_restarted."""
         self._start_if_forked()
         snapshot = self._accumulator.metrics()
         for name, value in self._sender.metrics().items():

@@ -14,13 +14,14 @@ batch back at the front of its partition's queue after retry_backoff_ms (and
 ask for fresh metadata when the error says the leader moved), until retries
 or delivery_timeout_ms run out.
 
-Idempotent batches (sealed with a producer id and sequence, see idempotence.py):
-a partition's batches not yet completed are kept in send order.  A batch refused
-with OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID while an earlier one of
-its partition is still outstanding only waits for that one: it is resent like a
-retriable error.  The first outstanding batch refused so is failed (the broker lost
-what came before).  DUPLICATE_SEQUENCE_NUMBER means the broker has the batch
-already: acknowledged, offset unknown (-1).
+Idempotent batches (sealed with a producer id and sequence): idempotence.py's
+ProducerIdManager keeps each partition's batches not yet completed in send order
+and says which may go out.  A batch refused with OUT_OF_ORDER_SEQUENCE_NUMBER or
+UNKNOWN_PRODUCER_ID is resent: after the earlier batch it waits for, or, first of
+its partition, after the partition starts over under a new epoch -- as the batches
+behind one that failed for good do (re-stamped in place, see idempotence.py).
+DUPLICATE_SEQUENCE_NUMBER means the broker has the batch already: acknowledged,
+offset unknown (-1).
 
 Queues: per broker, one FIFO per partition; a request takes the head of each
 partition in turn (round robin across requests, so a busy partition cannot
@@ -30,7 +31,8 @@ batch goes back into its partition's FIFO in send order.
 Threads: send(), flush(), close() run on callers' threads; next_request(),
 has_pending() and the answer handling on I/O threads.  All queues and
 counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
-connection's or the metadata's lock, never the other way round.
+connection's, the metadata's or the ProducerIdManager's lock, never the other
+way round.
 """
 import collections
 import functools
@@ -44,6 +46,7 @@ from netkafka import errors, protocol
 from netkafka.backoff import backoff_strategy
 from netkafka.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
+from netkafka.idempotence import APPENDED
 
 _log = logging.getLogger("netkafka.sender")
 
@@ -63,7 +66,7 @@ class _Batch:
     Sender._lock) or by the request carrying it (its I/O thread)."""
 
     __slots__ = ("seq", "topic", "partition", "view", "size_bytes", "record_count", "on_done",
-                 "attempts", "created_ns", "retry_at_ns", "node_id")
+                 "attempts", "created_ns", "retry_at_ns", "node_id", "sequenced")
 
     def __init__(self, seq, topic, partition, view, record_count, now_ns, on_done):
         self.seq = seq  # send order: keeps a partition's FIFO in order across resends
@@ -77,6 +80,7 @@ class _Batch:
         self.created_ns = now_ns
         self.retry_at_ns = 0
         self.node_id = None  # the connection holding its outbound reservation
+        self.sequenced = None  # idempotent: its idempotence.SequencedBatch
 
 
 class Sender:
@@ -96,13 +100,13 @@ class Sender:
         delivery_timeout_ms: bound from send() to the batch's outcome.
             Default 120000.
         max_request_size: bytes of batches per Produce request. Default 1048576.
-        idempotent: the batches carry producer ids and sequences (above).
-            Default False.
+        idempotence: the ProducerIdManager that numbered the batches (above), or
+            None (default): the batches carry no producer id.
     """
 
     def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
-                 delivery_timeout_ms=120000, max_request_size=1048576, idempotent=False):
+                 delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None):
         if acks == "all":
             acks = -1
         if acks not in (0, 1, -1) or isinstance(acks, bool):
@@ -121,7 +125,7 @@ class Sender:
         self.retry_backoff_ms = retry_backoff_ms  # immutable
         self.delivery_timeout_ms = delivery_timeout_ms  # immutable
         self.max_request_size = max_request_size  # immutable
-        self.idempotent = bool(idempotent)  # immutable
+        self._idempotence = idempotence  # immutable; thread-safe
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
 
@@ -139,21 +143,21 @@ class Sender:
         self._closed = False  # guarded by _lock
         self._sweep_at_ns = None  # guarded by _lock: delivery-timeout sweep scheduled then
         self._metrics = collections.Counter()  # guarded by _lock
-        # Guarded by _lock, idempotent only: (topic, partition) -> deque of its _Batch
-        # not yet completed, in send order; an entry exists only while non-empty.
-        self._outstanding = {}
 
         pool.set_request_source(self)
         metadata.add_listener(self)
+        if idempotence is not None:
+            idempotence.set_new_producer_id_listener(self.restamp_all)
 
     # ------------------------------------------------------------------
     # Callers' threads.
 
     def send(self, topic, partition, batch, record_count, created_ns=None, on_done=None):
         """Queues a sealed batch (any buffer; its memory is sent as is and must
-        not change until the batch is done).  created_ns: time.monotonic_ns()
-        when the batch was opened, where delivery_timeout_ms starts (default:
-        now).
+        not change until the batch is done -- with idempotence, a sealed
+        RecordBatchBuilder numbered by the ProducerIdManager, whose producer
+        state the sender may rewrite).  created_ns: time.monotonic_ns() when
+        the batch was opened, where delivery_timeout_ms starts (default: now).
 
         on_done(result, error) hears the outcome, once: a ProduceResult and
         None, or None and the exception; on the thread that learns it (an I/O
@@ -202,8 +206,8 @@ class Sender:
                           time.monotonic_ns() if created_ns is None else created_ns, on_done)
             self._next_seq += 1
             self._pending += 1
-            if self.idempotent:
-                self._outstanding.setdefault((topic, partition), collections.deque()).append(item)
+            if self._idempotence is not None:
+                item.sequenced = self._idempotence.track(topic, partition, batch, record_count)
             self._route_locked(item, broker.node_id, conn=conn)
             self._schedule_sweep_locked(item.created_ns)
         conn.wakeup()
@@ -301,6 +305,8 @@ class Sender:
                     continue
                 if chosen and total + head.size_bytes > self.max_request_size:
                     continue
+                if head.sequenced is not None and not self._idempotence.take(head.sequenced):
+                    continue  # its partition is starting over; _restamp() wakes us
                 queue.popleft()
                 chosen.append(head)
                 total += head.size_bytes
@@ -320,6 +326,8 @@ class Sender:
                 (wakeup_at_ns - now_ns) / 1e6, conn.wakeup)
         for item in expired:
             self._complete(item, error=_delivery_timeout(self, item))
+        if expired and self._idempotence is not None:
+            self._restamp({(item.topic, item.partition) for item in expired})
         for leader in woken:
             other = None if leader is None else self._pool.get(leader)
             if other is not None:
@@ -349,23 +357,32 @@ class Sender:
     # Answers (I/O threads) and metadata changes.
 
     def _on_answer(self, conn, batches, topic_ids, response, error):
+        idempotence = self._idempotence
         for item in batches:
             item.node_id = None  # its reservation was released as it was written
         if error is not None:
+            for item in batches:
+                if item.sequenced is not None:  # no answer: appended or not, unknown
+                    idempotence.answered(item.sequenced, None)
             if not error.retriable:  # e.g. a ProtocolError: resending won't help
                 for item in batches:
                     self._complete(item, error=error)
-                return
-            if error.invalid_metadata:
-                self._metadata.request_update()
-            for item in batches:
-                self._retry_or_fail(item, error)
-            return
-        if response is None:  # acks=0: done once written
+            else:
+                if error.invalid_metadata:
+                    self._metadata.request_update()
+                for item in batches:
+                    self._retry_or_fail(item, error)
+        elif response is None:  # acks=0: done once written
             self._complete_all([(item, ProduceResult(item.topic, item.partition, -1, -1,
                                                      item.record_count), None)
                                 for item in batches])
-            return
+        else:
+            self._on_response(conn, batches, topic_ids, response)
+        if idempotence is not None:
+            # Answered, retried or failed: a partition starting over may be ready.
+            self._restamp({(item.topic, item.partition) for item in batches})
+
+    def _on_response(self, conn, batches, topic_ids, response):
         names = {topic_id: name for name, topic_id in topic_ids.items()}
         answers = {(t.name if t.name is not None else names.get(t.topic_id), p.partition): p
                    for t in response.topics for p in t.partitions}
@@ -373,27 +390,32 @@ class Sender:
         acknowledged = []  # completed together, after the loop
         for item in batches:
             part = answers.get((item.topic, item.partition))
+            code = None if part is None else part.error_code
+            verdict = None
+            if item.sequenced is not None:
+                # A duplicate: appended by an earlier attempt whose answer was lost,
+                # and too long ago for the broker to have kept its offset.
+                if code == _DUPLICATE_SEQUENCE_NUMBER:
+                    code = 0
+                verdict = self._idempotence.answered(item.sequenced, code)
             if part is None:
                 self._complete(item, error=errors.ProtocolError(
                     f"{conn.describe()} answered Produce without "
                     f"{item.topic}-{item.partition}"))
-            elif part.error_code == 0 or (
-                    self.idempotent and part.error_code == _DUPLICATE_SEQUENCE_NUMBER):
-                # A duplicate: appended by an earlier attempt whose answer was lost,
-                # and too long ago for the broker to have kept its offset.
-                base_offset = part.base_offset if part.error_code == 0 else -1
+            elif code == 0 or verdict == APPENDED:
+                appended = part.error_code == 0
                 acknowledged.append((item, ProduceResult(
-                    item.topic, item.partition, base_offset,
-                    part.log_append_time_ms, item.record_count), None))
+                    item.topic, item.partition, part.base_offset if appended else -1,
+                    part.log_append_time_ms if appended else -1, item.record_count), None))
             else:
                 error = errors.error_for_code(
-                    part.error_code,
+                    code,
                     f"{item.topic}-{item.partition} from {conn.describe()}"
                     + (f": {part.error_message}" if part.error_message else ""))
                 refresh |= error.invalid_metadata
                 with self._lock:
                     self._metrics["errors." + error.name] += 1
-                if error.retriable or self._waits_for_an_earlier_batch(item, part.error_code):
+                if error.retriable or verdict is not None:  # WAIT or RESTART: resend
                     self._retry_or_fail(item, error)
                 else:
                     self._complete(item, error=error)
@@ -401,14 +423,6 @@ class Sender:
             self._complete_all(acknowledged)
         if refresh:
             self._metadata.request_update()
-
-    def _waits_for_an_earlier_batch(self, item, error_code):
-        """Idempotent only: the broker refused item's sequence because an earlier
-        batch of its partition is still outstanding (being resent): resend it."""
-        if not self.idempotent or error_code not in _SEQUENCE_ERRORS:
-            return False
-        with self._lock:
-            return self._outstanding[item.topic, item.partition][0] is not item
 
     def _retry_or_fail(self, item, error):
         now_ns = time.monotonic_ns()
@@ -530,6 +544,22 @@ class Sender:
                 self._schedule_sweep_locked(min(waiting))
         for item in expired:
             self._complete(item, error=_delivery_timeout(self, item))
+        if expired and self._idempotence is not None:
+            self._restamp({(item.topic, item.partition) for item in expired})
+
+    def restamp_all(self):
+        """The ProducerIdManager's listener: a new producer id arrived, partitions
+        waiting for it can start over."""
+        self._restamp()
+
+    def _restamp(self, keys=None):
+        """Idempotent partitions of keys (None: all) that can start over now are
+        re-stamped; their leaders' connections look at their queues again."""
+        leaders = {self._metadata.leader_id(*key) for key in self._idempotence.restamp(keys)}
+        for node_id in leaders:
+            conn = None if node_id is None else self._pool.get(node_id)
+            if conn is not None:
+                conn.wakeup()
 
     def _complete(self, item, result=None, error=None):
         self._complete_all(((item, result, error),))
@@ -544,12 +574,10 @@ class Sender:
         with self._lock:
             metrics = self._metrics
             for item, _, error in outcomes:
-                if self.idempotent:
-                    key = (item.topic, item.partition)
-                    outstanding = self._outstanding[key]
-                    outstanding.remove(item)  # the oldest, but for failures out of order
-                    if not outstanding:
-                        del self._outstanding[key]
+                if item.sequenced is not None:
+                    # A failure leaves a hole: the caller calls _restamp() next.
+                    self._idempotence.done(item.sequenced, error is None,
+                                           restart=not self._closed)
                 if error is None:
                     metrics["batches_acknowledged"] += 1
                     metrics["records_acknowledged"] += item.record_count
@@ -585,11 +613,7 @@ def _resolve(future, result, error):
         future.set_exception(error)
 
 
-_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 _DUPLICATE_SEQUENCE_NUMBER = 46
-_UNKNOWN_PRODUCER_ID = 59
-# Refusals that, with an earlier batch still outstanding, only mean "not yet".
-_SEQUENCE_ERRORS = (_OUT_OF_ORDER_SEQUENCE_NUMBER, _UNKNOWN_PRODUCER_ID)
 
 
 def _delivery_timeout(sender, item):
