@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 
-.PHONY: all venv build kafka demo test bench report clean
+.PHONY: all venv build kafka spark-kafka demo test bench report clean
 
 all: test
 
@@ -35,6 +35,25 @@ $(KAFKA_STAMP): pom.xml
 
 kafka: $(KAFKA_STAMP)
 
+# Spark's own Kafka sink, which bench/test_bench_spark.py measures netkafka against: the
+# spark-sql-kafka-0-10 connector of the installed pyspark's Spark and Scala versions
+# (bench/spark_kafka.py), with what pyspark lacks of its dependencies, into
+# .cache/spark-kafka/<spark>_<scala>/.  pyspark can reach pip before its connector reaches
+# Maven; until it does, the release named by SPARK_KAFKA_FALLBACK is fetched instead, and the
+# benchmark says so.  Delete that directory to fetch again.
+SPARK_KAFKA_FALLBACK ?= 4.2.0
+spark-kafka: $(VENV_STAMP)
+	@dir=$$($(PY) bench/spark_kafka.py directory) || exit 1; \
+	test -f $$dir/.fetched && exit 0; \
+	for version in $$($(PY) bench/spark_kafka.py spark-version) $(SPARK_KAFKA_FALLBACK); do \
+		echo "mvn: spark-sql-kafka-0-10 $$version into $$dir"; \
+		mvn --batch-mode --quiet -f bench/spark-kafka.pom.xml dependency:copy-dependencies \
+			-DincludeScope=runtime -Dspark.version=$$version \
+			-Dscala.binary.version=$$($(PY) bench/spark_kafka.py scala-version) \
+			-DoutputDirectory=$$dir >/dev/null && touch $$dir/.fetched && exit 0; \
+		echo "spark-sql-kafka-0-10 $$version: not found by mvn"; \
+	done; exit 1
+
 # e.g. make demo DEMO_ARGS="--records 100000 --compression zstd"
 DEMO_ARGS ?=
 demo: build kafka
@@ -43,7 +62,7 @@ demo: build kafka
 test: build kafka
 	$(PY) -m pytest tests
 
-bench: build kafka
+bench: build kafka spark-kafka
 	$(PY) -m pytest bench --benchmark-only
 
 # The benchmark report (bench/report.py): docs/benchmarks.md, docs/throughput.png and the

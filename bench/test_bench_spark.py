@@ -1,0 +1,246 @@
+"""Writing a Spark DataFrame to Kafka: Spark's own Kafka sink vs a confluent-kafka sink.
+
+One DataFrame, written by each sink in turn to the same local broker (BROKER_JVM_OPTIONS) in
+one run, through one Spark session (local[2]: two task threads, two Python workers):
+
+    spark kafka sink          df.write.format("kafka"): Spark's JVM sink (spark-sql-kafka-0-10,
+                              fetched by `make spark-kafka`), the Java producer in the executor
+    confluent-kafka sink      df.foreachPartition(spark_confluent.partition_sink(...)): one
+                              librdkafka producer per Python worker
+
+The DataFrame: ROWS rows (NETKAFKA_SPARK_BENCH_ROWS; 10,000,000 by default, SMOKE_ROWS under
+--benchmark-disable) in SPARK_PARTITIONS partitions, one binary column `value` of VALUE_BYTES
+bytes, each row's own (its id, left-padded), no key.  It is cached in memory and counted
+before the first round, so generating it is not measured.
+
+Every sink: acks=1, batch size 1 MiB, linger 5 ms, no compression, no idempotence (acks=1
+turns it off in each client), one producer per process reused across tasks.  Each round
+writes to a new topic of TOPIC_PARTITIONS partitions.  A round is timed from the action's
+start to its return, i.e. the job's end, which each sink reaches only once the broker has
+acknowledged every record (the Spark sink closes its writer per task, confluent-kafka
+flushes at the end of the partition).  After each round the topic's end offsets (ListOffsets,
+by confluent-kafka's admin client) must add up to ROWS, so a sink that loses or duplicates
+records fails; with ROWS up to CONTENT_CHECK_ROWS the topic is also read back
+(netkafka.testing.reader) and compared value for value.
+
+extra_info: rows, rows_per_s (from the minimum time), ratio_to_spark_sink, the Spark and
+connector versions and the load average.  A table of the same is printed at the end.
+
+    NETKAFKA_SPARK_BENCH_ROWS=10000000 .venv/bin/python -m pytest bench/test_bench_spark.py \\
+        --benchmark-only --benchmark-columns=min,median,rounds
+    .venv/bin/python -m pytest bench/test_bench_spark.py --benchmark-disable   # smoke
+"""
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+import spark_confluent  # noqa: E402  (bench/, on the executors' PYTHONPATH too)
+import spark_kafka  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
+from confluent_kafka.admin import OffsetSpec  # noqa: E402
+
+from netkafka.testing.admin import admin_client, create_topic  # noqa: E402
+from netkafka.testing.reader import read_topic  # noqa: E402
+
+ROWS_VARIABLE = "NETKAFKA_SPARK_BENCH_ROWS"
+ROUNDS_VARIABLE = "NETKAFKA_SPARK_BENCH_ROUNDS"
+DEFAULT_ROWS = 10_000_000
+SMOKE_ROWS = 20_000
+DEFAULT_ROUNDS = 3
+WARMUP_ROUNDS = 1
+VALUE_BYTES = 100
+SPARK_PARTITIONS = 4
+TOPIC_PARTITIONS = 6
+CONTENT_CHECK_ROWS = 200_000
+# The cached DataFrame lives in the driver's heap in local mode: 10M rows of 100 B take
+# about 1.1 GB of it.
+DRIVER_MEMORY = "4g"
+ADMIN_TIMEOUT_S = 30.0
+
+ACKS = 1
+BATCH_BYTES = 1 << 20
+LINGER_MS = 5
+
+SPARK_SINK = "spark kafka sink"
+
+
+def _rows(config) -> int:
+    if os.environ.get(ROWS_VARIABLE):
+        rows = int(os.environ[ROWS_VARIABLE])
+        if rows < 1:
+            raise ValueError(f"{ROWS_VARIABLE} must be at least 1, got {rows}")
+        return rows
+    return SMOKE_ROWS if config.getoption("benchmark_disable") else DEFAULT_ROWS
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    bench_dir = Path(__file__).resolve().parent
+    netkafka_root = Path(sys.modules["netkafka"].__file__).resolve().parent.parent
+    with pytest.MonkeyPatch.context() as patch:
+        # The workers run this interpreter (PySpark reads only the environment for it) and
+        # import this checkout's netkafka and bench/spark_confluent.py by name.
+        patch.setenv("PYSPARK_PYTHON", sys.executable)
+        session = (SparkSession.builder.master("local[2]").appName("netkafka-bench-spark")
+                   .config("spark.jars", ",".join(spark_kafka.connector_jars()))
+                   .config("spark.driver.memory", DRIVER_MEMORY)
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.executorEnv.PYTHONPATH",
+                           os.pathsep.join([str(bench_dir), str(netkafka_root)]))
+                   .getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")
+        try:
+            yield session
+        finally:
+            session.stop()
+
+
+@pytest.fixture(scope="module")
+def rows(request):
+    return _rows(request.config)
+
+
+@pytest.fixture(scope="module")
+def frame(spark, rows):
+    """The DataFrame every sink writes, cached in memory and fully computed."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    df = (spark.range(rows, numPartitions=SPARK_PARTITIONS)
+          .select(F.lpad(F.col("id").cast("string"), VALUE_BYTES, ".").cast("binary")
+                  .alias("value"))
+          .persist(StorageLevel.MEMORY_ONLY))
+    assert df.count() == rows
+    cached = [info for info in spark.sparkContext._jsc.sc().getRDDStorageInfo()
+              if info.numCachedPartitions() > 0]
+    if sum(info.numCachedPartitions() for info in cached) != SPARK_PARTITIONS:
+        raise RuntimeError(f"the DataFrame does not fit in memory ({DRIVER_MEMORY} driver): "
+                           f"lower {ROWS_VARIABLE}")
+    yield df
+    df.unpersist()
+
+
+@pytest.fixture(scope="module")
+def results(request):
+    """rows/s of each sink in this run (for the ratios), printed as a table at the end."""
+    measured = {}
+    yield measured
+    if not measured:
+        return
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    spark_rate = measured.get(SPARK_SINK)
+    reporter.write_line("")
+    reporter.write_line(f"Spark -> Kafka, {_rows(request.config):,} rows x {VALUE_BYTES} B, "
+                        f"acks={ACKS} (rows/s from the minimum time)")
+    for sink, rate in measured.items():
+        ratio = f"{rate / spark_rate:5.2f}x Spark's sink" if spark_rate else ""
+        reporter.write_line(f"  {sink:<26} {rate:>12,.0f} rows/s  {ratio}")
+
+
+def _spark_sink(df, bootstrap):
+    def write(topic):
+        (df.write.format("kafka")
+         .option("kafka.bootstrap.servers", bootstrap)
+         .option("kafka.acks", str(ACKS))
+         .option("kafka.batch.size", str(BATCH_BYTES))
+         .option("kafka.linger.ms", str(LINGER_MS))
+         .option("topic", topic)
+         .save())
+
+    return write
+
+
+def _confluent_sink(df, bootstrap):
+    config = {"bootstrap.servers": bootstrap, "acks": ACKS, "batch.size": BATCH_BYTES,
+              "linger.ms": LINGER_MS, "enable.idempotence": False}
+
+    def write(topic):
+        df.foreachPartition(spark_confluent.partition_sink(topic, config, value="value"))
+
+    return write
+
+
+SINKS = {
+    SPARK_SINK: _spark_sink,
+    "confluent-kafka sink": _confluent_sink,
+}
+
+
+class _TopicPerRound:
+    """A new topic for each round (setup), the previous one checked and deleted first."""
+
+    def __init__(self, bootstrap, base, rows, expected_values):
+        self.bootstrap = bootstrap
+        self.base = base
+        self.rows = rows
+        self.expected_values = expected_values  # sorted values, or None: count only
+        self.admin = admin_client(bootstrap)
+        self.made = 0
+        self.current = None
+
+    def setup(self):
+        self.finish(check=True)
+        self.made += 1
+        self.current = f"{self.base}-{self.made}"
+        create_topic(self.bootstrap, self.current, partitions=TOPIC_PARTITIONS)
+        return (self.current,), {}
+
+    def finish(self, check):
+        """Check the last round's topic, then delete it (ten rounds of 10M rows are 10 GB)."""
+        topic, self.current = self.current, None
+        if topic is None:
+            return
+        try:
+            if check:
+                self._check(topic)
+        finally:
+            self.admin.delete_topics([topic])[topic].result(timeout=ADMIN_TIMEOUT_S)
+
+    def _check(self, topic):
+        partitions = {TopicPartition(topic, p): OffsetSpec.latest()
+                      for p in range(TOPIC_PARTITIONS)}
+        answers = self.admin.list_offsets(partitions, request_timeout=ADMIN_TIMEOUT_S)
+        written = sum(future.result().offset for future in answers.values())
+        assert written == self.rows, f"{topic}: {written} records, expected {self.rows}"
+        if self.expected_values is not None:
+            records = read_topic(self.bootstrap, topic, expected_count=self.rows)
+            assert sorted(record.value for record in records) == self.expected_values
+
+
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_spark_to_kafka(benchmark, kafka_broker, topic_name, spark, frame, rows, results, sink):
+    connector = spark_kafka.connector_version()
+    if sink == SPARK_SINK and connector != pyspark.__version__:
+        warnings.warn(f"Spark's Kafka sink is spark-sql-kafka-0-10 {connector} in Spark "
+                      f"{pyspark.__version__}: the connector of this Spark was not published")
+    expected = None
+    if rows <= CONTENT_CHECK_ROWS:
+        expected = sorted(str(i).rjust(VALUE_BYTES, ".").encode() for i in range(rows))
+    rounds_topics = _TopicPerRound(kafka_broker.bootstrap, topic_name, rows, expected)
+    write = SINKS[sink](frame, kafka_broker.bootstrap)
+    rounds = int(os.environ.get(ROUNDS_VARIABLE) or DEFAULT_ROUNDS)
+    benchmark.group = f"Spark -> Kafka, {rows} rows x {VALUE_BYTES} B, acks={ACKS}"
+    benchmark.extra_info.update(rows=rows, spark=pyspark.__version__,
+                                spark_kafka_connector=connector,
+                                load_average=[round(x, 2) for x in os.getloadavg()])
+    try:
+        benchmark.pedantic(write, setup=rounds_topics.setup, rounds=rounds, iterations=1,
+                           warmup_rounds=WARMUP_ROUNDS)
+    except BaseException:
+        rounds_topics.finish(check=False)
+        raise
+    rounds_topics.finish(check=True)
+    if benchmark.disabled:
+        return
+    rate = rows / benchmark.stats.stats.min
+    results[sink] = rate
+    benchmark.extra_info["rows_per_s"] = round(rate)
+    if SPARK_SINK in results:
+        benchmark.extra_info["ratio_to_spark_sink"] = round(rate / results[SPARK_SINK], 3)
