@@ -148,6 +148,74 @@ def test_pipelined_requests_on_one_connection_answer_in_order(kafka_broker):
     assert conn.stats()["in_flight_peak"] == 8
 
 
+class _RechunkingProxy:
+    """A TCP proxy to the broker that passes the broker's bytes on cut anywhere:
+    each read from the broker goes on in segments of sizes cycling through
+    SEGMENTS_BYTES (inside a size prefix, across two answers), the last segment of
+    a read cut short."""
+
+    SEGMENTS_BYTES = (1, 3, 2, 7, 4096, 5, 11)
+
+    def __init__(self, target):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=_RewritingProxy._pipe, args=(client, upstream),
+                             daemon=True).start()
+            threading.Thread(target=self._rechunk, args=(upstream, client),
+                             daemon=True).start()
+
+    def _rechunk(self, src, dst):
+        segment = 0
+        try:
+            while data := src.recv(65536):
+                while data:
+                    size = self.SEGMENTS_BYTES[segment]
+                    dst.sendall(data[:size])
+                    data = data[size:]
+                    segment = (segment + 1) % len(self.SEGMENTS_BYTES)
+                    time.sleep(0.001)  # one segment per read on the other side, usually
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_answers_cut_anywhere_or_larger_than_the_receive_buffer_are_read_whole(
+        kafka_broker):
+    """The connection reads into a 64 KiB buffer: answers arrive cut at any byte, several
+    in one read, and one of about 100 KiB (a Metadata answer naming 3000 unknown topics)."""
+    unknown = [f"no-such-topic-{i:05d}-{'x' * 12}" for i in range(3000)]
+    proxy = _RechunkingProxy(broker_address(kafka_broker.bootstrap))
+    pool = IOPool(ConnectionConfig(max_in_flight_requests_per_connection=8))
+    try:
+        conn = pool.connection(-1, "127.0.0.1", proxy.port)
+        small = [request_metadata(conn, []) for _ in range(6)]
+        large = request_metadata(conn, unknown, allow_auto_topic_creation=False)
+        small += [request_metadata(conn, []) for _ in range(6)]
+        answers = [future.result(30) for future in small]
+        big = large.result(30)
+    finally:
+        pool.close()
+        proxy.close()
+    assert all(a.brokers for a in answers)
+    assert sorted(t.name for t in big.topics) == unknown
+    assert {t.error_code for t in big.topics} == {errors.UnknownTopicOrPartitionError.code}
+    assert conn.stats()["connections_ready"] == 1  # no answer broke the stream
+
+
 def test_batch_memory_goes_to_sendmsg_uncopied(kafka_broker, topic_name, monkeypatch):
     """socket.sendmsg receives views of the sealed batch's own memory."""
     create_topic(kafka_broker.bootstrap, topic_name)
