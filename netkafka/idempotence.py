@@ -266,9 +266,10 @@ class ProducerIdManager:
                         later.maybe_appended = False
 
     def restamp(self, keys=None):
-        """Starts over every partition of keys (None: all) that is restarting and
-        ready to (see the module's docstring).  Returns those re-stamped: their
-        batches may be sent again."""
+        """Starts over every partition of keys (an iterable, read only if some
+        partition is restarting; None: all) that is restarting and ready to (see
+        the module's docstring).  Returns those re-stamped: their batches may be
+        sent again."""
         restamped = []
         with self._lock:
             if not self._restarting:
@@ -288,7 +289,8 @@ class ProducerIdManager:
                     entry.batch.rewrite_producer_state(producer_id, epoch, sequence)
                     entry.appended = False
                     sequence = (sequence + entry.record_count) % _SEQUENCE_LIMIT
-                state.producer_id, state.epoch, state.next_sequence = producer_id, epoch, sequence
+                state.producer_id, state.epoch = producer_id, epoch
+                state.next_sequence = sequence
                 self._restarting.discard(key)
                 self._restarts += 1
                 restamped.append(key)

@@ -80,7 +80,7 @@ class _Batch:
         self.created_ns = now_ns
         self.retry_at_ns = 0
         self.node_id = None  # the connection holding its outbound reservation
-        self.sequenced = None  # idempotent: its idempotence.SequencedBatch
+        self.sequenced = None  # idempotent: its SequencedBatch (the ProducerIdManager's lock)
 
 
 class Sender:
@@ -380,7 +380,8 @@ class Sender:
             self._on_response(conn, batches, topic_ids, response)
         if idempotence is not None:
             # Answered, retried or failed: a partition starting over may be ready.
-            self._restamp({(item.topic, item.partition) for item in batches})
+            # (A generator: read only when some partition is starting over.)
+            self._restamp((item.topic, item.partition) for item in batches)
 
     def _on_response(self, conn, batches, topic_ids, response):
         names = {topic_id: name for name, topic_id in topic_ids.items()}

@@ -78,11 +78,11 @@ LATE = [b"late-%d" % i for i in range(5)]
 
 
 def send_across_a_freeze(kafka_broker, topic, idle_close):
-    """"first" (acknowledged), then the broker is frozen: EARLY is sent, LATE 3 s
+    """"first" (acknowledged), then the broker is frozen: EARLY is sent, LATE 4 s
     later; EARLY fails at its delivery timeout, then the broker runs again and LATE
-    is delivered.  idle_close: the producer's connection to the frozen broker closes
-    first (idle), so that EARLY is never written.  Returns ([(value, future)] of
-    first and LATE, the producer's metrics)."""
+    is delivered (it has 4 s left for that).  idle_close: the producer's connection
+    to the frozen broker closes first (idle), so that EARLY is never written.
+    Returns ([(value, future)] of first and LATE, the producer's metrics)."""
     node = session_node(kafka_broker)
     create_topic(kafka_broker.bootstrap, topic)
     with Producer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=0,
@@ -97,7 +97,7 @@ def send_across_a_freeze(kafka_broker, topic, idle_close):
             if idle_close:
                 time.sleep(1.0)
             early = [p.send(topic, value) for value in EARLY]
-            time.sleep(3.0)
+            time.sleep(4.0)
             late = [(value, p.send(topic, value)) for value in LATE]
             for future in early:
                 with pytest.raises(KafkaTimeoutError):
