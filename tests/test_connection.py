@@ -148,19 +148,18 @@ def test_pipelined_requests_on_one_connection_answer_in_order(kafka_broker):
     assert conn.stats()["in_flight_peak"] == 8
 
 
-class _RechunkingProxy:
-    """A TCP proxy to the broker that passes the broker's bytes on cut anywhere:
-    each read from the broker goes on in segments of sizes cycling through
-    SEGMENTS_BYTES (inside a size prefix, across two answers), the last segment of
-    a read cut short."""
-
-    SEGMENTS_BYTES = (1, 3, 2, 7, 4096, 5, 11)
+class _BrokerProxy:
+    """A TCP proxy to the broker: the client's bytes pass through untouched, the
+    broker's go through _answers(src, dst), which each subclass defines."""
 
     def __init__(self, target):
         self.target = target
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.threads = []
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+        self.threads.append(accept)
 
     def _accept(self):
         while True:
@@ -169,12 +168,34 @@ class _RechunkingProxy:
             except OSError:
                 return
             upstream = socket.create_connection(self.target)
-            threading.Thread(target=_RewritingProxy._pipe, args=(client, upstream),
-                             daemon=True).start()
-            threading.Thread(target=self._rechunk, args=(upstream, client),
-                             daemon=True).start()
+            for fn, args in ((self._pipe, (client, upstream)),
+                             (self._answers, (upstream, client))):
+                t = threading.Thread(target=fn, args=args, daemon=True)
+                t.start()
+                self.threads.append(t)
 
-    def _rechunk(self, src, dst):
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self):
+        self.listener.close()
+
+
+class _RechunkingProxy(_BrokerProxy):
+    """Passes the broker's bytes on cut anywhere: each read from the broker goes on
+    in segments of sizes cycling through SEGMENTS_BYTES (inside a size prefix, across
+    two answers), the last segment of a read cut short."""
+
+    SEGMENTS_BYTES = (1, 3, 2, 7, 4096, 5, 11)
+
+    def _answers(self, src, dst):
         segment = 0
         try:
             while data := src.recv(65536):
@@ -188,9 +209,6 @@ class _RechunkingProxy:
             pass
         finally:
             dst.close()
-
-    def close(self):
-        self.listener.close()
 
 
 def test_answers_cut_anywhere_or_larger_than_the_receive_buffer_are_read_whole(
@@ -309,44 +327,15 @@ def test_http_server_port_gives_clear_error_without_hanging(make_server, message
     assert elapsed_s < 10
 
 
-class _RewritingProxy:
-    """A TCP proxy to the broker that rewrites the first Metadata answer: its correlation
-    id (an out-of-order answer) or its size prefix (an absurd size).  Hostile-broker input
-    for the connection's checks; everything else passes through untouched."""
+class _RewritingProxy(_BrokerProxy):
+    """Rewrites the first Metadata answer: its correlation id (an out-of-order answer)
+    or its size prefix (an absurd size).  Hostile-broker input for the connection's
+    checks; everything else passes through untouched."""
 
     def __init__(self, target, mode):
-        self.target = target
         self.mode = mode
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.rewritten = threading.Event()
-        self.threads = []
-        accept = threading.Thread(target=self._accept, daemon=True)
-        accept.start()
-        self.threads.append(accept)
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            for fn, args in ((self._pipe, (client, upstream)),
-                             (self._answers, (upstream, client))):
-                t = threading.Thread(target=fn, args=args, daemon=True)
-                t.start()
-                self.threads.append(t)
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            dst.close()
+        super().__init__(target)
 
     def _answers(self, src, dst):
         frames = 0
@@ -367,9 +356,6 @@ class _RewritingProxy:
             pass
         finally:
             dst.close()
-
-    def close(self):
-        self.listener.close()
 
 
 def _recv_exactly(sock, n):
