@@ -287,7 +287,9 @@ class ProducerIdManager:
                 sequence = 0
                 for entry in state.outstanding:
                     entry.batch.rewrite_producer_state(producer_id, epoch, sequence)
-                    entry.appended = False
+                    # No attempt under the new stamp yet (and none under the old
+                    # one can be in the log: it is behind the first, which is not).
+                    entry.maybe_appended = entry.appended = False
                     sequence = (sequence + entry.record_count) % _SEQUENCE_LIMIT
                 state.producer_id, state.epoch = producer_id, epoch
                 state.next_sequence = sequence

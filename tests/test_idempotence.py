@@ -246,13 +246,20 @@ def test_restart_waits_for_batches_in_flight_and_a_first_batch_of_unknown_fate(m
 
 
 def test_a_batch_behind_a_definite_hole_needs_no_resend_to_be_restamped(manager, sealed):
-    a, b = sealed(manager, 2), sealed(manager, 2)
-    assert manager.take(a) and manager.take(b)
+    a, b, c = sealed(manager, 2), sealed(manager, 2), sealed(manager, 2)
+    assert manager.take(a) and manager.take(b) and manager.take(c)
     manager.answered(b, None)  # b's answer lost
     assert manager.answered(a, 10) is None
     manager.done(a, ok=False)  # a is not in the log, so b cannot be either
+    manager.answered(c, None)  # nor c, whose answer was lost too
     assert manager.restamp([KEY]) == [KEY]
-    assert stamp_of(b.batch) == (77, 1, 0)
+    assert (stamp_of(b.batch), stamp_of(c.batch)) == ((77, 1, 0), (77, 1, 2))
+    # Under the new stamp nothing has been sent: when b then fails with its fate
+    # unknown, c (never sent under it) is re-stamped at once, not resent first.
+    assert manager.take(b) and manager.answered(b, None) is None
+    manager.done(b, ok=False)
+    assert manager.restamp([KEY]) == [KEY]
+    assert stamp_of(c.batch) == (77, 2, 0)
 
 
 def test_a_first_batch_refused_after_a_later_one_was_acknowledged_is_in_the_log(manager,
