@@ -62,8 +62,14 @@ demo: build kafka
 test: build kafka
 	$(PY) -m pytest tests
 
+# The benchmarks, each against its peers and the session's broker.  Results: tables on the
+# terminal, and pytest-benchmark's JSON numbered under .benchmarks/ (make report reads the
+# newest; the end-to-end suites' records are in each benchmark's extra_info).  A part:
+# make bench BENCH_ARGS="-k e2e_latency" (or "-k 100B", ...); the whole end-to-end matrix:
+# NETKAFKA_BENCH_FULL=1 make bench.
+BENCH_ARGS ?=
 bench: build kafka spark-kafka
-	$(PY) -m pytest bench --benchmark-only
+	$(PY) -m pytest bench --benchmark-only --benchmark-autosave $(BENCH_ARGS)
 
 # The benchmark report (bench/report.py): docs/benchmarks.md, docs/throughput.png and the
 # README's report block, from the newest JSON pytest-benchmark saved under .benchmarks/

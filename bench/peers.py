@@ -1,0 +1,388 @@
+"""The producers the end-to-end benchmarks compare, each driven as its users drive it.
+
+A runner is made once per benchmark and then `run(topic, runner.prepare(values))` sends
+every value and returns when every record is acknowledged (prepare() is the caller's
+own work, outside the time: building what the client takes):
+
+    netkafka        send() (a future per record, dropped), produce() (fire and forget),
+                    send_batch() (one call with a list of all values), send_batch_arrow
+                    (the same with a pyarrow binary array); then flush()
+    confluent-kafka produce() with an error-only delivery report ("error_only") or with a
+                    per-record on_delivery callback ("callback"); poll(0) every POLL_EVERY
+                    records, poll() when its queue is full; then flush()
+    kafka-python    send() per record, future dropped; then flush()
+    aiokafka        await send() per record (it returns once the record is queued); then
+                    await flush(), on an event loop of its own
+    java            org.apache.kafka.tools.ProducerPerformance in a JVM of its own
+                    (JavaProducerPerformance below): its own numbers, its own clock
+
+Every client gets the same Settings: batch size, linger, acks (idempotence on with
+acks=all, off with acks=1, for every client), compression.  The values are PAYLOAD_POOL
+distinct payloads of random ASCII letters, cycled; the Java tool reads the same payloads
+from a file, so every client compresses the same bytes.
+
+MB means 2**20 bytes of record value, as ProducerPerformance counts.
+"""
+import asyncio
+import random
+import re
+import string
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+MiB = 1 << 20
+BATCH_SIZE = MiB  # librdkafka's default batch.size, rounded to a power of two
+LINGER_MS = 5  # librdkafka's and Java 4.x's default linger
+PAYLOAD_POOL = 64
+PAYLOAD_SEED = 20261126
+POLL_EVERY = 10_000  # confluent-kafka: records between poll(0) calls
+QUEUE_FULL_POLL_S = 0.001
+JAVA_TIMEOUT_S = 600.0
+WAIT_TIMEOUT_S = 600.0  # for every record of a run to be acknowledged
+JAVA_HEAP = "-Xmx1g"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every client of one benchmark is configured with."""
+
+    record_size: int
+    acks: str = "1"  # "1" | "all"
+    compression: str = "none"  # "none" | "lz4" | "zstd"
+    batch_size: int = BATCH_SIZE
+    linger_ms: int = LINGER_MS
+
+    @property
+    def idempotent(self) -> bool:
+        return self.acks == "all"
+
+    @property
+    def python_acks(self):
+        """acks as the Python clients take it (kafka-python's convention)."""
+        return "all" if self.acks == "all" else int(self.acks)
+
+    @property
+    def python_compression(self):
+        return None if self.compression == "none" else self.compression
+
+
+def payloads(record_size: int, count: int = PAYLOAD_POOL) -> list[bytes]:
+    """`count` distinct values of `record_size` random letters, the same on every call."""
+    rng = random.Random(PAYLOAD_SEED + record_size)
+    letters = string.ascii_letters.encode()
+    return [bytes(rng.choices(letters, k=record_size)) for _ in range(count)]
+
+
+def values_for(record_size: int, records: int) -> list[bytes]:
+    """The values of one run: the payload pool cycled up to `records` entries."""
+    pool = payloads(record_size)
+    return [pool[i % len(pool)] for i in range(records)]
+
+
+def write_payload_file(path: Path, record_size: int) -> Path:
+    """The payload pool as ProducerPerformance's --payload-file: one value per line."""
+    path.write_bytes(b"\n".join(payloads(record_size)))
+    return path
+
+
+def mb_per_s(msgs_per_s: float, record_size: int) -> float:
+    return msgs_per_s * record_size / MiB
+
+
+# -- Python clients ----------------------------------------------------------------------------
+
+
+class _Runner:
+    """send_all() queues every value; wait_all() returns once each is acknowledged (and
+    raises if one failed).  The memory probe looks at the process between the two."""
+
+    def prepare(self, values):
+        return values
+
+    def run(self, topic: str, values) -> None:
+        self.send_all(topic, values)
+        self.wait_all()
+
+
+class NetkafkaRunner(_Runner):
+    """netkafka's Producer; mode "send", "produce", "send_batch" or "send_batch_arrow"."""
+
+    MODES = ("send", "produce", "send_batch", "send_batch_arrow")
+
+    def __init__(self, bootstrap: str, settings: Settings, mode: str = "send"):
+        from netkafka import Producer
+
+        if mode not in self.MODES:
+            raise ValueError(f"netkafka mode must be one of {self.MODES}, got {mode!r}")
+        self.mode = mode
+        self._batch_result = None  # send_batch()'s, until wait_all() checks it
+        self._producer = Producer(
+            bootstrap_servers=bootstrap, acks=settings.python_acks,
+            compression_type=settings.python_compression,
+            batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+
+    def prepare(self, values):
+        if self.mode != "send_batch_arrow":
+            return values
+        import pyarrow
+        return pyarrow.array(values, pyarrow.binary())
+
+    def send_all(self, topic: str, values) -> None:
+        if self.mode.startswith("send_batch"):
+            self._batch_result = self._producer.send_batch(topic, values)
+            return
+        send = getattr(self._producer, self.mode)
+        for value in values:
+            send(topic, value)
+
+    def wait_all(self) -> None:
+        self._producer.flush()  # raises if a produce() record failed
+        if self._batch_result is not None:
+            outcome, self._batch_result = self._batch_result.get(0), None
+            if outcome.failed_count:
+                raise RuntimeError(f"netkafka send_batch: {outcome.failed_count} records "
+                                   f"failed, first {outcome.errors[:3]}")
+
+    def close(self) -> None:
+        self._producer.close()
+
+
+class ConfluentRunner(_Runner):
+    """confluent-kafka's Producer; mode "error_only" or "callback"."""
+
+    MODES = ("error_only", "callback")
+
+    def __init__(self, bootstrap: str, settings: Settings, mode: str = "error_only"):
+        from confluent_kafka import Producer
+
+        if mode not in self.MODES:
+            raise ValueError(f"confluent-kafka mode must be one of {self.MODES}, got {mode!r}")
+        self.mode = mode
+        self.errors = []  # appended to by delivery reports, served on this thread by poll()
+        config = {
+            "bootstrap.servers": bootstrap, "acks": settings.acks,
+            "enable.idempotence": settings.idempotent,
+            "compression.type": settings.compression,
+            "batch.size": settings.batch_size, "linger.ms": settings.linger_ms,
+        }
+        if mode == "error_only":
+            config["on_delivery"] = self._on_delivery
+            config["delivery.report.only.error"] = True
+        self._producer = Producer(config)
+
+    def _on_delivery(self, error, message) -> None:
+        if error is not None:
+            self.errors.append(error)
+
+    def send_all(self, topic: str, values) -> None:
+        produce, poll = self._producer.produce, self._producer.poll
+        options = {"on_delivery": self._on_delivery} if self.mode == "callback" else {}
+        for start in range(0, len(values), POLL_EVERY):
+            for value in values[start:start + POLL_EVERY]:
+                while True:
+                    try:
+                        produce(topic, value, **options)
+                        break
+                    except BufferError:  # its queue is full: serve reports, try again
+                        poll(QUEUE_FULL_POLL_S)
+            poll(0)
+
+    def wait_all(self) -> None:
+        left = self._producer.flush(WAIT_TIMEOUT_S)
+        if left or self.errors:
+            raise RuntimeError(f"confluent-kafka: {left} records left unflushed, "
+                               f"{len(self.errors)} failed, first {self.errors[:3]}")
+
+    def close(self) -> None:
+        self._producer.flush(WAIT_TIMEOUT_S)
+
+
+class KafkaPythonRunner(_Runner):
+    """kafka-python's KafkaProducer, send() per record."""
+
+    MODES = ("send",)
+
+    def __init__(self, bootstrap: str, settings: Settings, mode: str = "send"):
+        from kafka import KafkaProducer
+
+        self.mode = mode
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap, acks=settings.python_acks,
+            enable_idempotence=settings.idempotent,
+            compression_type=settings.python_compression,
+            batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+
+    def send_all(self, topic: str, values) -> None:
+        send = self._producer.send
+        for value in values:
+            send(topic, value)
+
+    def wait_all(self) -> None:
+        self._producer.flush(WAIT_TIMEOUT_S)
+
+    def close(self) -> None:
+        self._producer.close()
+
+
+class AiokafkaRunner(_Runner):
+    """aiokafka's AIOKafkaProducer on an event loop the runner owns."""
+
+    MODES = ("send",)
+
+    def __init__(self, bootstrap: str, settings: Settings, mode: str = "send"):
+        from aiokafka import AIOKafkaProducer
+
+        self.mode = mode
+        self._loop = asyncio.new_event_loop()
+
+        async def started():  # aiokafka binds a producer to the loop running its __init__
+            producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap, acks=settings.python_acks,
+                enable_idempotence=settings.idempotent,
+                compression_type=settings.python_compression,
+                max_batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+            await producer.start()
+            return producer
+
+        self._producer = self._loop.run_until_complete(started())
+
+    async def _send_all(self, topic: str, values) -> None:
+        send = self._producer.send
+        for value in values:
+            await send(topic, value)
+
+    def send_all(self, topic: str, values) -> None:
+        self._loop.run_until_complete(self._send_all(topic, values))
+
+    def wait_all(self) -> None:
+        self._loop.run_until_complete(self._producer.flush())
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._producer.stop())
+        self._loop.close()
+
+
+PYTHON_CLIENTS = {
+    "netkafka": NetkafkaRunner,
+    "confluent-kafka": ConfluentRunner,
+    "kafka-python": KafkaPythonRunner,
+    "aiokafka": AiokafkaRunner,
+}
+
+
+# -- the Java producer -------------------------------------------------------------------------
+
+
+class PerfSummary(NamedTuple):
+    """One summary line of ProducerPerformance (the whole run, or its steady state)."""
+
+    records: int
+    records_per_s: float
+    mb_per_s: float
+    avg_latency_ms: float
+    max_latency_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    p999_ms: float
+    steady_state: bool
+
+
+# "1000 steady state records sent, 3.5 records/sec (0.01 MB/sec), 1.2 ms avg latency, 9.00 ms
+# max latency, 1 ms 50th, 2 ms 95th, 3 ms 99th, 4 ms 99.9th."  Progress lines every few
+# seconds lack the percentiles, so they do not match.
+_SUMMARY = re.compile(
+    r"^(?P<records>\d+) (?P<steady>steady state )?records sent, "
+    r"(?P<rate>[\d.]+) records/sec \((?P<mb>[\d.]+) MB/sec\), "
+    r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, "
+    r"(?P<p50>[\d.]+) ms 50th, (?P<p95>[\d.]+) ms 95th, (?P<p99>[\d.]+) ms 99th, "
+    r"(?P<p999>[\d.]+) ms 99\.9th\.$")
+
+
+def parse_producer_performance(output: str) -> PerfSummary:
+    """The steady-state summary of ProducerPerformance's output if it printed one (run with
+    --warmup-records), else its whole-run summary.
+
+    Raises:
+        ValueError: no summary line in the output (quoted in the message).
+    """
+    summaries = []
+    for line in output.splitlines():
+        match = _SUMMARY.match(line.strip())
+        if match:
+            summaries.append(PerfSummary(
+                int(match["records"]), float(match["rate"]), float(match["mb"]),
+                float(match["avg"]), float(match["max"]), float(match["p50"]),
+                float(match["p95"]), float(match["p99"]), float(match["p999"]),
+                match["steady"] is not None))
+    if not summaries:
+        raise ValueError(f"no ProducerPerformance summary line in its output:\n{output[-2000:]}")
+    steady = [s for s in summaries if s.steady_state]
+    return (steady or summaries)[-1]
+
+
+class JavaProducerPerformance:
+    """Runs Kafka's ProducerPerformance (kafka-tools, from the jars `make kafka` fetched)."""
+
+    def __init__(self, bootstrap: str, settings: Settings, payload_file: Path):
+        from netkafka.testing.broker import java_executable, kafka_libs_dir
+
+        self.settings = settings
+        self._bootstrap = bootstrap
+        self._payload_file = payload_file
+        self._java = java_executable()
+        self._classpath = f"{kafka_libs_dir()}/*"
+
+    def command(self, topic: str, records: int, warmup_records: int,
+                throughput: int = -1) -> list[str]:
+        s = self.settings
+        return [
+            self._java, JAVA_HEAP, "-cp", self._classpath,
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--bootstrap-server", self._bootstrap, "--topic", topic,
+            "--num-records", str(records + warmup_records),
+            "--warmup-records", str(warmup_records),
+            "--payload-file", str(self._payload_file), "--throughput", str(throughput),
+            "--command-property", f"acks={s.acks}",
+            f"enable.idempotence={str(s.idempotent).lower()}",
+            f"compression.type={s.compression}", f"batch.size={s.batch_size}",
+            f"linger.ms={s.linger_ms}",
+        ]
+
+    def run(self, topic: str, records: int, warmup_records: int,
+            throughput: int = -1) -> PerfSummary:
+        done = subprocess.run(self.command(topic, records, warmup_records, throughput),
+                              capture_output=True, text=True, timeout=JAVA_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"ProducerPerformance exited with {done.returncode}:\n"
+                               f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        return parse_producer_performance(done.stdout)
+
+
+# -- the broker's side -------------------------------------------------------------------------
+
+
+def acknowledged_records(bootstrap: str, topic: str) -> int:
+    """How many records the topic holds: the sum of its partitions' end offsets (the topic
+    was created empty), read with confluent-kafka's admin client."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    from netkafka.testing.admin import admin_client
+
+    admin = admin_client(bootstrap)
+    partitions = admin.list_topics(topic=topic, timeout=30).topics[topic].partitions
+    answers = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions})
+    return sum(future.result().offset for future in answers.values())
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Frees the broker's disk: a full run writes tens of GB."""
+    from netkafka.testing.admin import admin_client
+
+    admin = admin_client(bootstrap)  # held until the answer: its destruction cancels the request
+    admin.delete_topics([topic], operation_timeout=30)[topic].result()
+
