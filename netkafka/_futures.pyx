@@ -16,11 +16,14 @@ its outcome fields are written under _lock before _done is set and read only by 
 thread that saw _done.  Callbacks run on the completing thread, or on the
 registering thread when the batch is done already.
 """
+cimport cython
+
+from netkafka._mutex cimport Mutex
+
 import logging
 import threading
 from collections import namedtuple
 
-from netkafka._mutex cimport Mutex
 from netkafka.connection import KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.futures")
@@ -162,6 +165,8 @@ cdef FutureRecordMetadata new_record_future(BatchResult batch, int index, int64_
     return future
 
 
+# Futures come and go by the million: a freelist spares the allocator most of them.
+@cython.freelist(1024)
 cdef class FutureRecordMetadata:
     """The future of one record: resolves to its RecordMetadata, or fails with the
     error that failed its batch.  kafka-python's interface: get(timeout), is_done,
