@@ -1,0 +1,430 @@
+"""netkafka.spark with real PySpark (local mode) against the real broker.
+
+One SparkSession serves the module; its JVM is shut down at the end.  The master is
+local[2,4]: two task threads, and a task may fail up to 4 times (local mode's way of
+setting spark.task.maxFailures), so the injected failures are retried.
+
+What the jobs wrote is read back by the independent reader.  Every value carries the
+row's id (b"v-" + 12 digits + filler: 100 bytes), so any record can be regenerated
+and compared byte for byte, and a missing or repeated row shows.
+"""
+import os
+import random
+import sys
+from collections import defaultdict
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("pandas")
+
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2  # noqa: E402
+from pyspark import TaskContext, cloudpickle  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+from netkafka import spark as nks  # noqa: E402
+from netkafka.testing.admin import create_topic  # noqa: E402
+from netkafka.testing.reader import read_topic  # noqa: E402
+
+MILLION = 1_000_000
+SPARK_PARTITIONS = 8
+TOPIC_PARTITIONS = 4
+KEYS = 997
+FILLER = 86  # b"v-" + 12 digits + 86 bytes: 100-byte values
+SAMPLE = 2000
+
+
+@pytest.fixture(scope="module")
+def spark():
+    # The Python workers must be this interpreter (with netkafka importable), not
+    # whatever python3 is first on PATH.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # The workers cannot import this module (tests/ is not a package on their
+    # path): its functions travel by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    session = (SparkSession.builder.master("local[2,4]")
+               .appName("netkafka-test-spark")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
+               .getOrCreate())
+    try:
+        yield session
+    finally:
+        _stop(session)
+
+
+def _stop(session):
+    """Stops the session and the JVM that PySpark started for it: the gateway
+    server exits when its stdin closes."""
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    session.stop()
+    if gateway is None:
+        return
+    process = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None
+    if process is not None:
+        process.stdin.close()
+        try:
+            process.wait(30)
+        except Exception:  # noqa: BLE001 -- a JVM that does not leave is killed
+            process.kill()
+            process.wait(30)
+
+
+def config(kafka_broker, **extra):
+    return {"bootstrap_servers": kafka_broker.bootstrap, "max_block_ms": 30000, **extra}
+
+
+def rows_frame(spark, count, partitions=SPARK_PARTITIONS):
+    """id, key (b"k<id % KEYS>") and value (100 bytes naming the id), binary."""
+    return spark.range(0, count, numPartitions=partitions).selectExpr(
+        "id",
+        f"cast(concat('k', cast(id % {KEYS} as string)) as binary) as key",
+        f"cast(concat('v-', lpad(cast(id as string), 12, '0'), repeat('x', {FILLER})) "
+        f"as binary) as value")
+
+
+def expected_value(row_id):
+    return b"v-%012d" % row_id + b"x" * FILLER
+
+
+def row_id(record):
+    return int(record.value[2:14])
+
+
+def check_delivered(bootstrap, topic, count, partitions=SPARK_PARTITIONS):
+    """Every row exactly once, byte-exact, where Java's partitioner puts its key, and
+    in order within its key and Spark partition.  Returns the records."""
+    records = read_topic(bootstrap, topic, count, timeout_s=120)
+    ids = [row_id(r) for r in records]
+    assert len(records) == count
+    assert sorted(ids) == list(range(count))
+    for record in random.Random(7).sample(records, SAMPLE):
+        rid = row_id(record)
+        assert record.value == expected_value(rid)
+        assert record.key == b"k%d" % (rid % KEYS)
+    placement = {}
+    for key_number in range(KEYS):
+        key = b"k%d" % key_number
+        placement[key] = (kafka_python_murmur2(key) & 0x7FFFFFFF) % TOPIC_PARTITIONS
+    last = {}  # (key, Spark partition) -> last id met, in each Kafka partition's order
+    per_slice = count // partitions  # spark.range splits evenly
+    for record, rid in zip(records, ids):
+        assert record.partition == placement[record.key]
+        where = (record.key, rid // per_slice)
+        assert last.get(where, -1) < rid, f"{where}: {rid} after {last[where]}"
+        last[where] = rid
+    return records
+
+
+# ----------------------------------------------------------------------------------
+# A million rows through each path
+
+
+def test_partition_sink_sends_a_million_rows(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    sink = nks.partition_sink(topic_name, config(kafka_broker), key="key", value="value")
+    rows_frame(spark, MILLION).foreachPartition(sink)
+    check_delivered(kafka_broker.bootstrap, topic_name, MILLION)
+
+
+def test_arrow_emitter_sends_a_million_rows_with_one_producer_per_worker(
+        spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    emit = nks.arrow_emitter(topic_name, config(kafka_broker), key="key", value="value")
+    assert emit.schema == nks.BATCH_REPORT_SCHEMA
+    reports = rows_frame(spark, MILLION).mapInArrow(emit, emit.schema).collect()
+    assert sum(r.rows for r in reports) == MILLION
+    assert sum(r.delivered for r in reports) == MILLION
+    assert [r for r in reports if r.failed or r.error is not None] == []
+    # One report per input batch of at most 20,000 rows, each from the producer of
+    # the worker process that ran the task: fewer producers than tasks, one per pid.
+    assert len(reports) >= MILLION // 20000
+    producers = {r.producer for r in reports}
+    pids = {label.split(":")[1] for label in producers}
+    assert len(producers) == len(pids) < SPARK_PARTITIONS
+    check_delivered(kafka_broker.bootstrap, topic_name, MILLION)
+
+
+def test_pandas_emitter_sends_a_million_rows_with_row_reports(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    emit = nks.pandas_emitter(topic_name, config(kafka_broker), key="key", value="value",
+                              report="row")
+    reports = rows_frame(spark, MILLION).mapInPandas(emit, emit.schema)
+    reported = reports.toPandas()
+    assert len(reported) == MILLION
+    assert reported["error"].isna().all()
+    records = check_delivered(kafka_broker.bootstrap, topic_name, MILLION)
+    # The reports name exactly the positions the records were read from.
+    assert set(zip(reported["partition"].tolist(), reported["offset"].tolist())) == {
+        (r.partition, r.offset) for r in records}
+
+
+# ----------------------------------------------------------------------------------
+# One producer per worker, not per task; fork
+
+
+def test_partition_sink_uses_one_producer_per_worker_process(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    settings = nks.producer_settings(config(kafka_broker))
+    sink = nks.partition_sink(topic_name, settings, value=lambda row: b"%d" % row)
+    tasks = 16
+
+    def run(rows):
+        sink(rows)
+        producer = nks.worker_producer(settings)
+        yield (os.getpid(), id(producer), producer.metrics()["records_acknowledged"])
+
+    seen = spark.sparkContext.parallelize(range(1600), tasks).mapPartitions(run).collect()
+    assert len(seen) == tasks
+    pids = {pid for pid, _, _ in seen}
+    producers = {(pid, producer) for pid, producer, _ in seen}
+    assert len(producers) == len(pids) < tasks
+    # Each worker's producer kept counting across the tasks it ran.
+    assert max(acked for _, _, acked in seen) > 100
+    assert len(read_topic(kafka_broker.bootstrap, topic_name, 1600)) == 1600
+
+
+def test_a_forked_worker_keeps_its_producer_and_delivers(kafka_broker, topic_name):
+    """PySpark's daemon forks workers: a child keeps the cached producer, which
+    restarts its own threads there."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    settings = nks.producer_settings(config(kafka_broker))
+    sink = nks.partition_sink(topic_name, settings, value=0)
+    sink([(b"parent-%d" % i,) for i in range(100)])
+    parent_producer = nks.worker_producer(settings)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            sink([(b"child-%d" % i,) for i in range(100)])
+            same = nks.worker_producer(settings) is parent_producer
+            os.write(write_end, b"same" if same else b"other")
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    answer = os.read(read_end, 16)
+    os.close(read_end)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert answer == b"same"
+    sink([(b"parent-again-%d" % i,) for i in range(100)])
+    values = sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 300))
+    assert values == sorted([b"parent-%d" % i for i in range(100)]
+                            + [b"child-%d" % i for i in range(100)]
+                            + [b"parent-again-%d" % i for i in range(100)])
+
+
+# ----------------------------------------------------------------------------------
+# Retried tasks: at least once, and provenance tells the copies apart
+
+
+def inject_failure(settings, what):
+    """Raises in a task's first attempt, after what the worker's producer holds is
+    delivered: the rows the failed attempt sent are surely in the topic."""
+    nks.worker_producer(settings).flush()
+    raise RuntimeError(f"injected failure at {what}")
+
+
+def fail_once_at(settings, row_to_fail):
+    """A value function for the partition sink that fails at one row in a task's
+    first attempt only."""
+
+    def value(row):
+        if row.id == row_to_fail and TaskContext.get().attemptNumber() == 0:
+            inject_failure(settings, f"row {row_to_fail}")
+        return row.value
+
+    return value
+
+
+def check_at_least_once_with_provenance(bootstrap, topic, count, failed_partition):
+    records = read_topic(bootstrap, topic, count, timeout_s=120)
+    ids = [row_id(r) for r in records]
+    assert set(ids) == set(range(count))
+    assert len(ids) > count  # the failed attempt's first rows arrived too
+    copies = defaultdict(list)
+    for record, rid in zip(records, ids):
+        headers = dict(record.headers)
+        assert record.value == expected_value(rid)
+        provenance = (int(headers[nks.STAGE_HEADER]), int(headers[nks.PARTITION_HEADER]),
+                      int(headers[nks.ROW_HEADER]))
+        copies[provenance].append((rid, int(headers[nks.ATTEMPT_HEADER]),
+                                   int(headers[nks.TASK_HEADER])))
+    # (stage, partition, row) names a row: de-duplicating by it leaves every row once.
+    assert len(copies) == count
+    assert all(len({rid for rid, _, _ in c}) == 1 for c in copies.values())
+    repeated = [(p, c) for p, c in copies.items() if len(c) > 1]
+    assert repeated
+    for (_, partition, _), c in repeated:
+        assert partition == failed_partition
+        assert sorted(attempt for _, attempt, _ in c) == [0, 1]
+        assert len({task for _, _, task in c}) == 2
+
+
+def test_partition_sink_task_failing_midway_is_retried_at_least_once(
+        spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    count, partitions = 100_000, 4
+    # Row 35,000 sits in the middle of Spark partition 1 (25,000..49,999), after a
+    # whole chunk of that partition was sent.
+    settings = nks.producer_settings(config(kafka_broker))
+    sink = nks.partition_sink(topic_name, settings, key="key",
+                              value=fail_once_at(settings, 35_000), provenance=True)
+    rows_frame(spark, count, partitions).foreachPartition(sink)
+    check_at_least_once_with_provenance(kafka_broker.bootstrap, topic_name, count, 1)
+
+
+def test_arrow_emitter_task_failing_midway_is_retried_at_least_once(
+        spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    count, partitions = 100_000, 2
+    settings = nks.producer_settings(config(kafka_broker))
+
+    def value(batch):
+        # Fails at the batch holding row 75,000 (in partition 1: 50,000..99,999),
+        # after 20,000-row batches of that partition went out, in attempt 0 only.
+        ids = batch.column("id")
+        if TaskContext.get().attemptNumber() == 0 and ids[0].as_py() <= 75_000 <= ids[-1].as_py():
+            inject_failure(settings, "row 75000")
+        return batch.column("value")
+
+    emit = nks.arrow_emitter(topic_name, settings, key="key", value=value, provenance=True)
+    reports = rows_frame(spark, count, partitions).mapInArrow(emit, emit.schema).collect()
+    # The reports are the successful attempts': every row once.
+    assert sum(r.delivered for r in reports) == count
+    check_at_least_once_with_provenance(kafka_broker.bootstrap, topic_name, count, 1)
+
+
+# ----------------------------------------------------------------------------------
+# Mapping rows: column names and indices, functions, headers, partitions, timestamps
+
+
+def test_rdd_sink_maps_dicts_tuples_and_functions(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    base_ms = 1_700_000_000_000
+    dicts = spark.sparkContext.parallelize(
+        [{"k": "key-%d" % i, "v": "värde-%d" % i, "p": i % 3, "ts": base_ms + i,
+          "trace": b"t%d" % i, "source": "rdd"} for i in range(300)], 3)
+    dicts.foreachPartition(nks.partition_sink(
+        topic_name, config(kafka_broker), key="k", value="v", partition="p",
+        timestamp="ts", headers=["trace", "source"]))
+    tuples = spark.sparkContext.parallelize([(i, b"tuple-%d" % i) for i in range(300)], 2)
+    tuples.foreachPartition(nks.partition_sink(
+        topic_name, config(kafka_broker), value=1, partition=lambda row: row[0] % 3,
+        headers=lambda row: [("n", b"%d" % row[0])]))
+    records = read_topic(kafka_broker.bootstrap, topic_name, 600)
+    assert len(records) == 600
+    by_value = {r.value: r for r in records}
+    for i in range(300):
+        record = by_value[("värde-%d" % i).encode()]
+        assert (record.key, record.partition, record.timestamp_ms) == (
+            b"key-%d" % i, i % 3, base_ms + i)
+        assert record.headers == [("trace", b"t%d" % i), ("source", b"rdd")]
+        record = by_value[b"tuple-%d" % i]
+        assert (record.key, record.partition, record.headers) == (None, i % 3,
+                                                                 [("n", b"%d" % i)])
+
+
+def test_arrow_emitter_reads_string_columns_partitions_and_timestamps(
+        spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    frame = spark.range(0, 3000, numPartitions=2).selectExpr(
+        "concat('key-', cast(id as string)) as k",
+        "concat('value-', cast(id as string)) as v",
+        "cast(id % 3 as int) as p",
+        "timestamp_millis(1700000000000 + id) as ts",
+        "id")
+    emit = nks.arrow_emitter(topic_name, config(kafka_broker), key="k", value="v",
+                             partition="p", timestamp="ts", report="row")
+    assert emit.schema == nks.ROW_REPORT_SCHEMA
+    reports = frame.mapInArrow(emit, emit.schema).collect()
+    assert len(reports) == 3000 and all(r.error is None for r in reports)
+    records = read_topic(kafka_broker.bootstrap, topic_name, 3000)
+    assert {(r.partition, r.offset) for r in reports} == {(r.partition, r.offset)
+                                                         for r in records}
+    for record in records:
+        i = int(record.value[len(b"value-"):])
+        assert (record.key, record.partition, record.timestamp_ms) == (
+            b"key-%d" % i, i % 3, 1_700_000_000_000 + i)
+
+
+# ----------------------------------------------------------------------------------
+# Configuration, and what goes wrong
+
+
+def test_spark_conf_keys_configure_the_executors_producers(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    spark.conf.set(nks.CONF_PREFIX + "bootstrap.servers", kafka_broker.bootstrap)
+    spark.conf.set(nks.CONF_PREFIX + "linger.ms", "20")
+    spark.conf.set(nks.CONF_PREFIX + "enable.idempotence", "false")
+    spark.conf.set(nks.CONF_PREFIX + "acks", "1")
+    try:
+        settings = nks.producer_settings({"compression.type": "lz4"})
+        assert settings.kwargs == {"bootstrap_servers": kafka_broker.bootstrap,
+                                   "linger_ms": 20, "enable_idempotence": False, "acks": 1,
+                                   "compression_type": "lz4", "batch_size": 1024 * 1024}
+        sink = nks.partition_sink(topic_name, {"compression.type": "lz4"}, value="value")
+
+        def run(rows):
+            sink(rows)
+            yield nks.worker_producer(settings).config.linger_ms
+
+        lingers = rows_frame(spark, 1000, 2).rdd.mapPartitions(run).collect()
+    finally:
+        for key in ("bootstrap.servers", "linger.ms", "enable.idempotence", "acks"):
+            spark.conf.unset(nks.CONF_PREFIX + key)
+    assert lingers == [20, 20]
+    assert len(read_topic(kafka_broker.bootstrap, topic_name, 1000)) == 1000
+
+
+def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
+    with pytest.raises(ValueError, match="no bootstrap servers"):
+        nks.partition_sink("t")
+    with pytest.raises(TypeError, match="unknown producer setting 'linger.msec'"):
+        nks.partition_sink("t", {"bootstrap.servers": "h:1", "linger.msec": 5})
+    with pytest.raises(ValueError, match=r"linger.ms='soon': must be an integer"):
+        nks.arrow_emitter("t", {"bootstrap.servers": "h:1", "linger.ms": "soon"})
+    with pytest.raises(ValueError, match="acks must be"):
+        nks.pandas_emitter("t", {"bootstrap.servers": "h:1", "acks": "some"})
+    with pytest.raises(NotImplementedError, match="PLAINTEXT"):
+        nks.partition_sink("t", {"bootstrap.servers": "h:1", "security.protocol": "SSL"})
+    with pytest.raises(TypeError, match="config must be None, a dict"):
+        nks.partition_sink("t", "bootstrap.servers=h:1")
+    with pytest.raises(TypeError, match="key must be a column name"):
+        nks.partition_sink("t", config(kafka_broker), key=3.5)
+    with pytest.raises(ValueError, match="report must be 'row' or 'batch'"):
+        nks.arrow_emitter("t", config(kafka_broker), report="rows")
+
+
+def test_bad_columns_fail_the_job_naming_them(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    frame = rows_frame(spark, 100, 1)
+    with pytest.raises(Exception, match=r"value='payload': the rows have no such column"):
+        frame.foreachPartition(nks.partition_sink(topic_name, config(kafka_broker),
+                                                  value="payload"))
+    emit = nks.arrow_emitter(topic_name, config(kafka_broker), value="id")
+    with pytest.raises(Exception, match=r"value: a column of int64 is not binary or string"):
+        frame.mapInArrow(emit, emit.schema).collect()
+
+
+def test_undeliverable_rows_fail_the_sink_task_and_are_reported_by_the_emitter(
+        spark, kafka_broker, topic_name):
+    # The broker refuses batches above the topic's max.message.bytes.
+    create_topic(kafka_broker.bootstrap, topic_name, config={"max.message.bytes": "2000"})
+    frame = spark.range(0, 10, numPartitions=1).selectExpr(
+        "id", "cast(repeat('x', 5000) as binary) as value")
+    with pytest.raises(Exception, match=r"DeliveryFailedError: 10 records to .* failed in "
+                                        r"this task.*MESSAGE_TOO_LARGE"):
+        frame.foreachPartition(nks.partition_sink(topic_name, config(kafka_broker)))
+    emit = nks.arrow_emitter(topic_name, config(kafka_broker), report="row")
+    reports = frame.mapInArrow(emit, emit.schema).collect()
+    assert len(reports) == 10
+    assert all(r.offset == -1 and "MESSAGE_TOO_LARGE" in r.error for r in reports)
