@@ -39,6 +39,7 @@ import itertools
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import itemgetter
@@ -281,6 +282,12 @@ def _check_spec(what, spec, required=False):
                     f"{'' if required else ', or None'}, got {spec!r}")
 
 
+def _raise_if_failed(topic, result):
+    if result.failed_count:
+        raise DeliveryFailedError(topic, result.failed_count,
+                                  [error for _, error in result.errors[:FIRST_ERRORS_KEPT]])
+
+
 class _Pending:
     """The BatchSendResults of one task, checked in order as they complete."""
 
@@ -298,12 +305,6 @@ class _Pending:
             payload, result = self._queue.popleft()
             yield payload, result.get()
 
-    @classmethod
-    def raise_failed(cls, topic, result):
-        if result.failed_count:
-            raise DeliveryFailedError(topic, result.failed_count,
-                                      [error for _, error in
-                                       result.errors[:FIRST_ERRORS_KEPT]])
 
 
 # ----------------------------------------------------------------------------------
@@ -362,10 +363,10 @@ class _PartitionSink:
             pending.add(None, producer.send_batch(emission.topic, values, keys, headers,
                                                   partitions, timestamps))
             for _, result in pending.done():
-                _Pending.raise_failed(emission.topic, result)
+                _raise_if_failed(emission.topic, result)
         producer.flush()
         for _, result in pending.done(wait=True):
-            _Pending.raise_failed(emission.topic, result)
+            _raise_if_failed(emission.topic, result)
 
 
 class _RowColumns:
@@ -576,7 +577,7 @@ class _ArrowEmitter:
     def _reports(self, pyarrow, done, label):
         for count, result in done:
             if self.on_error == "raise":
-                _Pending.raise_failed(self.emission.topic, result)
+                _raise_if_failed(self.emission.topic, result)
             batch = (_row_report(pyarrow, result, count) if self.report == "row"
                      else _batch_report(pyarrow, result, count, label))
             yield batch.to_pandas() if self.pandas else batch
@@ -682,7 +683,6 @@ class _FrameColumns:
                             f"timestamps")
         column = column.cast(pa.int64())
         if column.null_count:
-            import time
             column = column.fill_null(int(time.time() * 1000))
         data = memoryview(column.buffers()[1]).cast("B")
         return data[column.offset * 8:(column.offset + len(column)) * 8].cast("q")
