@@ -53,7 +53,10 @@ def load(path):
     return dict(suites), {"machine_info": results.get("machine_info", {}),
                           "commit_info": results.get("commit_info", {}),
                           "datetime": results.get("datetime"), "others": others,
-                          "source": Path(path).name}
+                          "source": Path(path).name,
+                          # The suites note the load at each benchmark (an optional key).
+                          "loads": [info["load_1m"] for rows in suites.values()
+                                    for info in rows if "load_1m" in info]}
 
 
 # ----------------------------------------------------------------------------------
@@ -81,7 +84,9 @@ def machine_lines(facts):
         f"Java producer (kafka-clients) {env['java_client']} on {env['java']}",
         f"- broker: Apache Kafka {env['broker']}, one node on 127.0.0.1"
         + (f"; load average at the end of the run {load[0]:.2f} / {load[1]:.2f} / "
-           f"{load[2]:.2f} (1 / 5 / 15 min)" if load else ""),
+           f"{load[2]:.2f} (1 / 5 / 15 min)" if load else "")
+        + (f"; 1-minute load average during the benchmarks {min(facts['loads']):.2f} to "
+           f"{max(facts['loads']):.2f}" if facts["loads"] else ""),
     ]
 
 
@@ -125,13 +130,12 @@ def throughput_lines(rows):
              "linger_ms.", ""]
     for (size, acks, compression), group in throughput_groups(rows).items():
         lines += [f"### {_size(size)}, acks={acks}, compression {compression}", "",
-                  f"batch_size {_values(group, 'batch_size')}, linger_ms "
-                  f"{_values(group, 'linger_ms')}, records per run {_values(group, 'records')}",
-                  "",
-                  "| client | mode | records/s | MB/s | × confluent-kafka | × Java |",
-                  "|---|---|--:|--:|--:|--:|"]
+                  "| client | mode | batch_size / linger_ms | records | records/s | MB/s "
+                  "| × confluent-kafka | × Java |",
+                  "|---|---|--:|--:|--:|--:|--:|--:|"]
         for row in group:
-            lines.append(f"| {row['client']} | {row['mode']} | {row['msgs_per_s']:,.0f} | "
+            lines.append(f"| {row['client']} | {row['mode']} | {row['batch_size']:,} / "
+                         f"{row['linger_ms']} | {row['records']:,} | {row['msgs_per_s']:,.0f} | "
                          f"{row['mb_per_s']:,.1f} | {ratio(row, group, _is_confluent)} | "
                          f"{ratio(row, group, _is_java)} |")
         lines.append("")
@@ -143,8 +147,10 @@ def _size(size_bytes):
         else f"{size_bytes} B"
 
 
-def _values(group, field):
-    return " / ".join(f"{v:,}" for v in sorted({row[field] for row in group}))
+def _batching(rows):
+    """The (batch_size, linger_ms) pairs of rows, largest batch first."""
+    pairs = sorted({(row["batch_size"], row["linger_ms"]) for row in rows}, reverse=True)
+    return ", ".join(f"{batch:,} / {linger}" for batch, linger in pairs)
 
 
 def latency_lines(rows):
@@ -202,8 +208,7 @@ def readme_block(suites, facts, out_dir, readme):
         params = suites["throughput"]
         lines += [f"Throughput of each client, record sizes "
                   f"{', '.join(_size(s) for s in sorted({r['record_size'] for r in params}))}, "
-                  f"batch_size {_values(params, 'batch_size')}, linger_ms "
-                  f"{_values(params, 'linger_ms')}:", "",
+                  f"batch_size / linger_ms {_batching(params)}:", "",
                   f"![records/s per client]({(where / CHART_NAME).as_posix()})", ""]
     lines += [f"Every table, with ratios to confluent-kafka and to Java: "
               f"[{(where / REPORT_NAME).as_posix()}]({(where / REPORT_NAME).as_posix()}).", "",
@@ -232,18 +237,22 @@ def draw_throughput(rows, path):
 
     groups = throughput_groups(rows)
     sizes = sorted({key[0] for key in groups})
-    series = sorted({(r["client"], r["mode"]) for r in rows})
+    # A bar per client, mode and batching: rows batched differently are not one series.
+    series = sorted({_series(r) for r in rows})
+    batchings = {(batch, linger) for _, _, batch, linger in series}
     colors = plt.get_cmap("tab10")
     figure, axes = plt.subplots(len(sizes), 1, figsize=(12, 3.4 * len(sizes)), squeeze=False)
     width = 0.8 / len(series)
     for axis, size in zip(axes[:, 0], sizes):
         keys = [key for key in groups if key[0] == size]
-        for index, (client, mode) in enumerate(series):
+        for index, (client, mode, batch, linger) in enumerate(series):
             heights = [next((r["msgs_per_s"] for r in groups[key]
-                             if (r["client"], r["mode"]) == (client, mode)), math.nan)
+                             if _series(r) == (client, mode, batch, linger)), math.nan)
                        for key in keys]
             positions = [k + (index - (len(series) - 1) / 2) * width for k in range(len(keys))]
-            axis.bar(positions, heights, width, label=f"{client} {mode}", color=colors(index % 10))
+            label = f"{client} {mode}" + (f" ({batch:,} / {linger} ms)" if len(batchings) > 1
+                                          else "")
+            axis.bar(positions, heights, width, label=label, color=colors(index % 10))
         axis.set_xticks(range(len(keys)), [f"acks={acks}, {compression}"
                                            for _, acks, compression in keys])
         axis.set_title(f"{_size(size)} records")
@@ -255,6 +264,10 @@ def draw_throughput(rows, path):
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _series(row):
+    return row["client"], row["mode"], row["batch_size"], row["linger_ms"]
 
 
 def main(argv=None):

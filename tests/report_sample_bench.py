@@ -7,6 +7,7 @@ but small (a few thousand records): enough to check that the report computes its
 from its input, far too few to mean anything about speed.  Each benchmark's extra_info
 follows the schema of bench/'s end-to-end suite.
 """
+import os
 import re
 import resource
 import subprocess
@@ -116,7 +117,8 @@ def test_throughput(benchmark, kafka_broker, topic, acks, compression, client, m
         "suite": "throughput", "client": client, "mode": mode, "record_size": RECORD_SIZE,
         "acks": acks, "compression": compression or "none", "batch_size": BATCH_SIZE,
         "linger_ms": LINGER_MS, "records": RECORDS, "seconds": seconds,
-        "msgs_per_s": RECORDS / seconds, "mb_per_s": RECORDS * RECORD_SIZE / seconds / MIB})
+        "msgs_per_s": RECORDS / seconds, "mb_per_s": RECORDS * RECORD_SIZE / seconds / MIB,
+        "load_1m": os.getloadavg()[0]})  # an optional key of the suite's, which the report reads
 
 
 def netkafka_latencies(bootstrap, topic):

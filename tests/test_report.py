@@ -83,7 +83,8 @@ def test_throughput_rows_and_ratios_come_from_the_input(results, report):
         rows = found.pop(f"### {size} B, acks={acks}, compression {compression}")
         confluent = next(i for i in infos if i["client"] == "confluent-kafka")["msgs_per_s"]
         java = next((i["msgs_per_s"] for i in infos if i["client"] == "java"), None)
-        expected = [[i["client"], i["mode"], f"{i['msgs_per_s']:,.0f}", f"{i['mb_per_s']:,.1f}",
+        expected = [[i["client"], i["mode"], f"{i['batch_size']:,} / {i['linger_ms']}",
+                     f"{i['records']:,}", f"{i['msgs_per_s']:,.0f}", f"{i['mb_per_s']:,.1f}",
                      f"{i['msgs_per_s'] / confluent:.2f}×",
                      "–" if java is None else f"{i['msgs_per_s'] / java:.2f}×"]
                     for i in sorted(infos, key=lambda i: -i["msgs_per_s"])]
@@ -101,9 +102,9 @@ def test_ratios_compare_rows_of_equal_batching(results, tmp_path):
     rows = tables((tmp_path / "docs" / "benchmarks.md").read_text())[
         f"### {java['record_size']} B, acks={java['acks']}, compression {java['compression']}"]
     by_client = {(row[0], row[1]): row for row in rows}
-    assert by_client["java", java["mode"]][4:] == ["–", "1.00×"]
-    assert all(row[5] == "–" for key, row in by_client.items() if key[0] != "java")
-    assert by_client["confluent-kafka", "error_only"][4] == "1.00×"
+    assert by_client["java", java["mode"]][6:] == ["–", "1.00×"]
+    assert all(row[7] == "–" for key, row in by_client.items() if key[0] != "java")
+    assert by_client["confluent-kafka", "error_only"][6] == "1.00×"
 
 
 def test_latency_and_memory_tables_come_from_the_input(results, report):
@@ -139,6 +140,8 @@ def test_machine_and_versions_are_stated(results, report):
     assert f"Apache Kafka {environment['broker']}" in markdown
     assert f"RAM {environment['ram_bytes'] / 2**30:.1f} GiB" in markdown
     assert "load average at the end of the run" in markdown
+    loads = [info["load_1m"] for info in suite(results[0], "throughput")]
+    assert f"load average during the benchmarks {min(loads):.2f} to {max(loads):.2f}" in markdown
 
 
 def test_absent_suites_are_left_out(results, tmp_path):
@@ -172,7 +175,7 @@ def test_readme_block_is_rewritten_in_place(results, tmp_path):
     assert "old numbers" not in text
     assert "![records/s per client](docs/throughput.png)" in text
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
-    assert "batch_size 262,144, linger_ms 5" in text  # the sample's parameters
+    assert "batch_size / linger_ms 262,144 / 5:" in text  # the sample's parameters
 
 
 @pytest.mark.parametrize("case", ["no json", "no suite", "readme without block"])
