@@ -1,12 +1,15 @@
-"""Writing a Spark DataFrame to Kafka: Spark's own Kafka sink vs a confluent-kafka sink.
+"""Writing a Spark DataFrame to Kafka: netkafka's Spark paths vs Spark's own Kafka sink.
 
 One DataFrame, written by each sink in turn to the same local broker (BROKER_JVM_OPTIONS) in
 one run, through one Spark session (local[2]: two task threads, two Python workers):
 
     spark kafka sink          df.write.format("kafka"): Spark's JVM sink (spark-sql-kafka-0-10,
                               fetched by `make spark-kafka`), the Java producer in the executor
+    netkafka arrow emitter    df.mapInArrow(netkafka.spark.arrow_emitter(...)) with one report
+                              per Arrow batch, summed by Spark (the job's result)
+    netkafka partition sink   df.foreachPartition(netkafka.spark.partition_sink(...))
     confluent-kafka sink      df.foreachPartition(spark_confluent.partition_sink(...)): one
-                              librdkafka producer per Python worker
+                              librdkafka producer per Python worker, as netkafka's
 
 The DataFrame: ROWS rows (NETKAFKA_SPARK_BENCH_ROWS; 10,000,000 by default, SMOKE_ROWS under
 --benchmark-disable) in SPARK_PARTITIONS partitions, one binary column `value` of VALUE_BYTES
@@ -17,11 +20,11 @@ Every sink: acks=1, batch size 1 MiB, linger 5 ms, no compression, no idempotenc
 turns it off in each client), one producer per process reused across tasks.  Each round
 writes to a new topic of TOPIC_PARTITIONS partitions.  A round is timed from the action's
 start to its return, i.e. the job's end, which each sink reaches only once the broker has
-acknowledged every record (the Spark sink closes its writer per task, confluent-kafka
-flushes at the end of the partition).  After each round the topic's end offsets (ListOffsets,
-by confluent-kafka's admin client) must add up to ROWS, so a sink that loses or duplicates
-records fails; with ROWS up to CONTENT_CHECK_ROWS the topic is also read back
-(netkafka.testing.reader) and compared value for value.
+acknowledged every record (the Spark sink closes its writer per task, netkafka and
+confluent-kafka flush at the end of the partition).  After each round the topic's end
+offsets (ListOffsets, by confluent-kafka's admin client) must add up to ROWS, so a sink that
+loses or duplicates records fails; with ROWS up to CONTENT_CHECK_ROWS the topic is also
+read back (netkafka.testing.reader) and compared value for value.
 
 extra_info: rows, rows_per_s (from the minimum time), ratio_to_spark_sink, the Spark and
 connector versions and the load average.  A table of the same is printed at the end.
@@ -134,14 +137,17 @@ def results(request):
     yield measured
     if not measured:
         return
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    plugins = request.config.pluginmanager
+    reporter = plugins.get_plugin("terminalreporter")
     spark_rate = measured.get(SPARK_SINK)
-    reporter.write_line("")
-    reporter.write_line(f"Spark -> Kafka, {_rows(request.config):,} rows x {VALUE_BYTES} B, "
-                        f"acks={ACKS} (rows/s from the minimum time)")
-    for sink, rate in measured.items():
-        ratio = f"{rate / spark_rate:5.2f}x Spark's sink" if spark_rate else ""
-        reporter.write_line(f"  {sink:<26} {rate:>12,.0f} rows/s  {ratio}")
+    # A fixture's teardown runs under output capture, which would swallow the table.
+    with plugins.get_plugin("capturemanager").global_and_fixture_disabled():
+        reporter.write_line("")
+        reporter.write_line(f"Spark -> Kafka, {_rows(request.config):,} rows x {VALUE_BYTES} "
+                            f"B, acks={ACKS} (rows/s from the minimum time)")
+        for sink, rate in measured.items():
+            ratio = f"{rate / spark_rate:5.2f}x Spark's sink" if spark_rate else ""
+            reporter.write_line(f"  {sink:<26} {rate:>12,.0f} rows/s  {ratio}")
 
 
 def _spark_sink(df, bootstrap):
@@ -153,6 +159,38 @@ def _spark_sink(df, bootstrap):
          .option("kafka.linger.ms", str(LINGER_MS))
          .option("topic", topic)
          .save())
+
+    return write
+
+
+def _netkafka_config(bootstrap):
+    return {"bootstrap_servers": bootstrap, "acks": ACKS, "batch_size": BATCH_BYTES,
+            "linger_ms": LINGER_MS}
+
+
+def _netkafka_arrow_emitter(df, bootstrap):
+    from pyspark.sql import functions as F
+
+    from netkafka.spark import arrow_emitter
+
+    def write(topic):
+        emit = arrow_emitter(topic, _netkafka_config(bootstrap), value="value",
+                             report="batch")
+        totals = (df.mapInArrow(emit, emit.schema)
+                  .agg(F.sum("rows").alias("rows"), F.sum("delivered").alias("delivered"),
+                       F.sum("failed").alias("failed"), F.first("error", True).alias("error"))
+                  .collect()[0])
+        if totals.failed or totals.delivered != totals.rows:
+            raise AssertionError(f"netkafka's arrow emitter reported {totals}")
+
+    return write
+
+
+def _netkafka_partition_sink(df, bootstrap):
+    from netkafka.spark import partition_sink
+
+    def write(topic):
+        df.foreachPartition(partition_sink(topic, _netkafka_config(bootstrap), value="value"))
 
     return write
 
@@ -169,6 +207,8 @@ def _confluent_sink(df, bootstrap):
 
 SINKS = {
     SPARK_SINK: _spark_sink,
+    "netkafka arrow emitter": _netkafka_arrow_emitter,
+    "netkafka partition sink": _netkafka_partition_sink,
     "confluent-kafka sink": _confluent_sink,
 }
 
