@@ -11,22 +11,22 @@ and compared byte for byte, and a missing or repeated row shows.
 import os
 import random
 import sys
+import time
 import tracemalloc
 from collections import defaultdict
 
+# pyspark, pyarrow and pandas are test dependencies: missing, they fail the module
+# rather than skip it.
+import pandas
+import pyarrow as pa
 import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+from pyspark import TaskContext, cloudpickle
+from pyspark.sql import SparkSession
 
-pyspark = pytest.importorskip("pyspark")
-pa = pytest.importorskip("pyarrow")
-pytest.importorskip("pandas")
-
-from kafka.partitioner.default import murmur2 as kafka_python_murmur2  # noqa: E402
-from pyspark import TaskContext, cloudpickle  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-
-from netkafka import spark as nks  # noqa: E402
-from netkafka.testing.admin import create_topic  # noqa: E402
-from netkafka.testing.reader import read_topic  # noqa: E402
+from netkafka import spark as nks
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
 
 MILLION = 1_000_000
 SPARK_PARTITIONS = 8
@@ -459,3 +459,29 @@ def test_arrow_emitter_makes_no_python_object_per_row(kafka_broker, topic_name):
     assert len(records) == 3 * count
     for record in random.Random(3).sample(records, SAMPLE):
         assert record.value == expected_value(row_id(record))
+
+
+def test_emitters_keep_nulls_as_tombstones_and_stamp_null_timestamps_now(
+        kafka_broker, topic_name):
+    """Both emitters called directly, as Spark's worker calls them."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    before_ms = int(time.time() * 1000)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([b"k0", None, b"k2"]), pa.array([b"v0", b"v1", None]),
+         pa.array([1_700_000_000_000, None, 1_700_000_000_002], pa.timestamp("ms"))],
+        names=["key", "value", "ts"])
+    emit = nks.arrow_emitter(topic_name, config(kafka_broker), key="key", timestamp="ts",
+                             report="row")
+    reports = pa.Table.from_batches(list(emit(iter([batch]))))
+    assert reports.column("error").null_count == 3
+    frame = pandas.DataFrame({"v": [b"p0", None]})
+    emit = nks.pandas_emitter(topic_name, config(kafka_broker), value="v")
+    [report] = list(emit(iter([frame])))
+    assert (report["rows"][0], report["delivered"][0], report["failed"][0]) == (2, 2, 0)
+    records = read_topic(kafka_broker.bootstrap, topic_name, 5)
+    assert [(r.key, r.value) for r in records] == [
+        (b"k0", b"v0"), (None, b"v1"), (b"k2", None), (None, b"p0"), (None, None)]
+    assert records[0].timestamp_ms == 1_700_000_000_000
+    assert records[1].timestamp_ms >= before_ms
+    assert records[2].timestamp_ms == 1_700_000_000_002
+    assert [r.offset for r in records] == list(range(5))
