@@ -208,9 +208,17 @@ class Sender:
             self._pending += 1
             if self._idempotence is not None:
                 item.sequenced = self._idempotence.track(topic, partition, batch, record_count)
+            # Behind a batch of its own partition, a batch needs no wake-up: what
+            # takes that one out (its wake-up, an answer, a write, a retry timer,
+            # a re-stamp) runs the connection's pump, which asks for the next
+            # request while it can send one.  Under backpressure that is most
+            # batches: one wake byte (and a GIL hand-off) each saved.
+            partitions = self._queues.get(broker.node_id)
+            wake = not partitions or not partitions.get((topic, partition))
             self._route_locked(item, broker.node_id, conn=conn)
             self._schedule_sweep_locked(item.created_ns)
-        conn.wakeup()
+        if wake:
+            conn.wakeup()
         return future
 
     def flush(self, timeout_s=None):
