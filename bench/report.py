@@ -11,9 +11,10 @@ README_BEGIN and README_END with the machine, the parameters and the chart.
 It reads each benchmark's extra_info (the suite's own measurements, see bench/'s
 end-to-end tests): throughput {suite: "throughput", client, mode, record_size, acks,
 compression, batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s}; latency
-{suite: "latency", client, rate, records, p50_ms, p99_ms, max_ms}; memory {suite: "memory",
-client, mode, records, peak_rss_bytes, rss_growth_bytes, allocs_per_record,
-bytes_per_record}.  Benchmarks without a suite (the micro-benchmarks) are not part of it.
+{suite: "latency", client, rate, records, p50_ms, p99_ms, max_ms; optional: acks,
+linger_ms}; memory {suite: "memory", client, mode, records, peak_rss_bytes,
+rss_growth_bytes, allocs_per_record, bytes_per_record}.  Benchmarks without a suite (the
+micro-benchmarks) are not part of it.
 
 A script of bench/ rather than a module of netkafka: it is about this repository's
 benchmark runs, and matplotlib stays out of what users install.
@@ -154,11 +155,17 @@ def _batching(rows):
 
 
 def latency_lines(rows):
+    # acks and linger_ms are optional keys of the suite's: a run that leaves them out
+    # shows a dash, and sorts before the runs that name them.
     lines = ["## Latency", "", "From send to acknowledgement, at a fixed rate.", "",
-             "| client | mode | rate (records/s) | records | p50 ms | p99 ms | max ms |",
-             "|---|---|--:|--:|--:|--:|--:|"]
-    for row in sorted(rows, key=lambda r: (r["rate"], r["client"], r.get("mode", ""))):
+             "| client | mode | rate (records/s) | linger ms | acks | records | p50 ms "
+             "| p99 ms | max ms |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for row in sorted(rows, key=lambda r: (r["rate"], r.get("linger_ms", -1),
+                                           str(r.get("acks", "")), r["client"],
+                                           r.get("mode", ""))):
         lines.append(f"| {row['client']} | {row.get('mode', MISSING)} | {row['rate']:,} | "
+                     f"{row.get('linger_ms', MISSING)} | {row.get('acks', MISSING)} | "
                      f"{row['records']:,} | "
                      f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['max_ms']:.2f} |")
     return lines + [""]

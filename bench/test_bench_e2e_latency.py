@@ -1,26 +1,30 @@
-"""End-to-end latency at a moderate, fixed rate: netkafka send() against confluent-kafka
-and the Java producer, same broker, same run.
+"""End-to-end latency at fixed rates: netkafka send() against confluent-kafka and the Java
+producer, same broker, same run.
 
-RECORDS records of 100 B at RATE records/s, paced from one thread: record i is sent at
-start + i / RATE (late records go at once, they are not skipped).  Latency = acknowledgement
+Two cases (CASES): the busy one, 10,000 records/s with linger 5 ms and acks=all, where
+batching decides; and the quiet one, 1,000 records/s with linger 0 and acks=1, where a
+record should leave at once and every hand-over between threads on its way shows.  The
+records of a case are 100 B, sent at its rate from one thread: record i is sent at
+start + i / rate (late records go at once, they are not skipped).  Latency = acknowledgement
 seen by the application - the send call, per record:
 
     netkafka         send(), future.add_callback(): the callback runs on netkafka's I/O thread
     confluent-kafka  produce(on_delivery=...); the pacing loop waits in poll(), so a delivery
                      report is served as soon as librdkafka has it
-    java             ProducerPerformance --throughput RATE: its own send-to-callback times,
+    java             ProducerPerformance --throughput rate: its own send-to-callback times,
                      in whole milliseconds (currentTimeMillis)
 
-acks=all with idempotence (every client's default but librdkafka's, which is set to it),
-batch size 1 MiB, linger 5 ms (as the throughput runs), no compression.  A warm-up of WARMUP_RECORDS is
-sent and flushed first.  pytest-benchmark's time is just the pacing (RECORDS / RATE); the
-numbers are in extra_info (p50_ms, p99_ms, max_ms).
+acks=all comes with idempotence (every client's default but librdkafka's, which is set to
+it), acks=1 without; batch size 1 MiB, no compression.  A warm-up of WARMUP_RECORDS is sent
+and flushed first.  pytest-benchmark's time is just the pacing (records / rate); the
+numbers are in extra_info (p50_ms, p99_ms, max_ms, and the case's rate, acks, linger_ms).
 
     .venv/bin/python -m pytest bench/test_bench_e2e_latency.py --benchmark-only
 """
 import math
 import time
 from array import array
+from typing import NamedTuple
 
 import pytest
 
@@ -28,8 +32,16 @@ import e2e_results
 import peers
 from netkafka.testing.admin import create_topic
 
-RATE = 10_000
-RECORDS = 30_000
+
+class Case(NamedTuple):
+    rate: int  # records/s
+    records: int  # measured, after the warm-up: a few seconds at the rate
+    linger_ms: int
+    acks: str
+
+
+CASES = {"10k-linger5-acks-all": Case(10_000, 30_000, 5, "all"),
+         "1k-linger0-acks1": Case(1_000, 10_000, 0, "1")}
 WARMUP_RECORDS = 5_000
 RECORD_SIZE = 100
 PARTITIONS = 3
@@ -40,8 +52,8 @@ def percentile(sorted_ms, fraction: float) -> float:
     return sorted_ms[max(0, math.ceil(fraction * len(sorted_ms)) - 1)]
 
 
-def paced_netkafka(bootstrap, topic, settings, values):
-    """Per-record latencies (ms) of netkafka send() at RATE records/s."""
+def paced_netkafka(bootstrap, topic, settings, rate, values):
+    """Per-record latencies (ms) of netkafka send() at rate records/s."""
     from netkafka import Producer
 
     producer = Producer(bootstrap_servers=bootstrap, acks=settings.python_acks,
@@ -55,16 +67,16 @@ def paced_netkafka(bootstrap, topic, settings, values):
         for value in values[:WARMUP_RECORDS]:
             producer.send(topic, value)
         producer.flush()
-        sent = _paced(values, lambda index, value: producer.send(topic, value).add_callback(
-            on_ack, index), time.sleep)
+        sent = _paced(values, rate, lambda index, value: producer.send(
+            topic, value).add_callback(on_ack, index), time.sleep)
         producer.flush()
     finally:
         producer.close()
     return _latencies_ms(sent, acked)
 
 
-def paced_confluent(bootstrap, topic, settings, values):
-    """Per-record latencies (ms) of confluent-kafka produce() at RATE records/s."""
+def paced_confluent(bootstrap, topic, settings, rate, values):
+    """Per-record latencies (ms) of confluent-kafka produce() at rate records/s."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": settings.acks,
@@ -87,24 +99,24 @@ def paced_confluent(bootstrap, topic, settings, values):
     for value in values[:WARMUP_RECORDS]:
         producer.produce(topic, value)
     producer.flush()
-    sent = _paced(values, produce, producer.poll)
+    sent = _paced(values, rate, produce, producer.poll)
     producer.flush()
     if errors:
         raise RuntimeError(f"confluent-kafka: {len(errors)} records failed, first {errors[:3]}")
     return _latencies_ms(sent, acked)
 
 
-def _paced(values, send, wait) -> array:
-    """send(index, value) for each value, value i at start + i / RATE; wait(seconds) passes
+def _paced(values, rate, send, wait) -> array:
+    """send(index, value) for each value, value i at start + i / rate; wait(seconds) passes
     the time in between.  Returns when each send() was called (perf_counter)."""
     sent = array("d", bytes(8 * len(values)))
     clock = time.perf_counter
     start = clock()
     for index, value in enumerate(values):
-        delay = start + index / RATE - clock()
+        delay = start + index / rate - clock()
         while delay > 0:
             wait(delay)
-            delay = start + index / RATE - clock()
+            delay = start + index / rate - clock()
         sent[index] = clock()
         send(index, value)
     return sent
@@ -122,11 +134,13 @@ MODES = {"netkafka": "send", "confluent-kafka": "callback", "java": "send"}
 
 
 @pytest.mark.parametrize("client", ["netkafka", "confluent-kafka", "java"])
-def test_latency(benchmark, kafka_broker, topic_name, tmp_path, client):
-    settings = peers.Settings(RECORD_SIZE, "all", "none")
+@pytest.mark.parametrize("case", list(CASES))
+def test_latency(benchmark, kafka_broker, topic_name, tmp_path, case, client):
+    rate, records, linger_ms, acks = CASES[case]
+    settings = peers.Settings(RECORD_SIZE, acks, "none", linger_ms=linger_ms)
     bootstrap = kafka_broker.bootstrap
     create_topic(bootstrap, topic_name, partitions=PARTITIONS)
-    benchmark.group = f"latency at {RATE} records/s"
+    benchmark.group = f"latency at {rate} records/s, linger {linger_ms} ms, acks={acks}"
     outcome = []
     try:
         if client == "java":
@@ -134,19 +148,20 @@ def test_latency(benchmark, kafka_broker, topic_name, tmp_path, client):
                 bootstrap, settings, peers.write_payload_file(tmp_path / "payloads",
                                                               RECORD_SIZE))
             benchmark.pedantic(
-                lambda: outcome.append(java.run(topic_name, RECORDS, WARMUP_RECORDS, RATE)),
+                lambda: outcome.append(java.run(topic_name, records, WARMUP_RECORDS, rate)),
                 rounds=1, iterations=1)
             summary, = outcome
             p50, p99, worst = summary.p50_ms, summary.p99_ms, summary.max_latency_ms
         else:
-            values = peers.values_for(RECORD_SIZE, RECORDS)
+            values = peers.values_for(RECORD_SIZE, records)
             benchmark.pedantic(
-                lambda: outcome.append(PACED[client](bootstrap, topic_name, settings, values)),
+                lambda: outcome.append(PACED[client](bootstrap, topic_name, settings, rate,
+                                                     values)),
                 rounds=1, iterations=1)
             latencies, = outcome
             p50, p99, worst = (percentile(latencies, 0.5), percentile(latencies, 0.99),
                                latencies[-1])
-        e2e_results.record_latency(benchmark, client, MODES[client], settings, RATE, RECORDS,
+        e2e_results.record_latency(benchmark, client, MODES[client], settings, rate, records,
                                    p50, p99, worst)
     finally:
         peers.delete_topic(bootstrap, topic_name)

@@ -165,7 +165,7 @@ def test_latency(benchmark, kafka_broker, topic, client):
     benchmark.extra_info.update({
         "suite": "latency", "client": client,
         "mode": "send" if client == "netkafka" else "callback",
-        "rate": LATENCY_RATE, "records": LATENCY_RECORDS,
+        "rate": LATENCY_RATE, "records": LATENCY_RECORDS, "acks": "1", "linger_ms": 0,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[len(latencies) * 99 // 100],
         "max_ms": 1000 * latencies[-1]})

@@ -110,14 +110,32 @@ def test_ratios_compare_rows_of_equal_batching(results, tmp_path):
 def test_latency_and_memory_tables_come_from_the_input(results, report):
     data, found = results[0], tables(report[0])
     assert found["## Latency"] == [
-        [i["client"], i["mode"], f"{i['rate']:,}", f"{i['records']:,}", f"{i['p50_ms']:.2f}",
-         f"{i['p99_ms']:.2f}", f"{i['max_ms']:.2f}"]
+        [i["client"], i["mode"], f"{i['rate']:,}", str(i["linger_ms"]), i["acks"],
+         f"{i['records']:,}", f"{i['p50_ms']:.2f}", f"{i['p99_ms']:.2f}", f"{i['max_ms']:.2f}"]
         for i in sorted(suite(data, "latency"), key=lambda i: (i["rate"], i["client"]))]
     (memory,) = suite(data, "memory")
     assert found["## Memory"] == [[
         memory["client"], memory["mode"], f"{memory['records']:,}",
         f"{memory['peak_rss_bytes'] / 2**20:,.1f}", f"{memory['rss_growth_bytes'] / 2**20:,.1f}",
         f"{memory['allocs_per_record']:.2f}", f"{memory['bytes_per_record']:.1f}"]]
+
+
+def test_latency_rows_differing_in_linger_and_acks_are_told_apart(results, tmp_path):
+    data = copy.deepcopy(results[0])
+    latency = [b for b in data["benchmarks"] if b["extra_info"]["suite"] == "latency"]
+    busy = copy.deepcopy(latency[0])  # the same rate, said to linger and to wait for all
+    busy["extra_info"].update(linger_ms=5, acks="all", p50_ms=123.456)
+    bare = copy.deepcopy(latency[0])  # an older run's row, without the optional keys
+    del bare["extra_info"]["linger_ms"], bare["extra_info"]["acks"]
+    bare["extra_info"]["p50_ms"] = 654.321
+    data["benchmarks"] += [busy, bare]
+    done = run_report(write_json(data, tmp_path / "lingers.json"), tmp_path / "docs")
+    assert done.returncode == 0, done.stderr
+    rows = tables((tmp_path / "docs" / "benchmarks.md").read_text())["## Latency"]
+    client = busy["extra_info"]["client"]
+    assert [(row[3], row[4], row[6]) for row in rows if row[0] == client] == [
+        ("–", "–", "654.32"), ("0", "1", f"{latency[0]['extra_info']['p50_ms']:.2f}"),
+        ("5", "all", "123.46")]
 
 
 def test_the_chart_is_a_png_with_a_panel_per_record_size(report):
