@@ -9,12 +9,14 @@ from netkafka.batch_send import BatchSendResult  # noqa: E402
 from netkafka.errors import (BackpressureTimeoutError, KafkaConnectionError,  # noqa: E402
                              KafkaError, KafkaTimeoutError, RecordDroppedError)
 from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
+from netkafka._records import BinaryColumn  # noqa: E402
 from netkafka.producer import (KafkaProducer, Producer, SentBeforeForkError,  # noqa: E402
                                SerializationError)
 
 __all__ = [
     "BackpressureTimeoutError",
     "BatchSendResult",
+    "BinaryColumn",
     "FutureRecordMetadata",
     "KafkaConnectionError",
     "KafkaError",

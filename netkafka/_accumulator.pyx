@@ -15,8 +15,8 @@ Producer.send() enters it straight from C (ProducerCore, below); produce() and
 append_into_batch() are the same path with no future made (the fire-and-forget and
 bulk paths): they get the Batch the record went into (and, for the bulk path, the
 record's index there), told apart by the `track` argument (TRACK_*).  The bulk
-path's own helpers -- rows grouped by partition and gathered, a run's outcome spread
-back over its rows -- are group_rows(), take_rows() and fill_rows() at the end.
+path's own helpers -- rows grouped by partition, a run's outcome spread back over
+its rows -- are group_rows() and fill_rows() at the end.
 
 Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
 -- goes to the subclass's _append_cold() with the same arguments (a full batch is
@@ -34,8 +34,6 @@ pool's mutex or the linger timer's condition.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
-from cpython.list cimport PyList_New, PyList_SET_ITEM
-from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_GET_ITEM
 from cpython.tuple cimport PyTuple_CheckExact
 from libc.stdint cimport int64_t
@@ -386,11 +384,11 @@ cdef class ProducerCore:
 # -- send_batch()'s bulk helpers ------------------------------------------------------
 
 def group_rows(partitions):
-    """Rows grouped by partition, each group in row order (a stable counting sort).
+    """Rows grouped by partition, each group in row order (a stable counting sort):
+    send_batch() appends a group's rows by these indices, in place.
 
     Args:
-        partitions: an array('i') or list/tuple of ints: each row's partition, or
-            -1 for a row the partitioner places (sticky).
+        partitions: each row's partition (-1: none), as partitions_array() takes.
 
     Returns:
         (order, groups): order, an array('q') of the row indices, group after group;
@@ -398,8 +396,7 @@ def group_rows(partitions):
         partition (-1 first).
 
     Raises:
-        TypeError, ValueError: an element that is not an int in -1..2**31-1, named
-            as partitions[i].
+        TypeError, ValueError: as partitions_array().
     """
     cdef int[::1] parts = _partitions_array(partitions)
     cdef Py_ssize_t n = parts.shape[0], i
@@ -424,8 +421,19 @@ def group_rows(partitions):
     return order_array, groups
 
 
+def partitions_array(partitions):
+    """send_batch()'s per-row `partitions` as an array('i'), each element checked:
+    an int partition id, or None (-1: the partitioner's choice, as send()'s
+    partition=None).  An array('i') is checked and returned as is.
+
+    Raises:
+        TypeError, ValueError: partitions is not a list or tuple, or an element is
+            neither None nor an int in 0..2**31-1 (named as partitions[i]).
+    """
+    return _partitions_array(partitions)
+
+
 cdef object _partitions_array(object partitions):
-    # An array('i') of the rows' partitions, each checked (-1: the partitioner's).
     cdef Py_ssize_t i
     if isinstance(partitions, array) and partitions.typecode == "i":
         for i in range(len(partitions)):
@@ -433,38 +441,22 @@ cdef object _partitions_array(object partitions):
                 raise ValueError(f"partitions[{i}]={partitions[i]} is negative")
         return partitions
     if not (type(partitions) is list or PyTuple_CheckExact(partitions)):
-        raise TypeError(f"partitions must be a list or tuple of ints (or an int for every "
-                        f"row), not {type(partitions).__name__}")
+        raise TypeError(f"partitions must be None, an int, or a list or tuple of int or "
+                        f"None, not {type(partitions).__name__}")
     result = array("i", bytes(4 * len(partitions)))
     cdef int[::1] out = result
     for i in range(len(partitions)):
         item = <object>PySequence_Fast_GET_ITEM(partitions, i)
+        if item is None:
+            out[i] = -1
+            continue
         if isinstance(item, bool) or not isinstance(item, int):
-            raise TypeError(f"partitions[{i}] must be an int, not {type(item).__name__}")
+            raise TypeError(f"partitions[{i}] must be an int or None, not "
+                            f"{type(item).__name__}")
         if not 0 <= item <= 0x7FFFFFFF:
             raise ValueError(f"partitions[{i}]={item} is not a partition id (0..2**31-1)")
         out[i] = item
     return result
-
-
-def take_rows(seq, const long long[::1] rows):
-    """A list of seq's items at rows (row indices from group_rows), in that order:
-    references to the same objects, gathered without Python-level indexing.
-
-    seq must be a list or tuple holding every index in rows (checked)."""
-    cdef Py_ssize_t n = rows.shape[0], size = len(seq), i
-    cdef long long row
-    if not (type(seq) is list or PyTuple_CheckExact(seq)):
-        raise TypeError(f"take_rows needs a list or tuple, not {type(seq).__name__}")
-    for i in range(n):
-        if not 0 <= rows[i] < size:
-            raise IndexError(f"row {rows[i]} is outside a sequence of {size}")
-    out = PyList_New(n)
-    for i in range(n):
-        item = <object>PySequence_Fast_GET_ITEM(seq, rows[i])
-        Py_INCREF(item)
-        PyList_SET_ITEM(out, i, item)
-    return out
 
 
 ctypedef fused _row_value_t:

@@ -42,12 +42,14 @@ cimport cython
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
 
 from netkafka._mutex cimport Mutex
+from netkafka._records cimport HEADER_SIZE_BYTES, BinarySource, Rows, _binary_source
 from netkafka.csrc cimport nk_murmur2, nk_murmur2_partition
 
 import array
 import bisect
 import operator
 import random
+import time
 
 
 cdef int _get_key_buffer(object data, Py_buffer *view) except -1:
@@ -95,110 +97,196 @@ def murmur2(data):
     return <int32_t>_murmur2_bits(data)
 
 
-def keyed_partitions(keys, Py_ssize_t num_partitions):
-    """Each key's partition as the Java client (and send()) places it, in bulk.
+def keyed_partitions(keys, Py_ssize_t num_partitions, explicit=None):
+    """Each row's partition as the Java client (and send()) places it, in bulk:
+    the row's explicit partition if it has one, else murmur2 of its key.
 
     Args:
-        keys: a list or tuple of bytes-like or None, or a pyarrow Binary, String,
-            LargeBinary or LargeString array (read in place, nulls allowed).
+        keys: None (no keys), or anything _records.Rows takes as keys (a list or
+            tuple of bytes-like or None, a BinaryColumn, a pyarrow binary or
+            string Array or ChunkedArray) or a BinarySource; read in place.
         num_partitions: the topic's partition count.
+        explicit: None, or an array('i') as long as keys: the row's partition, or
+            -1 where the partitioner chooses (_accumulator.partitions_array).
 
     Returns:
-        An array('i'): toPositive(murmur2(key)) % num_partitions per key, -1 for a
-        null key (the partitioner places those).
+        An array('i'): explicit[i] where >= 0, else toPositive(murmur2(key)) %
+        num_partitions, else -1 (a row without a key: the partitioner places it).
 
     Raises:
         TypeError: keys is of another kind, or keys[i] is not bytes-like (named).
-        ValueError: num_partitions is not in 1..2**31-1, or an Arrow array whose
-            buffers do not hold what its offsets say.
+        ValueError: num_partitions is not in 1..2**31-1, or keys[i]'s offsets are
+            outside its data.
     """
     cdef uint32_t count
+    cdef BinarySource source = None
+    cdef Py_ssize_t i, n
+    cdef const unsigned char *data
+    cdef Py_ssize_t length
+    cdef Py_buffer view
+    cdef const int[::1] given
     if num_partitions <= 0 or num_partitions > INT32_MAX:
         raise ValueError(f"num_partitions must be in 1..2**31-1, got {num_partitions}")
     count = <uint32_t>num_partitions
-    if type(keys) is list or type(keys) is tuple:
-        return _sequence_partitions(keys, count)
-    return _arrow_partitions(keys, count)
-
-
-cdef object _sequence_partitions(object keys, uint32_t count):
-    cdef Py_ssize_t n = len(keys), i
-    cdef Py_buffer view
-    result = array.array("i", bytes(4 * n))
+    if keys is not None:
+        source = _binary_source(keys, "keys", -1, False)
+        n = source.length
+    if explicit is not None:
+        given = explicit
+        if source is not None and given.shape[0] != n:
+            raise ValueError(f"partitions has {given.shape[0]} elements, keys has {n}")
+        n = given.shape[0]
+    elif source is None:
+        raise TypeError("keyed_partitions needs keys or explicit partitions")
+    result = array.array("i", b"\xff" * (4 * n))
     cdef int[::1] out = result
     for i in range(n):
-        key = keys[i]
-        if key is None:
-            out[i] = -1
-            continue
-        try:
-            PyObject_GetBuffer(key, &view, PyBUF_SIMPLE)
-        except TypeError:
-            raise TypeError(f"keys[{i}] must be bytes-like or None (serialize it first), "
-                            f"not {type(key).__name__}") from None
-        out[i] = <int>nk_murmur2_partition(view.buf, <size_t>view.len, count)
-        PyBuffer_Release(&view)
+        if explicit is not None and given[i] >= 0:
+            out[i] = given[i]
+        elif source is not None:
+            held = source.get(i, &data, &length, &view)
+            if length >= 0:
+                out[i] = <int>nk_murmur2_partition(data, <size_t>length, count)
+            if held:
+                PyBuffer_Release(&view)
     return result
 
 
-cdef object _arrow_partitions(object keys, uint32_t count):
-    # Arrow's layout: element i is data[offsets[first + i] : offsets[first + i + 1]],
-    # null where bit first + i of validity is 0.  Every offset is checked against
-    # the data buffer before it is used.
-    cdef const unsigned char[::1] offsets_bytes, data, validity
-    cdef const int32_t *offsets32 = NULL
-    cdef const int64_t *offsets64 = NULL
-    cdef Py_ssize_t n, first, i, j, width
-    cdef int64_t lo, hi
+def place_unkeyed_rows(Rows rows, int[::1] partitions, explicit, Partitioner partitioner,
+                       topic, all_partitions, available_partitions,
+                       Py_ssize_t batch_size_bytes, open_batch):
+    """send_batch()'s rows without a partition (-1 in `partitions`) get the sticky
+    partition send() would give them, row after row, in place.
+
+    The batches are planned here, not appended: each row's bytes are counted
+    (Rows.record_bytes) into its partition's planned open batch, and where send()
+    would open a new batch the partitioner hears what send() makes it hear --
+    on_new_batch() when a row without a key, or (keyed=True) a keyed row, would
+    start a batch on the sticky partition, then partition() for the next sticky
+    one.  Then every row has a partition, so send_batch() can append each
+    partition's rows in bulk and in row order, keyed or not, and the sticky
+    partition still changes once per batch.  (The plan assumes the clock does not
+    move and no other thread appends meanwhile; either can only end a real batch a
+    little before or after the planned one.)
+
+    Args:
+        rows: the call's Rows.
+        partitions: per row its partition, -1 for the partitioner's sticky choice;
+            the -1s are overwritten.
+        explicit: None, or per row the caller's partition (-1: none), as
+            keyed_partitions() takes it: a row placed by the caller is not the
+            partitioner's, as send(partition=p) is not.
+        partitioner: the producer's sticky partitioner; all_partitions /
+            available_partitions: the topic's, as partition() takes them.
+        batch_size_bytes: the accumulator's batch size.
+        open_batch: callable(partition) -> (size_bytes, record_count,
+            first_timestamp_ms) of that partition's open batch now, or None.
+    """
+    cdef Py_ssize_t n = partitions.shape[0], count = len(all_partitions), i
+    cdef int p, sticky = -1
+    cdef int64_t now_ms = <int64_t>(time.time() * 1000), size
+    # The planned open batch of each partition: bytes (-1: none, -2: not read
+    # from the accumulator yet), records, first timestamp.
+    used_array = array.array("q", [-2]) * count
+    records_array = array.array("i", bytes(4 * count))
+    first_ts_array = array.array("q", bytes(8 * count))
+    cdef long long[::1] used = used_array
+    cdef int[::1] records = records_array
+    cdef long long[::1] first_ts = first_ts_array
+    cdef const int[::1] given
+    cdef bint by_caller = explicit is not None
+    if by_caller:
+        given = explicit
+    # The sticky partition as send() would find it (chosen now if it is not yet).
+    sticky = partitioner.partition(topic, None, all_partitions, available_partitions)
+    _check_planned(sticky, count, partitioner)
+    for i in range(n):
+        p = partitions[i]
+        if p >= count:
+            continue  # no such partition: the row is refused when appended
+        if p >= 0:
+            if used[p] == -2:
+                _load_open_batch(open_batch, p, used, records, first_ts)
+            size = _planned_bytes(rows, i, p, used, records, first_ts, now_ms,
+                                  batch_size_bytes)
+            if size < 0:
+                if p == sticky and not (by_caller and given[i] >= 0):
+                    partitioner.on_new_batch(topic, p)
+                    sticky = -1
+                size = _new_planned_batch(rows, i, p, used, records, first_ts, now_ms)
+            used[p] += size
+            records[p] += 1
+            continue
+        if sticky < 0:
+            sticky = partitioner.partition(topic, None, all_partitions, available_partitions)
+            _check_planned(sticky, count, partitioner)
+        if used[sticky] == -2:
+            _load_open_batch(open_batch, sticky, used, records, first_ts)
+        size = _planned_bytes(rows, i, sticky, used, records, first_ts, now_ms,
+                              batch_size_bytes)
+        if size < 0:
+            # KIP-480: the row that would start a batch starts it on the next
+            # sticky partition (send()'s _append_cold).
+            partitioner.on_new_batch(topic, sticky)
+            sticky = partitioner.partition(topic, None, all_partitions, available_partitions)
+            _check_planned(sticky, count, partitioner)
+            if used[sticky] == -2:
+                _load_open_batch(open_batch, sticky, used, records, first_ts)
+            size = _planned_bytes(rows, i, sticky, used, records, first_ts, now_ms,
+                                  batch_size_bytes)
+            if size < 0:
+                size = _new_planned_batch(rows, i, sticky, used, records, first_ts, now_ms)
+        partitions[i] = sticky
+        used[sticky] += size
+        records[sticky] += 1
+
+
+cdef int _check_planned(int chosen, Py_ssize_t count, object partitioner) except -1:
+    if not 0 <= chosen < count:
+        raise ValueError(f"{type(partitioner).__name__} chose partition {chosen}, not one "
+                         f"of the topic's {count}")
+    return 0
+
+
+cdef int _load_open_batch(object open_batch, int p, long long[::1] used, int[::1] records,
+                          long long[::1] first_ts) except -1:
+    state = open_batch(p)
+    if state is None:
+        used[p] = -1
+    else:
+        used[p], records[p], first_ts[p] = state
+    return 0
+
+
+cdef int64_t _planned_bytes(Rows rows, Py_ssize_t i, int p, long long[::1] used,
+                            int[::1] records, long long[::1] first_ts, int64_t now_ms,
+                            Py_ssize_t batch_size_bytes) except -2:
+    # Row i's bytes in p's planned open batch, or -1 when it has none or the row
+    # does not fit (a new batch is needed).  A row the encoder will refuse counts
+    # as nothing: it takes no room when appended either.
+    cdef int64_t size
+    if used[p] < 0:
+        return -1
     try:
-        import pyarrow
-    except ImportError:
-        pyarrow = None
-    if pyarrow is None or not isinstance(keys, pyarrow.Array):
-        raise TypeError(f"keys must be a list or tuple, or a pyarrow binary or string "
-                        f"array, not {type(keys).__name__}")
-    kind = keys.type
-    if pyarrow.types.is_binary(kind) or pyarrow.types.is_string(kind):
-        width = 4
-    elif pyarrow.types.is_large_binary(kind) or pyarrow.types.is_large_string(kind):
-        width = 8
-    else:
-        raise TypeError(f"keys: a pyarrow array of {kind} is not binary or string")
-    n = len(keys)
-    first = keys.offset
-    result = array.array("i", bytes(4 * n))
-    cdef int[::1] out = result
-    if n == 0:
-        return result
-    validity_buffer, offsets_buffer, data_buffer = keys.buffers()
-    # pyarrow.Buffer exports signed chars: viewed as unsigned bytes, no copy.
-    offsets_bytes = memoryview(offsets_buffer).cast("B")
-    data = memoryview(data_buffer).cast("B") if data_buffer is not None else b""
-    if offsets_bytes.shape[0] < (first + n + 1) * width:
-        raise ValueError(f"keys: the offsets buffer is too short for {n} elements")
-    if validity_buffer is not None:
-        validity = memoryview(validity_buffer).cast("B")
-        if validity.shape[0] * 8 < first + n:
-            raise ValueError(f"keys: the validity buffer is too short for {n} elements")
-    if width == 4:
-        offsets32 = <const int32_t *>&offsets_bytes[0]
-    else:
-        offsets64 = <const int64_t *>&offsets_bytes[0]
-    for i in range(n):
-        j = first + i
-        if validity_buffer is not None and not (validity[j >> 3] >> (j & 7)) & 1:
-            out[i] = -1
-            continue
-        if width == 4:
-            lo, hi = offsets32[j], offsets32[j + 1]
-        else:
-            lo, hi = offsets64[j], offsets64[j + 1]
-        if not 0 <= lo <= hi <= data.shape[0]:
-            raise ValueError(f"keys[{i}]: offsets {lo}..{hi} are outside the data buffer "
-                             f"of {data.shape[0]} bytes")
-        out[i] = <int>nk_murmur2_partition(&data[0] + lo if hi > lo else NULL,
-                                           <size_t>(hi - lo), count)
-    return result
+        size = rows.record_bytes(i, records[p], first_ts[p], now_ms)
+    except (TypeError, ValueError):
+        return 0
+    return size if used[p] + size <= batch_size_bytes else -1
+
+
+cdef int64_t _new_planned_batch(Rows rows, Py_ssize_t i, int p, long long[::1] used,
+                                int[::1] records, long long[::1] first_ts,
+                                int64_t now_ms) except -2:
+    # p's planned open batch starts again with row i (always taken, as the
+    # encoder takes any first record); returns the row's bytes.
+    used[p] = HEADER_SIZE_BYTES
+    records[p] = 0
+    try:
+        first_ts[p] = rows.timestamp_ms(i, now_ms)
+        return rows.record_bytes(i, 0, -1, now_ms)
+    except (TypeError, ValueError):
+        first_ts[p] = now_ms
+        return 0
 
 
 def default_partition(key_bytes, Py_ssize_t num_partitions):

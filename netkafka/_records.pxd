@@ -1,6 +1,7 @@
 # RecordBatch v2 encoding over pooled buffers.  See _records.pyx for the wire layout,
 # the batch life cycle and the locking rules.
 
+cimport cython
 from cpython.pythread cimport PyThread_type_lock
 from libc.stdint cimport int16_t, int32_t, int64_t
 
@@ -14,6 +15,12 @@ cdef int64_t checked_timestamp_ms(object timestamp, str name, Py_ssize_t index) 
 
 
 cdef class PooledBuffer
+cdef class Rows
+
+
+cdef enum:
+    # Bytes of the RecordBatch v2 header, before the records (layout: _records.pyx).
+    HEADER_SIZE_BYTES = 61
 
 
 cdef class BufferPool:
@@ -114,3 +121,87 @@ cdef class RecordBatchBuilder(PooledBatch):
     cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1
     cdef int _compress(self) except -1
     cdef int _write_header(self, unsigned char *batch, Py_ssize_t size_bytes) except -1
+    cdef Py_ssize_t _append_rows(self, Rows rows, object row_ids, Py_ssize_t start) except -1
+
+
+# -- the bulk paths' rows: one reader of lists, buffers and Arrow columns ------------------
+# Shared by the encoder (RecordBatchBuilder.append_rows) and the partitioner
+# (murmur2 of keys and the sticky plan of send_batch).  Semantics: _records.pyx.
+
+@cython.final
+cdef class BinaryColumn:
+    # Immutable once built; its buffers are held for its life.
+    cdef Py_buffer _data          # the values' bytes
+    cdef Py_buffer _offsets       # int32 or int64 offsets into _data
+    cdef Py_buffer _validity      # Arrow validity bitmap, if _has_validity
+    cdef bint _has_data
+    cdef bint _has_offsets
+    cdef bint _has_validity
+    cdef int _offset_width_bytes  # 4 or 8
+    cdef Py_ssize_t _data_len     # bytes of _data; 0 without data
+    cdef readonly Py_ssize_t length
+    cdef Py_ssize_t _first        # index of element 0 in _offsets / _validity
+    cdef object _source           # the Arrow array the buffers belong to, kept alive
+
+    cdef void _bounds(self, Py_ssize_t j, int64_t *lo, int64_t *hi) noexcept
+    # Element i (0 <= i < length): pointer and length (-1: null); False when its
+    # offsets are not a range within _data (then _bad_range raises, naming it).
+    cdef bint _element(self, Py_ssize_t i, const unsigned char **ptr,
+                       Py_ssize_t *length) noexcept
+    cdef int _bad_range(self, Py_ssize_t i, str name) except -1
+
+
+@cython.final
+cdef class BinarySource:
+    # Fields set once by _binary_source(), except the current chunk (CHUNKS), which
+    # the thread reading moves: a BinarySource is read by one thread at a time.
+    cdef int _kind                # _SOURCE_*
+    cdef object _sequence         # SEQUENCE: the exact list or tuple
+    cdef BinaryColumn _column     # COLUMN: the column; CHUNKS: the current chunk
+    cdef list _chunks             # CHUNKS: a BinaryColumn per chunk
+    cdef list _chunk_starts       # CHUNKS: each chunk's first row, then length
+    cdef Py_ssize_t _chunk_first  # rows of _column: _chunk_first <= i < _chunk_end
+    cdef Py_ssize_t _chunk_end
+    cdef bint _bytes_only         # items must be bytes or None (header values)
+    cdef readonly Py_ssize_t length
+    cdef readonly str name        # how errors name it: "values", "keys", ...
+
+    # Row i (0 <= i < length, the caller's check): 1 when a view was taken that
+    # the caller releases, else 0.  Raises naming name[i] for a bad item.
+    cdef int get(self, Py_ssize_t i, const unsigned char **data, Py_ssize_t *length,
+                 Py_buffer *view) except -1
+    cdef int _seek(self, Py_ssize_t i) except -1
+    cpdef object item(self, Py_ssize_t i)
+
+
+cdef BinarySource _binary_source(object obj, str name, Py_ssize_t expected_length,
+                                 bint bytes_only)
+
+
+@cython.final
+cdef class _HeaderColumns:
+    cdef list names               # header keys as UTF-8 bytes, in order
+    cdef list values              # a BinarySource per name (bytes or None items)
+    cdef Py_ssize_t row           # the row being encoded (the appending thread's)
+
+    cdef Py_ssize_t _size(self) except -1
+    cdef unsigned char *_write(self, unsigned char *p, const unsigned char *end) except NULL
+
+
+@cython.final
+cdef class Rows:
+    # Immutable once built but for _header_columns.row; used by one thread at a time.
+    cdef readonly Py_ssize_t length
+    cdef readonly BinarySource values
+    cdef readonly BinarySource keys           # None: every key null
+    cdef object _header_rows                  # per-row headers (list or tuple), or None
+    cdef _HeaderColumns _header_columns       # headers by column, or None
+    cdef int _ts_kind                         # _TS_*
+    cdef object _ts_sequence                  # _TS_SEQUENCE: the list or tuple
+    cdef Py_buffer _ts_view                   # _TS_INT64: the int64 buffer, held
+
+    cdef int64_t _timestamp(self, Py_ssize_t i, int64_t now_ms) except -1
+    cdef object _headers(self, Py_ssize_t i)
+    cdef Py_ssize_t record_bytes(self, Py_ssize_t i, int32_t offset_delta,
+                                 int64_t first_timestamp_ms, int64_t now_ms) except -1
+    cdef int _check_row(self, Py_ssize_t i) except -1

@@ -21,6 +21,7 @@ Life of a batch (PooledBatch, shared with _legacy's message sets):  OPEN (append
 with no exported view alive: bytes that may still be on their way to a socket are
 never reused.
 """
+import bisect
 import threading
 import time
 
@@ -37,7 +38,6 @@ from cpython.pythread cimport (
     WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
     PyThread_release_lock,
 )
-from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check, PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint32_t, uint64_t
@@ -67,7 +67,6 @@ cdef enum:
     _PRODUCER_EPOCH = 51
     _BASE_SEQUENCE = 53
     _RECORD_COUNT = 57
-    HEADER_SIZE_BYTES = 61
     # Bytes counted by the batch length field start after it.
     _LENGTH_EXCLUDED = 12
     # Upper bound of a record's bytes besides key, value and headers: length varint
@@ -369,6 +368,15 @@ cdef inline Py_ssize_t _nullable_size(Py_ssize_t length) noexcept:
     return nk_uvarint64_size(<uint64_t>length << 1) + length
 
 
+cdef inline Py_ssize_t _body_size(Py_ssize_t key_len, Py_ssize_t value_len,
+                                  Py_ssize_t headers_bytes, int64_t ts_delta,
+                                  int32_t offset_delta) noexcept:
+    # A record's bytes after its length varint: attributes, the two deltas, key,
+    # value, headers.  The encoder writes exactly this; Rows.record_bytes plans with it.
+    return (1 + nk_varlong_size(ts_delta) + nk_uvarint64_size(<uint64_t>offset_delta << 1)
+            + _nullable_size(key_len) + _nullable_size(value_len) + headers_bytes)
+
+
 cdef inline unsigned char *_write_nullable(unsigned char *p, const unsigned char *data,
                                            Py_ssize_t length) noexcept:
     if length < 0:
@@ -500,6 +508,8 @@ cdef Py_ssize_t _headers_size(object headers) except -1:
     cdef const unsigned char *k
     cdef const unsigned char *v
     cdef Py_ssize_t k_len, v_len
+    if type(headers) is _HeaderColumns:
+        return (<_HeaderColumns>headers)._size()
     if not (PyList_CheckExact(headers) or PyTuple_CheckExact(headers)):
         raise TypeError(f"headers must be a list or tuple of (key, value) pairs or None, "
                         f"not {type(headers).__name__}")
@@ -515,10 +525,13 @@ cdef unsigned char *_write_headers(unsigned char *p, const unsigned char *end,
                                    object headers) except NULL:
     # Second pass over headers already sized by _headers_size.  Bounded by end in
     # case another thread changed the list in between (no overrun, an error).
-    cdef Py_ssize_t count = len(headers), i
+    cdef Py_ssize_t count, i
     cdef const unsigned char *k
     cdef const unsigned char *v
     cdef Py_ssize_t k_len, v_len
+    if type(headers) is _HeaderColumns:
+        return (<_HeaderColumns>headers)._write(p, end)
+    count = len(headers)
     if p + nk_varlong_size(count) > end:
         raise RuntimeError("headers changed during append")
     p = nk_write_varint(p, <int32_t>count)
@@ -828,7 +841,8 @@ cdef class RecordBatchBuilder(PooledBatch):
     def append_many(self, values, keys=None, headers=None, timestamps_ms=None,
                     Py_ssize_t start=0):
         """Append values[start:] (with keys, headers, timestamps at the same index)
-        until the batch is full.
+        until the batch is full: append_rows() over Rows(values, keys, headers,
+        timestamps_ms), for lists.
 
         Args:
             values: list or tuple of bytes-like or None.
@@ -843,46 +857,11 @@ cdef class RecordBatchBuilder(PooledBatch):
             How many records were appended; fewer than len(values) - start means the
             batch is full: continue from start + that count in a new batch.
         """
-        cdef Py_ssize_t n, i, appended
-        cdef int64_t now_ms = nk_clock_now_ms(&self._clock), ts
-        cdef PyObject *key
-        cdef PyObject *value
-        cdef const unsigned char *k
-        cdef const unsigned char *v
-        cdef Py_ssize_t k_len, v_len
-        cdef object header_list = None, timestamp
-        n = _check_sequence(values, "values", -1)
-        _check_sequence(keys, "keys", n)
-        _check_sequence(headers, "headers", n)
-        _check_sequence(timestamps_ms, "timestamps_ms", n)
-        if not 0 <= start <= n:
-            raise ValueError(f"start={start} is outside 0..{n}")
-        for i in range(start, n):
-            # Borrowed references: no Python code runs between taking and using them
-            # on the bytes path; the general path takes its own references.  Lists
-            # are re-measured because a buffer export or a header may run user code.
-            if (PySequence_Fast_GET_SIZE(values) < n
-                    or (keys is not None and PySequence_Fast_GET_SIZE(keys) < n)):
-                raise ValueError("values or keys changed size during append_many")
-            ts = now_ms
-            if timestamps_ms is not None:
-                timestamp = _sequence_item(timestamps_ms, i)
-                if timestamp is not None:
-                    ts = checked_timestamp_ms(timestamp, "timestamps_ms", i)
-            if headers is not None:
-                header_list = _sequence_item(headers, i)
-            value = PySequence_Fast_GET_ITEM(values, i)
-            key = <PyObject *>None if keys is None else PySequence_Fast_GET_ITEM(keys, i)
-            if _plain_bytes(key, &k, &k_len) and _plain_bytes(value, &v, &v_len):
-                appended = self._append_raw(k, k_len, v, v_len, header_list, ts)
-            else:
-                appended = self._append_objects(<object>key, <object>value, header_list, ts, i)
-            if appended < 0:
-                return i - start
-        return n - start
+        return self._append_rows(Rows(values, keys, headers, timestamps_ms), None, start)
 
     def append_column(self, values, keys=None, timestamps_ms=None, Py_ssize_t start=0):
-        """Append records start.. from binary columns until the batch is full.
+        """Append records start.. from binary columns until the batch is full:
+        append_rows() for columns.
 
         Args:
             values: a BinaryColumn, or a pyarrow Binary/LargeBinary/String/LargeString
@@ -896,40 +875,73 @@ cdef class RecordBatchBuilder(PooledBatch):
         Returns:
             How many records were appended (see append_many).
         """
-        cdef BinaryColumn value_col = _as_column(values, "values")
-        cdef BinaryColumn key_col = None if keys is None else _as_column(keys, "keys")
-        cdef Py_ssize_t n = value_col.length, i, appended
+        _as_column(values, "values")
+        if keys is not None:
+            _as_column(keys, "keys")
+        return self._append_rows(Rows(values, keys, None, timestamps_ms), None, start)
+
+    def append_rows(self, Rows rows not None, row_ids=None, Py_ssize_t start=0):
+        """Append rows until the batch is full: rows start.. of `rows`, or with
+        row_ids the rows row_ids[start], row_ids[start + 1], ...
+
+        Args:
+            rows: the caller's columns (Rows).
+            row_ids: None, or a buffer of int64 row indices (each checked).
+            start: the first position (in row_ids, or in rows) to append.
+
+        Returns:
+            How many records were appended (see append_many).
+
+        Raises:
+            TypeError, ValueError: the row at position start + (the return value it
+                would have had) is refused (named); the rows before it are in.
+        """
+        return self._append_rows(rows, row_ids, start)
+
+    cdef Py_ssize_t _append_rows(self, Rows rows, object row_ids, Py_ssize_t start) except -1:
+        # The one bulk loop (lists, columns, any mix).  Keys and values are read in
+        # place by their BinarySource; a view is held only for a bytes-like item
+        # that is not bytes, and only across its own record.
+        cdef const long long[::1] ids
+        cdef bint by_id = row_ids is not None
+        cdef Py_ssize_t n, pos, i, appended
         cdef int64_t now_ms = nk_clock_now_ms(&self._clock), ts
         cdef const unsigned char *k = NULL
         cdef const unsigned char *v = NULL
         cdef Py_ssize_t k_len = -1, v_len = -1
-        cdef Py_buffer ts_view
-        cdef const int64_t *ts_data = NULL
-        if key_col is not None and key_col.length != n:
-            raise ValueError(f"keys has {key_col.length} elements, values has {n}")
+        cdef Py_buffer k_view, v_view
+        cdef int k_held = 0, v_held = 0
+        cdef BinarySource keys = rows.keys
+        cdef BinarySource values = rows.values
+        cdef object headers
+        if by_id:
+            ids = row_ids
+            n = ids.shape[0]
+        else:
+            n = rows.length
         if not 0 <= start <= n:
             raise ValueError(f"start={start} is outside 0..{n}")
-        if timestamps_ms is not None:
-            _borrow_int64s(timestamps_ms, &ts_view, n)
-            ts_data = <const int64_t *>ts_view.buf
-        try:
-            for i in range(start, n):
-                ts = now_ms
-                if ts_data != NULL:
-                    ts = ts_data[i]
-                    if ts < 0:
-                        raise ValueError(f"timestamps_ms[{i}]={ts} is negative")
-                if key_col is not None and not key_col._element(i, &k, &k_len):
-                    key_col._bad_range(i, "keys")
-                if not value_col._element(i, &v, &v_len):
-                    value_col._bad_range(i, "values")
-                appended = self._append_raw(k, k_len, v, v_len, None, ts)
-                if appended < 0:
-                    return i - start
-            return n - start
-        finally:
-            if ts_data != NULL:
-                PyBuffer_Release(&ts_view)
+        for pos in range(start, n):
+            i = ids[pos] if by_id else pos
+            if not 0 <= i < rows.length:
+                raise IndexError(f"row_ids[{pos}]={i} is outside the {rows.length} rows")
+            ts = rows._timestamp(i, now_ms)
+            headers = rows._headers(i)
+            if keys is not None:
+                k_held = keys.get(i, &k, &k_len, &k_view)
+            try:
+                v_held = values.get(i, &v, &v_len, &v_view)
+                appended = self._append_raw(k, k_len, v, v_len, headers, ts)
+            finally:
+                if k_held:
+                    PyBuffer_Release(&k_view)
+                    k_held = 0
+                if v_held:
+                    PyBuffer_Release(&v_view)
+                    v_held = 0
+            if appended < 0:
+                return pos - start
+        return n - start
 
     cdef Py_ssize_t _append_raw(self, const unsigned char *key, Py_ssize_t key_len,
                                 const unsigned char *value, Py_ssize_t value_len,
@@ -948,8 +960,7 @@ cdef class RecordBatchBuilder(PooledBatch):
             headers_bytes = _headers_size(headers)
         if offset_delta:
             ts_delta = timestamp_ms - self._first_timestamp_ms
-        body_bytes = (1 + nk_varlong_size(ts_delta) + nk_uvarint64_size(<uint64_t>offset_delta << 1)
-                      + _nullable_size(key_len) + _nullable_size(value_len) + headers_bytes)
+        body_bytes = _body_size(key_len, value_len, headers_bytes, ts_delta, offset_delta)
         record_bytes = nk_uvarint64_size(<uint64_t>body_bytes << 1) + body_bytes
         if self._pos_bytes + record_bytes > self.batch_size_bytes:
             if offset_delta:
@@ -1152,24 +1163,8 @@ cdef class RecordBatchBuilder(PooledBatch):
         return size
 
 
-cdef Py_ssize_t _check_sequence(object seq, str name, Py_ssize_t expected_len) except -2:
-    # Validates a bulk argument: None (allowed unless expected_len < 0) or an exact
-    # list/tuple of expected_len items.  Returns its length.
-    cdef Py_ssize_t n
-    if seq is None:
-        if expected_len < 0:
-            raise TypeError(f"{name} must be a list or tuple, not None")
-        return 0
-    if not (PyList_CheckExact(seq) or PyTuple_CheckExact(seq)):
-        raise TypeError(f"{name} must be a list or tuple, not {type(seq).__name__}")
-    n = len(seq)
-    if expected_len >= 0 and n != expected_len:
-        raise ValueError(f"{name} has {n} elements, values has {expected_len}")
-    return n
-
-
 # ----------------------------------------------------------------------------------
-# Binary columns (Arrow layout)
+# Binary columns (Arrow layout) and the bulk paths' rows
 
 
 cdef int _get_contiguous(object obj, Py_buffer *view, int flags, str name) except -1:
@@ -1182,12 +1177,12 @@ cdef int _get_contiguous(object obj, Py_buffer *view, int flags, str name) excep
 
 
 cdef int _borrow_int64s(object obj, Py_buffer *view, Py_ssize_t count) except -1:
-    # A buffer of at least count native int64 (the timestamps of a column).
+    # A buffer of exactly count native int64 (timestamps in bulk).
     _get_contiguous(obj, view, PyBUF_SIMPLE | PyBUF_FORMAT, "timestamps_ms")
     if view.itemsize != 8 or not _is_native_signed_int(view.format):
         PyBuffer_Release(view)
         raise TypeError("timestamps_ms must be a buffer of int64 (format 'q')")
-    if view.len < count * 8:
+    if view.len != count * 8:
         PyBuffer_Release(view)
         raise ValueError(f"timestamps_ms has {view.len // 8} elements, values has {count}")
     return 0
@@ -1221,17 +1216,6 @@ cdef class BinaryColumn:
         first: index of the column's first element in offsets/validity (an Arrow
             array's .offset).
     """
-    cdef Py_buffer _data          # held for the column's lifetime
-    cdef Py_buffer _offsets
-    cdef Py_buffer _validity
-    cdef bint _has_data
-    cdef bint _has_offsets
-    cdef bint _has_validity
-    cdef int _offset_width_bytes  # 4 or 8
-    cdef Py_ssize_t _data_len     # bytes of _data; 0 without data
-    cdef readonly Py_ssize_t length
-    cdef Py_ssize_t _first
-    cdef object _source           # the Arrow array the buffers belong to, kept alive
 
     def __cinit__(self, data, offsets, validity=None, *, offset_width_bytes=None,
                   length=None, Py_ssize_t first=0):
@@ -1286,24 +1270,19 @@ cdef class BinaryColumn:
         if self._has_validity:
             PyBuffer_Release(&self._validity)
 
+    def __len__(self):
+        return self.length
+
     @staticmethod
     def from_arrow(array):
         """A column over a pyarrow Binary, LargeBinary, String or LargeString array
         (no copy: the array's buffers are used in place)."""
         import pyarrow
-        types = pyarrow.types
         if isinstance(array, pyarrow.ChunkedArray):
             raise TypeError("a ChunkedArray has several buffers: pass its .chunks one by one")
         if not isinstance(array, pyarrow.Array):
             raise TypeError(f"expected a pyarrow array, got {type(array).__name__}")
-        t = array.type
-        if types.is_binary(t) or types.is_string(t):
-            width = 4
-        elif types.is_large_binary(t) or types.is_large_string(t):
-            width = 8
-        else:
-            raise TypeError(f"a pyarrow array of {t} is not a binary column: expected "
-                            f"binary, large_binary, string or large_string")
+        width = _arrow_offset_width(pyarrow, array.type, "a pyarrow array")
         validity, offsets, data = array.buffers()
         if offsets is None:
             # An empty array may have no buffers at all.
@@ -1313,7 +1292,7 @@ cdef class BinaryColumn:
         column._source = array
         return column
 
-    cdef inline void _bounds(self, Py_ssize_t j, int64_t *lo, int64_t *hi) noexcept:
+    cdef void _bounds(self, Py_ssize_t j, int64_t *lo, int64_t *hi) noexcept:
         # Start and end offsets of entry j of offsets, as stored (unchecked).
         if self._offset_width_bytes == 4:
             lo[0] = (<const int32_t *>self._offsets.buf)[j]
@@ -1322,8 +1301,8 @@ cdef class BinaryColumn:
             lo[0] = (<const int64_t *>self._offsets.buf)[j]
             hi[0] = (<const int64_t *>self._offsets.buf)[j + 1]
 
-    cdef inline bint _element(self, Py_ssize_t i, const unsigned char **ptr,
-                              Py_ssize_t *length) noexcept:
+    cdef bint _element(self, Py_ssize_t i, const unsigned char **ptr,
+                       Py_ssize_t *length) noexcept:
         # Element i (0 <= i < length, guaranteed by the caller), bounds-checked
         # against data: offsets come from the user and must not lead us astray.
         # False when they do not; the caller raises (_bad_range), off the hot path.
@@ -1349,10 +1328,352 @@ cdef class BinaryColumn:
                          f"{self._data_len} bytes of data")
 
 
+cdef int _arrow_offset_width(object pyarrow, object arrow_type, str what) except -1:
+    # Bytes per offset of a pyarrow binary-like type; anything else is refused.
+    types = pyarrow.types
+    if types.is_binary(arrow_type) or types.is_string(arrow_type):
+        return 4
+    if types.is_large_binary(arrow_type) or types.is_large_string(arrow_type):
+        return 8
+    raise TypeError(f"{what} of {arrow_type} is not a binary column: expected binary, "
+                    f"large_binary, string or large_string")
+
+
 cdef BinaryColumn _as_column(object obj, str name):
     if isinstance(obj, BinaryColumn):
         return <BinaryColumn>obj
-    if hasattr(obj, "buffers") and hasattr(obj, "type"):
+    if _is_pyarrow(obj):
         return BinaryColumn.from_arrow(obj)
     raise TypeError(f"{name} must be a BinaryColumn or a pyarrow binary/string array, "
                     f"not {type(obj).__name__}")
+
+
+cdef inline bint _is_pyarrow(object obj):
+    # pyarrow is optional: its objects are recognised without importing it.
+    return type(obj).__module__.startswith("pyarrow")
+
+
+cdef enum:
+    # Where a BinarySource reads its rows from.
+    _SOURCE_SEQUENCE = 0    # an exact list or tuple of bytes-like or None
+    _SOURCE_COLUMN = 1      # one BinaryColumn
+    _SOURCE_CHUNKS = 2      # BinaryColumns end to end (a pyarrow ChunkedArray)
+
+
+@cython.final
+cdef class BinarySource:
+    """One bulk argument of nullable binaries, read in place by row index: an exact
+    list or tuple of bytes-like or None, a BinaryColumn, or a pyarrow Binary,
+    String, LargeBinary or LargeString Array or ChunkedArray.  Build it with
+    binary_source().  Used by one thread at a time (the chunk it last read is
+    remembered)."""
+
+    cdef int get(self, Py_ssize_t i, const unsigned char **data, Py_ssize_t *length,
+                 Py_buffer *view) except -1:
+        # Row i (0 <= i < self.length, the caller's check): data/length point at its
+        # bytes (length -1: null).  Returns 1 when a view was taken that the caller
+        # releases after use (a bytes-like item that is not bytes), else 0.
+        cdef PyObject *item
+        if self._kind == _SOURCE_SEQUENCE:
+            # The length is read again: a list may shrink while we work.
+            if PyList_CheckExact(self._sequence):
+                if i >= PyList_GET_SIZE(self._sequence):
+                    raise ValueError(f"{self.name} changed size during the call")
+                item = PyList_GET_ITEM(self._sequence, i)
+            else:
+                item = PyTuple_GET_ITEM(self._sequence, i)
+            # Borrowed: no Python code runs before bytes or None are used.
+            if _plain_bytes(item, data, length):
+                return 0
+            if self._bytes_only:
+                raise TypeError(f"{self.name}[{i}] must be bytes or None, not "
+                                f"{type(<object>item).__name__}")
+            _borrow_buffer(<object>item, view, self.name, i)
+            data[0] = <const unsigned char *>view.buf
+            length[0] = view.len
+            return 1
+        if self._kind == _SOURCE_CHUNKS and not self._chunk_first <= i < self._chunk_end:
+            self._seek(i)
+        if not self._column._element(i - self._chunk_first, data, length):
+            self._column._bad_range(i - self._chunk_first, self.name)
+        return 0
+
+    cdef int _seek(self, Py_ssize_t i) except -1:
+        # The chunk holding row i becomes the current one (rare: rows come mostly
+        # in order, so this runs about once per chunk).
+        cdef Py_ssize_t c = bisect.bisect_right(self._chunk_starts, i) - 1
+        self._column = self._chunks[c]
+        self._chunk_first = self._chunk_starts[c]
+        self._chunk_end = self._chunk_starts[c + 1]
+        return 0
+
+    cpdef object item(self, Py_ssize_t i):
+        """Row i as an object: the item itself for a sequence, bytes (or None) for
+        a column -- for the few rows that take a per-record path."""
+        cdef const unsigned char *data
+        cdef Py_ssize_t length
+        cdef Py_buffer view
+        if not 0 <= i < self.length:
+            raise IndexError(f"{self.name}[{i}] is outside its {self.length} rows")
+        if self._kind == _SOURCE_SEQUENCE:
+            return self._sequence[i]
+        self.get(i, &data, &length, &view)
+        return None if length < 0 else data[:length]
+
+    def __len__(self):
+        return self.length
+
+
+def binary_source(obj, str name, Py_ssize_t expected_length=-1):
+    """obj as a BinarySource (returned as is if it is one), or a TypeError naming
+    `name` and what is accepted; with expected_length >= 0, a ValueError when its
+    length differs ("<name> has 3 elements, values has 4")."""
+    return _binary_source(obj, name, expected_length, False)
+
+
+cdef BinarySource _binary_source(object obj, str name, Py_ssize_t expected_length,
+                                 bint bytes_only):
+    cdef BinarySource source
+    if type(obj) is BinarySource:
+        source = obj
+    else:
+        source = BinarySource.__new__(BinarySource)
+        source.name = name
+        source._bytes_only = bytes_only
+        if PyList_CheckExact(obj) or PyTuple_CheckExact(obj):
+            source._kind = _SOURCE_SEQUENCE
+            source._sequence = obj
+            source.length = len(obj)
+        elif isinstance(obj, BinaryColumn):
+            source._kind = _SOURCE_COLUMN
+            source._column = obj
+            source.length = source._chunk_end = (<BinaryColumn>obj).length
+        elif _is_pyarrow(obj) and hasattr(obj, "chunks"):
+            _chunked_source(source, obj, name)
+        elif _is_pyarrow(obj) and hasattr(obj, "buffers"):
+            import pyarrow
+            _arrow_offset_width(pyarrow, obj.type, name + ": a pyarrow array")
+            source._kind = _SOURCE_COLUMN
+            source._column = BinaryColumn.from_arrow(obj)
+            source.length = source._chunk_end = source._column.length
+        else:
+            raise TypeError(f"{name} must be a list or tuple of bytes-like or None, a "
+                            f"BinaryColumn, or a pyarrow binary or string array, not "
+                            f"{type(obj).__name__}")
+    if expected_length >= 0 and source.length != expected_length:
+        raise ValueError(f"{name} has {source.length} elements, values has {expected_length}")
+    return source
+
+
+cdef int _chunked_source(BinarySource source, object chunked, str name) except -1:
+    # A ChunkedArray: its chunks' buffers in place, one BinaryColumn each.
+    import pyarrow
+    _arrow_offset_width(pyarrow, chunked.type, name + ": a pyarrow array")
+    source._kind = _SOURCE_CHUNKS
+    source._chunks = [BinaryColumn.from_arrow(chunk) for chunk in chunked.chunks]
+    cdef Py_ssize_t total = 0
+    starts = [0]
+    for column in source._chunks:
+        total += (<BinaryColumn>column).length
+        starts.append(total)
+    source._chunk_starts = starts
+    source.length = total
+    source._chunk_end = -1  # no chunk current yet
+    return 0
+
+
+@cython.final
+cdef class _HeaderColumns:
+    """Headers given by column: every row has each name, its value taken from that
+    name's column at the row (null: a null value).  The encoder reads it through
+    _headers_size / _write_headers with `row` set to the record's row; owned by the
+    thread appending (a Rows is used by one call)."""
+
+    cdef Py_ssize_t _size(self) except -1:
+        cdef Py_ssize_t count = len(self.names), c, size = nk_varlong_size(count), v_len
+        cdef const unsigned char *v
+        cdef Py_buffer view
+        for c in range(count):
+            (<BinarySource>self.values[c]).get(self.row, &v, &v_len, &view)
+            size += _nullable_size(PyBytes_GET_SIZE(self.names[c])) + _nullable_size(v_len)
+        return size
+
+    cdef unsigned char *_write(self, unsigned char *p, const unsigned char *end) except NULL:
+        cdef Py_ssize_t count = len(self.names), c, v_len, k_len
+        cdef const unsigned char *v
+        cdef Py_buffer view
+        p = nk_write_varint(p, <int32_t>count)
+        for c in range(count):
+            name = self.names[c]
+            k_len = PyBytes_GET_SIZE(name)
+            (<BinarySource>self.values[c]).get(self.row, &v, &v_len, &view)
+            if p + _nullable_size(k_len) + _nullable_size(v_len) > end:
+                raise RuntimeError("header values changed during append")
+            p = _write_nullable(p, <const unsigned char *>PyBytes_AS_STRING(name), k_len)
+            p = _write_nullable(p, v, v_len)
+        return p
+
+
+cdef enum:
+    # Where Rows takes each row's timestamp from.
+    _TS_NOW = 0         # none given: the builder's clock, read once per bulk call
+    _TS_SEQUENCE = 1    # a list or tuple of int or None (None: now)
+    _TS_INT64 = 2       # a buffer of int64
+
+
+@cython.final
+cdef class Rows:
+    """The rows of a bulk append (Producer.send_batch(), append_many(),
+    append_column()): each argument read in place, row by row, with no Python
+    object made per row.
+
+    Args:
+        values: per row bytes-like or None (a tombstone): a list or tuple, a
+            BinaryColumn (any buffers + offsets), or a pyarrow Binary, String,
+            LargeBinary or LargeString Array or ChunkedArray (nulls allowed).
+        keys: None (no keys), or per row bytes-like or None, in any form values
+            takes.
+        headers: None; or per row None or a list of (str or bytes key, bytes or
+            None value) pairs, in a list or tuple; or a dict {key: column}, every
+            row getting each key with that column's value at the row (a column in
+            any form values takes, its nulls null header values).
+        timestamps_ms: None (now), a list or tuple of int or None (now), or a
+            buffer of int64 (array('q'), a numpy int64 array).
+
+    Raises:
+        TypeError: an argument of another kind (named).
+        ValueError: an argument whose length is not that of values (named).
+
+    Elements are checked as they are read: a bad one fails only its row.
+    """
+
+    def __cinit__(self, values, keys=None, headers=None, timestamps_ms=None):
+        self.values = _binary_source(values, "values", -1, False)
+        self.length = self.values.length
+        if keys is not None:
+            self.keys = _binary_source(keys, "keys", self.length, False)
+        if isinstance(headers, dict):
+            self._header_columns = _header_columns(headers, self.length)
+        elif headers is not None:
+            if not (PyList_CheckExact(headers) or PyTuple_CheckExact(headers)):
+                raise TypeError(f"headers must be None, a list or tuple with per row None or "
+                                f"a list of (key, value) pairs, or a dict {{key: column}}, "
+                                f"not {type(headers).__name__}")
+            if len(headers) != self.length:
+                raise ValueError(f"headers has {len(headers)} elements, values has "
+                                 f"{self.length}")
+            self._header_rows = headers
+        if timestamps_ms is None:
+            self._ts_kind = _TS_NOW
+        elif PyList_CheckExact(timestamps_ms) or PyTuple_CheckExact(timestamps_ms):
+            if len(timestamps_ms) != self.length:
+                raise ValueError(f"timestamps_ms has {len(timestamps_ms)} elements, values "
+                                 f"has {self.length}")
+            self._ts_kind = _TS_SEQUENCE
+            self._ts_sequence = timestamps_ms
+        else:
+            _borrow_int64s(timestamps_ms, &self._ts_view, self.length)
+            self._ts_kind = _TS_INT64
+
+    def __dealloc__(self):
+        if self._ts_kind == _TS_INT64:
+            PyBuffer_Release(&self._ts_view)
+
+    def __len__(self):
+        return self.length
+
+    cdef int64_t _timestamp(self, Py_ssize_t i, int64_t now_ms) except -1:
+        cdef int64_t ts
+        if self._ts_kind == _TS_NOW:
+            return now_ms
+        if self._ts_kind == _TS_INT64:
+            ts = (<const int64_t *>self._ts_view.buf)[i]
+            if ts < 0:
+                raise ValueError(f"timestamps_ms[{i}]={ts} is negative; timestamps are "
+                                 f"milliseconds since the epoch")
+            return ts
+        timestamp = _sequence_item(self._ts_sequence, i)
+        if timestamp is None:
+            return now_ms
+        return checked_timestamp_ms(timestamp, "timestamps_ms", i)
+
+    cdef object _headers(self, Py_ssize_t i):
+        # What the encoder takes as row i's headers: a list (or None), or the
+        # header columns set to row i.
+        if self._header_columns is not None:
+            self._header_columns.row = i
+            return self._header_columns
+        if self._header_rows is not None:
+            return _sequence_item(self._header_rows, i)
+        return None
+
+    cdef Py_ssize_t record_bytes(self, Py_ssize_t i, int32_t offset_delta,
+                                 int64_t first_timestamp_ms, int64_t now_ms) except -1:
+        # The bytes row i takes when appended at offset_delta to a batch whose
+        # first record has first_timestamp_ms (-1: row i would be first): exactly
+        # what the encoder writes, but for rows stamped now, which assume the clock
+        # has not moved.  Raises what the encoder would raise for the row.
+        cdef const unsigned char *k = NULL
+        cdef const unsigned char *v
+        cdef Py_ssize_t k_len = -1, v_len, headers_bytes = 1, body
+        cdef Py_buffer view
+        cdef int64_t ts = self._timestamp(i, now_ms)
+        if self.keys is not None and self.keys.get(i, &k, &k_len, &view):
+            PyBuffer_Release(&view)
+        if self.values.get(i, &v, &v_len, &view):
+            PyBuffer_Release(&view)
+        headers = self._headers(i)
+        if headers is not None:
+            headers_bytes = _headers_size(headers)
+        body = _body_size(k_len, v_len, headers_bytes,
+                          0 if first_timestamp_ms < 0 else ts - first_timestamp_ms,
+                          offset_delta)
+        return nk_uvarint64_size(<uint64_t>body << 1) + body
+
+    def timestamp_ms(self, Py_ssize_t i, int64_t now_ms):
+        """Row i's timestamp (now_ms for a row without one)."""
+        self._check_row(i)
+        return self._timestamp(i, now_ms)
+
+    def record(self, Py_ssize_t i):
+        """Row i as (key, value, headers, timestamp_ms) objects, as append() takes
+        them: for the one row per batch that goes the per-record way."""
+        self._check_row(i)
+        key = None if self.keys is None else self.keys.item(i)
+        value = self.values.item(i)
+        if self._header_columns is not None:
+            headers = [(name, (<BinarySource>column).item(i)) for name, column
+                       in zip(self._header_columns.names, self._header_columns.values)]
+        else:
+            headers = self._headers(i)
+        if self._ts_kind == _TS_NOW:
+            timestamp = None
+        elif self._ts_kind == _TS_INT64:
+            timestamp = (<const int64_t *>self._ts_view.buf)[i]
+        else:
+            timestamp = _sequence_item(self._ts_sequence, i)
+        return key, value, headers, timestamp
+
+    cdef int _check_row(self, Py_ssize_t i) except -1:
+        if not 0 <= i < self.length:
+            raise IndexError(f"row {i} is outside the {self.length} rows")
+        return 0
+
+
+cdef _HeaderColumns _header_columns(dict headers, Py_ssize_t count):
+    cdef _HeaderColumns columns = _HeaderColumns.__new__(_HeaderColumns)
+    columns.names, columns.values = [], []
+    for key, column in headers.items():
+        if isinstance(key, str):
+            name = key.encode("utf-8")
+        elif PyBytes_Check(key):
+            name = key
+            try:
+                name.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"headers key {key!r} is not UTF-8: {exc}") from None
+        else:
+            raise TypeError(f"headers keys must be str or bytes, not {type(key).__name__}")
+        columns.names.append(name)
+        columns.values.append(_binary_source(column, f"headers[{key!r}]", count, True))
+    return columns

@@ -243,6 +243,22 @@ class RecordAccumulator(AccumulatorCore):
                 table = self.table_locked(topic)
         return table.all_partitions, table.available_partitions
 
+    @property
+    def batch_size_bytes(self):
+        """batch_size: where send_batch()'s sticky plan ends a batch."""
+        return self._batch_size
+
+    def open_batch_state(self, topic, partition):
+        """(size_bytes, record_count, first_timestamp_ms) of the partition's open
+        batch now, or None: where send_batch()'s sticky plan starts."""
+        with self.lock:
+            queue = self.queue_locked(topic, partition)
+            batch = None if queue is None else queue.open
+            if batch is None:
+                return None
+            builder = batch.builder
+            return builder.size_bytes, builder.record_count, builder.first_timestamp_ms
+
     def append_rows(self, topic, partition, rows, outcome):
         """Appends rows, in order, to partition's batches (partition None: unkeyed
         rows the partitioner places, sticky -- a full batch moves them on as it
@@ -250,7 +266,7 @@ class RecordAccumulator(AccumulatorCore):
 
         A batch's first row goes the per-record way (append_into_batch: metadata,
         memory, opening the batch, the sticky move); the rows after it go in bulk
-        (rows.append_to: the builder's append_many or append_column) while the
+        (rows.append_to: the builder's append_rows) while the
         batch has room.  A row the builder refuses (its type, its size, its
         timestamp) fails alone; an error of the partition itself (no metadata,
         no such partition, no memory within max_block_ms) fails the rows left, as
@@ -263,8 +279,9 @@ class RecordAccumulator(AccumulatorCore):
         """
         start, count = 0, rows.count
         while start < count:
-            key, value, headers, timestamp_ms = rows.record(start)
             try:
+                # A column's row can be refused as it is read (offsets outside its data).
+                key, value, headers, timestamp_ms = rows.record(start)
                 batch, first = self.append_into_batch(topic, partition, key, value, headers,
                                                       timestamp_ms)
             except ProducerClosedError:

@@ -2,20 +2,23 @@
 
 The story of a call:
 
-    1. check the arguments (containers, lengths; elements are checked as they are
-       encoded, and a bad one fails only its row)
-    2. a partition per row, natively: the caller's `partitions`, else murmur2 of the
-       key (_partitioner.keyed_partitions, bit-identical to send()) and -1 for a
-       row without a key, which the sticky partitioner places
-    3. the rows grouped by partition, in row order (_accumulator.group_rows);
-       the unkeyed (sticky) rows form a group of their own, sent first, so in a
-       partition they precede that call's keyed rows rather than interleave;
-       when every row goes to one partition the inputs are used as they are,
-       else each group's rows are gathered natively (take_rows for lists,
-       pyarrow's take for columns)
+    1. the arguments as one _records.Rows: each column (a list, a BinaryColumn, a
+       pyarrow Array or ChunkedArray) read in place, its kind and length checked
+       here; its elements are checked as they are encoded, and a bad one fails
+       only its row
+    2. a partition per row, natively: the caller's `partitions`, else murmur2 of
+       the key (_partitioner.keyed_partitions, bit-identical to send()); the rows
+       without a key then get the sticky partition send() would give them, batch
+       by batch (_partitioner.place_unkeyed_rows plans the batches)
+    3. the rows grouped by partition, in row order (_accumulator.group_rows): so
+       a partition's records are in row order whatever mix of keyed, unkeyed and
+       explicitly placed rows the call holds.  When every row goes one way (one
+       partition, or no keys at all) the rows stay as given and the unkeyed ones
+       are placed as they are appended, a full batch moving them on as it moves
+       send()'s records
     4. each group into its partition's batches (RecordAccumulator.append_rows): a
        batch's first row through the per-record path, the rest in bulk with the
-       builder's append_many (lists) or append_column (pyarrow arrays)
+       builder's append_rows, reading the group's rows by index (no copy)
     5. a BatchSendResult: where each run of rows went (batch result, first offset
        delta, row indices) and the rows refused, with their errors; per-row
        partitions and offsets are written from the runs natively (fill_rows)
@@ -24,16 +27,15 @@ Threads: send_batch() runs on the caller's thread; the BatchSendResult it return
 is filled before it is returned and never written again (its batches' outcomes
 are read from their BatchResults, which are thread-safe).
 """
-import itertools
 import time
 from array import array
 
 from netkafka import errors
-from netkafka._accumulator import fill_rows, group_rows, take_rows
-from netkafka._partitioner import BrokerAwarePartitioner, DefaultPartitioner, keyed_partitions
+from netkafka._accumulator import fill_rows, group_rows, partitions_array
+from netkafka._partitioner import (BrokerAwarePartitioner, DefaultPartitioner,
+                                   keyed_partitions, place_unkeyed_rows)
+from netkafka._records import Rows
 from netkafka.errors import KafkaTimeoutError
-
-_SEQUENCES = (list, tuple)
 
 
 class BatchSendResult:
@@ -140,45 +142,22 @@ class BatchSendResult:
                 f"{'done' if self.done else 'pending'}>")
 
 
-class _ListRows:
-    """One group's rows from lists: what append_rows appends in bulk and by row."""
+class _Group:
+    """One partition's rows of a call, as RecordAccumulator.append_rows takes them."""
 
-    __slots__ = ("row_ids", "count", "values", "keys", "headers", "timestamps_ms")
+    __slots__ = ("rows", "row_ids", "count", "_ids")
 
-    def __init__(self, row_ids, values, keys, headers, timestamps_ms):
-        self.row_ids = row_ids  # the rows' indices in the caller's input
-        self.count = len(values)
-        self.values, self.keys = values, keys
-        self.headers, self.timestamps_ms = headers, timestamps_ms
-
-    def append_to(self, builder, start):
-        return builder.append_many(self.values, self.keys, self.headers, self.timestamps_ms,
-                                   start)
-
-    def record(self, i):
-        return (None if self.keys is None else self.keys[i], self.values[i],
-                None if self.headers is None else self.headers[i],
-                None if self.timestamps_ms is None else self.timestamps_ms[i])
-
-
-class _ArrowRows:
-    """One group's rows from pyarrow arrays (timestamps: a buffer of int64)."""
-
-    __slots__ = ("row_ids", "count", "values", "keys", "timestamps_ms")
-
-    def __init__(self, row_ids, values, keys, timestamps_ms):
-        self.row_ids = row_ids
-        self.count = len(values)
-        self.values, self.keys, self.timestamps_ms = values, keys, timestamps_ms
+    def __init__(self, rows, ids):
+        self.rows = rows  # the call's Rows
+        self._ids = ids  # None (every row, in order) or a buffer of int64 row indices
+        self.row_ids = range(rows.length) if ids is None else ids
+        self.count = len(self.row_ids)
 
     def append_to(self, builder, start):
-        return builder.append_column(self.values, self.keys, self.timestamps_ms, start)
+        return builder.append_rows(self.rows, self._ids, start)
 
     def record(self, i):
-        # One row as objects: only a batch's first row takes this way.
-        return (None if self.keys is None else _arrow_bytes(self.keys[i]),
-                _arrow_bytes(self.values[i]), None,
-                None if self.timestamps_ms is None else self.timestamps_ms[i])
+        return self.rows.record(self.row_ids[i])
 
 
 def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=None,
@@ -186,176 +165,62 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
     """Producer.send_batch() after serialization: see its docstring."""
     if type(topic) is not str:
         raise TypeError(f"topic must be a str, not {type(topic).__name__}")
-    pyarrow = _pyarrow_if_array(values)
-    if pyarrow is not None:
-        count = len(values)
-        keys = _arrow_keys(pyarrow, keys, count)
-        if headers is not None:
-            raise TypeError("headers need values as a list or tuple: a pyarrow column "
-                            "is appended without headers")
-        timestamps_ms = _int64_timestamps(timestamps_ms, count)
-    elif type(values) in _SEQUENCES:  # exact types: what the builder's append_many takes
-        count = len(values)
-        for name, column in (("keys", keys), ("headers", headers),
-                             ("timestamps_ms", timestamps_ms)):
-            _check_sequence(name, column, count)
-    else:
-        raise TypeError(f"values must be a list or tuple of bytes-like or None, or a "
-                        f"pyarrow binary or string array, not {type(values).__name__}")
-    result = BatchSendResult(topic, count)
-    if count == 0:
+    rows = Rows(values, keys, headers, timestamps_ms)
+    result = BatchSendResult(topic, rows.length)
+    if rows.length == 0:
         return result
-    per_row = _partitions_per_row(accumulator, topic, keys, partitions, count)
+    per_row = _partitions_per_row(accumulator, topic, rows, partitions)
     if per_row is None:
-        groups = [(partitions, range(count))]  # one partition, or all sticky: as given
+        groups = [(partitions, None)]  # one partition, or all sticky: as given
     else:
         order, slices = group_rows(per_row)
         if len(slices) == 1:
-            groups = [(_group_partition(slices[0][0]), range(count))]
+            groups = [(slices[0][0], None)]
         else:
-            rows = memoryview(order)
-            groups = [(_group_partition(p), rows[start:start + n]) for p, start, n in slices]
-    for partition, row_ids in groups:
-        whole = isinstance(row_ids, range)
-        if pyarrow is not None:
-            rows = _ArrowRows(row_ids, *(column if whole or column is None
-                                         else _take_arrow(pyarrow, column, row_ids)
-                                         for column in (values, keys, timestamps_ms)))
-            if not whole and rows.timestamps_ms is not None:
-                rows.timestamps_ms = _int64_array(rows.timestamps_ms)
-        else:
-            rows = _ListRows(row_ids, *(column if whole or column is None
-                                        else take_rows(column, row_ids)
-                                        for column in (values, keys, headers, timestamps_ms)))
-        accumulator.append_rows(topic, partition, rows, result)
+            ids = memoryview(order)
+            groups = [(p, ids[start:start + n]) for p, start, n in slices]
+    for partition, ids in groups:
+        accumulator.append_rows(topic, partition, _Group(rows, ids), result)
     return result
 
 
-def _partitions_per_row(accumulator, topic, keys, partitions, count):
-    """An array of each row's partition (-1: sticky), or None when every row goes
-    the same way: one explicit partition, or no keys with a sticky partitioner."""
+def _partitions_per_row(accumulator, topic, rows, partitions):
+    """An array of each row's partition, or None when every row goes the same way:
+    one explicit partition, or no keys with a sticky partitioner."""
+    count = rows.length
+    explicit = None
     if partitions is not None:
         if isinstance(partitions, int) and not isinstance(partitions, bool):
             if partitions < 0:
                 raise ValueError(f"partitions={partitions} is negative")
             return None
-        _check_sequence("partitions", partitions, count)
-        return partitions
+        explicit = partitions_array(partitions)
+        if len(explicit) != count:
+            raise ValueError(f"partitions has {len(explicit)} elements, values has {count}")
+        if -1 not in explicit:
+            return explicit
     partitioner = accumulator.partitioner
     if type(partitioner) in (DefaultPartitioner, BrokerAwarePartitioner):
-        if keys is None:
-            return None
-        all_partitions, _ = accumulator.topic_partitions(topic)
-        if len(all_partitions) == 1:
+        if rows.keys is None and explicit is None:
+            return None  # all sticky: placed batch by batch as they are appended
+        all_partitions, available = accumulator.topic_partitions(topic)
+        if len(all_partitions) == 1 and explicit is None:
             return None  # keyed or not, every row goes to the one partition
-        return keyed_partitions(keys, len(all_partitions))
+        per_row = keyed_partitions(rows.keys, len(all_partitions), explicit)
+        if -1 in per_row:
+            place_unkeyed_rows(rows, per_row, explicit, partitioner, topic, all_partitions,
+                               available, accumulator.batch_size_bytes,
+                               lambda p: accumulator.open_batch_state(topic, p))
+        return per_row
     # Any other partitioner is asked row by row, as send() asks it.
     all_partitions, available = accumulator.topic_partitions(topic)
-    key_of = (itertools.repeat(None, count) if keys is None else keys
-              if isinstance(keys, _SEQUENCES) else map(_arrow_bytes, keys))
-    return array("i", [partitioner.partition(topic, key, all_partitions, available)
-                       for key in key_of])
-
-
-def _group_partition(partition):
-    return None if partition < 0 else partition
-
-
-def _check_sequence(name, column, count):
-    if column is None:
-        return
-    if type(column) not in _SEQUENCES:
-        raise TypeError(f"{name} must be None or a list or tuple as long as values, "
-                        f"not {type(column).__name__}")
-    if len(column) != count:
-        raise ValueError(f"{name} has {len(column)} elements, values has {count}")
-
-
-def _pyarrow_if_array(values):
-    """The pyarrow module if values is one of its arrays (pyarrow is optional)."""
-    module = type(values).__module__
-    if not module.startswith("pyarrow"):
-        return None
-    import pyarrow
-    if isinstance(values, pyarrow.ChunkedArray):
-        raise TypeError("values is a pyarrow ChunkedArray: pass its .chunks one by one")
-    if not isinstance(values, pyarrow.Array):
-        raise TypeError(f"values must be a pyarrow array, not {type(values).__name__}")
-    _check_binary(pyarrow, "values", values)
-    return pyarrow
-
-
-def _check_binary(pyarrow, name, column):
-    types = pyarrow.types
-    kind = column.type
-    if not (types.is_binary(kind) or types.is_string(kind) or types.is_large_binary(kind)
-            or types.is_large_string(kind)):
-        raise TypeError(f"{name}: a pyarrow array of {kind} is not binary or string")
-
-
-def _arrow_keys(pyarrow, keys, count):
-    if keys is None:
-        return None
-    if isinstance(keys, _SEQUENCES):
-        keys = pyarrow.array(keys, pyarrow.binary())  # converted natively by pyarrow
-    elif not isinstance(keys, pyarrow.Array):
-        raise TypeError(f"keys must be None, a pyarrow array or a list or tuple, not "
-                        f"{type(keys).__name__}")
-    _check_binary(pyarrow, "keys", keys)
-    if len(keys) != count:
-        raise ValueError(f"keys has {len(keys)} elements, values has {count}")
-    return keys
-
-
-def _int64_timestamps(timestamps_ms, count):
-    """The column path's timestamps as an array('q') (None stays None): the buffer
-    append_column reads."""
-    if timestamps_ms is None:
-        return None
-    if isinstance(timestamps_ms, _SEQUENCES):
-        try:
-            column = array("q", timestamps_ms)
-        except TypeError:
-            raise TypeError("timestamps_ms with pyarrow values must hold an int for "
-                            "every row (no None)") from None
-    else:
-        try:
-            view = memoryview(timestamps_ms)
-        except TypeError:
-            raise TypeError(f"timestamps_ms must be None, a list or tuple of int, or a "
-                            f"buffer of int64, not {type(timestamps_ms).__name__}") from None
-        if view.itemsize != 8 or view.format.lstrip("@=") not in ("q", "l"):
-            raise TypeError(f"timestamps_ms must be a buffer of int64, not format "
-                            f"{view.format!r}")
-        column = array("q")
-        column.frombytes(view.cast("B"))
-    if len(column) != count:
-        raise ValueError(f"timestamps_ms has {len(column)} elements, values has {count}")
-    return column
-
-
-def _int64_array(column):
-    """A pyarrow int64 array (no nulls) as an array('q'): one native copy."""
-    out = array("q")
-    data = memoryview(column.buffers()[1]).cast("B")
-    out.frombytes(data[column.offset * 8:(column.offset + len(column)) * 8])
-    return out
-
-
-def _take_arrow(pyarrow, column, row_ids):
-    """column's elements at row_ids, gathered by pyarrow (timestamps, an
-    array('q'), are wrapped into an int64 array first: no copy)."""
-    indices = pyarrow.Array.from_buffers(pyarrow.int64(), len(row_ids),
-                                         [None, pyarrow.py_buffer(row_ids)])
-    if isinstance(column, array):
-        column = pyarrow.Array.from_buffers(pyarrow.int64(), len(column),
-                                            [None, pyarrow.py_buffer(column)])
-    return column.take(indices)
-
-
-def _arrow_bytes(scalar):
-    value = scalar.as_py()
-    return value.encode() if isinstance(value, str) else value
+    per_row = array("i", b"\xff" * (4 * count)) if explicit is None else explicit
+    keys = rows.keys
+    for i in range(count):
+        if per_row[i] < 0:
+            per_row[i] = partitioner.partition(topic, None if keys is None else keys.item(i),
+                                               all_partitions, available)
+    return per_row
 
 
 def _now():

@@ -276,13 +276,23 @@ def test_send_batch_bad_arguments_raise_naming_them(kafka_broker, topic_name):
             (dict(values=[b"a"], headers=[("h", b"v")] * 2), ValueError,
              "headers has 2 elements"),
             (dict(values=[b"a"], headers={"h": b"v"}), TypeError,
-             "headers must be None or a list or tuple"),
+             r"headers\['h'\] must be a list or tuple of bytes-like or None, a BinaryColumn"),
+            (dict(values=[b"a"], headers={"h": [b"v", b"w"]}), ValueError,
+             r"headers\['h'\] has 2 elements, values has 1"),
+            (dict(values=[b"a"], headers={3: [b"v"]}), TypeError,
+             "headers keys must be str or bytes"),
+            (dict(values=[b"a"], headers=iter([None])), TypeError,
+             "headers must be None, a list or tuple"),
             (dict(values=[b"a"], timestamps_ms=[1, 2]), ValueError,
              "timestamps_ms has 2 elements"),
             (dict(values=[b"a", b"b"], partitions=[0, "1"]), TypeError,
-             r"partitions\[1\] must be an int"),
+             r"partitions\[1\] must be an int or None"),
+            (dict(values=[b"a", b"b"], partitions=[0]), ValueError,
+             "partitions has 1 elements, values has 2"),
             (dict(values=[b"a"], partitions=-1), ValueError, "partitions=-1 is negative"),
-            (dict(values=[b"a"], keys=[3]), TypeError, r"keys\[0\] must be bytes-like"),
+            (dict(values=[b"a"], keys=[3]), TypeError, r"keys\[0\] must be bytes"),
+            (dict(values=[b"a"], keys=b"k"), TypeError, "keys must be a list or tuple"),
+            (dict(values=[b"a"], timestamps_ms=b"12345678"), TypeError, "buffer of int64"),
         ]
         for kwargs, error, message in cases:
             with pytest.raises(error, match=message):
@@ -299,18 +309,22 @@ def test_send_batch_pyarrow_bad_arguments(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
     with producer(kafka_broker.bootstrap) as p:
         values = pa.array([b"a", b"b"])
-        with pytest.raises(TypeError, match="headers need values as a list or tuple"):
-            p.send_batch(topic_name, values, headers=[None, None])
-        with pytest.raises(TypeError, match="ChunkedArray"):
-            p.send_batch(topic_name, pa.chunked_array([values]))
         with pytest.raises(ValueError, match="keys has 1 elements, values has 2"):
             p.send_batch(topic_name, values, keys=pa.array([b"k"]))
+        with pytest.raises(ValueError, match="keys has 3 elements, values has 2"):
+            p.send_batch(topic_name, values, keys=pa.chunked_array([[b"k"], [b"l", b"m"]]))
         with pytest.raises(TypeError, match="buffer of int64"):
             p.send_batch(topic_name, values, timestamps_ms=array("i", [1, 2]))
-        with pytest.raises(TypeError, match="keys: a pyarrow array of int64 is not binary"):
+        with pytest.raises(ValueError, match="timestamps_ms has 3 elements, values has 2"):
+            p.send_batch(topic_name, values, timestamps_ms=array("q", [1, 2, 3]))
+        with pytest.raises(TypeError, match="keys: a pyarrow array of int64 is not a binary column"):
             p.send_batch(topic_name, values, keys=pa.array([1, 2]))
-        with pytest.raises(TypeError, match="values: a pyarrow array of int64 is not binary"):
+        with pytest.raises(TypeError, match="values: a pyarrow array of int64 is not a binary column"):
             p.send_batch(topic_name, pa.array([1, 2]))
+        with pytest.raises(TypeError, match="values: a pyarrow array of int64 is not a binary column"):
+            p.send_batch(topic_name, pa.chunked_array([[1, 2]]))
+        with pytest.raises(TypeError, match=r"headers\['h'\]: a pyarrow array of double"):
+            p.send_batch(topic_name, values, headers={"h": pa.array([1.5, 2.5])})
         p.flush()
     assert read_topic(kafka_broker.bootstrap, topic_name, 0) == []
 
@@ -350,3 +364,193 @@ def test_send_batch_from_threads_beside_send(kafka_broker, topic_name):
     records = read_topic(kafka_broker.bootstrap, topic_name, 3 * 4000 + 2 * 2000)
     assert len(expected) == len(records) == 3 * 4000 + 2 * 2000
     assert {(r.partition, r.offset): r.value for r in records} == expected
+
+
+# ----------------------------------------------------------------------------------
+# send_batch(): row order within a partition, for any mix of rows
+
+
+def _rows_in_partition_order(records):
+    """{partition: [row index, ...] in offset order}: each value starts with its row."""
+    by_partition = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_partition.setdefault(record.partition, []).append(int(record.value.split(b"|")[0]))
+    return by_partition
+
+
+@pytest.mark.parametrize("with_explicit", [False, True])
+def test_send_batch_mixed_rows_follow_row_order_in_each_partition(kafka_broker, topic_name,
+                                                                  with_explicit):
+    # Keyed, unkeyed (sticky) and explicitly placed rows interleaved in one call,
+    # small batches so the sticky partition moves many times: in every partition
+    # the records must come in row order, as if each row had gone through send().
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=4)
+    count = 30_000
+    keys, placed = [], []
+    for i in range(count):
+        kind = i % 3 if with_explicit else i % 2
+        keys.append(b"key-%d" % (i % 97) if kind == 0 else None if kind == 1 else b"ignored")
+        placed.append((i // 3) % 4 if kind == 2 else None)
+    values = [b"%d|" % i + b"v" * (i % 50) for i in range(count)]
+    with producer(kafka_broker.bootstrap, batch_size=4096, linger_ms=5) as p:
+        result = p.send_batch(topic_name, values, keys=keys,
+                              partitions=placed if with_explicit else None).get(60)
+        assert result.failed_count == 0
+    records = _check_read_back(kafka_broker.bootstrap, topic_name, result,
+                               [(k, v, None, None) for k, v in zip(keys, values)])
+    for partition, rows in _rows_in_partition_order(records).items():
+        assert rows == sorted(rows), f"partition {partition} is out of row order"
+    partitions = result.partitions()
+    for row in range(count):
+        if placed[row] is not None:
+            assert partitions[row] == placed[row]
+        elif keys[row] is not None:
+            assert partitions[row] == kafka_python_partition(keys[row], 4)
+    # The unkeyed rows are sticky: long runs on one partition, more than one used.
+    unkeyed = [partitions[row] for row in range(count)
+               if keys[row] is None and placed[row] is None]
+    switches = sum(1 for a, b in zip(unkeyed, unkeyed[1:]) if a != b)
+    assert len(set(unkeyed)) > 1
+    assert switches <= len(unkeyed) // 20
+
+
+def test_send_batch_unkeyed_rows_continue_sends_sticky_partition(kafka_broker, topic_name):
+    # The plan starts from what send() left: its sticky partition and that
+    # partition's open batch; a send() after the call goes on where it stopped.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    with producer(kafka_broker.bootstrap, batch_size=1 << 16, linger_ms=200) as p:
+        before = p.send(topic_name, b"0|before")
+        keys = [None if i % 2 else b"k%d" % i for i in range(200)]
+        values = [b"%d|mid" % (i + 1) for i in range(200)]
+        result = p.send_batch(topic_name, values, keys=keys)
+        after = p.send(topic_name, b"201|after")
+        p.flush()
+        sticky = {result.get(10).partitions()[i] for i in range(1, 200, 2)}
+        assert sticky == {before.get(10).partition} == {after.get(10).partition}
+    records = read_topic(kafka_broker.bootstrap, topic_name, 202)
+    for rows in _rows_in_partition_order(records).values():
+        assert rows == sorted(rows)
+
+
+# ----------------------------------------------------------------------------------
+# send_batch(): every input kind, byte-exact through the broker
+
+INPUT_KINDS = ["list", "tuple", "binary_column", "binary", "large_binary", "string",
+               "large_string", "chunked", "chunked_large_string"]
+
+
+def _items(kind, count, salt):
+    """Per row bytes or None: text for the string kinds, any bytes otherwise."""
+    textual = "string" in kind
+    items = []
+    for i in range(count):
+        if i % 11 == 3:
+            items.append(None)
+        elif i % 13 == 5:
+            items.append(b"")
+        elif textual:
+            items.append(("%s-välue-%d" % (salt, i) * (1 + i % 4)).encode())
+        else:
+            items.append(os.urandom(1 + (i * 7 + len(salt)) % 90))
+    return items
+
+
+def _as_kind(kind, items):
+    if kind == "list":
+        return list(items)
+    if kind == "tuple":
+        return tuple(items)
+    if kind == "binary_column":
+        # Any buffers + offsets: here a bytearray, int64 offsets and a bitmap.
+        from netkafka import BinaryColumn
+        offsets, validity = array("q", [0]), bytearray((len(items) + 7) // 8)
+        for i, item in enumerate(items):
+            offsets.append(offsets[-1] + (0 if item is None else len(item)))
+            if item is not None:
+                validity[i // 8] |= 1 << (i % 8)
+        return BinaryColumn(bytearray(b"".join(x for x in items if x is not None)), offsets,
+                            validity)
+    pa = pytest.importorskip("pyarrow")
+    arrow_type = {"binary": pa.binary(), "large_binary": pa.large_binary(),
+                  "string": pa.string(), "large_string": pa.large_string(),
+                  "chunked": pa.binary(), "chunked_large_string": pa.large_string()}[kind]
+    if "string" in kind:
+        items = [None if x is None else x.decode() for x in items]
+    if kind.startswith("chunked"):
+        # Uneven chunks, one of them a slice (an offset into its buffers).
+        cut_a, cut_b = len(items) // 3, len(items) // 3 + 7
+        middle = pa.array(["pad"] * 5 + items[cut_a:cut_b], arrow_type).slice(5)
+        return pa.chunked_array([pa.array(items[:cut_a], arrow_type), middle,
+                                 pa.array(items[cut_b:], arrow_type)], arrow_type)
+    return pa.array(items, arrow_type)
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+def test_send_batch_input_kinds_round_trip_byte_exact(kafka_broker, topic_name, kind):
+    # Values, keys and header values all of one kind, with nulls: a null value is a
+    # tombstone, a null key an unkeyed (sticky) row, a null header value a header
+    # with a null value.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    count = 2000
+    now_ms = int(time.time() * 1000)
+    values = _items(kind, count, "v")
+    keys = [None if i % 3 == 0 else k for i, k in enumerate(_items(kind, count, "k"))]
+    trace, source = _items(kind, count, "t"), _items(kind, count, "s")
+    timestamps = array("q", [now_ms - count + i for i in range(count)])
+    with producer(kafka_broker.bootstrap, batch_size=8192, linger_ms=5) as p:
+        result = p.send_batch(topic_name, _as_kind(kind, values), keys=_as_kind(kind, keys),
+                              headers={"trace": _as_kind(kind, trace),
+                                       b"source": _as_kind(kind, source)},
+                              timestamps_ms=timestamps).get(30)
+        assert result.failed_count == 0, result.errors[:3]
+    sent = [(k, v, [("trace", t), ("source", s)], ts)
+            for k, v, t, s, ts in zip(keys, values, trace, source, timestamps)]
+    records = _check_read_back(kafka_broker.bootstrap, topic_name, result, sent)
+    partitions = result.partitions()
+    for row, key in enumerate(keys):
+        if key is not None:
+            assert partitions[row] == kafka_python_partition(key, 3)
+    # Row order in each partition, keyed and unkeyed rows mixed.
+    row_of = {(partitions[row], result.offsets()[row]): row for row in range(count)}
+    for partition in range(3):
+        rows = [row_of[r.partition, r.offset] for r in sorted(records, key=lambda r: r.offset)
+                if r.partition == partition]
+        assert rows == sorted(rows)
+
+
+def test_send_batch_mixed_kinds_and_per_row_headers_with_pyarrow_values(kafka_broker,
+                                                                        topic_name):
+    pa = pytest.importorskip("pyarrow")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    count = 500
+    values = [None if i % 9 == 0 else b"value-%d" % i for i in range(count)]
+    keys = [None if i % 4 == 0 else b"key-%d" % i for i in range(count)]
+    headers = [None if i % 5 == 0 else [("row", b"%d" % i), ("null", None)]
+               for i in range(count)]
+    timestamps = [None if i % 2 else 1_700_000_000_000 + i for i in range(count)]
+    with producer(kafka_broker.bootstrap, linger_ms=5) as p:
+        # pyarrow values, list keys, per-row header lists, list timestamps.
+        result = p.send_batch(topic_name, pa.array(values, pa.binary()), keys=keys,
+                              headers=headers, timestamps_ms=timestamps).get(30)
+        assert result.failed_count == 0
+    _check_read_back(kafka_broker.bootstrap, topic_name, result,
+                     list(zip(keys, values, headers, timestamps)))
+
+
+def test_send_batch_bad_column_element_fails_only_its_row(kafka_broker, topic_name):
+    from netkafka import BinaryColumn
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    # Row 2's offsets point past the data; row 4's header value is not bytes.
+    values = BinaryColumn(b"aabbccdd", array("i", [0, 2, 4, 99, 6, 8]))
+    header_values = [b"h0", b"h1", b"h2", b"h3", "text", b"h5"][:5]
+    with producer(kafka_broker.bootstrap) as p:
+        result = p.send_batch(topic_name, values, headers={"h": header_values}).get(30)
+        assert [row for row, _ in result.errors] == [2, 3, 4]
+        errors = dict(result.errors)
+        assert isinstance(errors[2], ValueError) and "values[2]: offsets 4..99" in str(errors[2])
+        assert isinstance(errors[3], ValueError) and "values[3]: offsets 99..6" in str(errors[3])
+        assert isinstance(errors[4], TypeError)
+        assert "headers['h'][4] must be bytes or None, not str" in str(errors[4])
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert [(r.value, r.headers) for r in records] == [(b"aa", [("h", b"h0")]),
+                                                       (b"bb", [("h", b"h1")])]
