@@ -182,111 +182,115 @@ def place_unkeyed_rows(Rows rows, int[::1] partitions, explicit, Partitioner par
         open_batch: callable(partition) -> (size_bytes, record_count,
             first_timestamp_ms) of that partition's open batch now, or None.
     """
-    cdef Py_ssize_t n = partitions.shape[0], count = len(all_partitions), i
-    cdef int p, sticky = -1
-    cdef int64_t now_ms = <int64_t>(time.time() * 1000), size
-    # The planned open batch of each partition: bytes (-1: none, -2: not read
-    # from the accumulator yet), records, first timestamp.
-    used_array = array.array("q", [-2]) * count
-    records_array = array.array("i", bytes(4 * count))
-    first_ts_array = array.array("q", bytes(8 * count))
-    cdef long long[::1] used = used_array
-    cdef int[::1] records = records_array
-    cdef long long[::1] first_ts = first_ts_array
+    cdef _BatchPlan plan = _BatchPlan(rows, partitioner, topic, all_partitions,
+                                      available_partitions, batch_size_bytes, open_batch)
+    cdef Py_ssize_t i
+    cdef int p, sticky
+    cdef int64_t size
     cdef const int[::1] given
     cdef bint by_caller = explicit is not None
     if by_caller:
         given = explicit
     # The sticky partition as send() would find it (chosen now if it is not yet).
-    sticky = partitioner.partition(topic, None, all_partitions, available_partitions)
-    _check_planned(sticky, count, partitioner)
-    for i in range(n):
+    sticky = plan.sticky()
+    for i in range(partitions.shape[0]):
         p = partitions[i]
-        if p >= count:
+        if p >= plan.count:
             continue  # no such partition: the row is refused when appended
         if p >= 0:
-            if used[p] == -2:
-                _load_open_batch(open_batch, p, used, records, first_ts)
-            size = _planned_bytes(rows, i, p, used, records, first_ts, now_ms,
-                                  batch_size_bytes)
+            size = plan.fits(i, p)
             if size < 0:
                 if p == sticky and not (by_caller and given[i] >= 0):
                     partitioner.on_new_batch(topic, p)
                     sticky = -1
-                size = _new_planned_batch(rows, i, p, used, records, first_ts, now_ms)
-            used[p] += size
-            records[p] += 1
+                size = plan.new_batch(i, p)
+            plan.add(p, size)
             continue
         if sticky < 0:
-            sticky = partitioner.partition(topic, None, all_partitions, available_partitions)
-            _check_planned(sticky, count, partitioner)
-        if used[sticky] == -2:
-            _load_open_batch(open_batch, sticky, used, records, first_ts)
-        size = _planned_bytes(rows, i, sticky, used, records, first_ts, now_ms,
-                              batch_size_bytes)
+            sticky = plan.sticky()
+        size = plan.fits(i, sticky)
         if size < 0:
             # KIP-480: the row that would start a batch starts it on the next
             # sticky partition (send()'s _append_cold).
             partitioner.on_new_batch(topic, sticky)
-            sticky = partitioner.partition(topic, None, all_partitions, available_partitions)
-            _check_planned(sticky, count, partitioner)
-            if used[sticky] == -2:
-                _load_open_batch(open_batch, sticky, used, records, first_ts)
-            size = _planned_bytes(rows, i, sticky, used, records, first_ts, now_ms,
-                                  batch_size_bytes)
+            sticky = plan.sticky()
+            size = plan.fits(i, sticky)
             if size < 0:
-                size = _new_planned_batch(rows, i, sticky, used, records, first_ts, now_ms)
+                size = plan.new_batch(i, sticky)
         partitions[i] = sticky
-        used[sticky] += size
-        records[sticky] += 1
+        plan.add(sticky, size)
 
 
-cdef int _check_planned(int chosen, Py_ssize_t count, object partitioner) except -1:
-    if not 0 <= chosen < count:
-        raise ValueError(f"{type(partitioner).__name__} chose partition {chosen}, not one "
-                         f"of the topic's {count}")
-    return 0
+@cython.final
+cdef class _BatchPlan:
+    """The open batch each partition would have, row after row, as place_unkeyed_rows
+    plans them; owned by its call."""
+    cdef Rows rows
+    cdef Partitioner partitioner
+    cdef object topic, all_partitions, available_partitions, open_batch
+    cdef Py_ssize_t batch_size_bytes
+    cdef Py_ssize_t count                 # the topic's partitions
+    cdef int64_t now_ms                   # "now" for rows without a timestamp
+    # Per partition: bytes of its planned open batch (-1: none, -2: not read from
+    # the accumulator yet), its records, its first timestamp.
+    cdef long long[::1] used
+    cdef int[::1] records
+    cdef long long[::1] first_ts
 
+    def __cinit__(self, Rows rows, Partitioner partitioner, topic, all_partitions,
+                  available_partitions, Py_ssize_t batch_size_bytes, open_batch):
+        self.rows, self.partitioner, self.topic = rows, partitioner, topic
+        self.all_partitions, self.available_partitions = all_partitions, available_partitions
+        self.batch_size_bytes, self.open_batch = batch_size_bytes, open_batch
+        self.count = len(all_partitions)
+        self.now_ms = <int64_t>(time.time() * 1000)
+        self.used = array.array("q", [-2]) * self.count
+        self.records = array.array("i", bytes(4 * self.count))
+        self.first_ts = array.array("q", bytes(8 * self.count))
 
-cdef int _load_open_batch(object open_batch, int p, long long[::1] used, int[::1] records,
-                          long long[::1] first_ts) except -1:
-    state = open_batch(p)
-    if state is None:
-        used[p] = -1
-    else:
-        used[p], records[p], first_ts[p] = state
-    return 0
+    cdef int sticky(self) except -1:
+        # The partitioner's sticky partition now, its open batch known.
+        cdef int chosen = self.partitioner.partition(self.topic, None, self.all_partitions,
+                                                     self.available_partitions)
+        if not 0 <= chosen < self.count:
+            raise ValueError(f"{type(self.partitioner).__name__} chose partition {chosen}, "
+                             f"not one of the topic's {self.count}")
+        return chosen
 
+    cdef int64_t fits(self, Py_ssize_t i, int p) except -2:
+        # Row i's bytes in p's planned open batch, or -1 when it has none or the
+        # row does not fit (a new batch is needed).  A row the encoder will refuse
+        # counts as nothing: it takes no room when appended either.
+        cdef int64_t size
+        if self.used[p] == -2:
+            state = self.open_batch(p)
+            if state is None:
+                self.used[p] = -1
+            else:
+                self.used[p], self.records[p], self.first_ts[p] = state
+        if self.used[p] < 0:
+            return -1
+        try:
+            size = self.rows.record_bytes(i, self.records[p], self.first_ts[p], self.now_ms)
+        except (TypeError, ValueError):
+            return 0
+        return size if self.used[p] + size <= self.batch_size_bytes else -1
 
-cdef int64_t _planned_bytes(Rows rows, Py_ssize_t i, int p, long long[::1] used,
-                            int[::1] records, long long[::1] first_ts, int64_t now_ms,
-                            Py_ssize_t batch_size_bytes) except -2:
-    # Row i's bytes in p's planned open batch, or -1 when it has none or the row
-    # does not fit (a new batch is needed).  A row the encoder will refuse counts
-    # as nothing: it takes no room when appended either.
-    cdef int64_t size
-    if used[p] < 0:
-        return -1
-    try:
-        size = rows.record_bytes(i, records[p], first_ts[p], now_ms)
-    except (TypeError, ValueError):
-        return 0
-    return size if used[p] + size <= batch_size_bytes else -1
+    cdef int64_t new_batch(self, Py_ssize_t i, int p) except -2:
+        # p's planned open batch starts again with row i (always taken, as the
+        # encoder takes any first record); returns the row's bytes.
+        self.used[p] = HEADER_SIZE_BYTES
+        self.records[p] = 0
+        try:
+            self.first_ts[p] = self.rows.timestamp_ms(i, self.now_ms)
+            return self.rows.record_bytes(i, 0, -1, self.now_ms)
+        except (TypeError, ValueError):
+            self.first_ts[p] = self.now_ms
+            return 0
 
-
-cdef int64_t _new_planned_batch(Rows rows, Py_ssize_t i, int p, long long[::1] used,
-                                int[::1] records, long long[::1] first_ts,
-                                int64_t now_ms) except -2:
-    # p's planned open batch starts again with row i (always taken, as the
-    # encoder takes any first record); returns the row's bytes.
-    used[p] = HEADER_SIZE_BYTES
-    records[p] = 0
-    try:
-        first_ts[p] = rows.timestamp_ms(i, now_ms)
-        return rows.record_bytes(i, 0, -1, now_ms)
-    except (TypeError, ValueError):
-        first_ts[p] = now_ms
-        return 0
+    cdef void add(self, int p, int64_t size) noexcept:
+        self.used[p] += size
+        self.records[p] += 1
 
 
 def default_partition(key_bytes, Py_ssize_t num_partitions):

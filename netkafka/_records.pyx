@@ -900,10 +900,13 @@ cdef class RecordBatchBuilder(PooledBatch):
 
     cdef Py_ssize_t _append_rows(self, Rows rows, object row_ids, Py_ssize_t start) except -1:
         # The one bulk loop (lists, columns, any mix).  Keys and values are read in
-        # place by their BinarySource; a view is held only for a bytes-like item
-        # that is not bytes, and only across its own record.
+        # place (_read_fast, else their BinarySource); a view is held only for a
+        # bytes-like item that is not bytes, and only across its own record.  What
+        # is the same for every row (timestamps, headers) is decided once.
         cdef const long long[::1] ids
         cdef bint by_id = row_ids is not None
+        cdef bint stamped = rows._ts_kind != _TS_NOW
+        cdef bint with_headers = rows._header_rows is not None or rows._header_columns is not None
         cdef Py_ssize_t n, pos, i, appended
         cdef int64_t now_ms = nk_clock_now_ms(&self._clock), ts
         cdef const unsigned char *k = NULL
@@ -913,7 +916,7 @@ cdef class RecordBatchBuilder(PooledBatch):
         cdef int k_held = 0, v_held = 0
         cdef BinarySource keys = rows.keys
         cdef BinarySource values = rows.values
-        cdef object headers
+        cdef object headers = None
         if by_id:
             ids = row_ids
             n = ids.shape[0]
@@ -925,20 +928,24 @@ cdef class RecordBatchBuilder(PooledBatch):
             i = ids[pos] if by_id else pos
             if not 0 <= i < rows.length:
                 raise IndexError(f"row_ids[{pos}]={i} is outside the {rows.length} rows")
-            ts = rows._timestamp(i, now_ms)
-            headers = rows._headers(i)
-            if keys is not None:
+            ts = rows._timestamp(i, now_ms) if stamped else now_ms
+            if with_headers:
+                headers = rows._headers(i)
+            if keys is not None and not _read_fast(keys, i, &k, &k_len):
                 k_held = keys.get(i, &k, &k_len, &k_view)
-            try:
-                v_held = values.get(i, &v, &v_len, &v_view)
+            if _read_fast(values, i, &v, &v_len) and not k_held:
                 appended = self._append_raw(k, k_len, v, v_len, headers, ts)
-            finally:
-                if k_held:
-                    PyBuffer_Release(&k_view)
-                    k_held = 0
-                if v_held:
-                    PyBuffer_Release(&v_view)
-                    v_held = 0
+            else:
+                try:
+                    v_held = values.get(i, &v, &v_len, &v_view)
+                    appended = self._append_raw(k, k_len, v, v_len, headers, ts)
+                finally:
+                    if k_held:
+                        PyBuffer_Release(&k_view)
+                        k_held = 0
+                    if v_held:
+                        PyBuffer_Release(&v_view)
+                        v_held = 0
             if appended < 0:
                 return pos - start
         return n - start
@@ -1348,16 +1355,31 @@ cdef BinaryColumn _as_column(object obj, str name):
                     f"not {type(obj).__name__}")
 
 
-cdef inline bint _is_pyarrow(object obj):
-    # pyarrow is optional: its objects are recognised without importing it.
-    return type(obj).__module__.startswith("pyarrow")
-
-
 cdef enum:
     # Where a BinarySource reads its rows from.
     _SOURCE_SEQUENCE = 0    # an exact list or tuple of bytes-like or None
     _SOURCE_COLUMN = 1      # one BinaryColumn
     _SOURCE_CHUNKS = 2      # BinaryColumns end to end (a pyarrow ChunkedArray)
+
+
+cdef inline bint _read_fast(BinarySource source, Py_ssize_t i, const unsigned char **data,
+                            Py_ssize_t *length) noexcept:
+    # The common cases of BinarySource.get, inlined into the bulk loop: a column
+    # element with sound offsets, or bytes / None in a list.  False for anything
+    # else (a tuple, chunks, another bytes-like, an error): then get() decides.
+    cdef PyObject *item
+    if source._kind == _SOURCE_COLUMN:
+        return source._column._element(i, data, length)
+    if source._kind == _SOURCE_SEQUENCE and PyList_CheckExact(source._sequence):
+        if i < PyList_GET_SIZE(source._sequence):
+            item = PyList_GET_ITEM(source._sequence, i)
+            return _plain_bytes(item, data, length)
+    return False
+
+
+cdef inline bint _is_pyarrow(object obj):
+    # pyarrow is optional: its objects are recognised without importing it.
+    return type(obj).__module__.startswith("pyarrow")
 
 
 @cython.final
