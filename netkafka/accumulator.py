@@ -109,11 +109,13 @@ class RecordAccumulator(AccumulatorCore):
             pool is full.
         idempotence: the ProducerIdManager numbering batches as they are sealed, or
             None (batches carry no producer id).
+        stats: the ProducerMetrics that hears of batches handed over and failed
+            (metrics.py), or None.
     """
 
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
-                 delivery_timeout_ms, backoff, idempotence=None):
+                 delivery_timeout_ms, backoff, idempotence=None, stats=None):
         codec = None if compression_type in (None, "none") else compression_type
         self._sender = sender  # immutable
         self._topic_waiter = topic_waiter  # immutable
@@ -128,6 +130,7 @@ class RecordAccumulator(AccumulatorCore):
         self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000  # immutable
         self._backoff = backoff  # immutable
         self._idempotence = idempotence  # immutable; thread-safe
+        self._stats = stats  # immutable; thread-safe
         self._state_lock = threading.Lock()
         self._incomplete = set()  # guarded by _state_lock: BatchResults not completed yet
         self._metrics = collections.Counter()  # guarded by _state_lock
@@ -411,7 +414,9 @@ class RecordAccumulator(AccumulatorCore):
                 # sequences follow the order its batches reach the sender.
                 builder.set_producer_state(*self._idempotence.next_sequence(
                     queue.topic, queue.partition, record_count))
+            uncompressed_bytes = builder.size_bytes
             view = builder.seal()
+            sealed_bytes = view.nbytes
             # Counted before the sender has it: an I/O thread may complete it
             # before send() returns, and no one must see it done but not sent.
             self._count_sent(1, record_count, view.nbytes)
@@ -429,6 +434,11 @@ class RecordAccumulator(AccumulatorCore):
                     queue.topic, queue.partition, builder.producer_id,
                     builder.producer_epoch, builder.base_sequence, record_count)
             self._complete(batch, view, error=exc)
+            return
+        if self._stats is not None:
+            # The view may be released by now (an I/O thread completed the batch).
+            self._stats.batch_sent(queue.topic, record_count, uncompressed_bytes,
+                                   sealed_bytes, age_ns / 1e6)
 
     def _count_sent(self, batches, records, nbytes):
         with self._state_lock:
@@ -473,6 +483,8 @@ class RecordAccumulator(AccumulatorCore):
                 self._metrics["records_acknowledged"] += builder.record_count
             else:
                 self._metrics["records_failed"] += builder.record_count
+                if self._stats is not None:
+                    self._stats.batch_failed(batch.result.topic, builder.record_count)
                 if batch.untracked_records:
                     self._count_untracked_locked(batch.untracked_records, error)
 

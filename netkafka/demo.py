@@ -67,7 +67,7 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace, filler: bytes)
         producer.flush()
         elapsed = time.monotonic() - started
         sys.stderr.write("\n")
-        metrics = producer.metrics()
+        metrics = producer.metrics()["netkafka"]
     finally:
         producer.close()
     if metrics["records_failed"]:

@@ -343,7 +343,7 @@ class Progress(threading.Thread):
             self._stream.flush()
 
     def _acked(self):
-        metrics = self._producer.metrics()
+        metrics = self._producer.metrics()["netkafka"]
         return metrics["records_acknowledged"] + metrics["records_failed"]
 
     def _draw(self, done, elapsed_s):
@@ -491,7 +491,7 @@ def run(args, progress_stream=sys.stderr):
         finally:
             elapsed_s = time.monotonic() - started_s
             progress.stop()
-        metrics = producer.metrics()
+        metrics = producer.metrics()["netkafka"]
     finally:
         producer.close()
     counted = 0 if args.mode == "send_batch" else metrics["records_failed"]

@@ -43,6 +43,7 @@ from netkafka.idempotence import ProducerIdManager
 from netkafka.connection import KafkaTimeoutError
 from netkafka.io_pool import IOPool
 from netkafka.metadata import Metadata
+from netkafka.metrics import ProducerMetrics
 from netkafka.partitioner import make_partitioner
 from netkafka.sender import Sender
 
@@ -113,6 +114,7 @@ class Producer(ProducerCore):
         config = self.config
         backoff = backoff_strategy(config.backoff)
         pool = IOPool(config.connection_config(), io_threads=config.io_threads)
+        stats = ProducerMetrics()
         try:
             metadata = Metadata(pool, config.bootstrap_servers,
                                 metadata_max_age_ms=config.metadata_max_age_ms,
@@ -126,7 +128,7 @@ class Producer(ProducerCore):
                             retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
                             delivery_timeout_ms=config.delivery_timeout_ms,
                             max_request_size=config.max_request_size,
-                            idempotence=idempotence)
+                            idempotence=idempotence, stats=stats)
             partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
             accumulator = RecordAccumulator(
                 partitioner, sender, self._wait_for_partition,
@@ -135,12 +137,13 @@ class Producer(ProducerCore):
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
-                idempotence=idempotence)
+                idempotence=idempotence, stats=stats)
         except BaseException:
             pool.close()
             raise
         self._pool, self._metadata, self._sender = pool, metadata, sender
         self._idempotence, self._accumulator = idempotence, accumulator
+        self._stats = stats
         self._records = accumulator  # send() and produce() go there (ProducerCore)
         metadata.add_listener(self)
 
@@ -334,20 +337,34 @@ class Producer(ProducerCore):
         return set(self._metadata.wait_for_topic(topic, self._max_block_s).partitions)
 
     def metrics(self):
-        """Counters, flat: the accumulator's (batches_created, records_sent,
-        records_acknowledged, records_failed, records_dropped,
-        records_untracked_failed -- those of produce() --, buffer_*), then the
-        sender's, prefixed "sender_" (batches acknowledged, failed, retried, dropped
-        at a full connection, errors per broker error code), then with idempotence
-        producer_id, producer_epoch, producer_ids_fetched, producer_epoch_bumps,
-        partitions_restarted."""
+        """kafka-python's KafkaProducer.metrics(): {group: {name: value}}.
+
+        Groups: "producer-metrics" (record-send-rate / -total, record-error-rate /
+        -total, record-retry-rate / -total, byte-rate, batch-size-avg / -max,
+        compression-rate-avg, record-queue-time-avg / -max, records-per-request-avg,
+        request-rate, request-latency-avg / -max, throttle-time-avg / -max,
+        buffer-total-bytes, buffer-available-bytes), "producer-topic-metrics.<topic>"
+        and "producer-node-metrics.node-<id>" (see netkafka/metrics.py for each
+        name's window and what it counts), and "netkafka": netkafka's own counters
+        -- the accumulator's (batches_created, records_sent, records_acknowledged,
+        records_failed, records_dropped, records_untracked_failed -- those of
+        produce() --, buffer_*), the sender's prefixed "sender_" (batches
+        acknowledged, failed, retried, dropped at a full connection, errors per
+        broker error code), and with idempotence producer_id, producer_epoch,
+        producer_ids_fetched, producer_epoch_bumps,
+        partitions_restarted.
+        """
         self._start_if_forked()
-        snapshot = self._accumulator.metrics()
+        own = self._accumulator.metrics()
         for name, value in self._sender.metrics().items():
-            snapshot["sender_" + name] = value
+            own["sender_" + name] = value
         if self._idempotence is not None:
-            snapshot.update(self._idempotence.metrics())
-        return snapshot
+            own.update(self._idempotence.metrics())
+        groups = self._stats.groups()
+        groups["producer-metrics"]["buffer-total-bytes"] = own["buffer_total_bytes"]
+        groups["producer-metrics"]["buffer-available-bytes"] = own["buffer_available_bytes"]
+        groups["netkafka"] = own
+        return groups
 
     # ------------------------------------------------------------------
     # os.fork(): a child has no I/O threads, and the parent's sockets and batches.

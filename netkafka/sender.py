@@ -102,11 +102,14 @@ class Sender:
         max_request_size: bytes of batches per Produce request. Default 1048576.
         idempotence: the ProducerIdManager that numbered the batches (above), or
             None (default): the batches carry no producer id.
+        stats: the ProducerMetrics that hears of requests, answers and resends
+            (metrics.py), or None.
     """
 
     def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
-                 delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None):
+                 delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None,
+                 stats=None):
         if acks == "all":
             acks = -1
         if acks not in (0, 1, -1) or isinstance(acks, bool):
@@ -128,6 +131,7 @@ class Sender:
         self._idempotence = idempotence  # immutable; thread-safe
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
+        self._stats = stats  # immutable; thread-safe
 
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)  # notified when _pending drops to 0
@@ -351,12 +355,15 @@ class Sender:
         acks = self.acks
         timeout_ms = conn.config.request_timeout_ms
         client_id = conn.config.client_id
+        if self._stats is not None:
+            self._stats.request_sent(node_id, sum(item.record_count for item in chosen))
         return Request(
             protocol.PRODUCE,
             lambda cid, version: protocol.encode_produce_request(
                 cid, client_id, version, acks, timeout_ms, topic_data, topic_ids=topic_ids),
             protocol.decode_produce_response,
-            lambda response, error: self._on_answer(conn, chosen, topic_ids, response, error),
+            lambda response, error: self._on_answer(conn, chosen, topic_ids, response, error,
+                                                    now_ns),
             expects_response=acks != 0,
             reserved_bytes=total,
         )
@@ -364,10 +371,14 @@ class Sender:
     # ------------------------------------------------------------------
     # Answers (I/O threads) and metadata changes.
 
-    def _on_answer(self, conn, batches, topic_ids, response, error):
+    def _on_answer(self, conn, batches, topic_ids, response, error,
+                   requested_ns):
         idempotence = self._idempotence
         for item in batches:
             item.node_id = None  # its reservation was released as it was written
+        if response is not None and self._stats is not None:
+            self._stats.response(conn.node_id, (time.monotonic_ns() - requested_ns) / 1e6,
+                                 response.throttle_time_ms)
         if error is not None:
             for item in batches:
                 if item.sequenced is not None:  # no answer: appended or not, unknown
@@ -441,6 +452,8 @@ class Sender:
                        >= self.delivery_timeout_ms * 1_000_000)
             if not give_up:
                 self._metrics["batches_retried"] += 1
+                if self._stats is not None:
+                    self._stats.batch_retried(item.topic, item.record_count)
                 item.retry_at_ns = now_ns + self.retry_backoff_ms * 1_000_000
                 leader = self._metadata.leader_id(item.topic, item.partition)
                 self._route_locked(item, leader)

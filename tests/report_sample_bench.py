@@ -50,7 +50,7 @@ def netkafka_send(bootstrap, topic, acks, compression):
         for _ in range(RECORDS):
             producer.send(topic, VALUE)
         producer.flush()
-        assert producer.metrics()["records_acknowledged"] == RECORDS
+        assert producer.metrics()["netkafka"]["records_acknowledged"] == RECORDS
         return time.perf_counter() - started
 
 

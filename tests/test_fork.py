@@ -75,7 +75,7 @@ def test_a_forked_child_delivers_and_the_parents_records_are_delivered_once(
             futures = [p.send(topic_name, b"child-%d" % i) for i in range(1000)]
             p.flush(30)
             offsets = [f.get(0).offset for f in futures]
-            metrics = p.metrics()
+            metrics = p.metrics()["netkafka"]
             p.close(10)
             return {"inherited": inherited, "offsets": offsets,
                     "producer_id": metrics.get("producer_id")}
@@ -83,7 +83,7 @@ def test_a_forked_child_delivers_and_the_parents_records_are_delivered_once(
         result = run_in_child(child)
         p.flush(30)
         assert all(f.succeeded() for f in lingering)  # the parent delivers its own
-        parent_producer_id = p.metrics()["producer_id"]
+        parent_producer_id = p.metrics()["netkafka"]["producer_id"]
     assert result["inherited"] == [
         "failed: the record was sent in the parent process before os.fork(); the parent "
         "delivers it, this process's copy of its future cannot know the outcome"] * 3
@@ -156,7 +156,7 @@ def test_forking_while_threads_send_never_hangs_the_child(kafka_broker, topic_na
             for thread in threads:
                 thread.join()
         p.flush(60)
-        metrics = p.metrics()
+        metrics = p.metrics()["netkafka"]
     assert errors == []
     assert metrics["records_failed"] == 0
     values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name,

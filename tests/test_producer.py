@@ -163,7 +163,7 @@ def test_linger_sends_a_small_batch_without_flush(kafka_broker, topic_name):
         waited_s = time.monotonic() - started
         assert waited_s >= 0.3
         assert [m.offset for m in metadata] == list(range(10))
-        assert p.metrics()["batches_sent"] == 1
+        assert p.metrics()["netkafka"]["batches_sent"] == 1
     records = read_topic(kafka_broker.bootstrap, topic_name, 10)
     assert [r.value for r in records] == [f"small-{i}".encode() for i in range(10)]
 
@@ -188,7 +188,7 @@ def test_eight_threads_sending_at_once_keep_their_order(kafka_broker, topic_name
         for thread in threads:
             thread.join()
         p.flush()
-        metrics = p.metrics()
+        metrics = p.metrics()["netkafka"]
     assert errors == []
     assert metrics["records_acknowledged"] == 8 * per_thread
     records = read_topic(kafka_broker.bootstrap, topic_name, 8 * per_thread)
@@ -293,7 +293,7 @@ def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broke
     assert all(f.is_done for f in futures)
     failed = [f for f in futures if f.failed()]
     assert all(isinstance(f.exception, KafkaError) for f in failed)
-    metrics = p.metrics()
+    metrics = p.metrics()["netkafka"]
     assert metrics["batches_incomplete"] == 0
     assert metrics["records_acknowledged"] + metrics["records_failed"] == 20001
     # Acknowledged records are in the topic where their futures say.  A request in
@@ -431,7 +431,7 @@ def test_unknown_topic_without_auto_creation_fails_within_max_block_ms(
                                  r"ms: broker says UNKNOWN_TOPIC_OR_PARTITION"):
             p.send(topic_name, b"nowhere")
         assert 1.4 <= time.monotonic() - started < 6
-        assert p.metrics()["records_sent"] == 0
+        assert p.metrics()["netkafka"]["records_sent"] == 0
 
 
 def test_full_buffer_memory_blocks_then_times_out_or_drops(kafka_broker, topic_name):
@@ -452,7 +452,7 @@ def test_full_buffer_memory_blocks_then_times_out_or_drops(kafka_broker, topic_n
                     for _ in range(100):
                         futures.append(p.send(topic_name, b"x" * 900))
                 if backoff == "drop":
-                    assert p.metrics()["records_dropped"] == 1
+                    assert p.metrics()["netkafka"]["records_dropped"] == 1
             finally:
                 nodes[0].resume()
             p.flush(30)

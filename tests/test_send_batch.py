@@ -38,7 +38,7 @@ def test_produce_delivers_50k_records_in_order(kafka_broker, topic_name):
         for i in range(count):
             assert p.produce(topic_name, b"value-%d" % i, key=b"k%d" % (i % 10)) is None
         p.flush()
-        metrics = p.metrics()
+        metrics = p.metrics()["netkafka"]
     records = read_topic(kafka_broker.bootstrap, topic_name, count)
     assert [r.value for r in records] == [b"value-%d" % i for i in range(count)]
     assert [r.key for r in records] == [b"k%d" % (i % 10) for i in range(count)]
@@ -71,11 +71,11 @@ def test_produce_failures_are_raised_by_flush_with_their_count(kafka_broker, top
         assert any("no partition 7" in m for m in messages), messages
         assert any("larger than max_request_size" in m for m in messages), messages
         assert "5 records sent with produce() failed" in str(raised.value)
-        assert p.metrics()["records_untracked_failed"] == 5
+        assert p.metrics()["netkafka"]["records_untracked_failed"] == 5
         # The count starts again: nothing failed since.
         p.produce(topic_name, b"good again")
         p.flush()
-        assert p.metrics()["records_untracked_failed"] == 5
+        assert p.metrics()["netkafka"]["records_untracked_failed"] == 5
     records = read_topic(kafka_broker.bootstrap, topic_name, 2)
     assert [r.value for r in records] == [b"good", b"good again"]
 
@@ -88,7 +88,7 @@ def test_produce_raises_type_errors_at_once(kafka_broker, topic_name):
         with pytest.raises(TypeError, match="partition must be an int"):
             p.produce(topic_name, b"v", partition="0")
         p.flush()
-        assert p.metrics()["records_untracked_failed"] == 0
+        assert p.metrics()["netkafka"]["records_untracked_failed"] == 0
 
 
 # ----------------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def test_partition_sink_uses_one_producer_per_worker_process(spark, kafka_broker
     def run(rows):
         sink(rows)
         producer = nks.worker_producer(settings)
-        yield (os.getpid(), id(producer), producer.metrics()["records_acknowledged"])
+        yield (os.getpid(), id(producer), producer.metrics()["netkafka"]["records_acknowledged"])
 
     seen = spark.sparkContext.parallelize(range(1600), tasks).mapPartitions(run).collect()
     assert len(seen) == tasks
