@@ -27,7 +27,8 @@ import time
 
 cimport cython
 from cpython.buffer cimport (
-    PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer,
+    PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release,
+    PyObject_GetBuffer,
 )
 from cpython.bool cimport PyBool_Check
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
@@ -1174,6 +1175,11 @@ cdef class RecordBatchBuilder(PooledBatch):
 # Binary columns (Arrow layout) and the bulk paths' rows
 
 
+# Contiguous with its item format: a typed buffer that is a view of another (a cast
+# memoryview) exports its format only with its shape.
+cdef int _TYPED_CONTIGUOUS = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT
+
+
 cdef int _get_contiguous(object obj, Py_buffer *view, int flags, str name) except -1:
     # A column's buffers are held for its life: any exporter, one clear error.
     try:
@@ -1185,7 +1191,7 @@ cdef int _get_contiguous(object obj, Py_buffer *view, int flags, str name) excep
 
 cdef int _borrow_int64s(object obj, Py_buffer *view, Py_ssize_t count) except -1:
     # A buffer of exactly count native int64 (timestamps in bulk).
-    _get_contiguous(obj, view, PyBUF_SIMPLE | PyBUF_FORMAT, "timestamps_ms")
+    _get_contiguous(obj, view, _TYPED_CONTIGUOUS, "timestamps_ms")
     if view.itemsize != 8 or not _is_native_signed_int(view.format):
         PyBuffer_Release(view)
         raise TypeError("timestamps_ms must be a buffer of int64 (format 'q')")
@@ -1230,7 +1236,7 @@ cdef class BinaryColumn:
         if first < 0:
             raise ValueError(f"first must be >= 0, got {first}")
         self._first = first
-        _get_contiguous(offsets, &self._offsets, PyBUF_SIMPLE | PyBUF_FORMAT, "offsets")
+        _get_contiguous(offsets, &self._offsets, _TYPED_CONTIGUOUS, "offsets")
         self._has_offsets = True
         if self._offsets.itemsize == 1:
             # Raw bytes (a pyarrow.Buffer, bytes): the width must be said.

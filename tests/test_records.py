@@ -899,3 +899,14 @@ def test_sealed_batches_of_every_codec_are_stored_and_read_back_intact(kafka_bro
         for offset, (key, value, headers, ts) in enumerate(written)
     ]
     assert pool.in_use_bytes == 0
+
+
+def test_typed_buffers_that_are_views_of_others(big_pool):
+    # A cast memoryview exports its format only with its shape: timestamps and
+    # offsets given that way are read in place like any other buffer.
+    stamps = memoryview(array.array("q", [0, 5, 6, 0])).cast("B")[8:24].cast("q")
+    offsets = memoryview(array.array("i", [9, 0, 1, 3])).cast("B")[4:].cast("i")
+    builder = new_builder(big_pool)
+    assert builder.append_column(BinaryColumn(b"abc", offsets), timestamps_ms=stamps) == 2
+    check_batch(sealed_bytes(builder), [(None, b"a", None, 5), (None, b"bc", None, 6)])
+    finish(builder)
