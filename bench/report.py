@@ -13,7 +13,8 @@ end-to-end tests): throughput {suite: "throughput", client, mode, record_size, a
 compression, batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s}; latency
 {suite: "latency", client, rate, records, p50_ms, p99_ms, max_ms; optional: acks,
 linger_ms}; memory {suite: "memory", client, mode, records, peak_rss_bytes,
-rss_growth_bytes, allocs_per_record, bytes_per_record}.  Benchmarks without a suite (the
+rss_growth_bytes, allocs_per_record, bytes_per_record}; spark {suite: "spark", sink, rows,
+rows_per_s, spark, spark_kafka_connector}.  Benchmarks without a suite (the
 micro-benchmarks) are not part of it.
 
 A script of bench/ rather than a module of netkafka: it is about this repository's
@@ -35,6 +36,8 @@ README_END = "<!-- benchmark-report:end -->"
 # (its fastest way), and the Java producer.
 CONFLUENT = ("confluent-kafka", "error_only")
 JAVA = "java"
+# The baseline of the Spark table: Spark's own JVM sink (bench/test_bench_spark.py's name).
+SPARK_SINK = "spark kafka sink"
 MISSING = "–"
 GIB = 2**30
 MIB = 2**20
@@ -183,7 +186,25 @@ def memory_lines(rows):
     return lines + [""]
 
 
-SECTIONS = {"throughput": throughput_lines, "latency": latency_lines, "memory": memory_lines}
+def spark_lines(rows):
+    """Rows/s of each sink, and its ratio to Spark's own Kafka sink run on as many rows."""
+    spark_sink = {row["rows"]: row["rows_per_s"] for row in rows if row["sink"] == SPARK_SINK}
+    lines = ["## Spark", "",
+             "One cached DataFrame of 100-byte values written to the same broker by each sink "
+             "in one Spark session.", "",
+             "| sink | rows | rows/s | x Spark's sink | Spark | connector |",
+             "|---|--:|--:|--:|---|---|"]
+    for row in sorted(rows, key=lambda r: (r["rows"], -r["rows_per_s"])):
+        base = spark_sink.get(row["rows"])
+        ratio_cell = f"{row['rows_per_s'] / base:.2f}" if base else MISSING
+        lines.append(f"| {row['sink']} | {row['rows']:,} | {row['rows_per_s']:,.0f} | "
+                     f"{ratio_cell} | "
+                     f"{row['spark']} | {row['spark_kafka_connector']} |")
+    return lines + [""]
+
+
+SECTIONS = {"throughput": throughput_lines, "latency": latency_lines, "memory": memory_lines,
+            "spark": spark_lines}
 
 
 def report_markdown(suites, facts, chart_name):

@@ -267,7 +267,8 @@ def test_spark_to_kafka(benchmark, kafka_broker, topic_name, spark, frame, rows,
     write = SINKS[sink](frame, kafka_broker.bootstrap)
     rounds = int(os.environ.get(ROUNDS_VARIABLE) or DEFAULT_ROUNDS)
     benchmark.group = f"Spark -> Kafka, {rows} rows x {VALUE_BYTES} B, acks={ACKS}"
-    benchmark.extra_info.update(rows=rows, spark=pyspark.__version__,
+    # suite and sink: the keys by which bench/report.py puts this run in its Spark table.
+    benchmark.extra_info.update(suite="spark", sink=sink, rows=rows, spark=pyspark.__version__,
                                 spark_kafka_connector=connector,
                                 load_average=[round(x, 2) for x in os.getloadavg()])
     try:

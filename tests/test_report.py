@@ -162,6 +162,28 @@ def test_machine_and_versions_are_stated(results, report):
     assert f"load average during the benchmarks {min(loads):.2f} to {max(loads):.2f}" in markdown
 
 
+def test_spark_rows_are_ratioed_to_spark_sink_of_equal_rows(results, tmp_path):
+    # The Spark benchmark takes minutes, so its rows are written here in its extra_info
+    # schema (bench/test_bench_spark.py) beside the real run's.
+    data = copy.deepcopy(results[0])
+    versions = {"spark": "4.3.0", "spark_kafka_connector": "4.2.0"}
+    sinks = [("spark kafka sink", 1000, 300.0), ("netkafka arrow emitter", 1000, 1200.0),
+             ("netkafka partition sink", 1000, 150.0), ("netkafka arrow emitter", 50, 99.0)]
+    data["benchmarks"] += [{**data["benchmarks"][0], "extra_info": dict(
+        suite="spark", sink=sink, rows=rows, rows_per_s=rate, **versions)}
+        for sink, rows, rate in sinks]
+    done = run_report(write_json(data, tmp_path / "spark.json"), tmp_path / "docs")
+    assert done.returncode == 0, done.stderr
+    header, *rows = tables((tmp_path / "docs" / "benchmarks.md").read_text())["## Spark"]
+    assert header[:4] == ["sink", "rows", "rows/s", "x Spark's sink"]
+    assert [row[:4] for row in rows] == [
+        ["netkafka arrow emitter", "50", "99", "–"],
+        ["netkafka arrow emitter", "1,000", "1,200", "4.00"],
+        ["spark kafka sink", "1,000", "300", "1.00"],
+        ["netkafka partition sink", "1,000", "150", "0.50"]]
+    assert rows[0][4:] == ["4.3.0", "4.2.0"]
+
+
 def test_absent_suites_are_left_out(results, tmp_path):
     data = copy.deepcopy(results[0])
     data["benchmarks"] = [b for b in data["benchmarks"] if b["extra_info"]["suite"] == "latency"]
@@ -174,7 +196,7 @@ def test_absent_suites_are_left_out(results, tmp_path):
     markdown = (out / "benchmarks.md").read_text()
     assert "## Latency" in markdown
     assert "## Throughput" not in markdown and "## Memory" not in markdown
-    assert "Not in this run: throughput, memory." in markdown
+    assert "Not in this run: throughput, memory, spark." in markdown
     assert not (out / "throughput.png").exists() and "throughput.png" not in markdown
     # Without the environment plugin, pytest-benchmark's own facts are stated.
     assert data["machine_info"]["cpu"]["brand_raw"] in markdown
