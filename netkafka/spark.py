@@ -3,8 +3,10 @@
 Every path ends in Producer.send_batch() in the executor's Python worker:
 
     partition_sink   Rows (or dicts, tuples) -> lists, a chunk of rows at a time
-    arrow_emitter    pyarrow RecordBatches -> their binary/string columns, read in
-                     place by the native encoder (no Python object per row)
+    arrow_emitter    pyarrow RecordBatches -> their binary/string columns (header
+                     columns too), read in place by the native encoder, and
+                     provenance headers made as Arrow arrays (no Python object
+                     per row)
     pandas_emitter   pandas DataFrames -> pyarrow arrays -> the arrow_emitter's way
 
 Each Python worker process keeps one producer per configuration (worker_producer):
@@ -59,6 +61,7 @@ PARTITION_HEADER = "netkafka.spark.partition"
 ATTEMPT_HEADER = "netkafka.spark.attempt"
 TASK_HEADER = "netkafka.spark.task"
 ROW_HEADER = "netkafka.spark.row"
+PROVENANCE_HEADERS = (STAGE_HEADER, PARTITION_HEADER, ATTEMPT_HEADER, TASK_HEADER, ROW_HEADER)
 
 # Executors send in bulk: librdkafka's batch size and linger unless the
 # configuration says otherwise (kafka-python's 16 KiB and 0 ms are several times
@@ -250,6 +253,13 @@ class _Emission:
                 and all(isinstance(name, str) for name in headers))):
             raise TypeError(f"headers must be None, a list of column names or a function, "
                             f"got {headers!r}")
+        # Header columns go to send_batch as {name: column}: one column per name.
+        if isinstance(headers, (list, tuple)):
+            if len(set(headers)) != len(headers):
+                raise ValueError(f"headers names a column twice: {list(headers)}")
+            clash = set(headers) & set(PROVENANCE_HEADERS) if provenance else None
+            if clash:
+                raise ValueError(f"headers {sorted(clash)} have a provenance header's name")
         self.topic = topic
         self.settings = producer_settings(config)
         self.key, self.value, self.headers = key, value, headers
@@ -266,10 +276,6 @@ class _Emission:
                 (PARTITION_HEADER, b"%d" % task.partitionId()),
                 (ATTEMPT_HEADER, b"%d" % task.attemptNumber()),
                 (TASK_HEADER, b"%d" % task.taskAttemptId())]
-
-    @property
-    def has_headers(self):
-        return self.headers is not None or self.provenance
 
 
 def _check_spec(what, spec, required=False):
@@ -358,7 +364,8 @@ class _PartitionSink:
                 getters = _RowColumns(emission, chunk[0])
             values, keys, headers, partitions, timestamps = getters.columns(chunk)
             if task_headers is not None:
-                headers = _with_provenance(headers, task_headers, first_row, len(chunk))
+                headers = _with_provenance(headers, task_headers, first_row, len(chunk),
+                                           _provenance_lists)
             first_row += len(chunk)
             pending.add(None, producer.send_batch(emission.topic, values, keys, headers,
                                                   partitions, timestamps))
@@ -410,10 +417,8 @@ class _RowColumns:
         if timestamps is not None:
             timestamps = _epoch_ms_column(timestamps)
         if self.header_names is not None:
-            header_columns = [_bytes_column(f"header {name!r}", column(getter))
-                              for name, getter in zip(self.header_names, self.headers)]
-            headers = [list(zip(self.header_names, row_values))
-                       for row_values in zip(*header_columns)]
+            headers = {name: _bytes_column(f"header {name!r}", column(getter))
+                       for name, getter in zip(self.header_names, self.headers)}
         elif self.headers is not None:
             headers = [self.headers(row) for row in chunk]
         else:
@@ -490,12 +495,39 @@ def _epoch_ms(value):
     return round(timestamp() * 1000)
 
 
-def _with_provenance(headers, task_headers, first_row, count):
+def _with_provenance(headers, task_headers, first_row, count, provenance_columns):
+    """headers of rows first_row.. with the provenance headers after the rows' own.
+
+    Headers given by column (or none) stay columns, {name: column}, the provenance
+    ones made by provenance_columns(task_headers, first_row, count); per-row lists
+    (a headers function's) get them row by row."""
+    if headers is None or isinstance(headers, dict):
+        return {**(headers or {}), **provenance_columns(task_headers, first_row, count)}
     rows = range(first_row, first_row + count)
-    if headers is None:
-        return [task_headers + [(ROW_HEADER, b"%d" % row)] for row in rows]
     return [(list(own) if own else []) + task_headers + [(ROW_HEADER, b"%d" % row)]
             for own, row in zip(headers, rows)]
+
+
+def _provenance_lists(task_headers, first_row, count):
+    """The provenance header columns as lists (the sink's rows are objects already):
+    one bytes object per task header, repeated, and one per row index."""
+    columns = {name: [value] * count for name, value in task_headers}
+    columns[ROW_HEADER] = [b"%d" % row for row in range(first_row, first_row + count)]
+    return columns
+
+
+def _provenance_arrays(task_headers, first_row, count):
+    """The provenance header columns as pyarrow arrays, made natively: no Python
+    object per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    columns = {name: pa.repeat(pa.scalar(value, pa.binary()), count)
+               for name, value in task_headers}
+    # first_row, first_row + 1, ...: a running sum of ones (pyarrow.arange is newer
+    # than the pyarrow this package accepts), as ASCII decimal.
+    ones = pa.repeat(pa.scalar(1, pa.int64()), count)
+    columns[ROW_HEADER] = pc.cumulative_sum(ones, start=first_row - 1).cast(pa.string())
+    return columns
 
 
 # ----------------------------------------------------------------------------------
@@ -516,10 +548,10 @@ def arrow_emitter(topic, config=None, *, key=None, value="value", headers=None,
         partition: None, or a column (or function) of ints.
         timestamp: None (now), or a column (or function) of epoch ms ints or of
             Arrow timestamps; null means now.
-        headers: None, a list of column names (binary or string), or a function of
-            the RecordBatch returning per row a list of (str, bytes) pairs.
-            Headers and provenance take a per-row way (the bulk path reads key and
-            value columns only).
+        headers: None, a list of column names (binary or string; read in place
+            like key and value, a null is a header with a null value), or a function
+            of the RecordBatch returning per row a list of (str, bytes) pairs (the
+            one way that makes Python objects per row: the function's).
         report: "batch" -- one row per input batch: rows, delivered, failed, the
             first error (null if none) and the producer (host:pid:client_id); or
             "row" -- per input row: partition, offset (-1 if failed, and always
@@ -640,23 +672,14 @@ class _FrameColumns:
         return column
 
     def send(self, producer, emission, task_headers, first_row):
-        pa = self.pyarrow
         values = self.binary("value", emission.value)
         keys = self.binary("key", emission.key)
         partitions = self.partitions(emission.partition)
         timestamps = self.epoch_ms(emission.timestamp)
-        if not emission.has_headers:
-            return producer.send_batch(emission.topic, values, keys, None, partitions,
-                                       timestamps)
-        # Headers are per-row lists: the rows go as lists of bytes too.
         headers = self.headers(emission.headers)
         if task_headers is not None:
-            headers = _with_provenance(headers, task_headers, first_row, self.count)
-        values = values.cast(pa.large_binary()).to_pylist()
-        if keys is not None:
-            keys = keys.cast(pa.large_binary()).to_pylist()
-        if timestamps is not None:
-            timestamps = timestamps.tolist()
+            headers = _with_provenance(headers, task_headers, first_row, self.count,
+                                       _provenance_arrays)
         return producer.send_batch(emission.topic, values, keys, headers, partitions,
                                    timestamps)
 
@@ -696,10 +719,7 @@ class _FrameColumns:
                 raise ValueError(f"headers has {len(headers)} rows, the batch has "
                                  f"{self.count}")
             return list(headers)
-        names = list(spec)
-        columns = [self.binary(f"header {name!r}", name).cast(self.pyarrow.large_binary())
-                   .to_pylist() for name in names]
-        return [list(zip(names, row_values)) for row_values in zip(*columns)]
+        return {name: self.binary(f"header {name!r}", name) for name in spec}
 
 
 def _row_report(pa, result, count):
