@@ -10,21 +10,33 @@ from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
 
-def test_queued_batch_fails_at_delivery_timeout_while_the_leader_is_frozen(kafka_broker,
-                                                                           topic_name):
+def frozen_leader_stack(kafka_broker, topic_name, warm_count=2, **options):
+    """The set-up of the tests that freeze the leader (SIGSTOP) with batches in flight
+    and queued: (its nodes, a buffer pool, an io_stack with one request in flight at a
+    time, the warm batch that was sent on it so that the connection is up first)."""
     nodes = getattr(kafka_broker, "nodes", None)
     if not nodes:
         pytest.skip("needs a broker this session started (SIGSTOP)")
     create_topic(kafka_broker.bootstrap, topic_name)
     buffers = new_buffer_pool()
     stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=1,
-                     request_timeout_ms=30000,
-                     sender_options={"delivery_timeout_ms": 1000})
-    warm, first, second = (make_batch(buffers, tag, count=4)
-                           for tag in ("warm", "first", "second"))
+                     **options)
+    warm = make_batch(buffers, "warm", count=warm_count)
     try:
-        # The leader's connection is up before the broker freezes.
-        stack.sender.send(topic_name, 0, warm.view, 4).result(30)
+        stack.sender.send(topic_name, 0, warm.view, warm_count).result(30)
+    except BaseException:
+        stack.close()
+        raise
+    return nodes, buffers, stack, warm
+
+
+def test_queued_batch_fails_at_delivery_timeout_while_the_leader_is_frozen(kafka_broker,
+                                                                           topic_name):
+    nodes, buffers, stack, warm = frozen_leader_stack(
+        kafka_broker, topic_name, warm_count=4, request_timeout_ms=30000,
+        sender_options={"delivery_timeout_ms": 1000})
+    first, second = (make_batch(buffers, tag, count=4) for tag in ("first", "second"))
+    try:
         nodes[0].pause()
         try:
             in_flight = stack.sender.send(topic_name, 0, first.view, 4)
@@ -49,16 +61,9 @@ def test_queued_batch_fails_at_delivery_timeout_while_the_leader_is_frozen(kafka
 
 
 def test_close_fails_what_is_left_and_refuses_new_batches(kafka_broker, topic_name):
-    nodes = getattr(kafka_broker, "nodes", None)
-    if not nodes:
-        pytest.skip("needs a broker this session started (SIGSTOP)")
-    create_topic(kafka_broker.bootstrap, topic_name)
-    buffers = new_buffer_pool()
-    stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=1)
-    warm = make_batch(buffers, "warm", count=2)
+    nodes, buffers, stack, warm = frozen_leader_stack(kafka_broker, topic_name)
     batches = [make_batch(buffers, f"close-{i}", count=2) for i in range(3)]
     try:
-        stack.sender.send(topic_name, 0, warm.view, 2).result(30)  # the connection is up
         nodes[0].pause()
         try:
             futures = [stack.sender.send(topic_name, 0, b.view, 2) for b in batches]
@@ -83,16 +88,9 @@ def test_batches_queued_behind_their_partition_go_out_without_a_wake_up_each(
         kafka_broker, topic_name):
     """A batch queued behind another of its partition asks for no wake-up: the pump
     that takes the one ahead finds it.  None is left behind for want of one."""
-    nodes = getattr(kafka_broker, "nodes", None)
-    if not nodes:
-        pytest.skip("needs a broker this session started (SIGSTOP)")
-    create_topic(kafka_broker.bootstrap, topic_name)
-    buffers = new_buffer_pool()
-    stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=1)
-    warm = make_batch(buffers, "warm", count=2)
+    nodes, buffers, stack, warm = frozen_leader_stack(kafka_broker, topic_name)
     batches = [make_batch(buffers, f"behind-{i}", count=3) for i in range(8)]
     try:
-        stack.sender.send(topic_name, 0, warm.view, 2).result(30)  # the connection is up
         (conn,) = [c for c in stack.pool.connections() if c.node_id >= 0]
         wakeups = []
         conn.wakeup = lambda: (wakeups.append(1), type(conn).wakeup(conn))
