@@ -120,7 +120,7 @@ def keyed_partitions(keys, Py_ssize_t num_partitions, explicit=None):
     """
     cdef uint32_t count
     cdef BinarySource source = None
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t i, n = 0  # always set below; 0 only quiets gcc's may-be-uninitialized
     cdef const unsigned char *data
     cdef Py_ssize_t length
     cdef Py_buffer view
