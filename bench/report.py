@@ -268,7 +268,8 @@ def draw_throughput(rows, path):
     # A bar per client, mode and batching: rows batched differently are not one series.
     series = sorted({_series(r) for r in rows})
     batchings = {(batch, linger) for _, _, batch, linger in series}
-    colors = plt.get_cmap("tab10")
+    # tab20 pairs a dark and a light shade: 20 series before two share a colour.
+    colors = plt.get_cmap("tab20")
     figure, axes = plt.subplots(len(sizes), 1, figsize=(12, 3.4 * len(sizes)), squeeze=False)
     width = 0.8 / len(series)
     for axis, size in zip(axes[:, 0], sizes):
@@ -280,7 +281,7 @@ def draw_throughput(rows, path):
             positions = [k + (index - (len(series) - 1) / 2) * width for k in range(len(keys))]
             label = f"{client} {mode}" + (f" ({batch:,} / {linger} ms)" if len(batchings) > 1
                                           else "")
-            axis.bar(positions, heights, width, label=label, color=colors(index % 10))
+            axis.bar(positions, heights, width, label=label, color=colors(index % 20))
         axis.set_xticks(range(len(keys)), [f"acks={acks}, {compression}"
                                            for _, acks, compression in keys])
         axis.set_title(f"{_size(size)} records")
