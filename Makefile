@@ -57,7 +57,7 @@ spark-kafka: $(VENV_STAMP)
 # e.g. make demo DEMO_ARGS="--records 100000 --compression zstd"
 DEMO_ARGS ?=
 demo: build kafka
-	$(PY) -m netkafka.demo $(DEMO_ARGS)
+	$(PY) -m netkafka.tools.demo $(DEMO_ARGS)
 
 test: build kafka
 	$(PY) -m pytest tests
@@ -79,4 +79,4 @@ report: $(VENV_STAMP)
 	$(PY) bench/report.py $(BENCH_JSON) --out docs --readme README.md
 
 clean:
-	rm -rf build netkafka/*.so netkafka/*.c netkafka/*.html
+	find netkafka \( -name "*.so" -o -name "*.c" -o -name "*.html" \) -delete; rm -rf build

@@ -1,6 +1,7 @@
 """Build of netkafka's native modules: every build switch lives here.
 
-Each ``netkafka/*.pyx`` becomes an extension module linked with the C kernels
+Each ``.pyx`` under ``netkafka/`` becomes an extension module (named by its path,
+e.g. ``netkafka/record/_crc.pyx`` is ``netkafka.record._crc``) linked with the C kernels
 in ``csrc/``.  Switches are environment variables, read once:
 
     NETKAFKA_DEBUG=1        -O0 -g, invariant checks (NETKAFKA_DEBUG macro),
@@ -55,9 +56,13 @@ def module_name(pyx):
     return os.path.splitext(os.path.basename(pyx))[0]
 
 
+def qualified_name(pyx):
+    return os.path.splitext(pyx)[0].replace(os.sep, ".")
+
+
 def extension(pyx):
     return Extension(
-        "netkafka." + module_name(pyx),
+        qualified_name(pyx),
         sources=[pyx] + CSRC,
         include_dirs=["csrc"],
         define_macros=macros,
@@ -70,7 +75,7 @@ setup(
     ext_modules=cythonize(
         [
             extension(pyx)
-            for pyx in sorted(glob.glob("netkafka/*.pyx"))
+            for pyx in sorted(glob.glob("netkafka/**/*.pyx", recursive=True))
             if not ONLY or module_name(pyx) in ONLY
         ],
         compiler_directives=directives,

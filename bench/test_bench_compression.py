@@ -18,7 +18,7 @@ import pytest
 import snappy
 import zstandard
 
-from netkafka._compression import Compressor
+from netkafka.record._compression import Compressor
 
 RECORDS_SECTION_BYTES = 1 << 20
 WORDS = ("click view purchase login logout search add_to_cart checkout signup share "

@@ -15,7 +15,7 @@ import zlib
 import crc32c as crc32c_package
 import pytest
 
-from netkafka import _crc
+from netkafka.record import _crc
 
 SIZES_BYTES = {"1MiB": 1 << 20, "16KiB": 16 << 10}
 BUFFERS = {name: os.urandom(size) for name, size in SIZES_BYTES.items()}

@@ -18,9 +18,9 @@ from aiokafka.record._crecords.legacy_records import (
 )
 from kafka.record.legacy_records import LegacyRecordBatchBuilder as KafkaPythonBuilder
 
-from netkafka._compression import Compressor
-from netkafka._legacy import LegacyMessageSetBuilder
-from netkafka._records import BufferPool
+from netkafka.record._compression import Compressor
+from netkafka.record._legacy import LegacyMessageSetBuilder
+from netkafka.record._records import BufferPool
 
 RECORD_COUNT = 100_000
 BATCH_SIZE_BYTES = 1 << 20

@@ -3,14 +3,14 @@ from netkafka._native import load_native_modules
 
 _NATIVE = load_native_modules()
 
-from netkafka.accumulator import (ProducerClosedError,  # noqa: E402 -- after the native check
+from netkafka.producer.accumulator import (ProducerClosedError,  # noqa: E402 -- after the native check
                                   UndeliveredRecordsError)
-from netkafka.batch_send import BatchSendResult  # noqa: E402
+from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
 from netkafka.errors import (BackpressureTimeoutError, KafkaConnectionError,  # noqa: E402
                              KafkaError, KafkaTimeoutError, RecordDroppedError)
-from netkafka._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
-from netkafka._records import BinaryColumn  # noqa: E402
-from netkafka.producer import (KafkaProducer, Producer, SentBeforeForkError,  # noqa: E402
+from netkafka.producer._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
+from netkafka.record._records import BinaryColumn  # noqa: E402
+from netkafka.producer.producer import (KafkaProducer, Producer, SentBeforeForkError,  # noqa: E402
                                SerializationError)
 
 __all__ = [

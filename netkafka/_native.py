@@ -5,17 +5,17 @@ error, reported at import time rather than discovered as a slow path later.
 """
 import importlib
 
-# Every compiled module the package needs; each is built from netkafka/<name>.pyx.
+# Every compiled module the package needs; each is built from the .pyx of its dotted path.
 NATIVE_MODULES = (
-    "_accumulator",
-    "_compression",
-    "_crc",
-    "_futures",
-    "_legacy",
-    "_mutex",
-    "_partitioner",
-    "_protocol",
-    "_records",
+    "netkafka.producer._accumulator",
+    "netkafka.producer._futures",
+    "netkafka.producer._mutex",
+    "netkafka.producer._partitioner",
+    "netkafka.protocol._produce",
+    "netkafka.record._compression",
+    "netkafka.record._crc",
+    "netkafka.record._legacy",
+    "netkafka.record._records",
 )
 
 BUILD_HINT = (
@@ -26,18 +26,17 @@ BUILD_HINT = (
 
 
 def load_native_modules():
-    """Import every native module and return them by short name.
+    """Import every native module and return them by dotted name.
 
     Raises:
         ImportError: naming the first module that cannot be loaded and how to build it.
     """
     modules = {}
     for name in NATIVE_MODULES:
-        qualified = "netkafka." + name
         try:
-            modules[name] = importlib.import_module(qualified)
+            modules[name] = importlib.import_module(name)
         except ImportError as exc:
             raise ImportError(
-                f"native module {qualified} is not available ({exc}); {BUILD_HINT}"
+                f"native module {name} is not available ({exc}); {BUILD_HINT}"
             ) from exc
     return modules

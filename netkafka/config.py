@@ -14,8 +14,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from netkafka._compression import codec_id
-from netkafka.connection import ConnectionConfig
+from netkafka.record._compression import codec_id
+from netkafka.client.connection import ConnectionConfig
 
 _MiB = 1024 * 1024
 _INT32_MAX = 2**31 - 1

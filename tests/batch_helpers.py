@@ -1,18 +1,18 @@
 """Sealed record batches and I/O-layer plumbing shared by the connection, I/O pool,
 metadata and backpressure tests.
 
-Batches come from netkafka's own encoder (netkafka._records); what reaches the broker is
+Batches come from netkafka's own encoder (netkafka.record._records); what reaches the broker is
 checked by the independent reader (confluent-kafka), never by our decoder.
 """
 import os
 import time
 from typing import NamedTuple
 
-from netkafka import _records
-from netkafka.connection import ConnectionConfig
-from netkafka.io_pool import IOPool
-from netkafka.metadata import Metadata
-from netkafka.sender import Sender
+from netkafka.record import _records
+from netkafka.client.connection import ConnectionConfig
+from netkafka.client.io_pool import IOPool
+from netkafka.client.metadata import Metadata
+from netkafka.producer.sender import Sender
 
 BATCH_SIZE_BYTES = 64 * 1024
 MAX_REQUEST_SIZE_BYTES = 1024 * 1024

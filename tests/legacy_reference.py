@@ -1,5 +1,5 @@
 """Pure-Python encoder of legacy message sets (v0/v1): the byte-exact oracle for
-netkafka._legacy in tests. Deliberately naive (struct and zlib.crc32) and never
+netkafka.record._legacy in tests. Deliberately naive (struct and zlib.crc32) and never
 imported by the package.
 """
 import struct

@@ -8,7 +8,7 @@ import pytest
 
 from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
                            rss_bytes)
-from netkafka.backoff import BackoffStrategy, Block, Drop, Park, backoff_strategy
+from netkafka.producer.backoff import BackoffStrategy, Block, Drop, Park, backoff_strategy
 from netkafka.errors import BackpressureTimeoutError, RecordDroppedError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic

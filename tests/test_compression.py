@@ -17,8 +17,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netkafka import _compression
-from netkafka._compression import Compressor, codec_id
+from netkafka.record import _compression
+from netkafka.record._compression import Compressor, codec_id
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 

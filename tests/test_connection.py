@@ -10,10 +10,10 @@ import pytest
 
 from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
 from netkafka import errors, protocol
-from netkafka.connection import DISCONNECTED, READY, ConnectionConfig
+from netkafka.client.connection import DISCONNECTED, READY, ConnectionConfig
 from netkafka.errors import KafkaConnectionError, RequestTimeoutError
-from netkafka.io_pool import IOPool
-from netkafka.metadata import parse_bootstrap_servers, request_metadata
+from netkafka.client.io_pool import IOPool
+from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 

@@ -1,4 +1,4 @@
-"""CRC32C and CRC32 (netkafka._crc over csrc/crc32c.c, csrc/crc32.c).
+"""CRC32C and CRC32 (netkafka.record._crc over csrc/crc32c.c, csrc/crc32.c).
 
 Oracles are independent of our code: the `crc32c` package, zlib, and published
 check values. Each kernel (the dispatching one, portable, hardware) is compared on
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netkafka import _crc
+from netkafka.record import _crc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from netkafka import _crc
+from netkafka.record import _crc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRC_DRIVER = os.path.join(REPO, "tests", "csrc", "crc_driver.c")

@@ -15,9 +15,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
 from netkafka import KafkaTimeoutError, Producer
-from netkafka._records import BufferPool, RecordBatchBuilder
+from netkafka.record._records import BufferPool, RecordBatchBuilder
 from netkafka.errors import MessageTooLargeError
-from netkafka.idempotence import APPENDED, RESTART, WAIT, ProducerIdManager
+from netkafka.producer.idempotence import APPENDED, RESTART, WAIT, ProducerIdManager
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from test_delivery import session_node

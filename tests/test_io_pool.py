@@ -6,10 +6,10 @@ import time
 import pytest
 
 from batch_helpers import io_threads_alive
-from netkafka.connection import READY, ConnectionConfig
+from netkafka.client.connection import READY, ConnectionConfig
 from netkafka.errors import KafkaConnectionError
-from netkafka.io_pool import IOPool
-from netkafka.metadata import parse_bootstrap_servers, request_metadata
+from netkafka.client.io_pool import IOPool
+from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
 
 
 def address(kafka_broker):

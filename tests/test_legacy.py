@@ -1,4 +1,4 @@
-"""Legacy message sets (v0/v1) from netkafka._legacy, checked by independent readers.
+"""Legacy message sets (v0/v1) from netkafka.record._legacy, checked by independent readers.
 
 Kafka 4.x brokers no longer accept produce requests carrying message format v0/v1,
 so no real broker can judge these bytes. The proof is decoding by independent
@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from legacy_reference import encode_entry, encode_set, encode_wrapper
-from netkafka._compression import Compressor
-from netkafka._legacy import LegacyMessageSetBuilder
-from netkafka._records import BatchStateError, BufferPool, BufferPoolExhausted
+from netkafka.record._compression import Compressor
+from netkafka.record._legacy import LegacyMessageSetBuilder
+from netkafka.record._records import BatchStateError, BufferPool, BufferPoolExhausted
 
 # Codec ids as Kafka's message attributes carry them (bits 0-2).
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4

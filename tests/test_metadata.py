@@ -7,10 +7,10 @@ from confluent_kafka import ElectionType, TopicPartition
 
 from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
 from netkafka import errors
-from netkafka.connection import ConnectionConfig
+from netkafka.client.connection import ConnectionConfig
 from netkafka.errors import KafkaTimeoutError
-from netkafka.io_pool import IOPool
-from netkafka.metadata import Metadata, parse_bootstrap_servers
+from netkafka.client.io_pool import IOPool
+from netkafka.client.metadata import Metadata, parse_bootstrap_servers
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
 

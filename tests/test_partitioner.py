@@ -16,8 +16,8 @@ from kafka.partitioner.default import DefaultPartitioner as KafkaPythonDefaultPa
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from kafka.protocol.metadata.metadata import MetadataResponse
 
-from netkafka import _partitioner
-from netkafka.partitioner import (
+from netkafka.producer import _partitioner
+from netkafka.producer.partitioner import (
     BrokerAwarePartitioner,
     CallablePartitioner,
     DefaultPartitioner,

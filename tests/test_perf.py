@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import netkafka
-from netkafka import perf
+from netkafka.tools import perf
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -29,7 +29,7 @@ SUMMARY = re.compile(
 
 
 def run_perf(*args, timeout=RUN_TIMEOUT_S):
-    return subprocess.run([sys.executable, "-m", "netkafka.perf", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "netkafka.tools.perf", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
 
@@ -111,7 +111,7 @@ def test_progress_bar_on_a_terminal(kafka_broker, topic):
     controller, terminal = pty.openpty()
     with open(terminal, "wb") as stderr:
         done = subprocess.run(
-            [sys.executable, "-m", "netkafka.perf", "--topic", topic, "--num-records", "3000",
+            [sys.executable, "-m", "netkafka.tools.perf", "--topic", topic, "--num-records", "3000",
              "--record-size", "20", "--throughput", "3000", "--bootstrap-servers",
              kafka_broker.bootstrap], stdout=subprocess.PIPE, stderr=stderr, text=True,
             timeout=RUN_TIMEOUT_S, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})

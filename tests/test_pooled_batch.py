@@ -7,9 +7,9 @@ The bytes are read back by kafka-python's MemoryRecords, which takes all three f
 import kafka.record.memory_records as kafka_python_records
 import pytest
 
-from netkafka._compression import Compressor
-from netkafka._legacy import LegacyMessageSetBuilder
-from netkafka._records import (
+from netkafka.record._compression import Compressor
+from netkafka.record._legacy import LegacyMessageSetBuilder
+from netkafka.record._records import (
     BatchStateError,
     BufferPool,
     BufferPoolExhausted,

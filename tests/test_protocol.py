@@ -27,7 +27,7 @@ from kafka.protocol.producer import (
 
 from blocking_wire import BlockingWire
 from netkafka import errors, protocol
-from netkafka._protocol import Reader
+from netkafka.protocol._produce import Reader
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from protocol_samples import (

@@ -12,7 +12,7 @@ differential tests: the file's tests take 7 to 25 s on two shared cores,
 besides the broker's start; NETKAFKA_FUZZ_EXAMPLES=20000 for a long run).
 
 An out-of-bounds read inside a small Python buffer need not crash, so for a
-run that reports one, use a sanitizer build of netkafka._protocol
+run that reports one, use a sanitizer build of netkafka.protocol._produce
 (NETKAFKA_SANITIZE=address,undefined) with Python's own allocator off, so
 that AddressSanitizer sees every buffer's bounds:
 

@@ -1,4 +1,4 @@
-"""netkafka._records: RecordBatch v2 batches, checked by decoders that are not ours.
+"""netkafka.record._records: RecordBatch v2 batches, checked by decoders that are not ours.
 
 Every batch is read back by kafka-python's DefaultRecordBatch (pure Python) and
 aiokafka's Cython DefaultRecordBatch, CRC included, and compared byte for byte with
@@ -22,9 +22,9 @@ from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
 import raw_produce
 import reference_encoder as ref
-from netkafka import _records
-from netkafka._compression import Compressor
-from netkafka._records import (
+from netkafka.record import _records
+from netkafka.record._compression import Compressor
+from netkafka.record._records import (
     BatchStateError, BinaryColumn, BufferPool, BufferPoolExhausted, RecordBatchBuilder,
 )
 from netkafka.testing.admin import create_topic

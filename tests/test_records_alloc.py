@@ -11,7 +11,7 @@ import tracemalloc
 
 import pytest
 
-from netkafka._records import BufferPool, RecordBatchBuilder
+from netkafka.record._records import BufferPool, RecordBatchBuilder
 
 BATCH_SIZE_BYTES = 64 * 1024
 KEY = b"k" * 16

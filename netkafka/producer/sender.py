@@ -43,12 +43,12 @@ from concurrent.futures import Future
 from typing import NamedTuple
 
 from netkafka import errors, protocol
-from netkafka.backoff import backoff_strategy
-from netkafka.connection import Request
+from netkafka.producer.backoff import backoff_strategy
+from netkafka.client.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
-from netkafka.idempotence import APPENDED
+from netkafka.producer.idempotence import APPENDED
 
-_log = logging.getLogger("netkafka.sender")
+_log = logging.getLogger("netkafka.producer.sender")
 
 
 class ProduceResult(NamedTuple):

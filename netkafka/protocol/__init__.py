@@ -16,7 +16,7 @@ v1), except that ApiVersions responses always use header v0.
 
 Decoders take a response *after* its correlation id (the connection reads that
 to match the response with its request) and read through
-netkafka._protocol.Reader, which bounds-checks every length and count; the hot
+netkafka.protocol._produce.Reader, which bounds-checks every length and count; the hot
 one, Produce, is native.  Malformed input raises ProtocolError.
 
 Encoders return bytes, except encode_produce_request, which returns a list of
@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 
 import netkafka
-from netkafka._protocol import (
+from netkafka.protocol._produce import (
     PRODUCE_FLEXIBLE_VERSION, PRODUCE_TOPIC_ID_VERSION, PRODUCE_VERSIONS, Node, ProduceResponse,
     Reader, decode_produce_response,
 )

@@ -45,7 +45,7 @@ from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint32_t, uint64_
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from netkafka._compression cimport CODEC_NONE, Compressor
+from netkafka.record._compression cimport CODEC_NONE, Compressor
 from netkafka.csrc cimport (
     nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16,
     nk_store_be32, nk_store_be64, nk_uvarint64_size, nk_varlong_size, nk_write_uvarint64,
@@ -740,7 +740,7 @@ cdef class RecordBatchBuilder(PooledBatch):
             the batch past this size -- except the first record, always taken.
         max_request_size_bytes: hard cap on a batch holding a single record.
         compression: None, a codec ("none", "gzip", "snappy", "lz4", "zstd" or its
-            id) at its default level, or a netkafka._compression.Compressor --
+            id) at its default level, or a netkafka.record._compression.Compressor --
             better shared by all batches, as it keeps the codec's state.
         timestamp_type: TIMESTAMP_CREATE_TIME (default) or TIMESTAMP_LOG_APPEND_TIME.
         transactional: set the transactional attribute bit.

@@ -1,6 +1,6 @@
 """Partitioners by name: what the Producer's `partitioner=` option accepts.
 
-The partitioners themselves are native (netkafka._partitioner, whose docstring
+The partitioners themselves are native (netkafka.producer._partitioner, whose docstring
 describes the interface the accumulator calls); this module maps the option's
 values onto them:
 
@@ -17,7 +17,7 @@ values onto them:
     a callable              kafka-python's `(key_bytes, all_partitions,
                             available_partitions) -> partition`, result checked.
 """
-from netkafka._partitioner import (
+from netkafka.producer._partitioner import (
     BrokerAwarePartitioner,
     CallablePartitioner,
     DefaultPartitioner,

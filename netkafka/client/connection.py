@@ -36,7 +36,7 @@ from netkafka import errors, protocol
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 
 _MiB = 1024 * 1024
-_log = logging.getLogger("netkafka.connection")
+_log = logging.getLogger("netkafka.client.connection")
 
 # At most this many buffers per sendmsg() call (the kernel refuses more).
 try:

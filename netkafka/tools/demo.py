@@ -126,7 +126,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> bool:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m netkafka.demo",
+    parser = argparse.ArgumentParser(prog="python -m netkafka.tools.demo",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records to produce")
     parser.add_argument("--record-size", type=int, default=100,

@@ -38,10 +38,10 @@ from cpython.sequence cimport PySequence_Fast_GET_ITEM
 from cpython.tuple cimport PyTuple_CheckExact
 from libc.stdint cimport int64_t
 
-from netkafka._futures cimport BatchResult, new_record_future
-from netkafka._mutex cimport Mutex
-from netkafka._partitioner cimport Partitioner
-from netkafka._records cimport RecordBatchBuilder, checked_timestamp_ms
+from netkafka.producer._futures cimport BatchResult, new_record_future
+from netkafka.producer._mutex cimport Mutex
+from netkafka.producer._partitioner cimport Partitioner
+from netkafka.record._records cimport RecordBatchBuilder, checked_timestamp_ms
 from netkafka.csrc cimport (
     nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms,
 )
@@ -119,7 +119,7 @@ cdef class AccumulatorCore:
     """The state send() shares with the accumulator, and the per-record append.
 
     Args:
-        partitioner: a netkafka.partitioner.Partitioner.
+        partitioner: a netkafka.producer.partitioner.Partitioner.
     """
     cdef readonly Mutex lock                # guards everything below (see module docstring)
     cdef readonly Partitioner partitioner   # immutable; thread-safe

@@ -18,13 +18,13 @@ registering thread when the batch is done already.
 """
 cimport cython
 
-from netkafka._mutex cimport Mutex
+from netkafka.producer._mutex cimport Mutex
 
 import logging
 import threading
 from collections import namedtuple
 
-from netkafka.connection import KafkaTimeoutError
+from netkafka.client.connection import KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.futures")
 

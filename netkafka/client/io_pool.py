@@ -18,10 +18,10 @@ import socket
 import threading
 import time
 
-from netkafka.connection import BrokerConnection, ConnectionConfig
+from netkafka.client.connection import BrokerConnection, ConnectionConfig
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 
-_log = logging.getLogger("netkafka.io_pool")
+_log = logging.getLogger("netkafka.client.io_pool")
 
 
 class IOThread:

@@ -49,15 +49,15 @@ import time
 import traceback
 
 from netkafka import errors
-from netkafka._accumulator import AccumulatorCore, Batch
-from netkafka._compression import Compressor
-from netkafka._futures import BatchResult
-from netkafka._records import (BufferPool, BufferPoolExhausted, RecordBatchBuilder,
+from netkafka.producer._accumulator import AccumulatorCore, Batch
+from netkafka.record._compression import Compressor
+from netkafka.producer._futures import BatchResult
+from netkafka.record._records import (BufferPool, BufferPoolExhausted, RecordBatchBuilder,
                                pool_buffer_size_bytes)
-from netkafka.backoff import BackpressureTimeoutError, RecordDroppedError
-from netkafka.connection import KafkaTimeoutError
+from netkafka.producer.backoff import BackpressureTimeoutError, RecordDroppedError
+from netkafka.client.connection import KafkaTimeoutError
 
-_log = logging.getLogger("netkafka.accumulator")
+_log = logging.getLogger("netkafka.producer.accumulator")
 
 
 class ProducerClosedError(errors.KafkaError):

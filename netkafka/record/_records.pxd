@@ -5,7 +5,7 @@ cimport cython
 from cpython.pythread cimport PyThread_type_lock
 from libc.stdint cimport int16_t, int32_t, int64_t
 
-from netkafka._compression cimport Compressor
+from netkafka.record._compression cimport Compressor
 from netkafka.csrc cimport nk_clock_cache
 
 

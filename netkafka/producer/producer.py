@@ -34,20 +34,20 @@ import time
 import weakref
 
 from netkafka import errors
-from netkafka._accumulator import ProducerCore
-from netkafka.accumulator import ProducerClosedError, RecordAccumulator
-from netkafka.backoff import backoff_strategy
-from netkafka.batch_send import send_batch
+from netkafka.producer._accumulator import ProducerCore
+from netkafka.producer.accumulator import ProducerClosedError, RecordAccumulator
+from netkafka.producer.backoff import backoff_strategy
+from netkafka.producer.batch_send import send_batch
 from netkafka.config import ProducerConfig
-from netkafka.idempotence import ProducerIdManager
-from netkafka.connection import KafkaTimeoutError
-from netkafka.io_pool import IOPool
-from netkafka.metadata import Metadata
-from netkafka.metrics import ProducerMetrics
-from netkafka.partitioner import make_partitioner
-from netkafka.sender import Sender
+from netkafka.producer.idempotence import ProducerIdManager
+from netkafka.client.connection import KafkaTimeoutError
+from netkafka.client.io_pool import IOPool
+from netkafka.client.metadata import Metadata
+from netkafka.producer.metrics import ProducerMetrics
+from netkafka.producer.partitioner import make_partitioner
+from netkafka.producer.sender import Sender
 
-_log = logging.getLogger("netkafka.producer")
+_log = logging.getLogger("netkafka.producer.producer")
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 # close() at interpreter exit waits this long for records still on their way
 # (kafka-python's choice); what is left then fails, and is logged.
@@ -344,7 +344,7 @@ class Producer(ProducerCore):
         compression-rate-avg, record-queue-time-avg / -max, records-per-request-avg,
         request-rate, request-latency-avg / -max, throttle-time-avg / -max,
         buffer-total-bytes, buffer-available-bytes), "producer-topic-metrics.<topic>"
-        and "producer-node-metrics.node-<id>" (see netkafka/metrics.py for each
+        and "producer-node-metrics.node-<id>" (see netkafka/producer/metrics.py for each
         name's window and what it counts), and "netkafka": netkafka's own counters
         -- the accumulator's (batches_created, records_sent, records_acknowledged,
         records_failed, records_dropped, records_untracked_failed -- those of

@@ -52,7 +52,7 @@ import time
 from netkafka import errors, protocol
 from netkafka.errors import KafkaTimeoutError
 
-_log = logging.getLogger("netkafka.idempotence")
+_log = logging.getLogger("netkafka.producer.idempotence")
 
 _SEQUENCE_LIMIT = 2**31  # sequences wrap to 0 after Int.MAX_VALUE, as in the Java client
 _EPOCH_MAX = 2**15 - 1  # Short.MAX_VALUE: past it, a new producer id

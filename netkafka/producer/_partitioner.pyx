@@ -41,8 +41,8 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 cimport cython
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
 
-from netkafka._mutex cimport Mutex
-from netkafka._records cimport HEADER_SIZE_BYTES, BinarySource, Rows, _binary_source
+from netkafka.producer._mutex cimport Mutex
+from netkafka.record._records cimport HEADER_SIZE_BYTES, BinarySource, Rows, _binary_source
 from netkafka.csrc cimport nk_murmur2, nk_murmur2_partition
 
 import array

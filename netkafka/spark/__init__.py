@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover -- depends on the environment
 
 from netkafka import errors
 from netkafka.config import SECURITY_OPTIONS, TRANSACTION_OPTIONS, ProducerConfig
-from netkafka.producer import Producer
+from netkafka.producer.producer import Producer
 
 CONF_PREFIX = "spark.netkafka.producer."
 STAGE_HEADER = "netkafka.spark.stage"

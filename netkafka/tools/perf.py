@@ -35,7 +35,7 @@ from array import array
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
 from netkafka.config import ProducerConfig
-from netkafka.metadata import parse_bootstrap_servers
+from netkafka.client.metadata import parse_bootstrap_servers
 
 # At most about this many records per run carry a latency probe.
 LATENCY_SAMPLES = 10_000

@@ -47,8 +47,8 @@ from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from netkafka._compression cimport CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, Compressor
-from netkafka._records cimport BATCH_OPEN, PooledBatch, PooledBuffer
+from netkafka.record._compression cimport CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, Compressor
+from netkafka.record._records cimport BATCH_OPEN, PooledBatch, PooledBuffer
 from netkafka.csrc cimport nk_crc32, nk_store_be32, nk_store_be64
 
 
@@ -215,7 +215,7 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
             the set past this size (uncompressed, with the wrapper's own bytes when
             a codec is set) -- except the first record, always taken.
         max_request_size_bytes: hard cap on a set holding a single record.
-        compressor: a netkafka._compression.Compressor (gzip, snappy or lz4), or None.
+        compressor: a netkafka.record._compression.Compressor (gzip, snappy or lz4), or None.
     """
 
     def __cinit__(self, int magic, PooledBuffer buffer not None, Py_ssize_t batch_size_bytes,

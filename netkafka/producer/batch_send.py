@@ -31,10 +31,10 @@ import time
 from array import array
 
 from netkafka import errors
-from netkafka._accumulator import fill_rows, group_rows, partitions_array
-from netkafka._partitioner import (BrokerAwarePartitioner, DefaultPartitioner,
+from netkafka.producer._accumulator import fill_rows, group_rows, partitions_array
+from netkafka.producer._partitioner import (BrokerAwarePartitioner, DefaultPartitioner,
                                    keyed_partitions, place_unkeyed_rows)
-from netkafka._records import Rows
+from netkafka.record._records import Rows
 from netkafka.errors import KafkaTimeoutError
 
 

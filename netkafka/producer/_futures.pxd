@@ -3,7 +3,7 @@
 
 from libc.stdint cimport int64_t
 
-from netkafka._mutex cimport Mutex
+from netkafka.producer._mutex cimport Mutex
 
 
 cdef class BatchResult:

@@ -1,0 +1,1 @@
+"""Command-line tools: netkafka-perf (perf) and the demo (demo)."""
