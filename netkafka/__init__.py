@@ -1,5 +1,6 @@
 """netkafka: a Kafka producer for Python whose hot paths are native."""
 from netkafka._native import load_native_modules
+from netkafka._version import __version__
 
 _NATIVE = load_native_modules()
 
@@ -30,5 +31,3 @@ __all__ = [
     "SerializationError",
     "UndeliveredRecordsError",
 ]
-
-__version__ = "0.1.0"
