@@ -9,6 +9,11 @@
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
     +-- RecordDroppedError      the drop strategy refused a record
+    +-- ProducerClosedError     send() after close()
+    +-- UndeliveredRecordsError flush(): records sent with produce() failed
+    +-- SentBeforeForkError     a forked child's copy of a record its parent sent
+    +-- SerializationError      a serializer failed (also a ValueError)
+    +-- DeliveryFailedError     records of a Spark task failed
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -68,6 +73,54 @@ class BackpressureTimeoutError(KafkaError, TimeoutError):
 
 class RecordDroppedError(KafkaError):
     """The drop strategy refused a record because its target was full."""
+
+
+class ProducerClosedError(KafkaError):
+    """send() after close(): the record was not taken."""
+
+
+class UndeliveredRecordsError(KafkaError):
+    """Raised by flush(): records sent with produce() (no future) failed since the
+    previous flush().
+
+    Attributes:
+        failed_count: how many records failed.
+        first_errors: the first few of their errors (at most FIRST_ERRORS_KEPT of
+            producer/accumulator.py), in the order they were met.
+    """
+
+    def __init__(self, failed_count, first_errors):
+        shown = "; ".join(repr(error) for error in first_errors)
+        super().__init__(f"{failed_count} records sent with produce() failed; first "
+                         f"errors: {shown}")
+        self.failed_count = failed_count
+        self.first_errors = list(first_errors)
+
+
+class SentBeforeForkError(KafkaError):
+    """In a forked child: the record was sent by the parent before os.fork().  The
+    parent delivers it; the child's copy of its future can only fail with this."""
+
+
+class SerializationError(KafkaError, ValueError):
+    """A key_serializer or value_serializer raised, or returned something other
+    than bytes, bytearray, memoryview or None."""
+
+
+class DeliveryFailedError(KafkaError):
+    """Records of a Spark task failed: raised so that Spark retries the task.
+
+    Attributes:
+        failed_count: how many of the task's records failed.
+        first_errors: the first few of their errors.
+    """
+
+    def __init__(self, topic, failed_count, first_errors):
+        shown = "; ".join(repr(error) for error in first_errors)
+        super().__init__(f"{failed_count} records to {topic!r} failed in this task; first "
+                         f"errors: {shown}")
+        self.failed_count = failed_count
+        self.first_errors = list(first_errors)
 
 
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).
