@@ -14,6 +14,8 @@
     +-- SentBeforeForkError     a forked child's copy of a record its parent sent
     +-- SerializationError      a serializer failed (also a ValueError)
     +-- DeliveryFailedError     records of a Spark task failed
+    +-- BrokerHarnessError      the test harness could not run a broker (also a
+    |                           RuntimeError)
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -121,6 +123,11 @@ class DeliveryFailedError(KafkaError):
                          f"errors: {shown}")
         self.failed_count = failed_count
         self.first_errors = list(first_errors)
+
+
+class BrokerHarnessError(KafkaError, RuntimeError):
+    """The test harness (netkafka.testing) could not fetch, start, reach or stop a
+    broker; the message says why.  Not a broker's error code: that is BrokerError."""
 
 
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).
