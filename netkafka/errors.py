@@ -130,6 +130,9 @@ class BrokerHarnessError(KafkaError, RuntimeError):
     broker; the message says why.  Not a broker's error code: that is BrokerError."""
 
 
+# The error code of success (Kafka's NONE): an answer's error_code is compared with it.
+NO_ERROR = 0
+
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).
 # Names are Kafka's; the two flags are the Java client's (RetriableException,
 # InvalidMetadataException) for the exception class of that code.
@@ -322,7 +325,7 @@ def error_for_code(code, message=None):
         An instance of the code's BrokerError subclass, or of BrokerError itself
         for a code without one (codes unknown to this table included).
     """
-    if code == 0:
+    if code == NO_ERROR:
         raise ValueError("error code 0 means success, not an error")
     cls = _CLASS_FOR_CODE.get(code)
     if cls is not None:

@@ -395,7 +395,7 @@ class Producer(ProducerCore):
         """Gives the accumulator fresh partitions of every topic send() has met."""
         for topic in self._accumulator.known_topics():
             info = snapshot.topics.get(topic)
-            if info is not None and info.error_code == 0 and info.partitions:
+            if info is not None and info.error_code == errors.NO_ERROR and info.partitions:
                 self._give_partitions(topic, info)
 
     def _leaders_for(self, topic):

@@ -415,15 +415,15 @@ class Sender:
             if item.sequenced is not None:
                 # A duplicate: appended by an earlier attempt whose answer was lost,
                 # and too long ago for the broker to have kept its offset.
-                if code == _DUPLICATE_SEQUENCE_NUMBER:
-                    code = 0
+                if code == errors.DuplicateSequenceNumberError.code:
+                    code = errors.NO_ERROR
                 verdict = self._idempotence.answered(item.sequenced, code)
             if part is None:
                 self._complete(item, error=errors.ProtocolError(
                     f"{conn.describe()} answered Produce without "
                     f"{item.topic}-{item.partition}"))
-            elif code == 0 or verdict == APPENDED:
-                appended = part.error_code == 0
+            elif code == errors.NO_ERROR or verdict == APPENDED:
+                appended = part.error_code == errors.NO_ERROR
                 acknowledged.append((item, ProduceResult(
                     item.topic, item.partition, part.base_offset if appended else -1,
                     part.log_append_time_ms if appended else -1, item.record_count), None))
@@ -633,9 +633,6 @@ def _resolve(future, result, error):
         future.set_result(result)
     else:
         future.set_exception(error)
-
-
-_DUPLICATE_SEQUENCE_NUMBER = 46
 
 
 def _delivery_timeout(sender, item):
