@@ -81,22 +81,29 @@ class ProducerClosedError(KafkaError):
     """send() after close(): the record was not taken."""
 
 
-class UndeliveredRecordsError(KafkaError):
-    """Raised by flush(): records sent with produce() (no future) failed since the
-    previous flush().
+class _RecordsFailedError(KafkaError):
+    """Records failed: how many, and the first few errors, named in the message.
 
     Attributes:
         failed_count: how many records failed.
-        first_errors: the first few of their errors (at most FIRST_ERRORS_KEPT of
-            producer/accumulator.py), in the order they were met.
+        first_errors: the first few of their errors, in the order they were met.
     """
 
-    def __init__(self, failed_count, first_errors):
+    def __init__(self, what_failed, failed_count, first_errors):
         shown = "; ".join(repr(error) for error in first_errors)
-        super().__init__(f"{failed_count} records sent with produce() failed; first "
-                         f"errors: {shown}")
+        super().__init__(f"{what_failed}; first errors: {shown}")
         self.failed_count = failed_count
         self.first_errors = list(first_errors)
+
+
+class UndeliveredRecordsError(_RecordsFailedError):
+    """Raised by flush(): records sent with produce() (no future) failed since the
+    previous flush(); first_errors holds at most FIRST_ERRORS_KEPT of
+    producer/accumulator.py."""
+
+    def __init__(self, failed_count, first_errors):
+        super().__init__(f"{failed_count} records sent with produce() failed",
+                         failed_count, first_errors)
 
 
 class SentBeforeForkError(KafkaError):
@@ -109,20 +116,12 @@ class SerializationError(KafkaError, ValueError):
     than bytes, bytearray, memoryview or None."""
 
 
-class DeliveryFailedError(KafkaError):
-    """Records of a Spark task failed: raised so that Spark retries the task.
-
-    Attributes:
-        failed_count: how many of the task's records failed.
-        first_errors: the first few of their errors.
-    """
+class DeliveryFailedError(_RecordsFailedError):
+    """Records of a Spark task failed: raised so that Spark retries the task."""
 
     def __init__(self, topic, failed_count, first_errors):
-        shown = "; ".join(repr(error) for error in first_errors)
-        super().__init__(f"{failed_count} records to {topic!r} failed in this task; first "
-                         f"errors: {shown}")
-        self.failed_count = failed_count
-        self.first_errors = list(first_errors)
+        super().__init__(f"{failed_count} records to {topic!r} failed in this task",
+                         failed_count, first_errors)
 
 
 class BrokerHarnessError(KafkaError, RuntimeError):
