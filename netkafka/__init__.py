@@ -4,15 +4,14 @@ from netkafka._version import __version__
 
 _NATIVE = load_native_modules()
 
-from netkafka.producer.accumulator import (ProducerClosedError,  # noqa: E402 -- after the native check
-                                  UndeliveredRecordsError)
+from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after the native check
+                             KafkaConnectionError, KafkaError, KafkaTimeoutError,
+                             ProducerClosedError, RecordDroppedError, SentBeforeForkError,
+                             SerializationError, UndeliveredRecordsError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
-from netkafka.errors import (BackpressureTimeoutError, KafkaConnectionError,  # noqa: E402
-                             KafkaError, KafkaTimeoutError, RecordDroppedError)
 from netkafka.producer._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
 from netkafka.record._records import BinaryColumn  # noqa: E402
-from netkafka.producer.producer import (KafkaProducer, Producer, SentBeforeForkError,  # noqa: E402
-                               SerializationError)
+from netkafka.producer.producer import KafkaProducer, Producer  # noqa: E402
 
 __all__ = [
     "BackpressureTimeoutError",

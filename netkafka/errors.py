@@ -9,6 +9,13 @@
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
     +-- RecordDroppedError      the drop strategy refused a record
+    +-- ProducerClosedError     send() after close()
+    +-- UndeliveredRecordsError flush(): records sent with produce() failed
+    +-- SentBeforeForkError     a forked child's copy of a record its parent sent
+    +-- SerializationError      a serializer failed (also a ValueError)
+    +-- DeliveryFailedError     records of a Spark task failed
+    +-- BrokerHarnessError      the test harness could not run a broker (also a
+    |                           RuntimeError)
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -69,6 +76,61 @@ class BackpressureTimeoutError(KafkaError, TimeoutError):
 class RecordDroppedError(KafkaError):
     """The drop strategy refused a record because its target was full."""
 
+
+class ProducerClosedError(KafkaError):
+    """send() after close(): the record was not taken."""
+
+
+class _RecordsFailedError(KafkaError):
+    """Records failed: how many, and the first few errors, named in the message.
+
+    Attributes:
+        failed_count: how many records failed.
+        first_errors: the first few of their errors, in the order they were met.
+    """
+
+    def __init__(self, what_failed, failed_count, first_errors):
+        shown = "; ".join(repr(error) for error in first_errors)
+        super().__init__(f"{what_failed}; first errors: {shown}")
+        self.failed_count = failed_count
+        self.first_errors = list(first_errors)
+
+
+class UndeliveredRecordsError(_RecordsFailedError):
+    """Raised by flush(): records sent with produce() (no future) failed since the
+    previous flush(); first_errors holds at most FIRST_ERRORS_KEPT of
+    producer/accumulator.py."""
+
+    def __init__(self, failed_count, first_errors):
+        super().__init__(f"{failed_count} records sent with produce() failed",
+                         failed_count, first_errors)
+
+
+class SentBeforeForkError(KafkaError):
+    """In a forked child: the record was sent by the parent before os.fork().  The
+    parent delivers it; the child's copy of its future can only fail with this."""
+
+
+class SerializationError(KafkaError, ValueError):
+    """A key_serializer or value_serializer raised, or returned something other
+    than bytes, bytearray, memoryview or None."""
+
+
+class DeliveryFailedError(_RecordsFailedError):
+    """Records of a Spark task failed: raised so that Spark retries the task."""
+
+    def __init__(self, topic, failed_count, first_errors):
+        super().__init__(f"{failed_count} records to {topic!r} failed in this task",
+                         failed_count, first_errors)
+
+
+class BrokerHarnessError(KafkaError, RuntimeError):
+    """The test harness (netkafka.testing) could not fetch, start, reach or stop a
+    broker; the message says why.  Not a broker's error code: that is BrokerError."""
+
+
+# The error code of success (Kafka's NONE): an answer's error_code is compared with it.
+NO_ERROR = 0
 
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).
 # Names are Kafka's; the two flags are the Java client's (RetriableException,
@@ -262,7 +324,7 @@ def error_for_code(code, message=None):
         An instance of the code's BrokerError subclass, or of BrokerError itself
         for a code without one (codes unknown to this table included).
     """
-    if code == 0:
+    if code == NO_ERROR:
         raise ValueError("error code 0 means success, not an error")
     cls = _CLASS_FOR_CODE.get(code)
     if cls is not None:

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+from netkafka.errors import BrokerHarnessError
 from netkafka.testing.admin import create_topic
-from netkafka.testing.broker import (BrokerError, Cluster, _decode_metadata, free_ports,
-                                     kafka_libs_dir, new_cluster_id, probe_metadata)
+from netkafka.testing.broker import (Cluster, _decode_metadata, free_ports, kafka_libs_dir,
+                                     new_cluster_id, probe_metadata)
 from netkafka.testing.reader import Record, read_topic
 
 WAIT_S = 30.0
@@ -281,7 +282,7 @@ def test_cluster_arguments_are_checked():
 
 def test_missing_jars_are_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("NETKAFKA_KAFKA_LIBS", str(tmp_path))
-    with pytest.raises(BrokerError, match="holds no kafka_"):
+    with pytest.raises(BrokerHarnessError, match="holds no kafka_"):
         kafka_libs_dir()
 
 
@@ -299,5 +300,5 @@ def test_probe_rejects_truncated_responses():
     for size in range(len(response) - 4):  # the topic count is not read
         with pytest.raises(struct.error):
             _decode_metadata(response[:size], 1)
-    with pytest.raises(BrokerError, match="correlation id"):
+    with pytest.raises(BrokerHarnessError, match="correlation id"):
         _decode_metadata(response, 2)

@@ -16,7 +16,8 @@ from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
 from netkafka import KafkaTimeoutError, Producer
 from netkafka.record._records import BufferPool, RecordBatchBuilder
-from netkafka.errors import MessageTooLargeError
+from netkafka.errors import (NO_ERROR, MessageTooLargeError, OutOfOrderSequenceNumberError,
+                             UnknownProducerIdError)
 from netkafka.producer.idempotence import APPENDED, RESTART, WAIT, ProducerIdManager
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -210,9 +211,9 @@ def test_unknown_producer_id_for_the_first_batch_starts_the_partition_over(manag
     builders = [entry.batch for entry in (a, b, c)]
     assert [stamp_of(x) for x in builders] == [(77, 0, 0), (77, 0, 3), (77, 0, 7)]
     assert manager.take(a) and manager.take(b)
-    assert manager.answered(b, 59) == WAIT  # a is still ahead of it
+    assert manager.answered(b, UnknownProducerIdError.code) == WAIT  # a is still ahead of it
     assert manager.restamp([KEY]) == []  # nothing to start over yet
-    assert manager.answered(a, 59) == RESTART  # first: the broker lost the producer
+    assert manager.answered(a, UnknownProducerIdError.code) == RESTART  # first: the broker lost the producer
     assert manager.take(c) is False  # nothing goes out under the old stamp now
     assert manager.restamp([KEY]) == [KEY]
     assert [stamp_of(x) for x in builders] == [(77, 1, 0), (77, 1, 3), (77, 1, 7)]
@@ -228,19 +229,19 @@ def test_restart_waits_for_batches_in_flight_and_a_first_batch_of_unknown_fate(m
     a, b, c = sealed(manager, 1), sealed(manager, 1), sealed(manager, 1)
     builder_a, builder_b = a.batch, b.batch
     assert manager.take(a) and manager.take(b) and manager.take(c)
-    assert manager.answered(c, 10) is None  # MESSAGE_TOO_LARGE: not appended
+    assert manager.answered(c, MessageTooLargeError.code) is None  # not appended
     manager.done(c, ok=False)  # a hole at c
     assert manager.restamp([KEY]) == []  # a and b are in flight
     manager.answered(a, None)  # no answer: a and b may be in the log
     manager.answered(b, None)
     assert manager.restamp([KEY]) == []  # a's fate under the old stamp is unknown
     assert manager.take(b) is False and manager.take(a)  # a is resent, alone
-    assert manager.answered(a, 0) is None
+    assert manager.answered(a, NO_ERROR) is None
     manager.done(a, ok=True)
     assert manager.restamp([KEY]) == []  # now b's fate is the unknown one
     assert stamp_of(builder_a) == (77, 0, 0)  # a was never re-stamped
     assert manager.take(b)
-    assert manager.answered(b, 45) == RESTART  # b is not in the log
+    assert manager.answered(b, OutOfOrderSequenceNumberError.code) == RESTART  # not in the log
     assert manager.restamp([KEY]) == [KEY]
     assert stamp_of(builder_b) == (77, 1, 0)
 
@@ -249,7 +250,7 @@ def test_a_batch_behind_a_definite_hole_needs_no_resend_to_be_restamped(manager,
     a, b, c = sealed(manager, 2), sealed(manager, 2), sealed(manager, 2)
     assert manager.take(a) and manager.take(b) and manager.take(c)
     manager.answered(b, None)  # b's answer lost
-    assert manager.answered(a, 10) is None
+    assert manager.answered(a, MessageTooLargeError.code) is None
     manager.done(a, ok=False)  # a is not in the log, so b cannot be either
     manager.answered(c, None)  # nor c, whose answer was lost too
     assert manager.restamp([KEY]) == [KEY]
@@ -267,10 +268,10 @@ def test_a_first_batch_refused_after_a_later_one_was_acknowledged_is_in_the_log(
     a, b = sealed(manager, 1), sealed(manager, 1)
     assert manager.take(a) and manager.take(b)
     manager.answered(a, None)  # lost; b then appended behind it, so a was too
-    assert manager.answered(b, 0) is None
+    assert manager.answered(b, NO_ERROR) is None
     manager.done(b, ok=True)
     assert manager.take(a)
-    assert manager.answered(a, 45) == APPENDED
+    assert manager.answered(a, OutOfOrderSequenceNumberError.code) == APPENDED
 
 
 def test_sequences_of_a_batch_that_never_reached_the_sender_are_given_back(manager, sealed):
@@ -285,7 +286,7 @@ def test_a_batch_numbered_before_its_partition_started_over_is_restamped_when_ta
         manager, sealed):
     a = sealed(manager, 2)
     assert manager.take(a)
-    assert manager.answered(a, 45) == RESTART
+    assert manager.answered(a, OutOfOrderSequenceNumberError.code) == RESTART
     late = sealed(manager, 1)  # numbered (77, 0, 2) while the partition starts over
     assert manager.restamp([KEY]) == [KEY]
     assert (stamp_of(a.batch), stamp_of(late.batch)) == ((77, 1, 0), (77, 1, 2))

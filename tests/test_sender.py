@@ -1,4 +1,5 @@
 """The sender's own contract: delivery timeout, close, bad input -- each a clear error."""
+import threading
 import time
 
 import pytest
@@ -58,6 +59,43 @@ def test_queued_batch_fails_at_delivery_timeout_while_the_leader_is_frozen(kafka
     assert as_read(read_topic(kafka_broker.bootstrap, topic_name, 8)) == [
         tuple(w) for w in warm.records + first.records]
     release_batches([warm, first, second])
+
+
+def test_batch_found_expired_by_its_connection_asking_for_work_fails_there(kafka_broker,
+                                                                            topic_name):
+    """The other place a queued batch expires: its connection's next_request().  The
+    sweep's I/O thread (thread 0) is held meanwhile, so the sweep cannot be the one;
+    the batch comes with a creation time past delivery_timeout_ms."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    buffers = new_buffer_pool()
+    stack = io_stack(kafka_broker.bootstrap, io_threads=2,
+                     sender_options={"delivery_timeout_ms": 1000})
+    warm, late = make_batch(buffers, "warm", count=2), make_batch(buffers, "late", count=3)
+    holding, release = threading.Event(), threading.Event()
+    try:
+        stack.sender.send(topic_name, 0, warm.view, 2).result(30)
+        sweeper = stack.pool.thread_for(0)
+        if stack.pool.thread_for(stack.metadata.leader_id(topic_name, 0)) is sweeper:
+            pytest.skip("the leader's connection shares the sweep's I/O thread")
+        sweeper.call_soon(lambda: (holding.set(), release.wait(30)))
+        assert holding.wait(10)
+        try:
+            created_ns = time.monotonic_ns() - 2_000_000_000
+            expired = stack.sender.send(topic_name, 0, late.view, 3, created_ns=created_ns)
+            with pytest.raises(KafkaTimeoutError,
+                               match=rf"{topic_name}-0: batch of 3 records not delivered "
+                                     r"within delivery_timeout_ms=1000 \(0 attempts\)"):
+                expired.result(10)  # while the sweep's thread is held
+        finally:
+            release.set()
+        metrics = stack.sender.metrics()
+    finally:
+        stack.close()
+    assert (metrics["batches_failed"], metrics["records_failed"]) == (1, 3)
+    assert (metrics["batches_pending"], metrics["batches_acknowledged"]) == (0, 1)
+    assert as_read(read_topic(kafka_broker.bootstrap, topic_name, 2)) == [
+        tuple(w) for w in warm.records]
+    release_batches([warm, late])
 
 
 def test_close_fails_what_is_left_and_refuses_new_batches(kafka_broker, topic_name):

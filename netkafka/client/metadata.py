@@ -116,7 +116,7 @@ def _stale(code):
     incomplete and worth asking again (the Java client's
     InvalidMetadataException codes, e.g. LEADER_NOT_AVAILABLE while a topic
     is being created)."""
-    return code != 0 and errors.ERROR_CODES.get(code, ("", False, False))[2]
+    return code != errors.NO_ERROR and errors.ERROR_CODES.get(code, ("", False, False))[2]
 
 
 class Metadata:
@@ -233,7 +233,7 @@ class Metadata:
         with self._changed:
             while True:
                 info = None if self._snapshot is None else self._snapshot.topics.get(topic)
-                if (info is not None and info.error_code == 0 and info.partitions
+                if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
                 remaining = deadline - time.monotonic()

@@ -24,7 +24,7 @@ import logging
 import threading
 from collections import namedtuple
 
-from netkafka.client.connection import KafkaTimeoutError
+from netkafka.errors import KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.futures")
 

@@ -54,32 +54,10 @@ from netkafka.record._compression import Compressor
 from netkafka.producer._futures import BatchResult
 from netkafka.record._records import (BufferPool, BufferPoolExhausted, RecordBatchBuilder,
                                pool_buffer_size_bytes)
-from netkafka.producer.backoff import BackpressureTimeoutError, RecordDroppedError
-from netkafka.client.connection import KafkaTimeoutError
+from netkafka.errors import (BackpressureTimeoutError, KafkaTimeoutError, ProducerClosedError,
+                             RecordDroppedError, UndeliveredRecordsError)
 
 _log = logging.getLogger("netkafka.producer.accumulator")
-
-
-class ProducerClosedError(errors.KafkaError):
-    """send() after close(): the record was not taken."""
-
-
-class UndeliveredRecordsError(errors.KafkaError):
-    """Raised by flush(): records sent with produce() (no future) failed since the
-    previous flush().
-
-    Attributes:
-        failed_count: how many records failed.
-        first_errors: the first few of their errors (at most FIRST_ERRORS_KEPT),
-            in the order they were met.
-    """
-
-    def __init__(self, failed_count, first_errors):
-        shown = "; ".join(repr(error) for error in first_errors)
-        super().__init__(f"{failed_count} records sent with produce() failed; first "
-                         f"errors: {shown}")
-        self.failed_count = failed_count
-        self.first_errors = list(first_errors)
 
 
 # How many errors of fire-and-forget records flush() names (the count is exact).

@@ -57,28 +57,27 @@ _log = logging.getLogger("netkafka.producer.idempotence")
 _SEQUENCE_LIMIT = 2**31  # sequences wrap to 0 after Int.MAX_VALUE, as in the Java client
 _EPOCH_MAX = 2**15 - 1  # Short.MAX_VALUE: past it, a new producer id
 
-_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-_UNKNOWN_PRODUCER_ID = 59
 # Refusals of a batch's sequence: "not yet" while an earlier batch of the partition is
 # outstanding, a hole before it when it is the first.
-_SEQUENCE_ERRORS = frozenset((_OUT_OF_ORDER_SEQUENCE_NUMBER, _UNKNOWN_PRODUCER_ID))
+_SEQUENCE_ERRORS = frozenset((errors.OutOfOrderSequenceNumberError.code,
+                              errors.UnknownProducerIdError.code))
 # Partition error codes that say this attempt was not appended: the broker refused
 # the batch before writing it.  Any other answer but success may hide an append
 # (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND come after one).
-_NOT_APPENDED = frozenset((
-    2,   # CORRUPT_MESSAGE
-    3,   # UNKNOWN_TOPIC_OR_PARTITION
-    5,   # LEADER_NOT_AVAILABLE
-    6,   # NOT_LEADER_OR_FOLLOWER
-    10,  # MESSAGE_TOO_LARGE
-    18,  # RECORD_LIST_TOO_LARGE
-    19,  # NOT_ENOUGH_REPLICAS (checked before the append)
-    29,  # TOPIC_AUTHORIZATION_FAILED
-    32,  # INVALID_TIMESTAMP
-    45,  # OUT_OF_ORDER_SEQUENCE_NUMBER
-    47,  # INVALID_PRODUCER_EPOCH
-    59,  # UNKNOWN_PRODUCER_ID
-    87,  # INVALID_RECORD
+_NOT_APPENDED = frozenset(error.code for error in (
+    errors.CorruptMessageError,
+    errors.UnknownTopicOrPartitionError,
+    errors.LeaderNotAvailableError,
+    errors.NotLeaderOrFollowerError,
+    errors.MessageTooLargeError,
+    errors.RecordListTooLargeError,
+    errors.NotEnoughReplicasError,  # checked before the append
+    errors.TopicAuthorizationFailedError,
+    errors.InvalidTimestampError,
+    errors.OutOfOrderSequenceNumberError,
+    errors.InvalidProducerEpochError,
+    errors.UnknownProducerIdError,
+    errors.InvalidRecordError,
 ))
 
 # What a sequence refusal means, from answered().
@@ -220,14 +219,15 @@ class ProducerIdManager:
             return True
 
     def answered(self, entry, error_code):
-        """entry's request came back: error_code 0, the partition's error code, or
+        """entry's request came back: error_code NO_ERROR, the partition's error code, or
         None (no answer: the request or its connection failed).  Returns what a
         refusal of its sequence means (WAIT, RESTART or APPENDED), else None."""
         with self._lock:
             state = self._partitions[entry.key]
             entry.in_flight = False
             state.in_flight -= 1
-            if error_code is None or (error_code and error_code not in _NOT_APPENDED):
+            if error_code is None or (error_code != errors.NO_ERROR
+                                      and error_code not in _NOT_APPENDED):
                 entry.maybe_appended = True
             if error_code not in _SEQUENCE_ERRORS:
                 return None

@@ -34,13 +34,14 @@ import time
 import weakref
 
 from netkafka import errors
+from netkafka.errors import (KafkaTimeoutError, ProducerClosedError, SentBeforeForkError,
+                             SerializationError)
 from netkafka.producer._accumulator import ProducerCore
-from netkafka.producer.accumulator import ProducerClosedError, RecordAccumulator
+from netkafka.producer.accumulator import RecordAccumulator
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.producer.batch_send import send_batch
 from netkafka.config import ProducerConfig
 from netkafka.producer.idempotence import ProducerIdManager
-from netkafka.client.connection import KafkaTimeoutError
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata
 from netkafka.producer.metrics import ProducerMetrics
@@ -52,16 +53,6 @@ _BYTES_TYPES = (bytes, bytearray, memoryview)
 # close() at interpreter exit waits this long for records still on their way
 # (kafka-python's choice); what is left then fails, and is logged.
 _EXIT_CLOSE_TIMEOUT_S = 1.0
-
-
-class SentBeforeForkError(errors.KafkaError):
-    """In a forked child: the record was sent by the parent before os.fork().  The
-    parent delivers it; the child's copy of its future can only fail with this."""
-
-
-class SerializationError(errors.KafkaError, ValueError):
-    """A key_serializer or value_serializer raised, or returned something other
-    than bytes, bytearray, memoryview or None."""
 
 
 class Producer(ProducerCore):
@@ -404,7 +395,7 @@ class Producer(ProducerCore):
         """Gives the accumulator fresh partitions of every topic send() has met."""
         for topic in self._accumulator.known_topics():
             info = snapshot.topics.get(topic)
-            if info is not None and info.error_code == 0 and info.partitions:
+            if info is not None and info.error_code == errors.NO_ERROR and info.partitions:
                 self._give_partitions(topic, info)
 
     def _leaders_for(self, topic):

@@ -284,7 +284,6 @@ class Sender:
             if not partitions:
                 return None  # the usual answer to a connection between requests
             now_ns = time.monotonic_ns()
-            limit_ns = self.delivery_timeout_ms * 1_000_000
             chosen, expired, woken = [], [], set()
             total = 0
             earliest_retry_ns = wakeup_at_ns = None
@@ -302,11 +301,7 @@ class Sender:
                         self._route_locked(item, leader, snapshot)
                     woken.add(leader)
                     continue
-                while queue and now_ns - queue[0].created_ns >= limit_ns:
-                    item = queue.popleft()  # the oldest of the partition comes first
-                    conn.release_outbound(item.size_bytes)
-                    item.node_id = None
-                    expired.append(item)
+                self._expire_locked(queue, conn, now_ns, expired)
                 if not queue:
                     del partitions[key]
                     continue
@@ -336,10 +331,7 @@ class Sender:
         if wakeup_at_ns is not None:
             self._pool.thread_for(node_id).call_later(
                 (wakeup_at_ns - now_ns) / 1e6, conn.wakeup)
-        for item in expired:
-            self._complete(item, error=_delivery_timeout(self, item))
-        if expired and self._idempotence is not None:
-            self._restamp({(item.topic, item.partition) for item in expired})
+        self._fail_expired(expired)
         for leader in woken:
             other = None if leader is None else self._pool.get(leader)
             if other is not None:
@@ -415,15 +407,15 @@ class Sender:
             if item.sequenced is not None:
                 # A duplicate: appended by an earlier attempt whose answer was lost,
                 # and too long ago for the broker to have kept its offset.
-                if code == _DUPLICATE_SEQUENCE_NUMBER:
-                    code = 0
+                if code == errors.DuplicateSequenceNumberError.code:
+                    code = errors.NO_ERROR
                 verdict = self._idempotence.answered(item.sequenced, code)
             if part is None:
                 self._complete(item, error=errors.ProtocolError(
                     f"{conn.describe()} answered Produce without "
                     f"{item.topic}-{item.partition}"))
-            elif code == 0 or verdict == APPENDED:
-                appended = part.error_code == 0
+            elif code == errors.NO_ERROR or verdict == APPENDED:
+                appended = part.error_code == errors.NO_ERROR
                 acknowledged.append((item, ProduceResult(
                     item.topic, item.partition, part.base_offset if appended else -1,
                     part.log_append_time_ms if appended else -1, item.record_count), None))
@@ -527,6 +519,27 @@ class Sender:
                 queue.insert(index, item)
                 return
 
+    def _expire_locked(self, queue, conn, now_ns, expired):
+        """With _lock held: moves the batches at the front of queue (a partition's,
+        queued for conn) whose delivery_timeout_ms has run out to expired, releasing
+        their outbound bytes.  Called by whichever looks first: next_request(), as
+        conn asks for work, or _sweep(), for a connection that does not ask (leader
+        down, in-flight limit reached)."""
+        limit_ns = self.delivery_timeout_ms * 1_000_000
+        while queue and now_ns - queue[0].created_ns >= limit_ns:
+            item = queue.popleft()  # the oldest of the partition comes first
+            conn.release_outbound(item.size_bytes)
+            item.node_id = None
+            expired.append(item)
+
+    def _fail_expired(self, expired):
+        """Without _lock: fails the batches _expire_locked() took out; their
+        idempotent partitions may start over then."""
+        for item in expired:
+            self._complete(item, error=_delivery_timeout(self, item))
+        if expired and self._idempotence is not None:
+            self._restamp({(item.topic, item.partition) for item in expired})
+
     def _schedule_sweep_locked(self, created_ns):
         """With _lock held: make sure batches stuck in a queue (leader down)
         still fail at delivery_timeout_ms."""
@@ -546,11 +559,7 @@ class Sender:
             for node_id, partitions in list(self._queues.items()):
                 conn = self._pool.get(node_id)
                 for key, queue in list(partitions.items()):
-                    while queue and now_ns - queue[0].created_ns >= limit_ns:
-                        item = queue.popleft()
-                        conn.release_outbound(item.size_bytes)
-                        item.node_id = None
-                        expired.append(item)
+                    self._expire_locked(queue, conn, now_ns, expired)
                     if not queue:
                         del partitions[key]
                 if not partitions:
@@ -564,10 +573,7 @@ class Sender:
             waiting += [item.created_ns for item in keep]
             if waiting:
                 self._schedule_sweep_locked(min(waiting))
-        for item in expired:
-            self._complete(item, error=_delivery_timeout(self, item))
-        if expired and self._idempotence is not None:
-            self._restamp({(item.topic, item.partition) for item in expired})
+        self._fail_expired(expired)
 
     def restamp_all(self):
         """The ProducerIdManager's listener: a new producer id arrived, partitions
@@ -633,9 +639,6 @@ def _resolve(future, result, error):
         future.set_result(result)
     else:
         future.set_exception(error)
-
-
-_DUPLICATE_SEQUENCE_NUMBER = 46
 
 
 def _delivery_timeout(sender, item):

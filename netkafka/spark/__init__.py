@@ -51,7 +51,7 @@ try:
 except ImportError as exc:  # pragma: no cover -- depends on the environment
     raise ImportError("netkafka.spark needs PySpark: pip install pyspark") from exc
 
-from netkafka import errors
+from netkafka.errors import DeliveryFailedError
 from netkafka.config import SECURITY_OPTIONS, TRANSACTION_OPTIONS, ProducerConfig
 from netkafka.producer.producer import Producer
 
@@ -76,22 +76,6 @@ ROW_REPORT_SCHEMA = "partition INT, offset BIGINT, error STRING"
 BATCH_REPORT_SCHEMA = "rows BIGINT, delivered BIGINT, failed BIGINT, error STRING, producer STRING"
 _REPORTS = {"row": ROW_REPORT_SCHEMA, "batch": BATCH_REPORT_SCHEMA}
 _ON_ERROR = ("report", "raise")
-
-
-class DeliveryFailedError(errors.KafkaError):
-    """Records of a Spark task failed: raised so that Spark retries the task.
-
-    Attributes:
-        failed_count: how many of the task's records failed.
-        first_errors: the first few of their errors.
-    """
-
-    def __init__(self, topic, failed_count, first_errors):
-        shown = "; ".join(repr(error) for error in first_errors)
-        super().__init__(f"{failed_count} records to {topic!r} failed in this task; first "
-                         f"errors: {shown}")
-        self.failed_count = failed_count
-        self.first_errors = list(first_errors)
 
 
 # ----------------------------------------------------------------------------------

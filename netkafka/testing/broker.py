@@ -39,6 +39,8 @@ import uuid
 from pathlib import Path
 from typing import Mapping, NamedTuple, Optional, Sequence
 
+from netkafka.errors import BrokerHarnessError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 HOST = "127.0.0.1"
@@ -80,10 +82,6 @@ logger.state.level = WARN
 """
 
 
-class BrokerError(RuntimeError):
-    """A broker could not be started, reached or stopped; the message says why."""
-
-
 # -- locating the jars and the JVM -------------------------------------------------------------
 
 
@@ -94,20 +92,20 @@ def kafka_libs_dir() -> Path:
     checkout's pom.xml by the same command as `make kafka` when it is missing.
 
     Raises:
-        BrokerError: no jars found and none could be fetched.
+        BrokerHarnessError: no jars found and none could be fetched.
     """
     configured = os.environ.get("NETKAFKA_KAFKA_LIBS")
     if configured:
         libs = Path(configured)
         if not any(libs.glob("kafka_*.jar")):
-            raise BrokerError(f"NETKAFKA_KAFKA_LIBS={configured} holds no kafka_*.jar")
+            raise BrokerHarnessError(f"NETKAFKA_KAFKA_LIBS={configured} holds no kafka_*.jar")
         return libs
     libs = REPO_ROOT / ".cache" / "kafka" / "libs"
     if any(libs.glob("kafka_*.jar")):
         return libs
     pom = REPO_ROOT / "pom.xml"
     if not pom.is_file():
-        raise BrokerError(
+        raise BrokerHarnessError(
             f"Apache Kafka's jars are not in {libs}; set NETKAFKA_KAFKA_LIBS to a directory "
             "of Kafka 4.x jars, or run `make kafka` in a netkafka checkout"
         )
@@ -118,7 +116,7 @@ def kafka_libs_dir() -> Path:
     try:
         subprocess.run(command, check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise BrokerError(f"fetching Kafka's jars with `{' '.join(command)}` failed: {exc}") from exc
+        raise BrokerHarnessError(f"fetching Kafka's jars with `{' '.join(command)}` failed: {exc}") from exc
     return libs
 
 
@@ -129,7 +127,7 @@ def java_executable() -> str:
         return os.path.join(java_home, "bin", "java")
     found = shutil.which("java")
     if found is None:
-        raise BrokerError("no java found (set JAVA_HOME or put Java 17+ on PATH)")
+        raise BrokerHarnessError("no java found (set JAVA_HOME or put Java 17+ on PATH)")
     return found
 
 
@@ -204,7 +202,7 @@ def probe_metadata(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> 
 
     Raises:
         OSError: the connection failed or timed out.
-        BrokerError: the answer is not a well-formed Metadata response.
+        BrokerHarnessError: the answer is not a well-formed Metadata response.
     """
     correlation_id = 1
     body = struct.pack(
@@ -218,12 +216,12 @@ def probe_metadata(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> 
         sock.sendall(struct.pack(">i", len(body)) + body)
         (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
         if not 0 < size <= MAX_PROBE_RESPONSE_BYTES:
-            raise BrokerError(f"{host}:{port} answered with a frame of {size} bytes")
+            raise BrokerHarnessError(f"{host}:{port} answered with a frame of {size} bytes")
         response = _recv_exactly(sock, size)
     try:
         return _decode_metadata(response, correlation_id)
     except struct.error as exc:
-        raise BrokerError(f"{host}:{port} sent a truncated Metadata response: {exc}") from exc
+        raise BrokerHarnessError(f"{host}:{port} sent a truncated Metadata response: {exc}") from exc
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
@@ -241,7 +239,7 @@ def _decode_metadata(response: bytes, correlation_id: int) -> ProbeResult:
     """Decode the parts of a Metadata v4 response the harness needs; struct checks bounds."""
     received_id, _throttle_time_ms, broker_count = struct.unpack_from(">iii", response, 0)
     if received_id != correlation_id:
-        raise BrokerError(f"response to correlation id {received_id}, expected {correlation_id}")
+        raise BrokerHarnessError(f"response to correlation id {received_id}, expected {correlation_id}")
     offset = 12
     brokers = []
     for _ in range(broker_count):
@@ -364,7 +362,7 @@ class Node:
         With detach=False the node is stopped when this Python process exits.
         """
         if self.is_running():
-            raise BrokerError(f"node {self.node_id} already runs (pid {self.pid})")
+            raise BrokerHarnessError(f"node {self.node_id} already runs (pid {self.pid})")
         java, libs = java_executable(), kafka_libs_dir()
         command = [
             java, *self.jvm_options, *self._class_sharing_options(class_archive_path(libs, java)),
@@ -429,20 +427,20 @@ class Node:
         """Wait until this node answers Metadata listing itself and every expected node.
 
         Raises:
-            BrokerError: the JVM exited or the time ran out; the message holds the log tail.
+            BrokerHarnessError: the JVM exited or the time ran out; the message holds the log tail.
         """
         wanted = {self.node_id, *expected_node_ids}
         deadline = time.monotonic() + timeout_s
         last_problem = "no answer yet"
         while True:
             if not self.is_running():
-                raise BrokerError(
+                raise BrokerHarnessError(
                     f"Kafka node {self.node_id} ({self.bootstrap}) exited with status "
                     f"{self.exit_code()} while starting\n{self.log_tail()}"
                 )
             try:
                 result = self.probe()
-            except (OSError, BrokerError) as exc:
+            except (OSError, BrokerHarnessError) as exc:
                 last_problem = f"{type(exc).__name__}: {exc}"
             else:
                 alive = {broker[0] for broker in result.brokers}
@@ -454,7 +452,7 @@ class Node:
                 else:
                     last_problem = f"alive brokers {sorted(alive)}, waiting for {sorted(wanted)}"
             if time.monotonic() > deadline:
-                raise BrokerError(
+                raise BrokerHarnessError(
                     f"Kafka node {self.node_id} ({self.bootstrap}) not ready after {timeout_s:.0f} s "
                     f"({last_problem})\n{self.log_tail()}"
                 )
@@ -523,7 +521,7 @@ class Node:
         """SIGKILL the node's process group and wait for the JVM to be gone."""
         self.send_signal(signal.SIGKILL)
         if not self.wait_stopped(KILL_WAIT_S):
-            raise BrokerError(f"node {self.node_id} (pid {self.pid}) survived SIGKILL")
+            raise BrokerHarnessError(f"node {self.node_id} (pid {self.pid}) survived SIGKILL")
         self._settle_class_dump(clean_exit=False)
 
     def pause(self) -> None:
@@ -554,7 +552,7 @@ class Node:
         deadline = time.monotonic() + KILL_WAIT_S
         while self.is_running() and self.is_paused() != paused:
             if time.monotonic() > deadline:
-                raise BrokerError(f"node {self.node_id} (pid {self.pid}) did not {'stop' if paused else 'continue'}")
+                raise BrokerHarnessError(f"node {self.node_id} (pid {self.pid}) did not {'stop' if paused else 'continue'}")
             time.sleep(0.01)
 
     def restart(self, timeout_s: float = START_TIMEOUT_S) -> ProbeResult:
@@ -687,7 +685,7 @@ class Cluster:
             detach: leave the nodes running when this process exits (the shell's `start`).
 
         Raises:
-            BrokerError: a node failed to start; every node is stopped again, the
+            BrokerHarnessError: a node failed to start; every node is stopped again, the
                 directory is kept for its logs.
         """
         if self.directory.exists():
@@ -717,7 +715,7 @@ class Cluster:
         failed = [(node, run.wait()) for node, run in zip(self.nodes, runs)]
         for node, status in failed:
             if status != 0:
-                raise BrokerError(f"formatting storage of node {node.node_id} failed with status {status}\n"
+                raise BrokerHarnessError(f"formatting storage of node {node.node_id} failed with status {status}\n"
                                   f"{node.log_tail()}")
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -800,7 +798,7 @@ def _cli_start(args: argparse.Namespace) -> int:
     started_s = time.monotonic()
     try:
         cluster.start(timeout_s=args.timeout, detach=True)
-    except BrokerError as exc:
+    except BrokerHarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _state_file().write_text(json.dumps(cluster.to_state(), indent=2) + "\n")
@@ -835,7 +833,7 @@ def _cli_status(args: argparse.Namespace) -> int:
         try:
             alive = [broker[0] for broker in node.probe().brokers]
             answer = f"answers, alive brokers {alive}"
-        except (OSError, BrokerError) as exc:
+        except (OSError, BrokerHarnessError) as exc:
             answer = f"does not answer ({exc})"
         print(f"node {node.node_id}: running, pid {node.pid}, {node.bootstrap}, {answer}, log {node.log_path}")
     print(f"{'running' if any_running else 'not running'}: {cluster.bootstrap}")

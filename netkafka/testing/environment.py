@@ -12,7 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from netkafka.testing.broker import REPO_ROOT, BrokerError, java_executable, kafka_libs_dir
+from netkafka.errors import BrokerHarnessError
+from netkafka.testing.broker import REPO_ROOT, java_executable, kafka_libs_dir
 
 PYTHON_CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka")
 
@@ -95,7 +96,7 @@ def _java_version():
     try:
         done = subprocess.run([java_executable(), "-version"], capture_output=True, text=True,
                               timeout=30)
-    except (BrokerError, OSError, subprocess.TimeoutExpired):
+    except (BrokerHarnessError, OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stderr.strip().splitlines()
     return lines[0] if lines else None
