@@ -14,12 +14,15 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from netkafka.record._compression import codec_id
+from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
+from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
 _INT32_MAX = 2**31 - 1
-_COMPRESSION_TYPES = (None, "none", "gzip", "snappy", "lz4", "zstd")
+# compression_type's values: None or a codec's name, as the record layer knows them.
+COMPRESSION_TYPES = (None, *CODEC_NAMES)
+ACKS = (0, 1, "all", -1)
 _client_ids = itertools.count(1)
 
 # kafka-python's security options, with the values that mean "not used".  Any other
@@ -126,29 +129,26 @@ class ProducerConfig:
             if value is not None and not callable(value):
                 raise ValueError(f"{name} must be a callable (data) -> bytes or None, "
                                  f"got {value!r}")
-        object.__setattr__(self, "acks", _acks_value(self.acks))
-        if self.compression_type not in _COMPRESSION_TYPES:
-            raise ValueError(f"compression_type must be one of "
-                             f"{', '.join(map(repr, _COMPRESSION_TYPES))}, "
-                             f"got {self.compression_type!r}")
+        object.__setattr__(self, "acks", acks_value(self.acks))
+        check_choice("compression_type", self.compression_type, COMPRESSION_TYPES)
         if isinstance(self.retries, float) and math.isinf(self.retries) and self.retries > 0:
             object.__setattr__(self, "retries", _INT32_MAX)
-        _check_int("retries", self.retries, 0)
+        check_int("retries", self.retries, 0)
         object.__setattr__(self, "retries", min(self.retries, _INT32_MAX))
         # A batch holds the 61-byte header and at least one small record.
-        _check_int("batch_size", self.batch_size, 128)
-        _check_int("linger_ms", self.linger_ms, 0)
-        _check_int("max_block_ms", self.max_block_ms, 0)
-        _check_int("max_request_size", self.max_request_size, 1, maximum=_INT32_MAX)
+        check_int("batch_size", self.batch_size, 128)
+        check_int("linger_ms", self.linger_ms, 0)
+        check_int("max_block_ms", self.max_block_ms, 0)
+        check_int("max_request_size", self.max_request_size, 1, maximum=_INT32_MAX)
         if self.batch_size > self.max_request_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be at most "
                              f"max_request_size ({self.max_request_size})")
-        _check_int("buffer_memory", self.buffer_memory, self.batch_size,
+        check_int("buffer_memory", self.buffer_memory, self.batch_size,
                    minimum_text=f"batch_size ({self.batch_size})")
-        _check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
-        _check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
-        _check_int("request_timeout_ms", self.request_timeout_ms, 1)
-        _check_int("delivery_timeout_ms", self.delivery_timeout_ms, 1)
+        check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
+        check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
+        check_int("request_timeout_ms", self.request_timeout_ms, 1)
+        check_int("delivery_timeout_ms", self.delivery_timeout_ms, 1)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             # The Java client's rule: a batch must be able to linger and then wait
             # for one answer before its delivery time runs out.
@@ -156,26 +156,22 @@ class ProducerConfig:
                 f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
                 f"linger_ms + request_timeout_ms ({self.linger_ms} + "
                 f"{self.request_timeout_ms})")
-        _check_int("max_in_flight_requests_per_connection",
+        check_int("max_in_flight_requests_per_connection",
                    self.max_in_flight_requests_per_connection, 1)
-        if not isinstance(self.enable_idempotence, bool):
-            raise ValueError(f"enable_idempotence must be True or False, "
-                             f"got {self.enable_idempotence!r}")
+        check_choice("enable_idempotence", self.enable_idempotence, (True, False))
         for name in ("send_buffer_bytes", "receive_buffer_bytes"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_int(name, value, 1, none_allowed=True)
-        _check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
-        _check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
-        _check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
+            check_int(name, getattr(self, name), 1, none_allowed=True)
+        check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
+        check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
+        check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
         if self.api_version is not None and not (
                 isinstance(self.api_version, tuple)
                 and all(isinstance(p, int) for p in self.api_version)):
             raise ValueError(f"api_version must be None or a tuple of ints such as "
                              f"(2, 8, 0), got {self.api_version!r}")
-        _check_int("io_threads", self.io_threads, 1)
-        _check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
-        _check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
+        check_int("io_threads", self.io_threads, 1)
+        check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
+        check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                    minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
 
@@ -225,23 +221,14 @@ def _conflicts_with_idempotence(settings):
             or (isinstance(in_flight, int) and in_flight > 5))
 
 
-def _acks_value(acks):
-    if acks == "all" or (acks in (0, 1, -1) and not isinstance(acks, bool)
-                         and isinstance(acks, int)):
-        return -1 if acks == "all" else acks
-    raise ValueError(f"acks must be 0, 1, 'all' or -1, got {acks!r}")
+def acks_value(acks):
+    """The wire value of an acks setting: 0, 1, or -1 for 'all'.
 
-
-def _check_int(name, value, minimum, maximum=None, minimum_text=None, none_allowed=False):
-    allowed = f"an int >= {minimum_text or minimum}"
-    if maximum is not None:
-        allowed += f" and <= {maximum}"
-    if none_allowed:
-        allowed += " or None"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be {allowed}, got {value}")
+    Raises:
+        ValueError: not one of ACKS.
+    """
+    check_choice("acks", acks, ACKS)
+    return -1 if acks == "all" else acks
 
 
 def _check_bootstrap(servers):
