@@ -9,9 +9,14 @@ An unknown keyword raises TypeError naming it; a bad value raises ValueError nam
 the key and what it allows; a security option (anything but PLAINTEXT) or a
 transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
 transactions.
+
+Settings given as text (Spark conf, a properties file, a command line) reach the
+Producer through producer_keyword() and setting_from_text(): the Java client's
+dotted names and typed values, read one way for every tool.
 """
 import itertools
 import math
+import re
 from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
@@ -210,6 +215,68 @@ class ProducerConfig:
             high_watermark_bytes=self.high_watermark_bytes,
             low_watermark_bytes=self.low_watermark_bytes,
         )
+
+
+# Every setting a Producer takes, by keyword, with its default.
+_SETTING_DEFAULTS = {**{name: field.default
+                        for name, field in ProducerConfig.__dataclass_fields__.items()},
+                     **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
+# Settings whose text is read as a number though their default is none: acks ('all'
+# or a number), and the socket buffers (None keeps the OS default).
+_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
+_WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
+
+
+def producer_keyword(name, origin=None):
+    """The Producer keyword a setting's name stands for: kafka-python's own
+    (``batch_size``), or the Java client's dotted one (``batch.size``).
+
+    Args:
+        name: the name as given; dots and dashes read as underscores.
+        origin: where it was given, for the message (default: name).
+
+    Raises:
+        TypeError: not a setting of Producer (named as given and as read).
+    """
+    keyword = name.strip().replace(".", "_").replace("-", "_")
+    if keyword not in _SETTING_DEFAULTS:
+        raise TypeError(f"unknown producer setting {origin or name!r} (read as {keyword!r}): "
+                        f"not one of netkafka.Producer's keyword arguments")
+    return keyword
+
+
+def setting_from_text(keyword, value, origin=None):
+    """value as the Producer takes it for keyword: text is read as the setting's type,
+    as it comes from a Spark conf, a properties file or a command line; any other value
+    is returned as it is.
+
+    Text is true/false for a setting whose default is a bool, a whole number for one
+    whose default is an int (and for acks and the socket buffer sizes, where it may
+    be); anything else stays text.  The Producer checks the values it gets.
+
+    Args:
+        keyword: a Producer keyword (see producer_keyword).
+        origin: where the value was given, for the message (default: keyword).
+
+    Raises:
+        ValueError: text that is not a bool or an int where one is needed (named as
+            origin=text).
+    """
+    if not isinstance(value, str):
+        return value
+    default = _SETTING_DEFAULTS[keyword]
+    if isinstance(default, bool):
+        if value.strip().lower() not in ("true", "false"):
+            raise ValueError(f"{origin or keyword}={value!r}: must be true or false")
+        return value.strip().lower() == "true"
+    number = _WHOLE_NUMBER.fullmatch(value) is not None
+    if isinstance(default, int):
+        if not number:
+            raise ValueError(f"{origin or keyword}={value!r}: must be an integer")
+        return int(value)
+    if number and keyword in _NUMBERS_WITHOUT_INT_DEFAULT:
+        return int(value)
+    return value
 
 
 def _conflicts_with_idempotence(settings):
