@@ -15,11 +15,12 @@ import netkafka
 from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, KafkaTimeoutError,
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError)
+from netkafka.config import COMPRESSION_TYPES
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
 
-CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
+CODECS = [codec for codec in COMPRESSION_TYPES if codec != "none"]  # None stands for "none"
 
 
 def producer(bootstrap, **options):
