@@ -149,7 +149,7 @@ class ProducerConfig:
             raise ValueError(f"batch_size ({self.batch_size}) must be at most "
                              f"max_request_size ({self.max_request_size})")
         check_int("buffer_memory", self.buffer_memory, self.batch_size,
-                   minimum_text=f"batch_size ({self.batch_size})")
+                  minimum_text=f"batch_size ({self.batch_size})")
         check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
         check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
         check_int("request_timeout_ms", self.request_timeout_ms, 1)
@@ -162,7 +162,7 @@ class ProducerConfig:
                 f"linger_ms + request_timeout_ms ({self.linger_ms} + "
                 f"{self.request_timeout_ms})")
         check_int("max_in_flight_requests_per_connection",
-                   self.max_in_flight_requests_per_connection, 1)
+                  self.max_in_flight_requests_per_connection, 1)
         check_choice("enable_idempotence", self.enable_idempotence, (True, False))
         for name in ("send_buffer_bytes", "receive_buffer_bytes"):
             check_int(name, getattr(self, name), 1, none_allowed=True)
@@ -177,7 +177,7 @@ class ProducerConfig:
         check_int("io_threads", self.io_threads, 1)
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
-                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+                  minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
 
     def _check_idempotence(self):
@@ -221,8 +221,8 @@ class ProducerConfig:
 _SETTING_DEFAULTS = {**{name: field.default
                         for name, field in ProducerConfig.__dataclass_fields__.items()},
                      **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
-# Settings whose text is read as a number though their default is none: acks ('all'
-# or a number), and the socket buffers (None keeps the OS default).
+# Settings whose text is read as a number though their default is not one: acks
+# ('all' or a number), and the socket buffers (None keeps the OS default).
 _NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
 _WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
 

@@ -70,4 +70,3 @@ def make_partitioner(spec="default", *, leaders_for=None):
                 "{partition: leader broker id}")
         return BrokerAwarePartitioner(leaders_for)
     return DefaultPartitioner()  # 'default' or 'murmur2'
-
