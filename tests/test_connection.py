@@ -475,10 +475,10 @@ def test_idle_connection_is_closed_and_reopened_on_demand(kafka_broker):
 
 @pytest.mark.parametrize("options, message", [
     ({"high_watermark_bytes": 10, "low_watermark_bytes": 20},
-     r"high_watermark_bytes \(10\) must be >= low_watermark_bytes \(20\)"),
-    ({"low_watermark_bytes": -1}, r"low_watermark_bytes must be >= 0, got -1"),
+     r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
+    ({"low_watermark_bytes": -1}, r"low_watermark_bytes must be an int >= 0, got -1"),
     ({"max_in_flight_requests_per_connection": 0},
-     r"max_in_flight_requests_per_connection must be >= 1"),
+     r"max_in_flight_requests_per_connection must be an int >= 1, got 0"),
     ({"send_buffer_bytes": 0}, r"send_buffer_bytes must be -1 \(OS default\) or > 0"),
     ({"request_timeout_ms": "30"}, r"request_timeout_ms must be an int"),
 ])

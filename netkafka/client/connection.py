@@ -33,6 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from netkafka import errors, protocol
+from netkafka._validate import check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 
 _MiB = 1024 * 1024
@@ -113,28 +114,17 @@ class ConnectionConfig:
             "reconnect_backoff_max_ms",
             "max_response_bytes",
         ):
-            _check_int(name, getattr(self, name), minimum=1)
+            check_int(name, getattr(self, name), 1)
         for name in ("reconnect_backoff_ms", "connections_max_idle_ms"):
-            _check_int(name, getattr(self, name), minimum=0)
+            check_int(name, getattr(self, name), 0)
         for name in ("send_buffer_bytes", "receive_buffer_bytes"):
             value = getattr(self, name)
-            _check_int(name, value, minimum=-1)
+            check_int(name, value, -1)
             if value == 0:
                 raise ValueError(f"{name} must be -1 (OS default) or > 0, got 0")
-        _check_int("low_watermark_bytes", self.low_watermark_bytes, minimum=0)
-        _check_int("high_watermark_bytes", self.high_watermark_bytes, minimum=0)
-        if self.high_watermark_bytes < self.low_watermark_bytes:
-            raise ValueError(
-                f"high_watermark_bytes ({self.high_watermark_bytes}) must be >= "
-                f"low_watermark_bytes ({self.low_watermark_bytes}) and both >= 0"
-            )
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
+        check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
+                  minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
 
 
 class Request:

@@ -21,6 +21,7 @@ import time
 from typing import NamedTuple
 
 from netkafka import errors, protocol
+from netkafka._validate import check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 
@@ -133,10 +134,8 @@ class Metadata:
 
     def __init__(self, pool, bootstrap_servers, metadata_max_age_ms=300000,
                  retry_backoff_ms=100, allow_auto_topic_creation=True):
-        for name, value, minimum in (("metadata_max_age_ms", metadata_max_age_ms, 1),
-                                     ("retry_backoff_ms", retry_backoff_ms, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_int("metadata_max_age_ms", metadata_max_age_ms, 1)
+        check_int("retry_backoff_ms", retry_backoff_ms, 0)
         self._pool = pool  # immutable
         self._bootstrap = parse_bootstrap_servers(bootstrap_servers)  # immutable
         self.metadata_max_age_ms = metadata_max_age_ms  # immutable

@@ -43,6 +43,8 @@ from concurrent.futures import Future
 from typing import NamedTuple
 
 from netkafka import errors, protocol
+from netkafka._validate import check_int
+from netkafka.config import acks_value
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.client.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
@@ -110,17 +112,12 @@ class Sender:
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
                  delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None,
                  stats=None):
-        if acks == "all":
-            acks = -1
-        if acks not in (0, 1, -1) or isinstance(acks, bool):
-            raise ValueError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
-        for name, value, minimum in (
-                ("max_block_ms", max_block_ms, 0), ("retries", retries, 0),
-                ("retry_backoff_ms", retry_backoff_ms, 0),
-                ("delivery_timeout_ms", delivery_timeout_ms, 1),
-                ("max_request_size", max_request_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        acks = acks_value(acks)
+        check_int("max_block_ms", max_block_ms, 0)
+        check_int("retries", retries, 0)
+        check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        check_int("delivery_timeout_ms", delivery_timeout_ms, 1)
+        check_int("max_request_size", max_request_size, 1)
         self.acks = acks  # immutable
         self.max_block_ms = max_block_ms  # immutable
         self.backoff = backoff_strategy(backoff, park_us)  # immutable
