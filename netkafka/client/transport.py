@@ -17,8 +17,9 @@ The contract, called only on the connection's I/O thread:
                       handshake).  Returns 0 when done, else the selector events it
                       waits for (selectors.EVENT_READ and/or EVENT_WRITE): the
                       connection registers exactly those and calls again when one
-                      comes.  Raises OSError (a KafkaError for a refused peer) on
-                      failure.  Plain: 0 at once.
+                      comes.  Raises on failure (OSError, e.g. ssl.SSLError, or a
+                      KafkaError); the connection fails naming this stage.  Plain:
+                      0 at once.
     write(buffers)    takes a prefix of the concatenated buffers (a sequence of 1-D
                       byte memoryviews, at most IOV_MAX of them looked at) and returns
                       its length; 0 when it takes nothing now (EAGAIN).  Accepted bytes
