@@ -21,16 +21,15 @@ from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
 from netkafka.client.transport import IOV_MAX, PlainTransport, connect_tcp
 
 
-def drop_prefix(queue, nbytes):
-    """What the connection does with the bytes write() took."""
-    while nbytes:
-        head = queue[0]
-        if nbytes >= head.nbytes:
-            nbytes -= head.nbytes
-            queue.popleft()
-        else:
-            queue[0] = head[nbytes:]
-            nbytes = 0
+def unwritten_views(pieces, written_bytes):
+    """The buffers left to write once written_bytes of pieces were taken."""
+    views = collections.deque()
+    for piece in pieces:
+        skip = min(written_bytes, len(piece))
+        written_bytes -= skip
+        if skip < len(piece):
+            views.append(memoryview(piece)[skip:])
+    return views
 
 
 def drain(sock):
@@ -57,20 +56,19 @@ def test_plain_write_takes_a_prefix_then_zero_on_eagain(pair):
     a, b = pair
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     pieces = [os.urandom(n) for n in (10, 70_000, 5, 300_000, 1)]
-    queue = collections.deque(memoryview(p) for p in pieces)
+    total = sum(map(len, pieces))
     transport = PlainTransport(a)
     received = bytearray()
-    partial = eagain = 0
-    while queue:
-        offered = sum(v.nbytes for v in queue)
-        sent = transport.write(queue)
+    written = partial = eagain = 0
+    while written < total:
+        sent = transport.write(unwritten_views(pieces, written))
         if sent == 0:
             eagain += 1
             received += drain(b)  # the socket has room again
             continue
-        assert 0 < sent <= offered
-        partial += sent < offered
-        drop_prefix(queue, sent)
+        assert 0 < sent <= total - written
+        partial += sent < total - written
+        written += sent
     received += drain(b)
     assert bytes(received) == b"".join(pieces)
     assert partial and eagain  # the socket buffer is far smaller than the payload
