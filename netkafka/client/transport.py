@@ -4,8 +4,9 @@ The connection (connection.py) frames requests and parses answers; its transport
 the socket and moves bytes, never blocking.  Today there is one, PlainTransport (in
 _transport.pyx, native so that a write costs no Python frame).  A TLS transport over
 ``ssl.SSLObject`` + ``ssl.MemoryBIO`` keeps the same contract by holding a
-PlainTransport for the ciphertext; kernel TLS is a PlainTransport after a handshake
-(``sendmsg`` and zero copy stay).
+PlainTransport for the ciphertext; with kernel TLS the socket could stay a
+PlainTransport once the handshake has handed the keys to the kernel (``sendmsg`` and
+zero copy kept; to be measured).
 
 The contract, called only on the connection's I/O thread:
 
@@ -17,9 +18,9 @@ The contract, called only on the connection's I/O thread:
                       handshake).  Returns 0 when done, else the selector events it
                       waits for (selectors.EVENT_READ and/or EVENT_WRITE): the
                       connection registers exactly those and calls again when one
-                      comes.  Raises on failure (OSError, e.g. ssl.SSLError, or a
-                      KafkaError); the connection fails naming this stage.  Plain:
-                      0 at once.
+                      comes.  Raises on failure: an OSError (ssl.SSLError is one) is
+                      reported naming this stage, a KafkaError as it is.  Plain: 0
+                      at once.
     write(buffers)    takes a prefix of the concatenated buffers (a sequence of 1-D
                       byte memoryviews, at most IOV_MAX of them looked at) and returns
                       its length; 0 when it takes nothing now (EAGAIN).  Accepted bytes
@@ -35,8 +36,9 @@ The contract, called only on the connection's I/O thread:
                       the transport (TLS: no decrypted bytes pending), so waiting for
                       EVENT_READ is safe.  A read that makes the transport owe the peer
                       bytes (a TLS key update) sets output_pending.
-    close()           releases the socket, sending nothing (also used in a forked
-                      child on its copy of the parent's connection).
+    close()           closes the socket with no shutdown() and no goodbye of its own
+                      (no TLS close_notify): also right in a forked child, on its copy
+                      of the parent's connection.
 """
 import socket
 
