@@ -7,6 +7,7 @@ import importlib
 
 # Every compiled module the package needs; each is built from the .pyx of its dotted path.
 NATIVE_MODULES = (
+    "netkafka.client._transport",
     "netkafka.producer._accumulator",
     "netkafka.producer._futures",
     "netkafka.producer._mutex",

@@ -115,3 +115,10 @@ def io_threads_alive():
     import threading
 
     return [t.name for t in threading.enumerate() if t.name.startswith("netkafka-io-")]
+
+
+def connection_states(caplog, address):
+    """The states the connection to address entered, in order, read from its DEBUG
+    log (caplog set to DEBUG for netkafka.client.connection)."""
+    return [record.args[2] for record in caplog.records
+            if record.name == "netkafka.client.connection" and address in record.args[0]]

@@ -1,6 +1,7 @@
 """BrokerConnection against the real broker: handshake, requests, produce at every acks,
 many requests in flight, zero-copy writes, timeouts, reconnects, hostile or foreign peers."""
 import http.server
+import logging
 import socket
 import struct
 import threading
@@ -8,9 +9,12 @@ import time
 
 import pytest
 
-from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
+from batch_helpers import (as_read, connection_states, io_stack, make_batch, new_buffer_pool,
+                           release_batches)
 from netkafka import errors, protocol
-from netkafka.client.connection import DISCONNECTED, READY, ConnectionConfig
+from netkafka.client.connection import (AUTHENTICATING, CONNECTING, DISCONNECTED,
+                                        NEGOTIATING_VERSIONS, READY, TRANSPORT_HANDSHAKE,
+                                        ConnectionConfig)
 from netkafka.errors import KafkaConnectionError, RequestTimeoutError
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
@@ -92,6 +96,16 @@ def test_produce_batches_read_back_byte_exact(kafka_broker, topic_name, acks):
         assert [r.offset for r in got] == list(range(21))
         assert as_read(got) == [tuple(w) for w in sent[partition]]
     release_batches([batch for batch, _ in futures])
+
+
+def test_setup_passes_every_stage_in_order(kafka_broker, pool, caplog):
+    host, port = broker_address(kafka_broker.bootstrap)
+    caplog.set_level(logging.DEBUG, logger="netkafka.client.connection")
+    conn = pool.connection(-1, host, port)
+    assert request_metadata(conn, []).result(30).brokers
+    assert connection_states(caplog, f"{host}:{port}") == [
+        CONNECTING, TRANSPORT_HANDSHAKE, NEGOTIATING_VERSIONS, AUTHENTICATING, READY]
+    assert conn.stats()["connections_ready"] == 1
 
 
 def test_many_requests_in_flight_complete_in_order(kafka_broker, topic_name):
@@ -356,6 +370,39 @@ class _RewritingProxy(_BrokerProxy):
             pass
         finally:
             dst.close()
+
+
+class _ClosingProxy(_BrokerProxy):
+    """A broker that closes the connection during version negotiation: the
+    ApiVersions request reaches the real broker, its answer is dropped and the
+    client's connection closed instead."""
+
+    def _answers(self, src, dst):
+        try:
+            _recv_exactly(src, 4)  # the broker started answering
+        except OSError:
+            pass
+        finally:
+            # shutdown, not only close: the other direction's thread is still in
+            # recv() on dst, which would keep the connection open.
+            dst.shutdown(socket.SHUT_RDWR)
+            dst.close()
+
+
+def test_close_during_version_negotiation_names_the_stage(kafka_broker, pool, caplog):
+    proxy = _ClosingProxy(broker_address(kafka_broker.bootstrap))
+    caplog.set_level(logging.DEBUG, logger="netkafka.client.connection")
+    try:
+        conn = pool.connection(-1, "127.0.0.1", proxy.port)
+        with pytest.raises(KafkaConnectionError,
+                           match=rf"127\.0\.0\.1:{proxy.port} closed the connection during "
+                                 r"the ApiVersions handshake \(is it a Kafka broker\?\)"):
+            request_metadata(conn, []).result(10)
+    finally:
+        proxy.close()
+    assert connection_states(caplog, f"127.0.0.1:{proxy.port}")[:4] == [
+        CONNECTING, TRANSPORT_HANDSHAKE, NEGOTIATING_VERSIONS, DISCONNECTED]
+    assert conn.stats()["connections_ready"] == 0
 
 
 def _recv_exactly(sock, n):
