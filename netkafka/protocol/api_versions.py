@@ -8,7 +8,7 @@ header of ApiVersions is always v0 (no tagged fields), whatever the version.
 import re
 from dataclasses import dataclass
 
-import netkafka
+from netkafka._version import __version__
 from netkafka.errors import UnsupportedVersionError
 from netkafka.protocol._reader import Reader
 from netkafka.protocol.framing import ApiKey, ApiSpec, finish_request, start_request
@@ -42,7 +42,7 @@ def encode_api_versions_request(correlation_id, client_id, version,
     w = start_request(API, version, correlation_id, client_id)
     if version >= 3:
         if client_software_version is None:
-            client_software_version = netkafka.__version__
+            client_software_version = __version__
         for value in (client_software_name, client_software_version):
             if not _SOFTWARE_NAME_RE.fullmatch(value):
                 raise ValueError(f"client software name/version {value!r} would be "
