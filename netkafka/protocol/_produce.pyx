@@ -132,11 +132,11 @@ def decode_produce_response(data, int version):
         n_partitions = r.required_array_length(min_partition, "partition responses")
         for j in range(n_partitions):
             part = PartitionProduceResponse.__new__(PartitionProduceResponse)
-            part.partition = r.int32()
-            part.error_code = r.int16()
-            part.base_offset = r.int64()
-            part.log_append_time_ms = r.int64()
-            part.log_start_offset = r.int64() if version >= 5 else -1
+            part.partition = r.read_int32()
+            part.error_code = r.read_int16()
+            part.base_offset = r.read_int64()
+            part.log_append_time_ms = r.read_int64()
+            part.log_start_offset = r.read_int64() if version >= 5 else -1
             part.record_errors = _record_errors(r) if version >= 8 else ()
             part.error_message = r.nullable_string() if version >= 8 else None
             part.leader_id = -1
@@ -147,7 +147,7 @@ def decode_produce_response(data, int version):
         if flexible:
             r.skip_tagged_fields()
         response.topics.append(topic)
-    response.throttle_time_ms = r.int32()
+    response.throttle_time_ms = r.read_int32()
     if flexible:
         _response_tagged_fields(r, response, version)
     r.expect_end()
@@ -164,7 +164,7 @@ cdef tuple _record_errors(Reader r):
     cdef Py_ssize_t i
     cdef int32_t batch_index
     for i in range(n):
-        batch_index = r.int32()
+        batch_index = r.read_int32()
         message = r.nullable_string()
         if r.flexible:
             r.skip_tagged_fields()
@@ -181,8 +181,8 @@ cdef int _partition_tagged_fields(Reader r, PartitionProduceResponse part, int v
         size = r.uvarint()
         if tag == _PRODUCE_LEADER_TAG and version >= _PRODUCE_LEADER_TAG_VERSION:
             outer_end = r.enter(size)
-            part.leader_id = r.int32()     # CurrentLeader: leader id, leader epoch
-            part.leader_epoch = r.int32()
+            part.leader_id = r.read_int32()     # CurrentLeader: leader id, leader epoch
+            part.leader_epoch = r.read_int32()
             r.skip_tagged_fields()
             r.leave(outer_end, "CurrentLeader")
         else:
@@ -202,9 +202,9 @@ cdef int _response_tagged_fields(Reader r, ProduceResponse response, int version
             # NodeEndpoints: node id, host, port, rack, tagged fields (>= 11 bytes).
             n = r.required_array_length(11, "node endpoints")
             for j in range(n):
-                node_id = r.int32()
+                node_id = r.read_int32()
                 host = r.string()
-                port = r.int32()
+                port = r.read_int32()
                 rack = r.nullable_string()
                 r.skip_tagged_fields()
                 response.node_endpoints.append(Node(node_id, host, port, rack))

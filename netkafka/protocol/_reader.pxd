@@ -2,7 +2,12 @@
 # _reader.pyx for the wire types and the checking rule).
 
 cimport cython
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+
+cdef inline uint32_t _load_be32(const uint8_t *p) noexcept nogil:
+    return ((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16)
+            | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
 
 
 @cython.final
@@ -14,7 +19,35 @@ cdef class Reader:
     cdef Py_ssize_t _end            # reads stop here: the data's end, or the end of the tagged field being read
     cdef public bint flexible       # compact lengths and tagged fields (flexible versions)
 
-    cdef int _need(self, Py_ssize_t n) except -1
+    # The bounds check and the fixed-width reads are defined here, inline, so that
+    # they compile into a cimporting decoder as a few loads and one compare (the
+    # cpdef int16/int32/int64 give them to Python); _truncated raises, out of line.
+    cdef int _truncated(self, Py_ssize_t n) except -1
+
+    cdef inline int _need(self, Py_ssize_t n) except -1:
+        if n < 0 or n > self._end - self._pos:
+            return self._truncated(n)
+        return 0
+
+    cdef inline int16_t read_int16(self) except? -1:
+        self._need(2)
+        cdef const uint8_t *p = self._data + self._pos
+        self._pos += 2
+        return <int16_t>((<uint32_t>p[0] << 8) | <uint32_t>p[1])
+
+    cdef inline int32_t read_int32(self) except? -1:
+        self._need(4)
+        cdef uint32_t v = _load_be32(self._data + self._pos)
+        self._pos += 4
+        return <int32_t>v
+
+    cdef inline int64_t read_int64(self) except? -1:
+        self._need(8)
+        cdef uint64_t v = ((<uint64_t>_load_be32(self._data + self._pos) << 32)
+                           | _load_be32(self._data + self._pos + 4))
+        self._pos += 8
+        return <int64_t>v
+
     cpdef int8_t int8(self) except? -1
     cpdef bint boolean(self) except -1
     cpdef int16_t int16(self) except? -1

@@ -32,11 +32,6 @@ cdef enum:
     _UVARINT_MAX_BYTES = 5
 
 
-cdef inline uint32_t _load_be32(const uint8_t *p) noexcept nogil:
-    return ((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16)
-            | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
-
-
 @cython.final
 cdef class Reader:
     """Reads Kafka wire types from one response, never past its end.
@@ -71,12 +66,10 @@ cdef class Reader:
         """Bytes left before the end of the data (or of the tagged field being read)."""
         return self._end - self._pos
 
-    cdef int _need(self, Py_ssize_t n) except -1:
-        if n < 0 or n > self._end - self._pos:
-            raise ProtocolError(
-                f"response truncated: {n} bytes needed at offset {self._pos}, "
-                f"{self._end - self._pos} left")
-        return 0
+    cdef int _truncated(self, Py_ssize_t n) except -1:
+        raise ProtocolError(
+            f"response truncated: {n} bytes needed at offset {self._pos}, "
+            f"{self._end - self._pos} left")
 
     cpdef int8_t int8(self) except? -1:
         """An int8."""
@@ -92,25 +85,15 @@ cdef class Reader:
 
     cpdef int16_t int16(self) except? -1:
         """An int16."""
-        self._need(2)
-        cdef const uint8_t *p = self._data + self._pos
-        self._pos += 2
-        return <int16_t>((<uint32_t>p[0] << 8) | <uint32_t>p[1])
+        return self.read_int16()
 
     cpdef int32_t int32(self) except? -1:
         """An int32."""
-        self._need(4)
-        cdef uint32_t v = _load_be32(self._data + self._pos)
-        self._pos += 4
-        return <int32_t>v
+        return self.read_int32()
 
     cpdef int64_t int64(self) except? -1:
         """An int64."""
-        self._need(8)
-        cdef uint64_t v = ((<uint64_t>_load_be32(self._data + self._pos) << 32)
-                           | _load_be32(self._data + self._pos + 4))
-        self._pos += 8
-        return <int64_t>v
+        return self.read_int64()
 
     cpdef int64_t uvarint(self) except -1:
         """An unsigned varint of at most 32 bits (returned as 0 .. 2**32-1)."""

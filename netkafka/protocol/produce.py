@@ -12,8 +12,7 @@ from netkafka.protocol._produce import (  # noqa: F401 -- the answer's decoder a
 )
 from netkafka.protocol.framing import ZERO_UUID, ApiKey, ApiSpec, start_request
 
-# v3 is the first with RecordBatch v2 and Kafka 4.x's floor; v13 names topics
-# by id (encode_produce_request needs topic_ids there).
+# The numbers and why they are these: _produce.pyx.
 API = ApiSpec(ApiKey.PRODUCE, *PRODUCE_VERSIONS, flexible_version=PRODUCE_FLEXIBLE_VERSION)
 
 
