@@ -16,7 +16,6 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceResponse as KpProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.versions import SUPPORTED_VERSIONS
 
 CORRELATION_ID = 0x1234567

@@ -32,13 +32,13 @@ from netkafka.protocol.api_versions import (
     API_VERSIONS_VERSION, ApiVersionsResponse, decode_api_versions_response,
     encode_api_versions_request,
 )
-from netkafka.protocol.framing import ApiKey, Node
+from netkafka.protocol.framing import ApiKey, Node, api_name
 from netkafka.protocol.init_producer_id import (
     InitProducerIdResponse, decode_init_producer_id_response, encode_init_producer_id_request,
 )
 from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 from netkafka.protocol.produce import decode_produce_response, encode_produce_request
-from netkafka.protocol.versions import SUPPORTED_VERSIONS, negotiate_versions
+from netkafka.protocol.versions import APIS, SUPPORTED_VERSIONS, negotiate_versions
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from protocol_samples import (
@@ -130,6 +130,18 @@ def test_reader_array_length_checked_against_remaining_bytes():
     assert Reader(b"\x03" + struct.pack(">ii", 7, -1), True).int32_array() == [7, -1]
 
 
+def test_reader_required_array_length_refuses_null_naming_the_array():
+    r = Reader(b"\x00\x07\xff\xff\xff\xff", False)
+    assert r.int16() == 7
+    with pytest.raises(errors.ProtocolError, match="null brokers array at offset 2"):
+        r.required_array_length(4, "brokers")
+    with pytest.raises(errors.ProtocolError, match="null topics array at offset 0"):
+        Reader(b"\x00", True).required_array_length(1, "topics")
+    assert Reader(b"\x03" + bytes(4), True).required_array_length(2, "topics") == 2
+    with pytest.raises(errors.ProtocolError, match="claims 2 elements"):
+        Reader(b"\x03" + bytes(3), True).required_array_length(2, "topics")
+
+
 def test_reader_tagged_fields_skipped_and_checked():
     # Two fields: tag 0 of 2 bytes, tag 5 of 0 bytes; then an int8.
     r = Reader(b"\x02\x00\x02ab\x05\x00\x09", True)
@@ -153,6 +165,27 @@ def test_reader_takes_any_contiguous_buffer():
     assert Reader(memoryview(backing)[2:6], False).int32() == 7
     with pytest.raises(BufferError):
         Reader(memoryview(backing)[::2], False)
+
+
+# --- API keys and the API modules' specs
+
+
+def test_api_keys_and_names_agree_with_kafka_python():
+    requests = (KpApiVersionsRequest, KpMetadataRequest, KpInitProducerIdRequest, KpProduceRequest)
+    assert {key: key.kafka_name for key in ApiKey} == {
+        cls.API_KEY: cls.__name__.removesuffix("Request") for cls in requests}
+    assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
+    assert api_name(1) == "API 1"  # Fetch: not one netkafka speaks
+
+
+def test_every_api_key_has_one_spec():
+    assert sorted(api.key for api in APIS) == sorted(ApiKey)
+    for api in APIS:
+        low, high = api.versions
+        assert low <= api.flexible_version and low <= high
+        assert api.check_version(high) == (high >= api.flexible_version)
+        with pytest.raises(ValueError, match=f"{api.key.kafka_name} v{high + 1} is not supported"):
+            api.check_version(high + 1)
 
 
 # --- encoders: byte-identical to kafka-python's
