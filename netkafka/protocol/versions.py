@@ -1,9 +1,9 @@
 """The versions netkafka speaks, and the choice of one per API for a broker.
 
 Each API module declares its own ApiSpec (version range, first flexible
-version); APIS collects them, so a new API is its module plus one entry here.
-negotiate_versions picks, from a broker's ApiVersions answer, the highest
-version both sides speak.
+version); APIS collects them, so a new API is its module, its ApiKey member
+and one entry here.  negotiate_versions picks, from a broker's ApiVersions
+answer, the highest version both sides speak.
 """
 from netkafka.errors import IncompatibleBrokerError, error_for_code
 from netkafka.protocol import api_versions, init_producer_id, metadata, produce
