@@ -13,6 +13,7 @@ NATIVE_MODULES = (
     "netkafka.producer._mutex",
     "netkafka.producer._partitioner",
     "netkafka.protocol._produce",
+    "netkafka.protocol._reader",
     "netkafka.record._compression",
     "netkafka.record._crc",
     "netkafka.record._legacy",

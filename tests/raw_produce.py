@@ -9,7 +9,8 @@ plain struct packing describes it completely.
 import socket
 import struct
 
-PRODUCE_API_KEY = 0
+from netkafka.protocol.framing import ApiKey
+
 PRODUCE_VERSION = 7
 ACKS_ALL = -1
 TIMEOUT_MS = 30_000
@@ -22,7 +23,7 @@ def _string(data):
 
 def produce_request(correlation_id, topic, partition, batch_bytes):
     """Length-prefixed Produce v7 request (request header v1) for one partition."""
-    header = struct.pack(">hhi", PRODUCE_API_KEY, PRODUCE_VERSION, correlation_id) + _string(CLIENT_ID)
+    header = struct.pack(">hhi", ApiKey.PRODUCE, PRODUCE_VERSION, correlation_id) + _string(CLIENT_ID)
     body = (
         struct.pack(">h", -1)  # transactional_id: null
         + struct.pack(">hi", ACKS_ALL, TIMEOUT_MS)
