@@ -59,7 +59,10 @@ DEMO_ARGS ?=
 demo: build kafka
 	$(PY) -m netkafka.tools.demo $(DEMO_ARGS)
 
+# lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
+# the run before any broker starts.
 test: build kafka
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the
