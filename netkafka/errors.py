@@ -9,6 +9,10 @@
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
     +-- RecordDroppedError      the drop strategy refused a record
+    +-- BatchStateError         a batch asked to do what its state forbids (also a
+    |                           RuntimeError)
+    +-- BufferPoolExhausted     the buffer pool has no room for a record's batch now
+    +-- CompressionError        a codec library failed to compress (also a RuntimeError)
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -68,6 +72,21 @@ class BackpressureTimeoutError(KafkaError, TimeoutError):
 
 class RecordDroppedError(KafkaError):
     """The drop strategy refused a record because its target was full."""
+
+
+# --- The record layer's (netkafka.record): batches, their buffers, their codecs.
+
+
+class BatchStateError(KafkaError, RuntimeError):
+    """An operation was asked of a batch in a state that does not allow it."""
+
+
+class BufferPoolExhausted(KafkaError):
+    """The pool cannot hand out the memory asked for right now."""
+
+
+class CompressionError(KafkaError, RuntimeError):
+    """A codec library failed to compress (out of memory, or a bug): nothing was sent."""
 
 
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).

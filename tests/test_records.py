@@ -24,9 +24,8 @@ import raw_produce
 import reference_encoder as ref
 from netkafka.record import _records
 from netkafka.record._compression import Compressor
-from netkafka.record._records import (
-    BatchStateError, BinaryColumn, BufferPool, BufferPoolExhausted, RecordBatchBuilder,
-)
+from netkafka.errors import BatchStateError, BufferPoolExhausted
+from netkafka.record._records import BinaryColumn, BufferPool, RecordBatchBuilder
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 

@@ -52,8 +52,7 @@ from netkafka import errors
 from netkafka.producer._accumulator import AccumulatorCore, Batch
 from netkafka.record._compression import Compressor
 from netkafka.producer._futures import BatchResult
-from netkafka.record._records import (BufferPool, BufferPoolExhausted, RecordBatchBuilder,
-                               pool_buffer_size_bytes)
+from netkafka.record._records import BufferPool, RecordBatchBuilder, pool_buffer_size_bytes
 from netkafka.producer.backoff import BackpressureTimeoutError, RecordDroppedError
 from netkafka.client.connection import KafkaTimeoutError
 
@@ -211,7 +210,7 @@ class RecordAccumulator(AccumulatorCore):
                         try:
                             appended = self.try_append_locked(queue, key, value, headers,
                                                               timestamp_ms, track)
-                        except BufferPoolExhausted:
+                        except errors.BufferPoolExhausted:
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
                             size_bytes = RecordBatchBuilder.size_upper_bound_bytes(

@@ -25,6 +25,8 @@ import bisect
 import threading
 import time
 
+from netkafka.errors import BatchStateError, BufferPoolExhausted
+
 cimport cython
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release,
@@ -97,14 +99,6 @@ cdef enum:
 # a per-record append.  About 600 KB; covers batches of up to 16384 records (1 MiB
 # of 64-byte records); later offsets are made on demand.
 cdef tuple _OFFSET_DELTAS = tuple(range(_CACHED_OFFSET_DELTAS))
-
-
-class BatchStateError(RuntimeError):
-    """An operation was asked of a batch in a state that does not allow it."""
-
-
-class BufferPoolExhausted(Exception):
-    """The pool cannot hand out the memory asked for right now."""
 
 
 # Read once (CPUID may trap to a hypervisor), copied into every builder's clock cache.
