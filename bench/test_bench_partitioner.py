@@ -20,7 +20,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka.producer._partitioner import (DefaultPartitioner, keyed_partitions, murmur2,
                                    place_unkeyed_rows)
-from netkafka.record._records import Rows
+from netkafka.record._columns import Rows
 
 KEY_BYTES = 16
 KEY_COUNT = 1000

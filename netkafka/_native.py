@@ -12,10 +12,12 @@ NATIVE_MODULES = (
     "netkafka.producer._mutex",
     "netkafka.producer._partitioner",
     "netkafka.protocol._produce",
+    "netkafka.record._batch",
+    "netkafka.record._columns",
     "netkafka.record._compression",
     "netkafka.record._crc",
     "netkafka.record._legacy",
-    "netkafka.record._records",
+    "netkafka.record._pool",
 )
 
 BUILD_HINT = (

@@ -9,8 +9,9 @@ import pytest
 
 from netkafka.errors import BatchStateError, BufferPoolExhausted
 from netkafka.record._compression import Compressor
+from netkafka.record._batch import RecordBatchBuilder
 from netkafka.record._legacy import LegacyMessageSetBuilder
-from netkafka.record._records import BufferPool, PooledBatch, RecordBatchBuilder
+from netkafka.record._pool import BufferPool, PooledBatch
 
 BUFFER_BYTES = 1 << 16
 FORMATS = ["v2", "v1", "v0"]

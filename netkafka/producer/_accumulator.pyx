@@ -41,7 +41,8 @@ from libc.stdint cimport int64_t
 from netkafka.producer._futures cimport BatchResult, new_record_future
 from netkafka.producer._mutex cimport Mutex
 from netkafka.producer._partitioner cimport Partitioner
-from netkafka.record._records cimport RecordBatchBuilder, checked_timestamp_ms
+from netkafka.record._batch cimport RecordBatchBuilder
+from netkafka.record._columns cimport checked_timestamp_ms
 from netkafka.csrc cimport (
     nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms,
 )
@@ -60,7 +61,7 @@ cdef enum:
 @cython.final
 cdef class Batch:
     """An open or ready batch: its builder and the result its records' futures share."""
-    cdef readonly RecordBatchBuilder builder  # owned as _records.pyx says (lock, then drainer)
+    cdef readonly RecordBatchBuilder builder  # owned as _pool.pyx says (lock, then drainer)
     cdef readonly BatchResult result          # thread-safe
     cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
     # Records appended with no future (produce()): their failure is counted for

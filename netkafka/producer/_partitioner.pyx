@@ -42,7 +42,8 @@ cimport cython
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
 
 from netkafka.producer._mutex cimport Mutex
-from netkafka.record._records cimport HEADER_SIZE_BYTES, BinarySource, Rows, _binary_source
+from netkafka.record._batch_layout cimport HEADER_SIZE_BYTES
+from netkafka.record._columns cimport BinarySource, Rows, _binary_source
 from netkafka.csrc cimport nk_murmur2, nk_murmur2_partition
 
 import array
@@ -102,7 +103,7 @@ def keyed_partitions(keys, Py_ssize_t num_partitions, explicit=None):
     the row's explicit partition if it has one, else murmur2 of its key.
 
     Args:
-        keys: None (no keys), or anything _records.Rows takes as keys (a list or
+        keys: None (no keys), or anything _columns.Rows takes as keys (a list or
             tuple of bytes-like or None, a BinaryColumn, a pyarrow binary or
             string Array or ChunkedArray) or a BinarySource; read in place.
         num_partitions: the topic's partition count.

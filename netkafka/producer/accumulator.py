@@ -52,7 +52,8 @@ from netkafka import errors
 from netkafka.producer._accumulator import AccumulatorCore, Batch
 from netkafka.record._compression import Compressor
 from netkafka.producer._futures import BatchResult
-from netkafka.record._records import BufferPool, RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._batch import RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._pool import BufferPool
 from netkafka.producer.backoff import BackpressureTimeoutError, RecordDroppedError
 from netkafka.client.connection import KafkaTimeoutError
 

@@ -2,7 +2,7 @@
 
 The story of a call:
 
-    1. the arguments as one _records.Rows: each column (a list, a BinaryColumn, a
+    1. the arguments as one _columns.Rows: each column (a list, a BinaryColumn, a
        pyarrow Array or ChunkedArray) read in place, its kind and length checked
        here; its elements are checked as they are encoded, and a bad one fails
        only its row
@@ -34,7 +34,7 @@ from netkafka import errors
 from netkafka.producer._accumulator import fill_rows, group_rows, partitions_array
 from netkafka.producer._partitioner import (BrokerAwarePartitioner, DefaultPartitioner,
                                    keyed_partitions, place_unkeyed_rows)
-from netkafka.record._records import Rows
+from netkafka.record._columns import Rows
 from netkafka.errors import KafkaTimeoutError
 
 
