@@ -8,6 +8,7 @@ import importlib
 # Every compiled module the package needs; each is built from the .pyx of its dotted path.
 NATIVE_MODULES = (
     "netkafka.producer._accumulator",
+    "netkafka.producer._batch_send",
     "netkafka.producer._futures",
     "netkafka.producer._mutex",
     "netkafka.producer._partitioner",
