@@ -58,7 +58,7 @@ cdef enum:
 @cython.final
 cdef class Batch:
     """An open or ready batch: its builder and the result its records' futures share."""
-    cdef readonly RecordBatchBuilder builder  # owned as _pool.pyx says (lock, then drainer)
+    cdef readonly RecordBatchBuilder builder  # owned as _pool.pxd says (lock, then drainer)
     cdef readonly BatchResult result          # thread-safe
     cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
     # Records appended with no future (produce()): their failure is counted for

@@ -13,7 +13,7 @@ back to the pool only from DONE with no exported view alive: bytes that may stil
 on their way to a socket are never reused.
 
 Threads: the pool is shared (BufferPool's docstring gives its two locks); a batch is
-owned by one thread at a time (PooledBatch's).
+owned by one thread at a time (PooledBatch's, in _pool.pxd).
 """
 import threading
 import time
