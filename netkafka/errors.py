@@ -16,6 +16,10 @@
     +-- DeliveryFailedError     records of a Spark task failed
     +-- BrokerHarnessError      the test harness could not run a broker (also a
     |                           RuntimeError)
+    +-- BatchStateError         a batch asked to do what its state forbids (also a
+    |                           RuntimeError)
+    +-- BufferPoolExhausted     the buffer pool has no room for a record's batch now
+    +-- CompressionError        a codec library failed to compress (also a RuntimeError)
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -131,6 +135,21 @@ class BrokerHarnessError(KafkaError, RuntimeError):
 
 # The error code of success (Kafka's NONE): an answer's error_code is compared with it.
 NO_ERROR = 0
+
+# --- The record layer's (netkafka.record): batches, their buffers, their codecs.
+
+
+class BatchStateError(KafkaError, RuntimeError):
+    """An operation was asked of a batch in a state that does not allow it."""
+
+
+class BufferPoolExhausted(KafkaError):
+    """The pool cannot hand out the memory asked for right now."""
+
+
+class CompressionError(KafkaError, RuntimeError):
+    """A codec library failed to compress (out of memory, or a bug): nothing was sent."""
+
 
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).
 # Names are Kafka's; the two flags are the Java client's (RetriableException,

@@ -1,7 +1,7 @@
 """A minimal Produce v7 client on a raw socket, for the encoder's end-to-end test.
 
 It frames one request carrying already sealed RecordBatch bytes, sends it and checks
-the partition's error code: just enough to put netkafka.record._records' output on a real
+the partition's error code: just enough to put netkafka.record._batch's output on a real
 broker before the protocol and I/O layers take over that job.  Produce v7 is the
 oldest version that allows zstd and is not yet "flexible" (no tagged fields), so
 plain struct packing describes it completely.

@@ -1,6 +1,6 @@
 """Legacy message sets: message format v0 and v1, for brokers older than 0.11.
 
-The legacy twin of _records.RecordBatchBuilder, with the same life cycle and pooled
+The legacy twin of _batch.RecordBatchBuilder, with the same life cycle and pooled
 buffers: records are encoded straight into a buffer from a BufferPool; seal()
 compresses (if a codec is set) and exports the set read-only. One entry, integers
 big-endian:
@@ -33,7 +33,7 @@ What legacy readers accept, and so what is written:
           readers. Magic 1 frames are standard (KAFKA-3160, Kafka 0.10).
   zstd    not in v0/v1 (it needs RecordBatch v2 and Kafka 2.1): ValueError.
 
-Life of a set: _records.PooledBatch's, the base of both builders (OPEN -> seal() ->
+Life of a set: _pool.PooledBatch's, the base of both builders (OPEN -> seal() ->
 SEALED -> mark_acknowledged() / mark_failed() -> DONE -> release() -> RELEASED), so
 also its rule for a full pool at seal(): the set goes uncompressed.
 The entries' CRCs are filled in by seal(), in one pass with the GIL released for a
@@ -48,7 +48,7 @@ from libc.string cimport memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from netkafka.record._compression cimport CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, Compressor
-from netkafka.record._records cimport BATCH_OPEN, PooledBatch, PooledBuffer
+from netkafka.record._pool cimport BATCH_OPEN, PooledBatch, PooledBuffer
 from netkafka.csrc cimport nk_crc32, nk_store_be32, nk_store_be64
 
 
@@ -205,7 +205,7 @@ cdef int _frame_lz4_for_magic0(unsigned char *frame, Py_ssize_t length) except -
 @cython.no_gc_clear
 cdef class LegacyMessageSetBuilder(PooledBatch):
     """Builds one legacy message set (format v0 or v1) in a pooled buffer, then
-    exports it read-only (seal, completion and release: _records.PooledBatch).
+    exports it read-only (seal, completion and release: _pool.PooledBatch).
 
     Args:
         magic: 0 (brokers 0.8/0.9) or 1 (0.10, adds timestamps).
