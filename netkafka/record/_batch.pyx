@@ -25,7 +25,7 @@ cimport cython
 from cpython.buffer cimport PyBuffer_Release
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
-from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 
 from netkafka.csrc cimport (
     nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16,
@@ -42,7 +42,8 @@ from netkafka.record._columns cimport (
     _read_fast, _write_headers, checked_timestamp_ms,
 )
 from netkafka.record._compression cimport CODEC_NONE, Compressor
-from netkafka.record._pool cimport BATCH_OPEN, BATCH_SEALED, PooledBatch, PooledBuffer
+from netkafka.record._pool cimport (BATCH_OPEN, BATCH_SEALED, PooledBatch, PooledBuffer,
+                                     check_max_request_size)
 
 
 cdef enum:
@@ -144,10 +145,7 @@ cdef class RecordBatchBuilder(PooledBatch):
         if batch_size_bytes < HEADER_SIZE_BYTES + _RECORD_MIN_BYTES:
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold the "
                              f"{HEADER_SIZE_BYTES}-byte batch header and a record")
-        if not batch_size_bytes <= max_request_size_bytes <= INT32_MAX:
-            raise ValueError(f"max_request_size_bytes={max_request_size_bytes} must be at "
-                             f"least batch_size_bytes={batch_size_bytes} and at most "
-                             f"{INT32_MAX}")
+        check_max_request_size(batch_size_bytes, max_request_size_bytes)
         if buffer.capacity_bytes < batch_size_bytes:
             raise ValueError(f"a buffer of {buffer.capacity_bytes} bytes cannot hold a batch of "
                              f"batch_size_bytes={batch_size_bytes}: take it from a pool of "

@@ -43,12 +43,12 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyIndex_Check
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from netkafka.record._compression cimport CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, Compressor
-from netkafka.record._pool cimport BATCH_OPEN, PooledBatch, PooledBuffer
+from netkafka.record._pool cimport BATCH_OPEN, PooledBatch, PooledBuffer, check_max_request_size
 from netkafka.csrc cimport nk_crc32, nk_store_be32, nk_store_be64
 
 
@@ -235,10 +235,7 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
         if batch_size_bytes < smallest_set_bytes:
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold a "
                              f"{smallest_set_bytes}-byte set of one empty v{magic} message")
-        if not batch_size_bytes <= max_request_size_bytes <= INT32_MAX:
-            raise ValueError(f"max_request_size_bytes={max_request_size_bytes} must be at "
-                             f"least batch_size_bytes={batch_size_bytes} and at most "
-                             f"{INT32_MAX}")
+        check_max_request_size(batch_size_bytes, max_request_size_bytes)
         self._claim(buffer, "set")
         self.batch_size_bytes = batch_size_bytes
         self.max_request_size_bytes = max_request_size_bytes

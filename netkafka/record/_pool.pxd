@@ -51,6 +51,12 @@ cdef enum:
     BATCH_RELEASED = 3      # memory back in the pool
 
 
+# Raises ValueError unless batch_size_bytes <= max_request_size_bytes <= INT32_MAX: the
+# rule every builder's constructor applies to its two size settings.
+cdef int check_max_request_size(Py_ssize_t batch_size_bytes,
+                                Py_ssize_t max_request_size_bytes) except -1
+
+
 cdef class PooledBatch:
     # The life cycle and memory of one batch, shared by RecordBatchBuilder and
     # _legacy.LegacyMessageSetBuilder so the accumulator drives either through one

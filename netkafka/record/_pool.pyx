@@ -26,6 +26,7 @@ from cpython.pythread cimport (
     WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
     PyThread_release_lock,
 )
+from libc.stdint cimport INT32_MAX
 from libc.stdlib cimport free, malloc
 
 from netkafka.record._compression cimport CODEC_NONE
@@ -227,6 +228,15 @@ cdef class PooledBuffer:
         if self.data == NULL:
             raise BatchStateError("buffer already released")
         self._give_back()
+
+
+cdef int check_max_request_size(Py_ssize_t batch_size_bytes,
+                                Py_ssize_t max_request_size_bytes) except -1:
+    if not batch_size_bytes <= max_request_size_bytes <= INT32_MAX:
+        raise ValueError(f"max_request_size_bytes={max_request_size_bytes} must be at "
+                         f"least batch_size_bytes={batch_size_bytes} and at most "
+                         f"{INT32_MAX}")
+    return 0
 
 
 # ----------------------------------------------------------------------------------
