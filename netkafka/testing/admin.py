@@ -16,8 +16,9 @@ CREATE_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.05
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+def admin_client(bootstrap: str, client_config: Optional[Mapping[str, object]] = None) -> AdminClient:
+    """An AdminClient of bootstrap; client_config: further settings (a secured listener's)."""
+    return AdminClient({**(client_config or {}), "bootstrap.servers": bootstrap})
 
 
 # librdkafka's "feature" debug lines list the broker's ApiVersions answer one key a line:
@@ -25,12 +26,12 @@ def admin_client(bootstrap: str) -> AdminClient:
 _API_VERSION_LINE = re.compile(r"ApiKey (\w+) \((\d+)\) Versions (\d+)\.\.(\d+)")
 
 
-def broker_api_versions(bootstrap: str, config: Optional[Mapping[str, object]] = None,
+def broker_api_versions(bootstrap: str, client_config: Optional[Mapping[str, object]] = None,
                         timeout_s: float = CREATE_TIMEOUT_S) -> dict[str, tuple[int, int]]:
     """The broker's ApiVersions answer as librdkafka logs it: {"Produce": (0, 11), ...}.
 
     Args:
-        config: further client settings (security settings for a secured listener).
+        client_config: further client settings (a secured listener's).
 
     Raises:
         KafkaException: no broker answered within timeout_s.
@@ -45,7 +46,7 @@ def broker_api_versions(bootstrap: str, config: Optional[Mapping[str, object]] =
     # A logger outside logging's tree: no other client's lines mix in, none of these leak out.
     logger = logging.Logger("netkafka.testing.api_versions", logging.DEBUG)
     logger.addHandler(_Collect())
-    client = Producer({**(config or {}), "bootstrap.servers": bootstrap, "debug": "feature",
+    client = Producer({**(client_config or {}), "bootstrap.servers": bootstrap, "debug": "feature",
                        "logger": logger})
     client.list_topics(timeout=timeout_s)
     client.poll(0)  # hands over the log lines queued so far
@@ -61,11 +62,13 @@ def broker_api_versions(bootstrap: str, config: Optional[Mapping[str, object]] =
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,
                  config: Optional[Mapping[str, str]] = None,
-                 timeout_s: float = CREATE_TIMEOUT_S) -> ClusterMetadata:
+                 timeout_s: float = CREATE_TIMEOUT_S,
+                 client_config: Optional[Mapping[str, object]] = None) -> ClusterMetadata:
     """Create a topic and wait until every partition's leader accepts requests.
 
     Args:
         config: topic-level settings, e.g. {"min.insync.replicas": "2"}.
+        client_config: further settings of the admin client (a secured listener's).
 
     Returns:
         The cluster metadata, holding the topic with its partitions, leaders and ISRs.
@@ -75,7 +78,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
             settings, too few brokers for the replication factor, ...).
         TimeoutError: the partitions had no serving leader within timeout_s.
     """
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, client_config)
     topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                      config=dict(config or {}))
     admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)

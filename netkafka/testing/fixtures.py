@@ -84,6 +84,25 @@ def kafka_cluster(tmp_path_factory, kafka_jvm_options) -> Iterator[Cluster]:
                                 jvm_options=kafka_jvm_options))
 
 
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory, kafka_jvm_options) -> Iterator:
+    """A Kafka 4.x node with a TLS, mTLS and SASL listener per protocol and mechanism.
+
+    A netkafka.testing.security.SecuredBroker: `.listeners` (name -> SecuredListener with
+    `.bootstrap`), `.ca_file`, `.client_certs`, `.passwords`, `.oauth` (token_url, clients,
+    issue_token), `.client_config(listener, user)`, `.admin_config`, `.acls(deny(...))`.
+    """
+    # Imported here: the secured broker needs trustme and PyJWT (the test extra), which a
+    # session without secured tests does not have to have.
+    from netkafka.testing.security import SecuredBroker
+    broker = SecuredBroker(tmp_path_factory.mktemp("kafka-secured"), jvm_options=kafka_jvm_options)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 @pytest.fixture
 def failover_cluster(kafka_cluster: Cluster) -> Iterator[Cluster]:
     """The session's cluster, healed after the test: paused nodes resumed, stopped ones restarted."""
