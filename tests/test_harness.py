@@ -344,6 +344,25 @@ def test_missing_jars_are_reported(tmp_path, monkeypatch, version):
         kafka_libs_dir(version)
 
 
+def test_state_keeps_each_nodes_line_and_listeners():
+    cluster = Cluster(2, kafka_version="3.9", listeners=[Listener("TLS", "SSL")])
+    again = Cluster.from_state(json.loads(json.dumps(cluster.to_state())))
+    assert again.kafka_version == "3.9"
+    for node, restored in zip(cluster.nodes, again.nodes):
+        assert restored.kafka_version == "3.9"
+        assert restored.address("TLS") == node.address("TLS")
+    # A state file from before the version matrix names neither: 4.x, no further listeners.
+    old_state = cluster.to_state()
+    for node in old_state["nodes"]:
+        del node["kafka_version"], node["listener_ports"]
+    assert [node.kafka_version for node in Cluster.from_state(old_state).nodes] == ["4", "4"]
+
+
+def test_cli_takes_only_known_kafka_lines(tmp_path):
+    refused = run_cli(tmp_path, "start", "--kafka-version", "3.8")
+    assert refused.returncode == 2 and "invalid choice: '3.8'" in refused.stderr
+
+
 def test_cluster_ids_have_kafkas_form():
     ids = {new_cluster_id() for _ in range(1000)}
     assert len(ids) == 1000

@@ -151,7 +151,7 @@ class SecuredBroker:
     Use as a context manager, or call start() and stop().
 
     Args:
-        directory: where the certificates and the node go; emptied first.
+        directory: where the certificates (tls/) and the node (kafka/, emptied first) go.
         jvm_options: the broker JVM's options (the allowed-URLs property is added).
         kafka_version: "4" (the secured_broker fixture's) or "3.9", which takes the same settings.
 
@@ -222,7 +222,12 @@ class SecuredBroker:
 
     def listener(self, security_protocol: str, sasl_mechanism: Optional[str] = None) -> SecuredListener:
         """The single-mechanism listener of a SASL protocol, or the SSL / PLAINTEXT one."""
-        name = listener_name(security_protocol, sasl_mechanism) if sasl_mechanism else security_protocol
+        return self._listener(listener_name(security_protocol, sasl_mechanism) if sasl_mechanism
+                              else security_protocol)
+
+    def _listener(self, name: str) -> SecuredListener:
+        if not self.listeners:
+            raise RuntimeError("the secured broker is not running: its listeners have no ports yet")
         try:
             return self.listeners[name]
         except KeyError:
@@ -242,7 +247,7 @@ class SecuredBroker:
             sasl_mechanism: which of a multi-mechanism listener's mechanisms (SASL_SSL_REAUTH).
             encrypted_key: on MTLS, the encrypted key file and its password.
         """
-        spec = self.listeners[listener]
+        spec = self._listener(listener)
         if user not in USERS:
             raise KeyError(f"no user {user!r}; the broker has {USERS}")
         config: dict = {"bootstrap.servers": spec.bootstrap, "security.protocol": spec.security_protocol}
@@ -292,10 +297,11 @@ class SecuredBroker:
         Returns once the broker's authorizer holds them, and again once it has dropped them, so
         that a test's requests meet exactly the ACLs it set.
         """
-        self._create_acls(bindings)
         try:
+            self._create_acls(bindings)
             yield
         finally:
+            # Also after a failed creation: deleting a binding that was never made is no error.
             admin = self.admin()
             for future in admin.delete_acls([binding_filter(binding) for binding in bindings]).values():
                 future.result()
