@@ -146,7 +146,7 @@ def _grants_to_everyone() -> list[AclBinding]:
 
 
 class SecuredBroker:
-    """The secured node, its certificates, its users and its OAuth server.
+    """The secured node (or cluster), its certificates, its users and its OAuth server.
 
     Use as a context manager, or call start() and stop().
 
@@ -154,6 +154,7 @@ class SecuredBroker:
         directory: where the certificates (tls/) and the node (kafka/, emptied first) go.
         jvm_options: the broker JVM's options (the allowed-URLs property is added).
         kafka_version: "4" (the secured_broker fixture's) or "3.9", which takes the same settings.
+        node_count: nodes of the cluster, each with every listener; brokers replicate over MTLS.
 
     Attributes (the public ones, fixed once constructed; the bootstraps once started):
         listeners: listener name -> SecuredListener (PLAINTEXT and the secured ones).
@@ -163,13 +164,14 @@ class SecuredBroker:
         passwords: SASL mechanism ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") -> user -> password.
         oauth: the OAuthServer: token_url, jwks_url, clients (client id = user -> secret),
             issue_token(); the broker expects its issuer and OAUTH_AUDIENCE.
-        cluster: the one-node Cluster underneath (its node's log, stop(), ...).
+        cluster: the Cluster underneath (its nodes' logs, failover methods, ...), once started.
     """
 
     def __init__(self, directory: os.PathLike, *, jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
-                 kafka_version: str = DEFAULT_KAFKA_VERSION):
+                 kafka_version: str = DEFAULT_KAFKA_VERSION, node_count: int = 1):
         self.directory = Path(directory)
         self.kafka_version = kafka_line(kafka_version).name
+        self.node_count = node_count
         tls = make_tls_files(self.directory / "tls", USERS)
         self.ca_file = tls.ca_file
         self.untrusted_ca_file = tls.untrusted_ca_file
@@ -198,7 +200,7 @@ class SecuredBroker:
         self.oauth.start()
         try:
             self.cluster = Cluster(
-                1, directory=self.directory / "kafka",
+                self.node_count, directory=self.directory / "kafka",
                 # PLAINTEXT is every node's own; the others are this node's additions.
                 listeners=[Listener(spec.name, spec.security_protocol) for spec in LISTENERS
                            if spec.name != PLAINTEXT_LISTENER],
