@@ -195,7 +195,7 @@ class SecuredBroker:
         """Start the OAuth server, then the node; grant everyone the everyday operations.
 
         Raises:
-            BrokerError: the node did not start (the OAuth server is stopped again).
+            BrokerHarnessError: the node did not start (the OAuth server is stopped again).
         """
         self.oauth.start()
         try:
