@@ -4,8 +4,8 @@ Each benchmark's extra_info holds records of three kinds, the input of bench/rep
 (which computes the ratios to confluent-kafka and to Java); the keys after "also" are
 additions it does not need:
 
-    throughput  one benchmark per cell of the matrix: {suite: "throughput", rows: [...]},
-                a row per client with suite, client, mode, record_size, acks, compression,
+    throughput  one benchmark per cell of the matrix, {suite: "throughput", clients:
+                [...]}: a row per client with suite, client, mode, record_size, acks, compression,
                 batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s,
                 client_ns_per_record, broker_ns_per_record
                 also: rounds, load_1m, others_cores, round_seconds, round_client_cpu_s,
@@ -44,7 +44,7 @@ def record_throughput(benchmark, settings: "peers.Settings", measured: dict) -> 
             "linger_ms": settings.linger_ms, **costs,
             "mb_per_s": round(peers.mb_per_s(costs["msgs_per_s"], settings.record_size), 2),
         })
-    benchmark.extra_info.update({"suite": "throughput", "rows": rows})
+    benchmark.extra_info.update({"suite": "throughput", "clients": rows})
     RESULTS.extend(rows)
 
 

@@ -19,8 +19,8 @@ CPU figures are those of the steady-state records (rounds.JavaContestant).
 
 One benchmark per cell, not per client: rounds can only alternate inside one test, as
 pytest runs tests one after another.  pytest-benchmark keeps one entry per test, so the
-clients' rows go into its extra_info ("rows"), and its own time is the whole cell's (every
-client's warm-up and rounds), which says nothing about any one client.
+clients' rows go into its extra_info ("clients"), and its own time is the whole cell's
+(every client's warm-up and rounds), which says nothing about any one client.
 
 The matrix: record size 100 B, 1 KiB, 128 KiB x acks 1, all x compression none, lz4,
 zstd, each cell with 8 client modes.  By default a subset (DEFAULT_CASES: 6 of the 18
