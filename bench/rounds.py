@@ -210,7 +210,13 @@ class JavaContestant:
 
 def alternate(contestants: Mapping, rounds: int) -> dict:
     """{key: [Round, ...]}: every contestant warmed up, then `rounds` rounds each, taken in
-    turn (A B C A B C ...)."""
+    turn (A B C A B C ...).
+
+    Raises:
+        ValueError: rounds < 1 (NETKAFKA_BENCH_ROUNDS=0 would leave no median to report).
+    """
+    if rounds < 1:
+        raise ValueError(f"alternated rounds: at least 1 per contestant, got {rounds}")
     for contestant in contestants.values():
         contestant.warm_up()
     measured = {key: [] for key in contestants}

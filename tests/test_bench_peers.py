@@ -187,6 +187,8 @@ def test_alternate_warms_every_contestant_up_then_takes_turns():
     assert "".join(runs) == "ABC" + "ABC" * 2
     assert {key: len(found) for key, found in measured.items()} == {"A": 2, "B": 2, "C": 2}
     assert all(c.records_sent == 30 for c in contestants.values())
+    with pytest.raises(ValueError, match="at least 1 per contestant, got 0"):
+        rounds.alternate(contestants, 0)
 
 
 def test_summary_takes_the_medians_of_the_rounds():
