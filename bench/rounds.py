@@ -16,8 +16,9 @@ another broker.  A Round holds:
                    kept idle in this process between their rounds cost 0.3 ms of CPU per
                    second, all seven Python runners together (measured): below the noise.
     broker_cpu_s   user + system CPU of the broker's processes, every thread, from
-                   /proc/<pid>/stat after the round minus before it; None when the broker is
-                   no process of this machine
+                   /proc/<pid>/stat after the round minus before it, in clock ticks (10 ms:
+                   coarse for rounds much shorter than a second); None when the broker is no
+                   process of this machine
     load_1m        the machine's 1-minute load average at the end of the round
     others_cores   how many cores other processes kept busy during the round, on average:
                    the machine's busy time (/proc/stat) minus the client's and the broker's,
@@ -44,6 +45,8 @@ NS = 1e9
 
 @dataclass(frozen=True)
 class Round:
+    """What one round cost (the fields: the module's docstring)."""
+
     records: int
     seconds: float
     client_cpu_s: float
