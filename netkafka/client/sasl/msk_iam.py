@@ -20,7 +20,7 @@ import time
 from netkafka.client.sasl.oauthbearer import DEFAULT_REFRESH_WINDOW_FACTOR, RefreshingTokenProvider
 from netkafka.errors import OAuthTokenError, SaslConfigError, SaslLibraryMissingError
 
-SIGNER_MODULE = "aws_msk_iam_sasl_signer"
+SIGNER_MODULE = "aws_msk_iam_sasl_signer.MSKAuthTokenProvider"
 
 
 def import_signer():

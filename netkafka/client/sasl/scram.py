@@ -28,7 +28,7 @@ KAFKA_MIN_ITERATIONS = 4096
 KAFKA_MAX_ITERATIONS = 16384
 
 # Exchange steps, in order.
-_SEND_FIRST, _EXPECT_SERVER_FIRST, _EXPECT_SERVER_FINAL, _DONE = range(4)
+_EXPECT_SERVER_FIRST, _EXPECT_SERVER_FINAL, _DONE = range(3)
 
 
 class ScramMechanism(SaslMechanism):
@@ -38,7 +38,8 @@ class ScramMechanism(SaslMechanism):
         super().__init__()
         # Owned by the I/O thread, like the exchange state.
         self._client = scramp.ScramClient([self.name], username, password)
-        self._step = _SEND_FIRST
+        self._client_first = self._client.get_client_first().encode("utf-8")
+        self._step = _EXPECT_SERVER_FIRST
 
     @classmethod
     def check_settings(cls, settings):
@@ -61,9 +62,7 @@ class ScramMechanism(SaslMechanism):
         return cls(settings["sasl_plain_username"], settings["sasl_plain_password"])
 
     def initial_response(self):
-        self._expect(_SEND_FIRST, "initial_response")
-        self._step = _EXPECT_SERVER_FIRST
-        return self._client.get_client_first().encode("utf-8")
+        return self._client_first
 
     def evaluate(self, challenge):
         if self._step == _EXPECT_SERVER_FIRST:
@@ -75,7 +74,9 @@ class ScramMechanism(SaslMechanism):
                     f"credentials have {KAFKA_MIN_ITERATIONS} to {KAFKA_MAX_ITERATIONS}")
             self._step = _EXPECT_SERVER_FINAL
             return self._client_call(self._client.get_client_final, None, "client-final")
-        self._expect(_EXPECT_SERVER_FINAL, "evaluate")
+        if self._step != _EXPECT_SERVER_FINAL:
+            raise SaslAuthenticationFailedError(
+                f"{self.name}: the broker sent a message after the exchange completed")
         self._client_call(self._client.set_server_final, challenge, "server-final")
         self._step = _DONE
         self._complete = True
@@ -89,11 +90,6 @@ class ScramMechanism(SaslMechanism):
         except scramp.ScramException as exc:
             raise SaslAuthenticationFailedError(
                 f"{self.name} {message} message: {exc}") from None
-
-    def _expect(self, step, call):
-        if self._step != step:
-            raise SaslAuthenticationFailedError(
-                f"{self.name}: {call}() out of turn (exchange step {self._step})")
 
 
 def _text(mechanism, challenge, message):
