@@ -10,9 +10,14 @@ import base64
 import http.server
 import json
 import logging
+import os
 import re
+import shutil
+import socket
+import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 
 import botocore.credentials as botocore_credentials
@@ -661,7 +666,6 @@ def test_msk_iam_token_travels_as_an_oauthbearer_message_the_broker_reads():
 
 
 def test_msk_iam_token_is_cached_and_signed_again_before_its_15_minutes_end():
-    import time
     credentials = StaticAwsCredentials()
     clock = Clock(time.time())
     provider = msk_iam.MskIamTokenProvider("us-east-1", aws_credentials_provider=credentials,
@@ -712,3 +716,167 @@ def test_a_missing_optional_library_names_the_extra(monkeypatch, module, make, e
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
     with pytest.raises(SaslLibraryMissingError, match=rf"pip install 'netkafka\[{extra}\]'"):
         make()
+
+
+# --- GSSAPI against a real MIT Kerberos KDC on 127.0.0.1, started by the test
+#
+# The broker's side is the JDK's GSSAPI server as Kafka runs it, played here with the
+# gssapi library as acceptor: context tokens until established, then the wrapped
+# security layer offer (only "no layer"), then the client's wrapped choice, then an
+# empty answer.  Skipped where the gssapi library or the KDC programs (the krb5-kdc and
+# krb5-admin-server packages) are missing.
+
+REALM = "NETKAFKA.TEST"
+KDC_PROGRAMS = ("krb5kdc", "kdb5_util", "kadmin.local")
+KDC_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory):
+    """A KDC for REALM with the principals kafka/localhost and client, their keys in
+    keytabs; the process environment points the Kerberos library at it meanwhile."""
+    gssapi = pytest.importorskip("gssapi", reason="GSSAPI tests need the gssapi extra")
+    programs = {name: shutil.which(name, path=KDC_PATH) for name in KDC_PROGRAMS}
+    missing = [name for name, path in programs.items() if path is None]
+    if missing:
+        pytest.skip(f"GSSAPI tests need MIT Kerberos' KDC programs: {', '.join(missing)} "
+                    f"missing (packages krb5-kdc, krb5-admin-server)")
+    home = tmp_path_factory.mktemp("kdc")
+    port = free_port()
+    (home / "krb5.conf").write_text(
+        f"[libdefaults]\n default_realm = {REALM}\n dns_lookup_kdc = false\n"
+        f" dns_lookup_realm = false\n rdns = false\n dns_canonicalize_hostname = false\n"
+        f"[realms]\n {REALM} = {{\n  kdc = 127.0.0.1:{port}\n }}\n"
+        f"[domain_realm]\n localhost = {REALM}\n")
+    (home / "kdc.conf").write_text(
+        f"[kdcdefaults]\n kdc_ports = {port}\n kdc_tcp_ports = {port}\n"
+        f"[realms]\n {REALM} = {{\n  database_name = {home}/principal\n"
+        f"  key_stash_file = {home}/stash\n  acl_file = {home}/kadm5.acl\n }}\n"
+        f"[logging]\n kdc = FILE:{home}/kdc.log\n")
+    env = {"KRB5_CONFIG": str(home / "krb5.conf"), "KRB5_KDC_PROFILE": str(home / "kdc.conf"),
+           "KRB5CCNAME": f"FILE:{home}/ccache",
+           "KRB5_CLIENT_KTNAME": str(home / "client.keytab"),
+           "KRB5_KTNAME": str(home / "broker.keytab")}
+    run_env = {**os.environ, **env}
+
+    def run(*command):
+        subprocess.run(command, env=run_env, check=True, timeout=60,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    run(programs["kdb5_util"], "create", "-s", "-r", REALM, "-P", "master-password")
+    for principal, keytab in (("kafka/localhost", "broker.keytab"), ("client", "client.keytab")):
+        run(programs["kadmin.local"], "-r", REALM, "-q", f"addprinc -randkey {principal}")
+        run(programs["kadmin.local"], "-r", REALM, "-q", f"ktadd -k {home / keytab} {principal}")
+    process = subprocess.Popen([programs["krb5kdc"], "-n", "-r", REALM], env=run_env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"krb5kdc did not listen on {port}: "
+                                       f"{(home / 'kdc.log').read_text()[-2000:]}")
+                time.sleep(0.05)
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
+        try:
+            yield gssapi
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+class KafkaGssapiBroker:
+    """The broker's half of Kafka's GSSAPI exchange: ``answer(client bytes)`` returns
+    the broker's next auth_bytes.  ``layers`` is the security layer offer."""
+
+    def __init__(self, gssapi, layers=1):
+        self._context = gssapi.SecurityContext(
+            creds=gssapi.Credentials(usage="accept"), usage="accept")
+        self._layers = layers
+        self._step = "context"
+        self.client_choice = None  # the client's unwrapped security layer message
+
+    def _offer(self):
+        self._step = "choice"
+        return self._context.wrap(bytes((self._layers, 0x01, 0x00, 0x00)), False).message
+
+    def answer(self, message):
+        if self._step == "context":
+            token = self._context.step(message)
+            if not self._context.complete:
+                return token
+            if token:
+                self._step = "offer"
+                return token
+            return self._offer()
+        if self._step == "offer":
+            assert message == b""
+            return self._offer()
+        assert self._step == "choice"
+        self.client_choice = self._context.unwrap(message).message
+        self._step = "done"
+        return b""
+
+
+def gssapi_exchange(mechanism, broker):
+    mechanism.prepare()
+    out = mechanism.initial_response()
+    while out is not None:
+        out = mechanism.evaluate(broker.answer(out))
+
+
+def test_gssapi_completes_kafkas_exchange_with_a_real_kdc(kdc):
+    settings = {"sasl_mechanism": "GSSAPI"}
+    sasl.check_sasl_settings(settings, "SASL_PLAINTEXT")
+    mechanism = sasl.create_mechanism(settings, "localhost")
+    broker = KafkaGssapiBroker(kdc)
+    gssapi_exchange(mechanism, broker)
+    assert mechanism.is_complete
+    # No security layer, a maximum buffer of 0 (RFC 4752), the client's own principal.
+    assert broker.client_choice == b"\x01\x00\x00\x00" + f"client@{REALM}".encode()
+
+
+def test_gssapi_service_principal_follows_the_settings(kdc):
+    mechanism = sasl.create_mechanism(
+        {"sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": "kafka",
+         "sasl_kerberos_domain_name": "localhost"}, "broker1.elsewhere")
+    gssapi_exchange(mechanism, KafkaGssapiBroker(kdc))
+    assert mechanism.is_complete
+    unknown = sasl.create_mechanism({"sasl_mechanism": "GSSAPI"}, "no-such-broker")
+    with pytest.raises(SaslAuthenticationFailedError,
+                       match=r"GSSAPI: no Kerberos token for kafka@no-such-broker: .*not found"):
+        unknown.prepare()
+
+
+def test_gssapi_refuses_a_broker_without_the_no_layer_option(kdc):
+    mechanism = sasl.create_mechanism({"sasl_mechanism": "GSSAPI"}, "localhost")
+    with pytest.raises(SaslAuthenticationFailedError,
+                       match=r"offers security layers 0x02 without 'none'"):
+        gssapi_exchange(mechanism, KafkaGssapiBroker(kdc, layers=2))
+    assert not mechanism.is_complete
+
+
+def test_gssapi_settings_are_checked(kdc):
+    with pytest.raises(SaslConfigError, match=r"sasl_kerberos_service_name must be the broker's "
+                                              r"service name without a host"):
+        sasl.check_sasl_settings({"sasl_mechanism": "GSSAPI",
+                                  "sasl_kerberos_service_name": "kafka@host"}, "SASL_SSL")
+    with pytest.raises(SaslConfigError, match=r"sasl_kerberos_name must be a str or gssapi.Name"):
+        sasl.check_sasl_settings({"sasl_mechanism": "GSSAPI", "sasl_kerberos_name": 5},
+                                 "SASL_SSL")
