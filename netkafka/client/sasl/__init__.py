@@ -54,14 +54,27 @@ REAUTH_JITTER_FRACTION = 0.10
 
 # Names that users of other clients may try, with what to use here instead.
 _MECHANISM_HINTS = {
-    "AWS_MSK_IAM": "for MSK IAM use sasl_mechanism='OAUTHBEARER' with "
-                   "sasl_oauth_token_provider=netkafka.client.sasl.msk_iam.MskIamTokenProvider(region)",
+    "AWS_MSK_IAM": "for MSK IAM use sasl_mechanism='OAUTHBEARER' with sasl_oauth_token_provider="
+                   "netkafka.client.sasl.msk_iam.MskIamTokenProvider(region)",
 }
 
 
 def setting(settings, name):
     """The value of SASL setting ``name`` in ``settings``, or its default."""
     return settings.get(name, SASL_DEFAULTS[name])
+
+
+def _require_text(settings, name, mechanism):
+    """The value of setting ``name``: a non-empty str, or SaslConfigError naming it."""
+    value = setting(settings, name)
+    if value is None:
+        raise SaslConfigError(f"sasl_mechanism={mechanism!r} needs {name}")
+    if not isinstance(value, str) or not value:
+        # The type only, never the value: it may be a password.
+        found = "an empty str" if value == "" else f"a {type(value).__name__}"
+        raise SaslConfigError(
+            f"{name} must be a non-empty str for sasl_mechanism={mechanism!r}, not {found}")
+    return value
 
 
 class SaslMechanism(abc.ABC):
@@ -134,6 +147,26 @@ class SaslMechanism(abc.ABC):
             return None
         fraction = REAUTH_WINDOW_FRACTION + REAUTH_JITTER_FRACTION * jitter()
         return max(1, int(session_lifetime_ms * fraction))
+
+
+class PasswordMechanism(SaslMechanism):
+    """A mechanism that authenticates with sasl_plain_username and sasl_plain_password
+    (PLAIN, SCRAM): subclasses take ``(username, password)`` and check what their
+    encoding needs of them in ``check_credentials``."""
+
+    @classmethod
+    def check_settings(cls, settings):
+        cls.check_credentials(_require_text(settings, "sasl_plain_username", cls.name),
+                              _require_text(settings, "sasl_plain_password", cls.name))
+
+    @classmethod
+    def check_credentials(cls, username, password):
+        """Raise SaslConfigError naming the setting whose value this mechanism cannot
+        carry; the default accepts any non-empty str."""
+
+    @classmethod
+    def from_settings(cls, settings, host):
+        return cls(settings["sasl_plain_username"], settings["sasl_plain_password"])
 
 
 # name -> SaslMechanism subclass; filled at import time below, read-only afterwards
@@ -217,19 +250,6 @@ def check_sasl_settings(settings, security_protocol="PLAINTEXT"):
             f"security_protocol={security_protocol!r} needs sasl_mechanism, one of "
             f"{', '.join(mechanism_names())}")
     mechanism_class(name).check_settings(settings)
-
-
-def require_text(settings, name, mechanism):
-    """The value of setting ``name``: a non-empty str, or SaslConfigError naming it."""
-    value = setting(settings, name)
-    if value is None:
-        raise SaslConfigError(f"sasl_mechanism={mechanism!r} needs {name}")
-    if not isinstance(value, str) or not value:
-        # The type only, never the value: it may be a password.
-        found = "an empty str" if value == "" else f"a {type(value).__name__}"
-        raise SaslConfigError(
-            f"{name} must be a non-empty str for sasl_mechanism={mechanism!r}, not {found}")
-    return value
 
 
 # The mechanisms.  Imported here, after the interface they build on, so that importing

@@ -140,7 +140,8 @@ class OAuthBearerMechanism(SaslMechanism):
         name = type(self._provider).__name__
         try:
             token = self._provider.token()
-            extensions = self._provider.extensions() if hasattr(self._provider, "extensions") else {}
+            extensions = (self._provider.extensions()
+                          if hasattr(self._provider, "extensions") else {})
         except OAuthTokenError:
             raise
         except Exception as exc:
@@ -171,10 +172,11 @@ class RefreshingTokenProvider(abc.ABC):
     """A token provider that caches its token and fetches a new one once
     ``refresh_window_factor`` of the token's lifetime has passed.
 
-    Subclasses implement ``_fetch_token`` and set ``_source`` (named in errors).  ``token()`` is thread-safe: callers that find the
-    token due wait for one fetch, which happens under ``_lock``.  If a refresh fails
-    while the cached token has not expired yet, the cached token is returned (and the
-    failure logged); the next call tries again.
+    Subclasses implement ``_fetch_token`` and set ``_source`` (named in errors).
+    ``token()`` is thread-safe: callers that find the token due wait for one fetch,
+    which happens under ``_lock``.  If a refresh fails while the cached token has not
+    expired yet, the cached token is returned (and the failure logged); the next call
+    tries again.
     """
 
     def __init__(self, *, extensions=None, refresh_window_factor=DEFAULT_REFRESH_WINDOW_FACTOR,

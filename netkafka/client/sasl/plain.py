@@ -6,11 +6,11 @@ The authorization id is the username, as the Java client sends it (the broker ac
 it empty or equal to the username).  The broker answers with empty bytes, or fails the
 SaslAuthenticate request.  The password crosses the wire as it is: use it over SASL_SSL.
 """
-from netkafka.client.sasl import SaslMechanism, require_text
+from netkafka.client.sasl import PasswordMechanism
 from netkafka.errors import SaslAuthenticationFailedError, SaslConfigError
 
 
-class PlainMechanism(SaslMechanism):
+class PlainMechanism(PasswordMechanism):
     name = "PLAIN"
 
     def __init__(self, username, password):
@@ -19,15 +19,11 @@ class PlainMechanism(SaslMechanism):
             part.encode("utf-8") for part in (username, username, password))
 
     @classmethod
-    def check_settings(cls, settings):
-        for name in ("sasl_plain_username", "sasl_plain_password"):
-            if "\0" in require_text(settings, name, cls.name):
+    def check_credentials(cls, username, password):
+        for name, value in (("sasl_plain_username", username), ("sasl_plain_password", password)):
+            if "\0" in value:
                 # NUL separates the fields: a NUL inside one would shift the others.
                 raise SaslConfigError(f"{name} must not contain a NUL character (PLAIN)")
-
-    @classmethod
-    def from_settings(cls, settings, host):
-        return cls(settings["sasl_plain_username"], settings["sasl_plain_password"])
 
     def initial_response(self):
         return self._message

@@ -20,7 +20,7 @@ password is refused at construction, naming the setting.
 """
 import scramp
 
-from netkafka.client.sasl import SaslMechanism, require_text
+from netkafka.client.sasl import PasswordMechanism
 from netkafka.errors import SaslAuthenticationFailedError, SaslConfigError
 
 # Kafka's own bounds on a SCRAM credential's iteration count.
@@ -31,7 +31,7 @@ KAFKA_MAX_ITERATIONS = 16384
 _EXPECT_SERVER_FIRST, _EXPECT_SERVER_FINAL, _DONE = range(3)
 
 
-class ScramMechanism(SaslMechanism):
+class ScramMechanism(PasswordMechanism):
     """The SCRAM exchange; the subclasses name the hash."""
 
     def __init__(self, username, password):
@@ -42,9 +42,7 @@ class ScramMechanism(SaslMechanism):
         self._step = _EXPECT_SERVER_FIRST
 
     @classmethod
-    def check_settings(cls, settings):
-        username = require_text(settings, "sasl_plain_username", cls.name)
-        password = require_text(settings, "sasl_plain_password", cls.name)
+    def check_credentials(cls, username, password):
         # scramp refuses what SASLprep forbids when a client is made: made here with
         # one real value at a time, the error names the setting at fault.
         cls._check_saslprep("sasl_plain_username", username, "x")
@@ -56,10 +54,6 @@ class ScramMechanism(SaslMechanism):
             scramp.ScramClient([cls.name], username, password)
         except scramp.ScramException as exc:
             raise SaslConfigError(f"{name} cannot be used with {cls.name}: {exc}") from None
-
-    @classmethod
-    def from_settings(cls, settings, host):
-        return cls(settings["sasl_plain_username"], settings["sasl_plain_password"])
 
     def initial_response(self):
         return self._client_first
