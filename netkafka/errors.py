@@ -640,3 +640,43 @@ class RebootstrapRequiredError(BrokerError):
     """The broker asks the client to bootstrap its metadata again."""
 
     code = 129
+
+
+# --- SASL settings and credentials (netkafka.client.sasl).  A broker's refusal of
+# the credentials is SaslAuthenticationFailedError (code 58) above; the client raises
+# it too when the broker's own proof fails (a SCRAM server signature that does not
+# verify), since either way the two sides do not share the secret.
+
+
+class SaslConfigError(KafkaError, ValueError):
+    """A SASL setting is missing, unknown or invalid, or does not fit the others;
+    the message names the setting.  Raised when the producer is built, before any
+    connection."""
+
+
+class JaasConfigError(SaslConfigError):
+    """A sasl.jaas.config string does not parse, or lacks what its mechanism needs;
+    the message names the position or the option."""
+
+
+class SaslLibraryMissingError(KafkaError, ImportError):
+    """A SASL mechanism needs an optional library that is not installed; the message
+    names the extra that installs it (e.g. ``pip install 'netkafka[gssapi]'``)."""
+
+
+class OAuthTokenError(KafkaError):
+    """An OAUTHBEARER token could not be had: the token endpoint was unreachable,
+    answered an HTTP error, or answered without a usable token; or a token provider
+    failed or returned something that is not a token.
+
+    Attributes:
+        url: the token endpoint, or None when the token came from elsewhere.
+        status: the endpoint's HTTP status, or None when there was no answer.
+    Retriable when the endpoint may answer later: no answer, HTTP 429 or 5xx.
+    """
+
+    def __init__(self, message, *, url=None, status=None):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.retriable = url is not None and (status is None or status == 429 or status >= 500)
