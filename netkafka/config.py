@@ -311,14 +311,15 @@ def api_version_value(api_version):
     """
     if api_version is None or api_version == "auto":
         return None
-    if isinstance(api_version, str):
+    value = api_version
+    if isinstance(value, str):
         try:
-            api_version = tuple(int(part) for part in api_version.split("."))
+            value = tuple(int(part) for part in value.split("."))
         except ValueError:
-            api_version = None
-    if (isinstance(api_version, tuple) and api_version
-            and all(type(part) is int and part >= 0 for part in api_version)):
-        return api_version
+            value = None
+    if (isinstance(value, tuple) and value
+            and all(type(part) is int and part >= 0 for part in value)):
+        return value
     raise ValueError(f"api_version must be None, 'auto' or a tuple of ints such as "
                      f"(0, 10, 1), got {api_version!r}")
 

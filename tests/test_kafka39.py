@@ -21,6 +21,7 @@ import kafka.record.memory_records as kafka_python_records
 import pytest
 
 from netkafka import Producer
+from netkafka.config import ProducerConfig
 from netkafka.errors import IncompatibleBrokerError
 from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
@@ -30,6 +31,24 @@ LEGACY_CODECS = [None, "gzip", "snappy", "lz4"]
 # api_version -> (Produce version, magic), kafka-python's mapping.
 LEGACY_VERSIONS = {(0, 8, 2): (0, 0), (0, 9): (1, 0), (0, 10, 1): (2, 1)}
 RECORDS = 500
+
+
+@pytest.mark.parametrize("api_version, expected", [
+    (None, (None, None, True)),
+    ("auto", (None, None, True)),
+    ((0, 11), ((0, 11), None, True)),
+    ("2.8.0", ((2, 8, 0), None, True)),  # kafka-python's deprecated str form
+    ((0, 10, 1), ((0, 10, 1), 1, False)),
+    ("0.10", ((0, 10), 1, False)),
+    ((0, 9), ((0, 9), 0, False)),
+    ((0, 8, 2), ((0, 8, 2), 0, False)),
+])
+def test_api_version_values_and_what_they_pin(api_version, expected):
+    config = ProducerConfig.from_kwargs({"api_version": api_version})
+    assert (config.api_version, config.legacy_magic, config.enable_idempotence) == expected
+    legacy = LEGACY_VERSIONS.get(config.api_version)
+    assert config.connection_config().produce_version == (
+        None if config.legacy_magic is None else legacy[0] if legacy else 2)
 
 
 def legacy_producer(bootstrap, api_version, **options):

@@ -372,6 +372,17 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"ssl_cafile": "/ca.pem"}, NotImplementedError, r"ssl_cafile='/ca.pem'"),
     ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
                                                         r"has no transactions yet"),
+    ({"api_version": "latest"}, ValueError,
+     r"api_version must be None, 'auto' or a tuple of ints such as \(0, 10, 1\), got 'latest'"),
+    ({"api_version": (0, -10)}, ValueError, r"api_version must be .*, got \(0, -10\)"),
+    ({"api_version": (0, 10), "enable_idempotence": True}, ValueError,
+     r"enable_idempotence=True needs RecordBatch v2 \(Kafka 0\.11\+\); api_version=\(0, 10\) "
+     r"writes message format v1"),
+    ({"api_version": (0, 9), "compression_type": "zstd"}, ValueError,
+     r"compression_type='zstd' needs RecordBatch v2 \(Kafka 2\.1\+\); api_version=\(0, 9\) "
+     r"writes message format v0"),
+    ({"api_version": (0, 8, 1), "compression_type": "lz4"}, ValueError,
+     r"compression_type='lz4' needs Kafka 0\.8\.2\+; api_version=\(0, 8, 1\)"),
 ])
 def test_bad_options_are_refused_naming_them(options, error, message):
     with pytest.raises(error, match=message):
