@@ -93,8 +93,6 @@ def produce_versions(producer):
 @pytest.mark.parametrize("codec", LEGACY_CODECS, ids=lambda c: c or "none")
 @pytest.mark.parametrize("api_version", list(LEGACY_VERSIONS), ids=lambda v: ".".join(map(str, v)))
 def test_legacy_sets_round_trip_on_kafka_3_9(kafka_broker_3_9, topic_name, api_version, codec):
-    if codec == "lz4" and api_version < (0, 9):
-        pytest.skip("one v0 lz4 case is enough: (0, 9) covers it")
     produce_version, magic = LEGACY_VERSIONS[api_version]
     bootstrap = kafka_broker_3_9.bootstrap
     create_topic(bootstrap, topic_name, partitions=2)
