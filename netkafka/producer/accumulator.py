@@ -200,6 +200,8 @@ class RecordAccumulator(AccumulatorCore):
                         except errors.BufferPoolExhausted:
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
+                            # (The v2 bound also covers a legacy v0/v1 set of that
+                            # record, whose per-record overhead is smaller.)
                             size_bytes = RecordBatchBuilder.size_upper_bound_bytes(
                                 key, value, headers)
                             self._discard_open_locked(queue)
