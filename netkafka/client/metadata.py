@@ -161,8 +161,9 @@ class Metadata:
         self._updates = 0  # guarded by _lock: answers received so far
         self._closed = False  # guarded by _lock
         # Guarded by _lock: the IncompatibleBrokerError of a broker netkafka cannot
-        # use at all (e.g. Kafka 4.x with a legacy api_version); waiters raise it at
-        # once rather than wait out max_block_ms for an answer that cannot come.
+        # use at all (e.g. Kafka 4.x with a legacy api_version), until some broker
+        # answers a Metadata request; waiters raise it at once rather than wait out
+        # max_block_ms for an answer that cannot come.
         self._incompatible = None
         self._listeners = []  # guarded by _lock: on_metadata(snapshot, moved)
 
@@ -392,6 +393,7 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = self._last_success_ns = now_ns
             self._next_candidate = 0
+            self._incompatible = None  # some broker answers: waiting is not in vain
             # Again soon if someone asked while this fetch was out (a topic
             # added, a leader moved), or if the answer is incomplete.
             self._need_update = (
