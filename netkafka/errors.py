@@ -5,6 +5,9 @@
     |                           connection they came on can no longer be trusted
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
     +-- KafkaConnectionError    a broker connection could not be made, or broke
+    |   +-- SslAuthenticationError  the TLS handshake failed (certificate, protocol)
+    +-- SslConfigError          a TLS or security_protocol setting is wrong (also a
+    |                           ValueError)
     +-- KafkaTimeoutError       a configured bound ran out (also a TimeoutError)
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
@@ -57,6 +60,24 @@ class KafkaConnectionError(KafkaError):
 
     retriable = True
     invalid_metadata = True
+
+
+class SslAuthenticationError(KafkaConnectionError):
+    """The TLS handshake with a broker failed: its certificate did not verify (the
+    message names the host and OpenSSL's reason), it refused ours, or the two sides
+    share no protocol version or cipher.  As the Java client's
+    SslAuthenticationException: not fixed by waiting, so a producer waiting for
+    metadata raises it at once instead of waiting out max_block_ms; connections are
+    still retried after the reconnect backoff (a certificate may be replaced)."""
+
+    retriable = False
+
+
+class SslConfigError(KafkaError, ValueError):
+    """A TLS setting is wrong or does not fit security_protocol: a file that cannot
+    be read or loaded, a wrong key password, ciphers OpenSSL does not know, TLS
+    settings with a protocol without TLS.  The message names the setting.  Raised
+    when the producer is built, before any connection."""
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):

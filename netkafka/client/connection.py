@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from netkafka import errors
 from netkafka._validate import check_int
+from netkafka.client.tls import TLS_PROTOCOLS, TlsTransport
 from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 from netkafka.protocol.api_versions import (
@@ -115,6 +116,11 @@ class ConnectionConfig:
             before anything is allocated (a non-Kafka peer's first bytes
             read as a size are usually huge).  Default 100 MiB, the broker's
             own socket.request.max.bytes.
+        security_protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+        ssl_context: the ssl.SSLContext of SSL and SASL_SSL connections (built
+            and checked by config.ProducerConfig), None without TLS.
+        sasl_settings: kafka-python's SASL settings (client.sasl.SASL_DEFAULTS
+            names), checked by config.ProducerConfig; None without SASL.
     """
 
     client_id: str = "netkafka"
@@ -129,6 +135,9 @@ class ConnectionConfig:
     high_watermark_bytes: int = 8 * _MiB
     low_watermark_bytes: int = 4 * _MiB
     max_response_bytes: int = 100 * _MiB
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: object = None
+    sasl_settings: object = None
 
     def __post_init__(self):
         if not isinstance(self.client_id, str):
@@ -151,6 +160,9 @@ class ConnectionConfig:
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        if (self.ssl_context is not None) != (self.security_protocol in TLS_PROTOCOLS):
+            raise ValueError(f"security_protocol={self.security_protocol!r} needs "
+                             f"{'an' if self.ssl_context is None else 'no'} ssl_context")
 
 
 class Request:
@@ -506,6 +518,8 @@ class BrokerConnection:
         except OSError as exc:
             self._io_fail(_as_kafka_error(exc, self), now_ns)
             return
+        if self.config.ssl_context is not None:
+            transport = TlsTransport(transport, self.config.ssl_context, host, f"{host}:{port}")
         self._transport = transport
         self._registered_events = 0
         self._queued_total = self._written_total = 0

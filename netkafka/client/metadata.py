@@ -16,6 +16,7 @@ answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
 ``_changed``.
 """
+import copy
 import threading
 import time
 from typing import NamedTuple
@@ -26,6 +27,9 @@ from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 
+# Connection failures that waiting does not cure: the broker refused our certificate
+# or credentials, or we refused its certificate.
+_AUTHENTICATION_ERRORS = (errors.SslAuthenticationError, errors.SaslAuthenticationFailedError)
 
 class BrokerInfo(NamedTuple):
     node_id: int
@@ -158,6 +162,11 @@ class Metadata:
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
         self._errors = {}  # guarded by _lock: address -> last error there
+        # Guarded by _lock: the authentication failure (_AUTHENTICATION_ERRORS) of the
+        # last attempt, cleared by an answer.  Waiting does not fix a certificate or a
+        # password, so the waits raise it at once rather than time out (the Java
+        # client's metadata does the same with AuthenticationException).
+        self._auth_error = None
         self._updates = 0  # guarded by _lock: answers received so far
         self._closed = False  # guarded by _lock
         self._listeners = []  # guarded by _lock: on_metadata(snapshot, moved)
@@ -218,6 +227,7 @@ class Metadata:
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while self._snapshot is None:
+                self._raise_auth_error_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise KafkaTimeoutError(
@@ -237,6 +247,7 @@ class Metadata:
                 if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
+                self._raise_auth_error_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -374,6 +385,7 @@ class Metadata:
             self._snapshot = snapshot
             self._updates += 1
             self._fetching = False
+            self._auth_error = None
             self._last_attempt_ns = self._last_success_ns = now_ns
             self._next_candidate = 0
             # Again soon if someone asked while this fetch was out (a topic
@@ -397,6 +409,8 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = now_ns
             self._errors[conn.address] = str(error)
+            if isinstance(error, _AUTHENTICATION_ERRORS):
+                self._auth_error = error
             self._need_update = True
             # The next address is tried at once while some address is untried
             # in this round; retry_backoff_ms applies after that.
@@ -409,6 +423,12 @@ class Metadata:
         if self._snapshot is not None and self._snapshot.brokers:
             return len(self._snapshot.brokers)
         return len(self._bootstrap)
+
+    def _raise_auth_error_locked(self):
+        if self._auth_error is not None:
+            # A copy per waiter: raising one instance in several threads would
+            # chain their tracebacks together.
+            raise copy.copy(self._auth_error).with_traceback(None)
 
     def _describe_errors(self):
         if not self._errors:
