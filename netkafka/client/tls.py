@@ -6,14 +6,16 @@ thread keeps its own loop (a handshake step is a call that returns the selector 
 it waits for), and the ciphertext leaves through PlainTransport.write, the same native
 sendmsg as plaintext.  SSLSocket has no sendmsg either, so neither way keeps plaintext's
 zero copy: encryption copies every byte once anyway.  Kernel TLS (ssl.OP_ENABLE_KTLS)
-would let the kernel encrypt and keep sendmsg; it needs an SSLSocket, Python 3.12+ and
-the kernel's `tls` module -- see tls_kernel_offload_available().
+would let the kernel encrypt and keep sendmsg; it needs an SSLSocket, Python 3.12+ with
+OpenSSL 3 and the kernel's `tls` module.  Not used: on the machine this was built on
+(Linux 6.18, Python 3.11 in the project's environment; 3.12.1 and 3.13.0 with OpenSSL
+3.0.19 beside it, which have OP_ENABLE_KTLS) the kernel refuses the "tls" TCP upper
+layer (setsockopt TCP_ULP "tls": ENOENT, no module), so there was nothing to measure.
 
 Threads: build_ssl_context runs where the producer is built; a TlsTransport, like every
 transport, is owned by its connection's I/O thread and only that thread calls it.
 """
 import selectors
-import socket
 import ssl
 
 from netkafka.errors import SslAuthenticationError, SslConfigError
@@ -174,26 +176,6 @@ def _is_encrypted_key(path):
     with open(path, "rb") as file:
         text = file.read()
     return b"ENCRYPTED PRIVATE KEY" in text or b"Proc-Type: 4,ENCRYPTED" in text
-
-
-def tls_kernel_offload_available():
-    """True when this Python can ask OpenSSL for kernel TLS (ssl.OP_ENABLE_KTLS,
-    Python 3.12+) and the kernel has its `tls` module (the TCP_ULP "tls" option is
-    accepted).  Not used by TlsTransport: kernel TLS needs an SSLSocket, and where this
-    was measured it was unavailable (see the module docstring and the report)."""
-    if not hasattr(ssl, "OP_ENABLE_KTLS"):
-        return False
-    server = socket.socket()
-    try:
-        server.bind(("127.0.0.1", 0))
-        server.listen(1)
-        with socket.create_connection(server.getsockname()) as probe:
-            probe.setsockopt(socket.IPPROTO_TCP, getattr(socket, "TCP_ULP", 31), b"tls")
-        return True
-    except OSError:
-        return False
-    finally:
-        server.close()
 
 
 class TlsTransport:
