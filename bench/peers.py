@@ -374,20 +374,23 @@ class JavaProducerPerformance:
 
 def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Settings,
                records: int, broker_pids: Sequence[int], payload_dir: Path,
-               cleanup: contextlib.ExitStack):
+               cleanup: contextlib.ExitStack, security: Optional[Mapping] = None):
     """A client as a contestant whose rounds send `records` values of settings.record_size
-    to topic: a Python runner made now (closed by cleanup), with its values prepared
-    outside the rounds, or ProducerPerformance with --warmup-records of half the count,
-    its payload file written into payload_dir."""
+    to topic: a Python runner made now (closed by cleanup; security: its further
+    settings), with its values prepared outside the rounds, or ProducerPerformance with
+    --warmup-records of half the count, its payload file written into payload_dir."""
     # Imported here: bench/memory_probe.py imports this module, and counts what it loads.
     import rounds
 
     if client == "java":
+        if security:
+            raise ValueError("the Java contestant takes no security settings here")
         java = JavaProducerPerformance(
             bootstrap, settings, write_payload_file(payload_dir / "payloads",
                                                     settings.record_size))
         return rounds.JavaContestant(java, topic, records, records // 2, broker_pids)
-    runner = PYTHON_CLIENTS[client](bootstrap, settings, mode)
+    runner = PYTHON_CLIENTS[client](bootstrap, settings, mode, **(
+        {"security": security} if security else {}))
     cleanup.callback(runner.close)
     values = runner.prepare(values_for(settings.record_size, records))
     return rounds.Contestant(lambda: runner.run(topic, values), records, broker_pids)
