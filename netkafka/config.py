@@ -18,6 +18,7 @@ JAVA_TLS_SETTINGS, turned into kafka-python's).
 import itertools
 import math
 import re
+import dataclasses
 from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
@@ -85,8 +86,9 @@ class ProducerConfig:
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
     # security_protocol and the ssl_* / sasl_* settings given (SECURITY_DEFAULTS
     # names; missing ones take its defaults), as Producer(**kwargs) takes them one
-    # by one.  Checked at construction; the SSLContext is built then, once.
-    security: object = None
+    # by one.  Checked at construction; the SSLContext is built then, once.  Not in
+    # the repr: it holds passwords.
+    security: object = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_kwargs(cls, kwargs):

@@ -94,6 +94,19 @@ def test_settings_build_the_context_the_connections_use(tls_files):
     assert ProducerConfig.from_kwargs({}).connection_config().ssl_context is None
 
 
+def test_passwords_stay_out_of_the_configs_repr(tls_files):
+    alice = tls_files.clients["alice"]
+    config = ProducerConfig.from_kwargs({
+        "security_protocol": "SASL_SSL", "ssl_cafile": str(tls_files.ca_file),
+        "ssl_certfile": str(alice.cert_file), "ssl_keyfile": str(alice.encrypted_key_file),
+        "ssl_password": alice.key_password, "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice", "sasl_plain_password": "sasl-secret"})
+    connection = config.connection_config()
+    assert connection.sasl_settings["sasl_plain_password"] == "sasl-secret"
+    for text in (repr(config), repr(connection)):
+        assert alice.key_password not in text and "sasl-secret" not in text
+
+
 def test_a_users_ssl_context_wins_over_the_other_settings():
     mine = ssl.create_default_context()
     config = ProducerConfig.from_kwargs({"security_protocol": "SSL", "ssl_context": mine,
@@ -349,3 +362,22 @@ def test_perf_tool_takes_java_security_properties(secured_broker, topic_name, tm
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("500 records sent")
     assert len(read_topic(spec.bootstrap, topic_name, 500, client_config=reader_config)) == 500
+
+
+def test_spark_settings_dict_with_java_tls_names_produces_over_mtls(secured_broker, topic_name):
+    from netkafka.spark import producer_settings
+
+    spec = secured_broker.listeners["MTLS"]
+    alice = secured_broker.client_certs["alice"]
+    reader_config = secured_broker.client_config("MTLS")
+    create_topic(spec.bootstrap, topic_name, client_config=reader_config)
+    settings = producer_settings({
+        "bootstrap.servers": spec.bootstrap, "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(secured_broker.ca_file),
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(alice.cert_file),
+        "ssl_keyfile": str(alice.key_file), "ssl.endpoint.identification.algorithm": "https"})
+    assert settings.kwargs["ssl_cafile"] == str(secured_broker.ca_file)
+    with Producer(**settings.kwargs) as producer:
+        producer.send(topic_name, b"from spark settings", b"k").get(60)
+    [record] = read_topic(spec.bootstrap, topic_name, 1, client_config=reader_config)
+    assert (record.key, record.value) == (b"k", b"from spark settings")

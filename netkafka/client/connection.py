@@ -39,7 +39,7 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netkafka import errors
 from netkafka._validate import check_int
@@ -137,7 +137,7 @@ class ConnectionConfig:
     max_response_bytes: int = 100 * _MiB
     security_protocol: str = "PLAINTEXT"
     ssl_context: object = None
-    sasl_settings: object = None
+    sasl_settings: object = field(default=None, repr=False)  # holds passwords
 
     def __post_init__(self):
         if not isinstance(self.client_id, str):
