@@ -5,6 +5,9 @@
     |                           connection they came on can no longer be trusted
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
     +-- KafkaConnectionError    a broker connection could not be made, or broke
+    +-- AuthenticationError     a broker refused this client's credentials (also the
+    |                           BrokerErrors SASL_AUTHENTICATION_FAILED and
+    |                           UNSUPPORTED_SASL_MECHANISM): not retried
     |   +-- SslAuthenticationError  the TLS handshake failed (certificate, protocol)
     +-- SslConfigError          a TLS or security_protocol setting is wrong (also a
     |                           ValueError)
@@ -62,15 +65,19 @@ class KafkaConnectionError(KafkaError):
     invalid_metadata = True
 
 
-class SslAuthenticationError(KafkaConnectionError):
+class AuthenticationError(KafkaError):
+    """A broker refused to authenticate this client: wrong credentials, or a SASL
+    mechanism its listener does not enable.  The message names the mechanism and the
+    broker.  Not retriable (as the Java client's AuthenticationException): waiting
+    for metadata raises it at once rather than after max_block_ms.  The connection
+    is still tried again after the reconnect backoff (credentials may be fixed)."""
+
+
+class SslAuthenticationError(AuthenticationError):
     """The TLS handshake with a broker failed: its certificate did not verify (the
     message names the host and OpenSSL's reason), it refused ours, or the two sides
     share no protocol version or cipher.  As the Java client's
-    SslAuthenticationException: not fixed by waiting, so a producer waiting for
-    metadata raises it at once instead of waiting out max_block_ms; connections are
-    still retried after the reconnect backoff (a certificate may be replaced)."""
-
-    retriable = False
+    SslAuthenticationException, an AuthenticationException: not fixed by waiting."""
 
 
 class SslConfigError(KafkaError, ValueError):

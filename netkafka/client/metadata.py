@@ -27,9 +27,6 @@ from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 
-# Connection failures that waiting does not cure: the broker refused our certificate
-# or credentials, or we refused its certificate.
-_AUTHENTICATION_ERRORS = (errors.SslAuthenticationError, errors.SaslAuthenticationFailedError)
 
 class BrokerInfo(NamedTuple):
     node_id: int
@@ -162,7 +159,7 @@ class Metadata:
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
         self._errors = {}  # guarded by _lock: address -> last error there
-        # Guarded by _lock: the authentication failure (_AUTHENTICATION_ERRORS) of the
+        # Guarded by _lock: the authentication failure (errors.AuthenticationError) of the
         # last attempt, cleared by an answer.  Waiting does not fix a certificate or a
         # password, so the waits raise it at once rather than time out (the Java
         # client's metadata does the same with AuthenticationException).
@@ -409,7 +406,7 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = now_ns
             self._errors[conn.address] = str(error)
-            if isinstance(error, _AUTHENTICATION_ERRORS):
+            if isinstance(error, errors.AuthenticationError):
                 self._auth_error = error
             self._need_update = True
             # The next address is tried at once while some address is untried
