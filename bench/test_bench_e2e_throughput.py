@@ -144,7 +144,7 @@ def test_throughput(benchmark, kafka_broker, broker_pids, topic_name, tmp_path, 
 
 
 def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pids, topic_name,
-             payload_dir, security=None):
+             payload_dir, security=None, suite="throughput"):
     """One cell: a topic and a contestant per (client, mode) of clients, their rounds
     alternated and recorded, then every topic checked to hold every record its client sent.
 
@@ -152,6 +152,7 @@ def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pi
         bootstrap: where the clients send; admin_bootstrap: where topics are made, counted
             and deleted (a secured broker's PLAINTEXT listener).
         security: {client: its further settings} (TLS, SASL) for the Python clients.
+        suite: the rows' suite (e2e_results.record_throughput).
     """
     security = security or {}
     with contextlib.ExitStack() as stack:  # runners closed, then topics deleted
@@ -168,7 +169,7 @@ def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pi
                 stack, security.get(client))
         measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
                                       iterations=1)
-        e2e_results.record_throughput(benchmark, settings, measured)
+        e2e_results.record_throughput(benchmark, settings, measured, suite)
         for key, contestant in contestants.items():
             assert (peers.acknowledged_records(admin_bootstrap, topics[key])
                     == contestant.records_sent)

@@ -30,11 +30,10 @@ CLIENT_MODES = (("netkafka", "send"), ("confluent-kafka", "error_only"))
 def test_tls_throughput(benchmark, secured_broker, topic_name, tmp_path, size, acks):
     settings = peers.Settings(SIZES[size], ACKS[acks])
     benchmark.group = f"tls throughput {size} acks={settings.acks}"
-    benchmark.extra_info["listener"] = "SSL"
     ca_file = str(secured_broker.ca_file)
     run_cell(benchmark, settings, CLIENT_MODES, secured_broker.listeners["SSL"].bootstrap,
              secured_broker.listeners["PLAINTEXT"].bootstrap,
              rounds.broker_pids(secured_broker.cluster), topic_name, tmp_path, security={
                  "netkafka": {"security_protocol": "SSL", "ssl_cafile": ca_file},
                  "confluent-kafka": {"security.protocol": "SSL", "ssl.ca.location": ca_file},
-             })
+             }, suite="throughput_tls")
