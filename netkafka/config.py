@@ -280,7 +280,11 @@ def producer_setting(name, value, origin=None):
     keyword, meanings = java
     if meanings is not None:
         text = value.strip() if isinstance(value, str) else value
-        key = text.upper() if keyword is None and isinstance(text, str) else text
+        # Read as Java reads them: store types and the algorithm in any case.
+        if isinstance(text, str):
+            key = text.upper() if keyword is None else text.lower()
+        else:
+            key = text
         if key not in meanings:
             allowed = " or ".join(repr(text) for text in meanings)
             hint = (": netkafka reads PEM files; convert a JKS or PKCS12 store with "

@@ -131,7 +131,7 @@ def test_java_pem_settings_become_kafka_pythons(tls_files, tmp_path):
     assert kwargs == {"security_protocol": "SSL", "ssl_cafile": str(tls_files.ca_file),
                       "ssl_certfile": str(alice.cert_file), "ssl_password": alice.key_password,
                       "ssl_check_hostname": False}
-    assert producer_setting("ssl.endpoint.identification.algorithm", "https") == {
+    assert producer_setting("ssl.endpoint.identification.algorithm", "HTTPS") == {
         "ssl_check_hostname": True}
     for name, text, message in [
             ("ssl.truststore.type", "JKS", r"ssl.truststore.type='JKS': must be 'PEM'.*keytool"),

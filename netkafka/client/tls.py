@@ -5,7 +5,10 @@ Why ssl.SSLObject over two ssl.MemoryBIOs, not a non-blocking ssl.SSLSocket: the
 thread keeps its own loop (a handshake step is a call that returns the selector events
 it waits for), and the ciphertext leaves through PlainTransport.write, the same native
 sendmsg as plaintext.  SSLSocket has no sendmsg either, so neither way keeps plaintext's
-zero copy: encryption copies every byte once anyway.  Kernel TLS (ssl.OP_ENABLE_KTLS)
+zero copy: encryption copies every byte once anyway, and the outgoing BIO's read()
+once more.  Measured on the 2-core reference machine, 512 MiB in 128 KiB writes over a
+socketpair, CPU of the writing thread: 0.11 ns per byte through PlainTransport, 0.56
+to 0.58 through TlsTransport (AES-GCM, TLS 1.3).  Kernel TLS (ssl.OP_ENABLE_KTLS)
 would let the kernel encrypt and keep sendmsg; it needs an SSLSocket, Python 3.12+ with
 OpenSSL 3 and the kernel's `tls` module.  Not used: on the machine this was built on
 (Linux 6.18, Python 3.11 in the project's environment; 3.12.1 and 3.13.0 with OpenSSL
@@ -57,7 +60,8 @@ def build_ssl_context(settings, security_protocol):
 
     A user's ssl_context is used as it is: the other ssl_* settings are then not
     looked at (kafka-python's rule).  Otherwise: Python's client context (TLS 1.2
-    or newer, the certificate chain verified against ssl_cafile or the system's CAs), the host name checked unless ssl_check_hostname is False, the
+    or newer, the certificate chain verified against ssl_cafile or the system's
+    CAs), the host name checked unless ssl_check_hostname is False, the
     client certificate from ssl_certfile (its key in it or in ssl_keyfile, decrypted
     with ssl_password), ssl_crlfile checked for the broker's certificate, ssl_ciphers
     in OpenSSL's cipher list syntax.  ssl_cafile's CAs replace the system's.
