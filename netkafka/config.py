@@ -6,21 +6,26 @@ client, and the Java client's otherwise (noted below).  netkafka adds io_threads
 high_watermark_bytes, low_watermark_bytes and backoff.
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
-the key and what it allows; a security option (anything but PLAINTEXT) or a
-transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
-transactions.
+the key and what it allows (for the security settings SslConfigError or
+SaslConfigError, both ValueErrors); a transactional id raises NotImplementedError
+until netkafka has transactions.
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
-Producer through producer_keyword() and setting_from_text(): the Java client's
-dotted names and typed values, read one way for every tool.
+Producer through producer_setting(): the Java client's dotted names and typed
+values, read one way for every tool (and its PEM key and trust store settings,
+JAVA_TLS_SETTINGS, turned into kafka-python's).
 """
 import itertools
 import math
 import re
+import dataclasses
 from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
+from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
+from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
+from netkafka.errors import SslConfigError
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -30,26 +35,10 @@ COMPRESSION_TYPES = (None, *CODEC_NAMES)
 ACKS = (0, 1, "all", -1)
 _client_ids = itertools.count(1)
 
-# kafka-python's security options, with the values that mean "not used".  Any other
-# value asks for TLS or SASL, which netkafka does not speak yet.
-SECURITY_OPTIONS = {
-    "security_protocol": "PLAINTEXT",
-    "ssl_context": None,
-    "ssl_check_hostname": True,
-    "ssl_cafile": None,
-    "ssl_certfile": None,
-    "ssl_keyfile": None,
-    "ssl_crlfile": None,
-    "ssl_password": None,
-    "ssl_ciphers": None,
-    "sasl_mechanism": None,
-    "sasl_plain_username": None,
-    "sasl_plain_password": None,
-    "sasl_kerberos_name": None,
-    "sasl_kerberos_service_name": "kafka",
-    "sasl_kerberos_domain_name": None,
-    "sasl_oauth_token_provider": None,
-}
+# kafka-python's security settings and their defaults: the TLS ones are
+# netkafka.client.tls's, the SASL ones netkafka.client.sasl's.
+SECURITY_DEFAULTS = {"security_protocol": "PLAINTEXT", **SSL_DEFAULTS, **SASL_DEFAULTS}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # kafka-python's transaction options, with the values that mean "no transactions".
 TRANSACTION_OPTIONS = {
     "transactional_id": None,
@@ -96,6 +85,11 @@ class ProducerConfig:
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+    # security_protocol and the ssl_* / sasl_* settings given (SECURITY_DEFAULTS
+    # names; missing ones take its defaults), as Producer(**kwargs) takes them one
+    # by one.  Checked at construction; the SSLContext is built then, once.  Not in
+    # the repr: it holds passwords.
+    security: object = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_kwargs(cls, kwargs):
@@ -103,14 +97,18 @@ class ProducerConfig:
 
         Raises:
             TypeError: an unknown keyword (named).
-            ValueError: a bad value (key and allowed values named).
-            NotImplementedError: a TLS or SASL setting.
+            ValueError: a bad value (key and allowed values named); SslConfigError
+                and SaslConfigError for the security settings.
+            NotImplementedError: a transaction setting.
         """
         fields = cls.__dataclass_fields__
         settings = {}
+        security = {}
         for name, value in kwargs.items():
-            if name in SECURITY_OPTIONS:
-                _check_security_option(name, value)
+            if name in SECURITY_DEFAULTS:
+                security[name] = value
+            elif name == "security":
+                raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             elif name in TRANSACTION_OPTIONS:
                 _check_transaction_option(name, value)
             elif name not in fields:
@@ -122,7 +120,7 @@ class ProducerConfig:
             # so settings it cannot work with quietly turn the default off (asked for
             # explicitly, they are an error).
             settings["enable_idempotence"] = False
-        return cls(**settings)
+        return cls(**settings, security=security)
 
     def __post_init__(self):
         _check_bootstrap(self.bootstrap_servers)
@@ -177,6 +175,23 @@ class ProducerConfig:
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
+        self._check_security()
+
+    def _check_security(self):
+        security = dict(self.security or {})
+        object.__setattr__(self, "security", security)
+        protocol = security.get("security_protocol", "PLAINTEXT")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise SslConfigError(f"security_protocol={protocol!r} is not one of "
+                                 f"{', '.join(SECURITY_PROTOCOLS)}")
+        check_sasl_settings(security, protocol)
+        # Built once here: a bad file or password is refused now, naming the setting,
+        # and every connection shares the context (and its loaded certificates).
+        object.__setattr__(self, "_ssl_context", build_ssl_context(security, protocol))
+
+    @property
+    def security_protocol(self):
+        return self.security.get("security_protocol", "PLAINTEXT")
 
     def _check_legacy(self):
         if self.legacy_magic is None:
@@ -236,17 +251,69 @@ class ProducerConfig:
             low_watermark_bytes=self.low_watermark_bytes,
             produce_version=(None if legacy_produce(self.api_version) is None
                              else legacy_produce(self.api_version)[0]),
+            security_protocol=self.security_protocol,
+            ssl_context=self._ssl_context,
+            sasl_settings=({name: self.security.get(name, default)
+                            for name, default in SASL_DEFAULTS.items()}
+                           if self.security_protocol in SASL_PROTOCOLS else None),
         )
 
 
 # Every setting a Producer takes, by keyword, with its default.
 _SETTING_DEFAULTS = {**{name: field.default
-                        for name, field in ProducerConfig.__dataclass_fields__.items()},
-                     **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
+                        for name, field in ProducerConfig.__dataclass_fields__.items()
+                        if name != "security"},
+                     **SECURITY_DEFAULTS, **TRANSACTION_OPTIONS}
 # Settings whose text is read as a number though their default is not one: acks
 # ('all' or a number), and the socket buffers (None keeps the OS default).
 _NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
 _WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
+
+# The Java client's TLS settings for PEM files, as kafka-python's: Java name ->
+# (keyword, {text: value} for a setting whose text means something else, or None).
+# A store type only confirms that the files are PEM, which is all netkafka reads
+# (keyword None: nothing to set).  ssl.keystore.location is a PEM file holding the
+# private key and the certificate chain, which is what ssl_certfile may be.
+JAVA_TLS_SETTINGS = {
+    "ssl.truststore.location": ("ssl_cafile", None),
+    "ssl.keystore.location": ("ssl_certfile", None),
+    "ssl.key.password": ("ssl_password", None),
+    "ssl.endpoint.identification.algorithm": ("ssl_check_hostname",
+                                              {"https": True, "": False}),
+    "ssl.truststore.type": (None, {"PEM": None}),
+    "ssl.keystore.type": (None, {"PEM": None}),
+}
+
+
+def producer_setting(name, value, origin=None):
+    """The Producer keyword argument a setting given by name stands for, as a dict:
+    {keyword: value}, or {} for a Java setting that only confirms what netkafka does
+    (ssl.truststore.type=PEM).  Names are read by producer_keyword, values by
+    setting_from_text; the Java TLS settings (JAVA_TLS_SETTINGS) become kafka-python's.
+
+    Raises:
+        TypeError: not a setting of Producer (named).
+        ValueError: a value the setting cannot take (named as origin=value).
+    """
+    java = JAVA_TLS_SETTINGS.get(name.strip().lower())
+    if java is None:
+        keyword = producer_keyword(name, origin)
+        return {keyword: setting_from_text(keyword, value, origin or name)}
+    keyword, meanings = java
+    if meanings is not None:
+        text = value.strip() if isinstance(value, str) else value
+        # Read as Java reads them: store types and the algorithm in any case.
+        if isinstance(text, str):
+            key = text.upper() if keyword is None else text.lower()
+        else:
+            key = text
+        if key not in meanings:
+            allowed = " or ".join(repr(text) for text in meanings)
+            hint = (": netkafka reads PEM files; convert a JKS or PKCS12 store with "
+                    "keytool and openssl" if keyword is None else "")
+            raise ValueError(f"{origin or name}={value!r}: must be {allowed}{hint}")
+        value = meanings[key]
+    return {} if keyword is None else {keyword: value}
 
 
 def producer_keyword(name, origin=None):
@@ -384,9 +451,3 @@ def _check_transaction_option(name, value):
         f"keeps retries free of duplicates); leave the transaction options unset")
 
 
-def _check_security_option(name, value):
-    if value == SECURITY_OPTIONS[name]:
-        return
-    raise NotImplementedError(
-        f"{name}={value!r}: netkafka speaks PLAINTEXT only for now (no TLS or SASL); "
-        f"leave the security options at their defaults")
