@@ -7,8 +7,9 @@ high_watermark_bytes, low_watermark_bytes and backoff.
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
 the key and what it allows; a security option (anything but PLAINTEXT) or a
-transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
-transactions.
+transactional id raises NotImplementedError until netkafka speaks TLS and has
+transactions.  SASL over plaintext (security_protocol='SASL_PLAINTEXT' and the sasl_*
+options) is taken, checked by netkafka.client.sasl.check_sasl_settings.
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
 Producer through producer_keyword() and setting_from_text(): the Java client's
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
+from netkafka.client.sasl import SASL_DEFAULTS, check_sasl_settings
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -30,8 +32,9 @@ COMPRESSION_TYPES = (None, *CODEC_NAMES)
 ACKS = (0, 1, "all", -1)
 _client_ids = itertools.count(1)
 
-# kafka-python's security options, with the values that mean "not used".  Any other
-# value asks for TLS or SASL, which netkafka does not speak yet.
+# kafka-python's security options, with the values that mean "not used".  Another
+# value of an ssl_* option, or security_protocol SSL / SASL_SSL, asks for TLS, which
+# this build does not speak yet; security_protocol and the sasl_* options are taken.
 SECURITY_OPTIONS = {
     "security_protocol": "PLAINTEXT",
     "ssl_context": None,
@@ -95,6 +98,9 @@ class ProducerConfig:
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+    security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SASL_PLAINTEXT
+    # {sasl_* keyword: value} as given (see netkafka.client.sasl); the rest default.
+    sasl_settings: object = None
 
     @classmethod
     def from_kwargs(cls, kwargs):
@@ -108,7 +114,9 @@ class ProducerConfig:
         fields = cls.__dataclass_fields__
         settings = {}
         for name, value in kwargs.items():
-            if name in SECURITY_OPTIONS:
+            if name in SASL_DEFAULTS:
+                settings.setdefault("sasl_settings", {})[name] = value
+            elif name in SECURITY_OPTIONS and name != "security_protocol":
                 _check_security_option(name, value)
             elif name in TRANSACTION_OPTIONS:
                 _check_transaction_option(name, value)
@@ -179,6 +187,11 @@ class ProducerConfig:
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            _check_security_option("security_protocol", self.security_protocol)
+        if self.sasl_settings is not None and not isinstance(self.sasl_settings, dict):
+            raise ValueError(f"sasl_settings must be a dict, got {self.sasl_settings!r}")
+        check_sasl_settings(self.sasl_settings or {}, self.security_protocol)
 
     def _check_idempotence(self):
         if not self.enable_idempotence:
@@ -214,12 +227,15 @@ class ProducerConfig:
             connections_max_idle_ms=self.connections_max_idle_ms,
             high_watermark_bytes=self.high_watermark_bytes,
             low_watermark_bytes=self.low_watermark_bytes,
+            security_protocol=self.security_protocol,
+            **(self.sasl_settings or {}),
         )
 
 
 # Every setting a Producer takes, by keyword, with its default.
 _SETTING_DEFAULTS = {**{name: field.default
-                        for name, field in ProducerConfig.__dataclass_fields__.items()},
+                        for name, field in ProducerConfig.__dataclass_fields__.items()
+                        if name != "sasl_settings"},
                      **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
 # Settings whose text is read as a number though their default is not one: acks
 # ('all' or a number), and the socket buffers (None keeps the OS default).

@@ -5,6 +5,9 @@
     |                           connection they came on can no longer be trusted
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
     +-- KafkaConnectionError    a broker connection could not be made, or broke
+    +-- AuthenticationError     a broker refused this client's credentials (also the
+    |                           BrokerErrors SASL_AUTHENTICATION_FAILED and
+    |                           UNSUPPORTED_SASL_MECHANISM): not retried
     +-- KafkaTimeoutError       a configured bound ran out (also a TimeoutError)
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
@@ -57,6 +60,14 @@ class KafkaConnectionError(KafkaError):
 
     retriable = True
     invalid_metadata = True
+
+
+class AuthenticationError(KafkaError):
+    """A broker refused to authenticate this client: wrong credentials, or a SASL
+    mechanism its listener does not enable.  The message names the mechanism and the
+    broker.  Not retriable (as the Java client's AuthenticationException): waiting
+    for metadata and the records meant for that broker fail with it at once, rather
+    than after max_block_ms or delivery_timeout_ms."""
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):
@@ -480,7 +491,7 @@ class InvalidTimestampError(BrokerError):
     code = 32
 
 
-class UnsupportedSaslMechanismError(BrokerError):
+class UnsupportedSaslMechanismError(BrokerError, AuthenticationError):
     """The broker does not offer the requested SASL mechanism."""
 
     code = 33
@@ -564,7 +575,7 @@ class KafkaStorageError(BrokerError):
     code = 56
 
 
-class SaslAuthenticationFailedError(BrokerError):
+class SaslAuthenticationFailedError(BrokerError, AuthenticationError):
     """SASL authentication failed."""
 
     code = 58

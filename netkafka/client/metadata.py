@@ -158,6 +158,10 @@ class Metadata:
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
         self._errors = {}  # guarded by _lock: address -> last error there
+        # Guarded by _lock: the AuthenticationError of the last failed attempt, until
+        # an answer comes.  Waiting for metadata raises it at once: credentials the
+        # broker refused will not become right by waiting out max_block_ms.
+        self._auth_error = None
         self._updates = 0  # guarded by _lock: answers received so far
         self._closed = False  # guarded by _lock
         self._listeners = []  # guarded by _lock: on_metadata(snapshot, moved)
@@ -218,6 +222,7 @@ class Metadata:
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while self._snapshot is None:
+                self._raise_auth_error_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise KafkaTimeoutError(
@@ -237,6 +242,7 @@ class Metadata:
                 if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
+                self._raise_auth_error_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -276,6 +282,10 @@ class Metadata:
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(
                     f"no leader for {topic}-{partition} after {timeout_s * 1000:.0f} ms")
+
+    def _raise_auth_error_locked(self):
+        if self._auth_error is not None:
+            raise self._auth_error
 
     @property
     def updates(self):
@@ -374,6 +384,7 @@ class Metadata:
             self._snapshot = snapshot
             self._updates += 1
             self._fetching = False
+            self._auth_error = None
             self._last_attempt_ns = self._last_success_ns = now_ns
             self._next_candidate = 0
             # Again soon if someone asked while this fetch was out (a topic
@@ -397,6 +408,8 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = now_ns
             self._errors[conn.address] = str(error)
+            if isinstance(error, errors.AuthenticationError):
+                self._auth_error = error
             self._need_update = True
             # The next address is tried at once while some address is untried
             # in this round; retry_backoff_ms applies after that.

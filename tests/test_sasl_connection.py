@@ -1,0 +1,198 @@
+"""netkafka's producer over SASL_PLAINTEXT against the secured test broker.
+
+Every mechanism authenticates for real (PLAIN and SCRAM users of the broker, OAUTHBEARER
+tokens from the local OIDC endpoint, checked by the broker against its JWKS); what netkafka
+wrote is read back by confluent-kafka, configured on its own from the fixture.  Refusals:
+a wrong password, a mechanism the listener does not enable, ACLs denying a topic or the
+cluster's IdempotentWrite.  KIP-368: the REAUTH listener grants sessions of REAUTH_MS, so a
+producer writing for several of them must re-authenticate without losing a record.
+
+SASL_SSL is not here: the TLS transport comes from another branch.
+"""
+import time
+
+import pytest
+from confluent_kafka.admin import AclOperation, ResourceType
+
+from netkafka import Producer, errors
+from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+from netkafka.testing.security import (PLAINTEXT_REAUTH_LISTENER, REAUTH_MS, SASL_MECHANISMS, deny,
+                                       deny_idempotent_writes, listener_name)
+
+RECORDS = 50
+WAIT_S = 30.0
+# Re-authentication periods a producer writes through in the KIP-368 test.
+REAUTH_PERIODS = 4
+PLAINTEXT_LISTENER_NAME = "PLAINTEXT"
+
+
+def sasl_settings(broker, mechanism, user="alice", password=None):
+    """netkafka's settings for `user` with `mechanism` (password: a wrong one to try)."""
+    if mechanism == "OAUTHBEARER":
+        provider = OidcClientCredentialsProvider(broker.oauth.token_url, user,
+                                                 broker.oauth.clients[user])
+        return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+                "sasl_oauth_token_provider": provider}
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+            "sasl_plain_username": user,
+            "sasl_plain_password": password or broker.passwords[mechanism][user]}
+
+
+def admin_topic(broker, topic):
+    create_topic(broker.listeners["PLAINTEXT"].bootstrap, topic, partitions=2)
+
+
+def send_all(producer, topic, count=RECORDS, prefix=b""):
+    """Sends count keyed records; returns their (key, value) after every future succeeded."""
+    sent = [(prefix + b"k%d" % i, prefix + b"v%d" % i) for i in range(count)]
+    futures = [producer.send(topic, value=value, key=key) for key, value in sent]
+    producer.flush(WAIT_S)
+    for future in futures:
+        future.get(WAIT_S)
+    return sent
+
+
+def read_back(broker, topic, listener, count):
+    records = read_topic(broker.listeners[listener].bootstrap, topic, expected_count=count,
+                         client_config=broker.client_config(listener, "bob"))
+    return sorted((r.key, r.value) for r in records)
+
+
+@pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
+def test_each_mechanism_produces_over_sasl_plaintext(secured_broker, topic_name, mechanism):
+    listener = listener_name("SASL_PLAINTEXT", mechanism)
+    admin_topic(secured_broker, topic_name)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                        **sasl_settings(secured_broker, mechanism))
+    try:
+        sent = send_all(producer, topic_name)
+    finally:
+        producer.close()
+    assert read_back(secured_broker, topic_name, listener, len(sent)) == sorted(sent)
+
+
+def test_the_oidc_provider_fetches_its_token_from_the_endpoint(secured_broker, topic_name):
+    """The built-in client-credentials provider against the local token endpoint: a
+    wrong client secret gets no token, and the error names the endpoint."""
+    listener = listener_name("SASL_PLAINTEXT", "OAUTHBEARER")
+    wrong = OidcClientCredentialsProvider(secured_broker.oauth.token_url, "alice", "not-the-secret")
+    producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                        sasl_oauth_token_provider=wrong, max_block_ms=5000)
+    try:
+        with pytest.raises(errors.KafkaError) as refused:
+            producer.send(topic_name, b"v").get(WAIT_S)
+    finally:
+        producer.close()
+    assert secured_broker.oauth.token_url in str(refused.value)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_a_wrong_password_fails_at_once_naming_mechanism_and_broker(secured_broker, topic_name,
+                                                                    mechanism):
+    listener = secured_broker.listeners[listener_name("SASL_PLAINTEXT", mechanism)]
+    admin_topic(secured_broker, topic_name)
+    max_block_ms = 60000
+    producer = Producer(bootstrap_servers=listener.bootstrap, max_block_ms=max_block_ms,
+                        **sasl_settings(secured_broker, mechanism, password="wrong-password"))
+    try:
+        started = time.monotonic()
+        with pytest.raises(errors.AuthenticationError) as refused:
+            producer.send(topic_name, b"never written").get(WAIT_S)
+        elapsed_s = time.monotonic() - started
+    finally:
+        producer.close()
+    assert isinstance(refused.value, errors.SaslAuthenticationFailedError)
+    message = str(refused.value)
+    assert mechanism in message and listener.bootstrap in message, message
+    # Not the metadata wait running out: the refusal itself, long before max_block_ms.
+    assert elapsed_s < max_block_ms / 1000 / 2, elapsed_s
+    assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 0) == []
+
+
+def test_a_mechanism_the_listener_lacks_is_named_with_the_ones_it_has(secured_broker, topic_name):
+    plain_listener = secured_broker.listeners[listener_name("SASL_PLAINTEXT", "PLAIN")]
+    producer = Producer(bootstrap_servers=plain_listener.bootstrap,
+                        **sasl_settings(secured_broker, "SCRAM-SHA-512"))
+    try:
+        with pytest.raises(errors.UnsupportedSaslMechanismError) as refused:
+            producer.send(topic_name, b"v").get(WAIT_S)
+    finally:
+        producer.close()
+    message = str(refused.value)
+    assert "SCRAM-SHA-512" in message and "offers PLAIN" in message, message
+
+
+@pytest.mark.parametrize("operation", [AclOperation.WRITE, AclOperation.ALL])
+def test_a_topic_the_acls_deny_fails_its_records_and_nothing_is_written(
+        secured_broker, topic_name, operation):
+    """Denied Write: the broker refuses the Produce request; denied everything (Describe
+    too): the metadata answer refuses the topic.  Either way the records fail with
+    TopicAuthorizationFailedError, and alice, not denied, writes beside bob."""
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
+    bootstrap = secured_broker.listeners[listener].bootstrap
+    admin_topic(secured_broker, topic_name)
+    with secured_broker.acls(deny("bob", ResourceType.TOPIC, topic_name, operation)):
+        bob = Producer(bootstrap_servers=bootstrap, max_block_ms=20000,
+                       **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+        try:
+            with pytest.raises(errors.TopicAuthorizationFailedError):
+                bob.send(topic_name, b"denied").get(WAIT_S)
+        finally:
+            bob.close()
+        alice = Producer(bootstrap_servers=bootstrap,
+                         **sasl_settings(secured_broker, "SCRAM-SHA-256"))
+        try:
+            sent = send_all(alice, topic_name, count=5)
+        finally:
+            alice.close()
+    assert read_back(secured_broker, topic_name, listener, len(sent)) == sorted(sent)
+
+
+def test_a_denied_idempotent_write_names_the_missing_permission(secured_broker, topic_name):
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-512")
+    admin_topic(secured_broker, topic_name)
+    with secured_broker.acls(*deny_idempotent_writes("bob")):
+        bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                       enable_idempotence=True, max_block_ms=20000,
+                       **sasl_settings(secured_broker, "SCRAM-SHA-512", user="bob"))
+        try:
+            with pytest.raises(errors.ClusterAuthorizationFailedError) as refused:
+                bob.send(topic_name, b"denied").get(WAIT_S)
+        finally:
+            bob.close()
+    assert "IdempotentWrite" in str(refused.value)
+    assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 0) == []
+
+
+@pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
+def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_name, mechanism):
+    """The broker grants sessions of REAUTH_MS; a producer writing without pause through
+    REAUTH_PERIODS of them re-authenticates each time, with Produce requests in flight
+    when it does, and every record is acknowledged and written once."""
+    admin_topic(secured_broker, topic_name)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
+                        linger_ms=2, **sasl_settings(secured_broker, mechanism))
+    futures, sent = [], []
+    stop_at = time.monotonic() + REAUTH_PERIODS * REAUTH_MS / 1000
+    try:
+        i = 0
+        while time.monotonic() < stop_at:
+            key, value = b"k%d" % i, b"v%d" % i
+            futures.append(producer.send(topic_name, value=value, key=key))
+            sent.append((key, value))
+            i += 1
+            if i % 100 == 0:
+                time.sleep(0.005)  # keep requests flowing without filling the buffer pool
+        producer.flush(WAIT_S)
+        for future in futures:
+            future.get(WAIT_S)
+        reauthentications = sum(conn.stats()["reauthentications"]
+                                for conn in producer._pool.connections())
+    finally:
+        producer.close()
+    # 85-95% of each session: at least one less than the periods written through.
+    assert reauthentications >= REAUTH_PERIODS - 1, reauthentications
+    assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)
