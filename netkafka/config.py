@@ -339,5 +339,5 @@ def _check_security_option(name, value):
     if value == SECURITY_OPTIONS[name]:
         return
     raise NotImplementedError(
-        f"{name}={value!r}: netkafka speaks PLAINTEXT only for now (no TLS or SASL); "
-        f"leave the security options at their defaults")
+        f"{name}={value!r}: netkafka speaks PLAINTEXT and SASL_PLAINTEXT only for now "
+        f"(no TLS); leave the ssl options at their defaults")

@@ -368,7 +368,11 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms"),
     ({"value_serializer": "json"}, ValueError, r"value_serializer must be a callable"),
     ({"security_protocol": "SSL"}, NotImplementedError, r"security_protocol='SSL'.*PLAINTEXT"),
-    ({"sasl_mechanism": "PLAIN"}, NotImplementedError, r"sasl_mechanism='PLAIN'"),
+    ({"sasl_mechanism": "PLAIN"}, netkafka.errors.SaslConfigError,
+     r"sasl_mechanism is set but security_protocol='PLAINTEXT' does not use SASL"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"}, netkafka.errors.SaslConfigError,
+     r"sasl_mechanism='PLAIN' needs sasl_plain_username"),
+    ({"security_protocol": "SASL_SSL"}, NotImplementedError, r"security_protocol='SASL_SSL'"),
     ({"ssl_cafile": "/ca.pem"}, NotImplementedError, r"ssl_cafile='/ca.pem'"),
     ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
                                                         r"has no transactions yet"),

@@ -184,15 +184,16 @@ def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_nam
             futures.append(producer.send(topic_name, value=value, key=key))
             sent.append((key, value))
             i += 1
-            if i % 100 == 0:
+            if i % 10 == 0:
                 time.sleep(0.005)  # keep requests flowing without filling the buffer pool
         producer.flush(WAIT_S)
         for future in futures:
             future.get(WAIT_S)
-        reauthentications = sum(conn.stats()["reauthentications"]
-                                for conn in producer._pool.connections())
+        stats = [conn.stats() for conn in producer._pool.connections()]
     finally:
         producer.close()
     # 85-95% of each session: at least one less than the periods written through.
-    assert reauthentications >= REAUTH_PERIODS - 1, reauthentications
+    assert sum(s["reauthentications"] for s in stats) >= REAUTH_PERIODS - 1, stats
+    # Some exchange began with Produce requests awaiting answers, which all succeeded.
+    assert sum(s["in_flight_at_reauthentication"] for s in stats) > 0, stats
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)

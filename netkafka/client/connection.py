@@ -290,7 +290,8 @@ class BrokerConnection:
         self._api_versions = None
         self._last_error = None  # guarded by _lock: why the last connection ended
         self._stats = {"connect_attempts": 0, "connections_ready": 0, "requests_sent": 0,
-                       "in_flight_peak": 0, "reauthentications": 0}  # guarded by _lock
+                       "in_flight_peak": 0, "reauthentications": 0,
+                       "in_flight_at_reauthentication": 0}  # guarded by _lock
         # Guarded by _lock: the SASL mechanism whose prepare() runs on its own
         # thread now (set by the I/O thread), and (mechanism, error) once it ends
         # (set by that thread, only while it is still the one wanted).
@@ -358,7 +359,9 @@ class BrokerConnection:
     def stats(self):
         """Counters: connect_attempts, connections_ready (handshakes done),
         requests_sent, in_flight_peak (most requests outstanding at once),
-        reauthentications (KIP-368 exchanges completed on a READY connection)."""
+        reauthentications (KIP-368 exchanges completed on a READY connection),
+        in_flight_at_reauthentication (requests awaiting answers when those
+        exchanges began, summed: they are answered, not dropped)."""
         with self._lock:
             return dict(self._stats)
 
@@ -724,6 +727,9 @@ class BrokerConnection:
                 f"{self._who()} lacks SaslHandshake v1 or SaslAuthenticate, which "
                 f"security_protocol={self.config.security_protocol!r} needs")
         self._io_sasl_exchanging = True
+        if self._state == READY:
+            with self._lock:
+                self._stats["in_flight_at_reauthentication"] += len(self._in_flight)
         client_id = self.config.client_id
         self._io_send_now(Request(
             ApiKey.SASL_HANDSHAKE,
