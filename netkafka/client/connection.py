@@ -712,12 +712,19 @@ class BrokerConnection:
         if prepared is None:
             return
         mechanism, error = prepared
+        if isinstance(error, errors.SaslAuthenticationFailedError):
+            raise self._sasl_failure(error)
+        if isinstance(error, errors.KafkaError):
+            raise error  # names its source itself (OAuthTokenError: the endpoint)
         if error is not None:
-            if isinstance(error, errors.KafkaError):
-                raise error
             raise errors.AuthenticationError(
                 f"{self._who()}: preparing {mechanism.name} failed: {error!r}") from error
         self._io_sasl_handshake(mechanism, now_ns)
+
+    def _sasl_failure(self, error):
+        """A mechanism's SaslAuthenticationFailedError (which names the mechanism)
+        naming the broker too."""
+        return errors.SaslAuthenticationFailedError(f"{self._who()}: {error.message}")
 
     def _io_sasl_handshake(self, mechanism, now_ns):
         versions = self._api_versions
@@ -777,9 +784,7 @@ class BrokerConnection:
         try:
             out = mechanism.evaluate(response.auth_bytes)
         except errors.SaslAuthenticationFailedError as exc:
-            # The mechanism names itself; add the broker.
-            raise errors.SaslAuthenticationFailedError(
-                f"{self._who()}: {exc.message}") from None
+            raise self._sasl_failure(exc) from None
         if out is not None:
             self._io_send_sasl_bytes(mechanism, out, now_ns)
             return
