@@ -9,7 +9,7 @@ An unknown keyword raises TypeError naming it; a bad value raises ValueError nam
 the key and what it allows; a security option (anything but PLAINTEXT) or a
 transactional id raises NotImplementedError until netkafka speaks TLS and has
 transactions.  SASL over plaintext (security_protocol='SASL_PLAINTEXT' and the sasl_*
-options) is taken, checked by netkafka.client.sasl.check_sasl_settings.
+settings) is taken, checked by netkafka.client.sasl.check_sasl_settings.
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
 Producer through producer_keyword() and setting_from_text(): the Java client's
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
-from netkafka.client.sasl import SASL_DEFAULTS, check_sasl_settings
+from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -98,9 +98,9 @@ class ProducerConfig:
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
-    security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SASL_PLAINTEXT
-    # {sasl_* keyword: value} as given (see netkafka.client.sasl); the rest default.
-    sasl_settings: object = None
+    # security_protocol and the sasl_* settings given (missing ones take their
+    # defaults), as Producer(**kwargs) takes them one by one; checked at construction.
+    security: object = None
 
     @classmethod
     def from_kwargs(cls, kwargs):
@@ -113,11 +113,14 @@ class ProducerConfig:
         """
         fields = cls.__dataclass_fields__
         settings = {}
+        security = {}
         for name, value in kwargs.items():
-            if name in SASL_DEFAULTS:
-                settings.setdefault("sasl_settings", {})[name] = value
-            elif name in SECURITY_OPTIONS and name != "security_protocol":
+            if name == "security_protocol" or name in SASL_DEFAULTS:
+                security[name] = value
+            elif name in SECURITY_OPTIONS:
                 _check_security_option(name, value)
+            elif name == "security":
+                raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             elif name in TRANSACTION_OPTIONS:
                 _check_transaction_option(name, value)
             elif name not in fields:
@@ -129,7 +132,7 @@ class ProducerConfig:
             # so settings it cannot work with quietly turn the default off (asked for
             # explicitly, they are an error).
             settings["enable_idempotence"] = False
-        return cls(**settings)
+        return cls(**settings, security=security)
 
     def __post_init__(self):
         _check_bootstrap(self.bootstrap_servers)
@@ -187,11 +190,18 @@ class ProducerConfig:
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
+        self._check_security()
+
+    def _check_security(self):
+        security = dict(self.security or {})
+        object.__setattr__(self, "security", security)
         if self.security_protocol in ("SSL", "SASL_SSL"):
             _check_security_option("security_protocol", self.security_protocol)
-        if self.sasl_settings is not None and not isinstance(self.sasl_settings, dict):
-            raise ValueError(f"sasl_settings must be a dict, got {self.sasl_settings!r}")
-        check_sasl_settings(self.sasl_settings or {}, self.security_protocol)
+        check_sasl_settings(security, self.security_protocol)
+
+    @property
+    def security_protocol(self):
+        return self.security.get("security_protocol", "PLAINTEXT")
 
     def _check_idempotence(self):
         if not self.enable_idempotence:
@@ -228,14 +238,16 @@ class ProducerConfig:
             high_watermark_bytes=self.high_watermark_bytes,
             low_watermark_bytes=self.low_watermark_bytes,
             security_protocol=self.security_protocol,
-            **(self.sasl_settings or {}),
+            sasl_settings=({name: self.security.get(name, default)
+                            for name, default in SASL_DEFAULTS.items()}
+                           if self.security_protocol in SASL_PROTOCOLS else None),
         )
 
 
 # Every setting a Producer takes, by keyword, with its default.
 _SETTING_DEFAULTS = {**{name: field.default
                         for name, field in ProducerConfig.__dataclass_fields__.items()
-                        if name != "sasl_settings"},
+                        if name != "security"},
                      **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
 # Settings whose text is read as a number though their default is not one: acks
 # ('all' or a number), and the socket buffers (None keeps the OS default).

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka.admin import AclOperation, ResourceType
 
 from netkafka import Producer, errors
+from netkafka.client.connection import ConnectionConfig
 from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -197,3 +198,18 @@ def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_nam
     # Some exchange began with Produce requests awaiting answers, which all succeeded.
     assert sum(s["in_flight_at_reauthentication"] for s in stats) > 0, stats
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)
+
+
+def test_connection_settings_check_sasl_and_keep_the_password_out_of_repr():
+    settings = {"sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
+                "sasl_plain_password": "s3cret-pw"}
+    config = ConnectionConfig(security_protocol="SASL_PLAINTEXT", sasl_settings=settings)
+    assert config.uses_sasl and "s3cret-pw" not in repr(config)
+    assert not ConnectionConfig().uses_sasl
+    with pytest.raises(errors.SaslConfigError, match="needs sasl_plain_password"):
+        ConnectionConfig(security_protocol="SASL_PLAINTEXT",
+                         sasl_settings={"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice"})
+    with pytest.raises(ValueError, match="needs sasl_settings"):
+        ConnectionConfig(security_protocol="SASL_PLAINTEXT")
+    with pytest.raises(ValueError, match="needs no sasl_settings"):
+        ConnectionConfig(sasl_settings=settings)

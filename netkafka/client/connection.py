@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from netkafka import errors
 from netkafka._validate import check_int
 from netkafka.client.sasl import (
-    SASL_DEFAULTS, SASL_PROTOCOLS, SaslMechanism, check_sasl_settings, create_mechanism,
+    SASL_PROTOCOLS, SaslMechanism, check_sasl_settings, create_mechanism,
 )
 from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
@@ -137,11 +137,10 @@ class ConnectionConfig:
             own socket.request.max.bytes.
         security_protocol: PLAINTEXT or SASL_PLAINTEXT (SSL and SASL_SSL come
             with the TLS transport).  Default PLAINTEXT.
-        sasl_mechanism, sasl_plain_username, sasl_plain_password,
-        sasl_kerberos_name, sasl_kerberos_service_name,
-        sasl_kerberos_domain_name, sasl_oauth_token_provider: kafka-python's
-            SASL settings (see netkafka.client.sasl), checked here by
-            check_sasl_settings.  The password is kept out of repr().
+        sasl_settings: kafka-python's SASL settings ({name in
+            client.sasl.SASL_DEFAULTS: value}) with a SASL protocol, None
+            without; checked here by check_sasl_settings and kept out of
+            repr() (they hold a password).
     """
 
     client_id: str = "netkafka"
@@ -157,23 +156,12 @@ class ConnectionConfig:
     low_watermark_bytes: int = 4 * _MiB
     max_response_bytes: int = 100 * _MiB
     security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: object = SASL_DEFAULTS["sasl_mechanism"]
-    sasl_plain_username: object = SASL_DEFAULTS["sasl_plain_username"]
-    sasl_plain_password: object = field(default=SASL_DEFAULTS["sasl_plain_password"],
-                                        repr=False)
-    sasl_kerberos_name: object = SASL_DEFAULTS["sasl_kerberos_name"]
-    sasl_kerberos_service_name: object = SASL_DEFAULTS["sasl_kerberos_service_name"]
-    sasl_kerberos_domain_name: object = SASL_DEFAULTS["sasl_kerberos_domain_name"]
-    sasl_oauth_token_provider: object = SASL_DEFAULTS["sasl_oauth_token_provider"]
+    sasl_settings: object = field(default=None, repr=False)
 
     @property
     def uses_sasl(self):
         """True when connections authenticate with SASL (SASL_PLAINTEXT, SASL_SSL)."""
         return self.security_protocol in SASL_PROTOCOLS
-
-    def sasl_settings(self):
-        """The SASL settings as the mechanisms take them: {kafka-python name: value}."""
-        return {name: getattr(self, name) for name in SASL_DEFAULTS}
 
     def __post_init__(self):
         if self.security_protocol in ("SSL", "SASL_SSL"):
@@ -182,7 +170,10 @@ class ConnectionConfig:
             raise NotImplementedError(
                 f"security_protocol={self.security_protocol!r} needs the TLS transport, "
                 "which this build lacks: use PLAINTEXT or SASL_PLAINTEXT")
-        check_sasl_settings(self.sasl_settings(), self.security_protocol)
+        if self.uses_sasl != (self.sasl_settings is not None):
+            raise ValueError(f"security_protocol={self.security_protocol!r} needs "
+                             f"{'no ' if self.sasl_settings is not None else ''}sasl_settings")
+        check_sasl_settings(self.sasl_settings or {}, self.security_protocol)
         if not isinstance(self.client_id, str):
             raise ValueError(f"client_id must be a str, got {self.client_id!r}")
         for name in (
@@ -682,7 +673,7 @@ class BrokerConnection:
         to prepare, else once its prepare thread hands it back."""
         with self._lock:
             host = self._host
-        mechanism = create_mechanism(self.config.sasl_settings(), host)
+        mechanism = create_mechanism(self.config.sasl_settings, host)
         self._io_sasl = mechanism
         if type(mechanism).prepare is SaslMechanism.prepare:
             self._io_sasl_handshake(mechanism, now_ns)
