@@ -66,8 +66,8 @@ class AuthenticationError(KafkaError):
     """A broker refused to authenticate this client: wrong credentials, or a SASL
     mechanism its listener does not enable.  The message names the mechanism and the
     broker.  Not retriable (as the Java client's AuthenticationException): waiting
-    for metadata and the records meant for that broker fail with it at once, rather
-    than after max_block_ms or delivery_timeout_ms."""
+    for metadata raises it at once rather than after max_block_ms.  The connection
+    is still tried again after the reconnect backoff (credentials may be fixed)."""
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):

@@ -16,6 +16,7 @@ answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
 ``_changed``.
 """
+import copy
 import threading
 import time
 from typing import NamedTuple
@@ -158,9 +159,10 @@ class Metadata:
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
         self._errors = {}  # guarded by _lock: address -> last error there
-        # Guarded by _lock: the AuthenticationError of the last failed attempt, until
-        # an answer comes.  Waiting for metadata raises it at once: credentials the
-        # broker refused will not become right by waiting out max_block_ms.
+        # Guarded by _lock: the authentication failure (errors.AuthenticationError) of the
+        # last attempt, cleared by an answer.  Waiting does not fix a certificate or a
+        # password, so the waits raise it at once rather than time out (the Java
+        # client's metadata does the same with AuthenticationException).
         self._auth_error = None
         self._updates = 0  # guarded by _lock: answers received so far
         self._closed = False  # guarded by _lock
@@ -287,10 +289,6 @@ class Metadata:
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(
                     f"no leader for {topic}-{partition} after {timeout_s * 1000:.0f} ms")
-
-    def _raise_auth_error_locked(self):
-        if self._auth_error is not None:
-            raise self._auth_error
 
     @property
     def updates(self):
@@ -427,6 +425,12 @@ class Metadata:
         if self._snapshot is not None and self._snapshot.brokers:
             return len(self._snapshot.brokers)
         return len(self._bootstrap)
+
+    def _raise_auth_error_locked(self):
+        if self._auth_error is not None:
+            # A copy per waiter: raising one instance in several threads would
+            # chain their tracebacks together.
+            raise copy.copy(self._auth_error).with_traceback(None)
 
     def _describe_errors(self):
         if not self._errors:
