@@ -19,6 +19,7 @@ from netkafka.client.connection import ConnectionConfig
 from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
+from refusals import refused_send
 from netkafka.testing.security import (PLAINTEXT_REAUTH_LISTENER, REAUTH_MS, SASL_MECHANISMS, deny,
                                        deny_idempotent_writes, listener_name)
 
@@ -82,12 +83,8 @@ def test_the_oidc_provider_fetches_its_token_from_the_endpoint(secured_broker, t
     producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
                         security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
                         sasl_oauth_token_provider=wrong, max_block_ms=5000)
-    try:
-        with pytest.raises(errors.KafkaError) as refused:
-            producer.send(topic_name, b"v").get(WAIT_S)
-    finally:
-        producer.close()
-    assert secured_broker.oauth.token_url in str(refused.value)
+    error = refused_send(producer, topic_name, errors.KafkaError)
+    assert secured_broker.oauth.token_url in str(error)
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
@@ -98,15 +95,11 @@ def test_a_wrong_password_fails_at_once_naming_mechanism_and_broker(secured_brok
     max_block_ms = 60000
     producer = Producer(bootstrap_servers=listener.bootstrap, max_block_ms=max_block_ms,
                         **sasl_settings(secured_broker, mechanism, password="wrong-password"))
-    try:
-        started = time.monotonic()
-        with pytest.raises(errors.AuthenticationError) as refused:
-            producer.send(topic_name, b"never written").get(WAIT_S)
-        elapsed_s = time.monotonic() - started
-    finally:
-        producer.close()
-    assert isinstance(refused.value, errors.SaslAuthenticationFailedError)
-    message = str(refused.value)
+    started = time.monotonic()
+    error = refused_send(producer, topic_name, errors.AuthenticationError)
+    elapsed_s = time.monotonic() - started
+    assert isinstance(error, errors.SaslAuthenticationFailedError)
+    message = str(error)
     assert mechanism in message and listener.bootstrap in message, message
     # Not the metadata wait running out: the refusal itself, long before max_block_ms.
     assert elapsed_s < max_block_ms / 1000 / 2, elapsed_s
@@ -117,12 +110,7 @@ def test_a_mechanism_the_listener_lacks_is_named_with_the_ones_it_has(secured_br
     plain_listener = secured_broker.listeners[listener_name("SASL_PLAINTEXT", "PLAIN")]
     producer = Producer(bootstrap_servers=plain_listener.bootstrap,
                         **sasl_settings(secured_broker, "SCRAM-SHA-512"))
-    try:
-        with pytest.raises(errors.UnsupportedSaslMechanismError) as refused:
-            producer.send(topic_name, b"v").get(WAIT_S)
-    finally:
-        producer.close()
-    message = str(refused.value)
+    message = str(refused_send(producer, topic_name, errors.UnsupportedSaslMechanismError))
     assert "SCRAM-SHA-512" in message and "offers PLAIN" in message, message
 
 
@@ -138,11 +126,7 @@ def test_a_topic_the_acls_deny_fails_its_records_and_nothing_is_written(
     with secured_broker.acls(deny("bob", ResourceType.TOPIC, topic_name, operation)):
         bob = Producer(bootstrap_servers=bootstrap, max_block_ms=20000,
                        **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
-        try:
-            with pytest.raises(errors.TopicAuthorizationFailedError):
-                bob.send(topic_name, b"denied").get(WAIT_S)
-        finally:
-            bob.close()
+        refused_send(bob, topic_name, errors.TopicAuthorizationFailedError)
         alice = Producer(bootstrap_servers=bootstrap,
                          **sasl_settings(secured_broker, "SCRAM-SHA-256"))
         try:
@@ -159,12 +143,8 @@ def test_a_denied_idempotent_write_names_the_missing_permission(secured_broker, 
         bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
                        enable_idempotence=True, max_block_ms=20000,
                        **sasl_settings(secured_broker, "SCRAM-SHA-512", user="bob"))
-        try:
-            with pytest.raises(errors.ClusterAuthorizationFailedError) as refused:
-                bob.send(topic_name, b"denied").get(WAIT_S)
-        finally:
-            bob.close()
-    assert "IdempotentWrite" in str(refused.value)
+        error = refused_send(bob, topic_name, errors.ClusterAuthorizationFailedError)
+    assert "IdempotentWrite" in str(error)
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 0) == []
 
 

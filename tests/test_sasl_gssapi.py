@@ -8,6 +8,7 @@ so what netkafka wrote is read back by confluent-kafka on the node's PLAINTEXT l
 import pytest
 
 from netkafka import Producer, errors
+from refusals import refused_send
 from netkafka.testing.admin import create_topic
 from netkafka.testing.kerberos import GSSAPI_LISTENER, REALM, Kdc, gssapi_cluster
 from netkafka.testing.reader import read_topic
@@ -63,10 +64,5 @@ def test_gssapi_without_the_brokers_principal_fails_naming_it(kerberos, topic_na
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     producer = gssapi_producer(cluster, sasl_kerberos_service_name="not-kafka", max_block_ms=60000)
-    try:
-        with pytest.raises(errors.SaslAuthenticationFailedError) as refused:
-            producer.send(topic_name, b"never written").get(WAIT_S)
-    finally:
-        producer.close()
-    message = str(refused.value)
+    message = str(refused_send(producer, topic_name, errors.SaslAuthenticationFailedError))
     assert "not-kafka@127.0.0.1" in message and cluster.listener_bootstrap(GSSAPI_LISTENER) in message
