@@ -27,6 +27,8 @@ RECORDS = 50
 WAIT_S = 30.0
 # Re-authentication periods a producer writes through in the KIP-368 test.
 REAUTH_PERIODS = 4
+# Between two records there: shorter than a Produce request's round trip on loopback.
+SEND_PAUSE_S = 0.0002
 PLAINTEXT_LISTENER_NAME = "PLAINTEXT"
 
 
@@ -148,25 +150,34 @@ def test_a_denied_idempotent_write_names_the_missing_permission(secured_broker, 
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 0) == []
 
 
+def in_flight_at_reauthentication(producer):
+    """Requests that were in flight when the producer's re-authentications began."""
+    return sum(conn.stats()["in_flight_at_reauthentication"]
+               for conn in producer._pool.connections())
+
+
 @pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
 def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_name, mechanism):
     """The broker grants sessions of REAUTH_MS; a producer writing without pause through
     REAUTH_PERIODS of them re-authenticates each time, with Produce requests in flight
-    when it does, and every record is acknowledged and written once."""
+    when it does, and every record is acknowledged and written once.  A record every
+    SEND_PAUSE_S, each soon in a Produce request of its own (linger_ms=0), keeps
+    several requests out at almost any moment while the volume stays small."""
     admin_topic(secured_broker, topic_name)
     producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
-                        linger_ms=2, **sasl_settings(secured_broker, mechanism))
+                        **sasl_settings(secured_broker, mechanism))
     futures, sent = [], []
-    stop_at = time.monotonic() + REAUTH_PERIODS * REAUTH_MS / 1000
+    started = time.monotonic()
     try:
-        i = 0
-        while time.monotonic() < stop_at:
-            key, value = b"k%d" % i, b"v%d" % i
+        # REAUTH_PERIODS at least; more (up to 3x) until some exchange has begun with
+        # requests in flight, which most do.
+        while (time.monotonic() < started + REAUTH_PERIODS * REAUTH_MS / 1000
+               or (time.monotonic() < started + 3 * REAUTH_PERIODS * REAUTH_MS / 1000
+                   and not in_flight_at_reauthentication(producer))):
+            key, value = b"k%d" % len(sent), b"v%d" % len(sent)
             futures.append(producer.send(topic_name, value=value, key=key))
             sent.append((key, value))
-            i += 1
-            if i % 10 == 0:
-                time.sleep(0.005)  # keep requests flowing without filling the buffer pool
+            time.sleep(SEND_PAUSE_S)
         producer.flush(WAIT_S)
         for future in futures:
             future.get(WAIT_S)
