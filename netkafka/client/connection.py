@@ -141,6 +141,9 @@ class ConnectionConfig:
             client.sasl.SASL_DEFAULTS: value}) with a SASL protocol, None
             without; checked here by check_sasl_settings and kept out of
             repr() (they hold a password).
+        produce_version: None negotiates Produce as every API; 0..2 pins that
+            legacy version (a producer's api_version below (0, 11)): a broker
+            that does not offer it fails the handshake (IncompatibleBrokerError).
     """
 
     client_id: str = "netkafka"
@@ -155,6 +158,7 @@ class ConnectionConfig:
     high_watermark_bytes: int = 8 * _MiB
     low_watermark_bytes: int = 4 * _MiB
     max_response_bytes: int = 100 * _MiB
+    produce_version: object = None
     security_protocol: str = "PLAINTEXT"
     sasl_settings: object = field(default=None, repr=False)
 
@@ -194,6 +198,7 @@ class ConnectionConfig:
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        check_int("produce_version", self.produce_version, 0, maximum=2, none_allowed=True)
 
 
 class Request:
@@ -659,7 +664,7 @@ class BrokerConnection:
                 self._io_send_api_versions(theirs[1], now_ns)
                 return
             # Raises for a broker without Produce v3 (IncompatibleBrokerError).
-            versions = negotiate_versions(response)
+            versions = negotiate_versions(response, self.config.produce_version)
             with self._lock:
                 self._api_versions = versions
             self._io_advance(now_ns)
