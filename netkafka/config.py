@@ -45,13 +45,7 @@ SECURITY_OPTIONS = {
     "ssl_crlfile": None,
     "ssl_password": None,
     "ssl_ciphers": None,
-    "sasl_mechanism": None,
-    "sasl_plain_username": None,
-    "sasl_plain_password": None,
-    "sasl_kerberos_name": None,
-    "sasl_kerberos_service_name": "kafka",
-    "sasl_kerberos_domain_name": None,
-    "sasl_oauth_token_provider": None,
+    **SASL_DEFAULTS,
 }
 # kafka-python's transaction options, with the values that mean "no transactions".
 TRANSACTION_OPTIONS = {
