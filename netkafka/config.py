@@ -249,6 +249,10 @@ class ProducerConfig:
             connections_max_idle_ms=self.connections_max_idle_ms,
             high_watermark_bytes=self.high_watermark_bytes,
             low_watermark_bytes=self.low_watermark_bytes,
+            security_protocol=self.security_protocol,
+            sasl_settings=({name: self.security.get(name, default)
+                            for name, default in SASL_DEFAULTS.items()}
+                           if self.security_protocol in SASL_PROTOCOLS else None),
             produce_version=(None if legacy_produce(self.api_version) is None
                              else legacy_produce(self.api_version)[0]),
             security_protocol=self.security_protocol,

@@ -508,7 +508,7 @@ class InvalidTimestampError(BrokerError):
     code = 32
 
 
-class UnsupportedSaslMechanismError(BrokerError):
+class UnsupportedSaslMechanismError(BrokerError, AuthenticationError):
     """The broker does not offer the requested SASL mechanism."""
 
     code = 33
@@ -592,7 +592,7 @@ class KafkaStorageError(BrokerError):
     code = 56
 
 
-class SaslAuthenticationFailedError(BrokerError):
+class SaslAuthenticationFailedError(BrokerError, AuthenticationError):
     """SASL authentication failed."""
 
     code = 58

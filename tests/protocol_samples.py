@@ -164,6 +164,17 @@ def init_producer_id_response_fields(version):
     return dict(throttle_time_ms=1, error_code=0, producer_id=1 << 40, producer_epoch=7)
 
 
+def sasl_handshake_response_fields(version):
+    return dict(error_code=0, mechanisms=["PLAIN", "SCRAM-SHA-512"])
+
+
+def sasl_authenticate_response_fields(version):
+    fields = dict(error_code=0, error_message="no", auth_bytes=b"r=nonce,s=salt,i=4096")
+    if version >= 1:
+        fields["session_lifetime_ms"] = 3000
+    return fields
+
+
 def build_batch(records, base_timestamp_ms=None, producer_id=-1, producer_epoch=-1,
                 base_sequence=-1):
     """A sealed RecordBatch v2 built by kafka-python: records are (key, value, headers)."""

@@ -374,6 +374,8 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
                                                    r"security_protocol='PLAINTEXT'"),
     ({"ssl_cafile": "/ca.pem"}, SslConfigError, r"ssl_cafile is set but "
                                                 r"security_protocol='PLAINTEXT' does not use TLS"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"}, netkafka.errors.SaslConfigError,
+     r"sasl_mechanism='PLAIN' needs sasl_plain_username"),
     ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
                                                         r"has no transactions yet"),
     ({"api_version": "latest"}, ValueError,

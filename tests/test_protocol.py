@@ -24,6 +24,12 @@ from kafka.protocol.producer import (
     ProduceRequest as KpProduceRequest,
     ProduceResponse as KpProduceResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest as KpSaslAuthenticateRequest,
+    SaslAuthenticateResponse as KpSaslAuthenticateResponse,
+    SaslHandshakeRequest as KpSaslHandshakeRequest,
+    SaslHandshakeResponse as KpSaslHandshakeResponse,
+)
 
 from blocking_wire import BlockingWire
 from netkafka import errors
@@ -38,6 +44,12 @@ from netkafka.protocol.init_producer_id import (
 )
 from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 from netkafka.protocol.produce import decode_produce_response, encode_produce_request
+from netkafka.protocol.sasl_authenticate import (
+    SaslAuthenticateResponse, decode_sasl_authenticate_response, encode_sasl_authenticate_request,
+)
+from netkafka.protocol.sasl_handshake import (
+    SaslHandshakeResponse, decode_sasl_handshake_response, encode_sasl_handshake_request,
+)
 from netkafka.protocol.versions import APIS, SUPPORTED_VERSIONS, negotiate_versions
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -45,6 +57,7 @@ from protocol_samples import (
     ALL_VERSIONS, CORRELATION_ID, api_versions_response_fields, assert_metadata_equal,
     PRODUCE_ENCODED_VERSIONS, assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
     kafka_python_response, metadata_response_fields, produce_response_fields,
+    sasl_authenticate_response_fields, sasl_handshake_response_fields,
 )
 
 CLIENT_ID = "netkafka-test"
@@ -238,6 +251,18 @@ def test_init_producer_id_request_matches_kafka_python(version, transactional_id
     assert ours == theirs
 
 
+def test_sasl_handshake_request_matches_kafka_python():
+    ours = encode_sasl_handshake_request(CORRELATION_ID, CLIENT_ID, 1, "SCRAM-SHA-256")
+    assert ours == kafka_python_request(KpSaslHandshakeRequest, 1, mechanism="SCRAM-SHA-256")
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.SASL_AUTHENTICATE])
+@pytest.mark.parametrize("auth_bytes", [b"", b"\0alice\0secret", bytes(range(256)) * 4])
+def test_sasl_authenticate_request_matches_kafka_python(version, auth_bytes):
+    ours = encode_sasl_authenticate_request(CORRELATION_ID, CLIENT_ID, version, auth_bytes)
+    assert ours == kafka_python_request(KpSaslAuthenticateRequest, version, auth_bytes=auth_bytes)
+
+
 @pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)
 def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
     batches = {("t1", 0): build_batch([(b"k", b"v0", [])], 1000),
@@ -397,9 +422,35 @@ def test_init_producer_id_response_decoded_as_kafka_python_encodes_it(version):
         InitProducerIdResponse(1, 0, 1 << 40, 7)
 
 
+def test_sasl_handshake_response_decoded_as_kafka_python_encodes_it():
+    data = kafka_python_response(KpSaslHandshakeResponse, 1, **sasl_handshake_response_fields(1))
+    assert decode_sasl_handshake_response(data, 1) == SaslHandshakeResponse(
+        0, ("PLAIN", "SCRAM-SHA-512"))
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.SASL_AUTHENTICATE])
+def test_sasl_authenticate_response_decoded_as_kafka_python_encodes_it(version):
+    data = kafka_python_response(KpSaslAuthenticateResponse, version,
+                                 **sasl_authenticate_response_fields(version))
+    assert decode_sasl_authenticate_response(data, version) == SaslAuthenticateResponse(
+        0, "no", b"r=nonce,s=salt,i=4096", 3000 if version >= 1 else 0)
+
+
+@pytest.mark.parametrize("version, data", [
+    (0, struct.pack(">hhi", 0, -1, 100) + b"short"),  # auth bytes longer than the answer
+    (0, struct.pack(">hhi", 0, -1, -1)),  # null auth bytes
+    (2, b"\x00" + struct.pack(">h", 0) + b"\x00" + b"\xff\xff\xff\xff\x0f"),  # huge compact length
+])
+def test_sasl_authenticate_decoder_refuses_bad_auth_bytes(version, data):
+    with pytest.raises(errors.ProtocolError):
+        decode_sasl_authenticate_response(data, version)
+
+
 @pytest.mark.parametrize("decode, versions", [
     # Produce decodes the legacy versions below the negotiated ones too.
     (decode_produce_response, PRODUCE_ENCODED_VERSIONS),
+    (decode_sasl_handshake_response, ALL_VERSIONS[ApiKey.SASL_HANDSHAKE]),
+    (decode_sasl_authenticate_response, ALL_VERSIONS[ApiKey.SASL_AUTHENTICATE]),
     (decode_metadata_response, ALL_VERSIONS[ApiKey.METADATA]),
     (decode_api_versions_response, ALL_VERSIONS[ApiKey.API_VERSIONS]),
     (decode_init_producer_id_response, ALL_VERSIONS[ApiKey.INIT_PRODUCER_ID]),

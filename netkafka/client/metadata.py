@@ -248,6 +248,11 @@ class Metadata:
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
                 self._raise_fatal_error_locked()
+                if info is not None and info.error_code == _TOPIC_AUTHORIZATION_FAILED:
+                    # As the Java client: the ACLs will not change by waiting.
+                    raise errors.TopicAuthorizationFailedError(
+                        f"topic {topic!r}: this principal may not Describe it (the metadata "
+                        "answer refuses it), so it cannot write to it either")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -438,6 +443,9 @@ class Metadata:
         if not self._errors:
             return "no answer yet"
         return "; ".join(f"{addr}: {err}" for addr, err in self._errors.items())
+
+
+_TOPIC_AUTHORIZATION_FAILED = errors.TopicAuthorizationFailedError.code
 
 
 def _snapshot_from(response):
