@@ -115,6 +115,9 @@ class ConnectionConfig:
             before anything is allocated (a non-Kafka peer's first bytes
             read as a size are usually huge).  Default 100 MiB, the broker's
             own socket.request.max.bytes.
+        socket_options: (level, option, value) triples given to setsockopt()
+            on every broker socket before connect (kafka-python's
+            socket_options).  Default: TCP_NODELAY on.
     """
 
     client_id: str = "netkafka"
@@ -129,6 +132,7 @@ class ConnectionConfig:
     high_watermark_bytes: int = 8 * _MiB
     low_watermark_bytes: int = 4 * _MiB
     max_response_bytes: int = 100 * _MiB
+    socket_options: tuple = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 
     def __post_init__(self):
         if not isinstance(self.client_id, str):
@@ -498,7 +502,8 @@ class BrokerConnection:
         self._connect_deadline_ns = now_ns + self.config.connect_timeout_ms * 1_000_000
         try:
             transport, err = connect_tcp(host, port, self.config.send_buffer_bytes,
-                                         self.config.receive_buffer_bytes)
+                                         self.config.receive_buffer_bytes,
+                                         self.config.socket_options)
         except socket.gaierror as exc:
             self._io_fail(KafkaConnectionError(
                 f"cannot resolve {host}:{port} for {self._who()}: {exc}"), now_ns)
