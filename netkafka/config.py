@@ -366,8 +366,10 @@ _SETTING_DEFAULTS = {**{name: field.default
                         for name, field in ProducerConfig.__dataclass_fields__.items()},
                      **_OPTIONS_AT_DEFAULT}
 # Settings whose text is read as a number though their default is not one: acks
-# ('all' or a number), and the socket buffers (None keeps the OS default).
-_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
+# ('all' or a number), the socket buffers (None keeps the OS default) and the
+# compression levels (None: the codec's default).
+_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes",
+                                          "compression_level", *CODEC_LEVEL_OPTIONS.values()})
 _WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
 
 

@@ -65,7 +65,10 @@ class Producer(ProducerCore):
     high_watermark_bytes / low_watermark_bytes (per-connection bounds on bytes
     queued for a broker; default 8 MiB / 4 MiB) and backoff ('block', 'park',
     'drop' or a strategy object: what send() does when memory or a connection is
-    full; default 'block', waiting up to max_block_ms).
+    full; default 'block', waiting up to max_block_ms), interceptors (Java's
+    ProducerInterceptor: netkafka/producer/interceptors.py) and compression_level
+    (KIP-390).  ProducerConfig's docstring tables the kafka-python 3 settings that
+    are accepted but not honoured.
 
     Defaults that matter: acks='all' with enable_idempotence=True, as the Java
     client and kafka-python 3 (acks 0 or 1, retries=0 or more than 5 requests in
