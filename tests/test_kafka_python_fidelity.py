@@ -162,6 +162,16 @@ def test_auto_creation_off_is_honoured(kafka_broker, topic_name):
             p.send(topic_name, b"v")
 
 
+def test_receive_message_max_bytes_is_honoured(kafka_broker, topic, caplog):
+    # Every broker answer is larger than 16 bytes: none is taken, so no metadata comes.
+    caplog.set_level(logging.DEBUG, logger="netkafka")
+    with producer(kafka_broker, receive_message_max_bytes=16, max_block_ms=1500) as p:
+        with pytest.raises(errors.KafkaTimeoutError):
+            p.send(topic, b"v")
+    # The broker's ApiVersions answer is refused by its size, connection after connection.
+    assert "negotiating_versions -> disconnected" in caplog.text
+
+
 def test_socket_options_are_applied(kafka_broker, topic, monkeypatch):
     seen = []
     real_setsockopt = socket.socket.setsockopt
