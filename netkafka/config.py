@@ -148,8 +148,9 @@ class ProducerConfig(Mapping):
     connections_max_idle_ms: int = 540000
     reconnect_backoff_ms: int = 50
     reconnect_backoff_max_ms: int = 1000  # the Java client's (kafka-python: 30000)
-    # kafka-python pins the protocol version with this; netkafka negotiates every
-    # API's version with the broker (ApiVersions), so the value is checked and unused.
+    # As kafka-python: None or 'auto' negotiates every API's version with the broker
+    # (ApiVersions); a tuple below (0, 11) pins legacy Produce and message sets
+    # (legacy_produce()); a higher one is checked and versions are negotiated.
     api_version: object = None
     allow_auto_create_topics: object = True
     client_dns_lookup: object = "use_all_dns_ips"
@@ -252,11 +253,8 @@ class ProducerConfig(Mapping):
         check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
         check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
         check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
-        if self.api_version is not None and not (
-                isinstance(self.api_version, tuple)
-                and all(isinstance(p, int) for p in self.api_version)):
-            raise ValueError(f"api_version must be None or a tuple of ints such as "
-                             f"(2, 8, 0), got {self.api_version!r}")
+        object.__setattr__(self, "api_version", api_version_value(self.api_version))
+        self._check_legacy()
         check_choice("allow_auto_create_topics", self.allow_auto_create_topics, (True, False))
         check_choice("metrics_enabled", self.metrics_enabled, (True, False))
         check_choice("client_dns_lookup", self.client_dns_lookup, CLIENT_DNS_LOOKUPS)
@@ -272,6 +270,28 @@ class ProducerConfig(Mapping):
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
+
+    def _check_legacy(self):
+        if self.legacy_magic is None:
+            return
+        if self.compression_type == "zstd":
+            raise ValueError(f"compression_type='zstd' needs RecordBatch v2 (Kafka 2.1+); "
+                             f"api_version={self.api_version} writes message format "
+                             f"v{self.legacy_magic}")
+        if self.compression_type == "lz4" and self.api_version < (0, 8, 2):
+            raise ValueError(f"compression_type='lz4' needs Kafka 0.8.2+; "
+                             f"api_version={self.api_version}")
+        if self.enable_idempotence:
+            raise ValueError(f"enable_idempotence=True needs RecordBatch v2 (Kafka 0.11+); "
+                             f"api_version={self.api_version} writes message format "
+                             f"v{self.legacy_magic}, which has no producer id or sequence")
+
+    @property
+    def legacy_magic(self):
+        """0 or 1: the message format an api_version below (0, 11) writes; None
+        for RecordBatch v2 (negotiated)."""
+        legacy = legacy_produce(self.api_version)
+        return None if legacy is None else legacy[1]
 
     def _check_idempotence(self):
         if not self.enable_idempotence:
@@ -354,6 +374,8 @@ class ProducerConfig(Mapping):
             max_response_bytes=self.receive_message_max_bytes,
             connect_timeout_ms=self.socket_connection_setup_timeout_ms,
             socket_options=tuple(tuple(option) for option in self.socket_options),
+            produce_version=(None if legacy_produce(self.api_version) is None
+                             else legacy_produce(self.api_version)[0]),
         )
 
 
@@ -425,9 +447,52 @@ def setting_from_text(keyword, value, origin=None):
     return value
 
 
+def api_version_value(api_version):
+    """api_version as kafka-python reads it: None or 'auto' (negotiate), a tuple of
+    ints, or (deprecated there) a dotted str such as '0.10.1'.  Returns None or
+    the tuple.
+
+    Raises:
+        ValueError: anything else (named).
+    """
+    if api_version is None or api_version == "auto":
+        return None
+    value = api_version
+    if isinstance(value, str):
+        try:
+            value = tuple(int(part) for part in value.split("."))
+        except ValueError:
+            value = None
+    if (isinstance(value, tuple) and value
+            and all(type(part) is int and part >= 0 for part in value)):
+        return value
+    raise ValueError(f"api_version must be None, 'auto' or a tuple of ints such as "
+                     f"(0, 10, 1), got {api_version!r}")
+
+
+def legacy_produce(api_version):
+    """(Produce version, message format) that an api_version below (0, 11) pins, as
+    kafka-python maps it: the highest Produce of that Kafka release, and magic 1
+    from 0.10 (timestamps), 0 before.  None for anything else (RecordBatch v2,
+    versions negotiated).  api_version as api_version_value() returns it."""
+    if api_version is None or api_version >= (0, 11):
+        return None
+    if api_version >= (0, 10):
+        return (2, 1)
+    if api_version >= (0, 9):
+        return (1, 0)
+    return (0, 0)
+
+
 def _conflicts_with_idempotence(settings):
-    """acks other than 'all', no retries, or more than 5 requests in flight."""
+    """acks other than 'all', no retries, more than 5 requests in flight, or an
+    api_version below (0, 11) (legacy message sets carry no producer id)."""
     # Bad values are left for __post_init__ to name.
+    try:
+        if legacy_produce(api_version_value(settings.get("api_version"))) is not None:
+            return True
+    except ValueError:
+        pass
     in_flight = settings.get("max_in_flight_requests_per_connection", 5)
     return (settings.get("acks", "all") not in ("all", -1)
             or settings.get("retries", 1) == 0

@@ -43,7 +43,7 @@ from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from protocol_samples import (
     ALL_VERSIONS, CORRELATION_ID, api_versions_response_fields, assert_metadata_equal,
-    assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
+    PRODUCE_ENCODED_VERSIONS, assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
     kafka_python_response, metadata_response_fields, produce_response_fields,
 )
 
@@ -238,7 +238,7 @@ def test_init_producer_id_request_matches_kafka_python(version, transactional_id
     assert ours == theirs
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.PRODUCE])
+@pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)
 def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
     batches = {("t1", 0): build_batch([(b"k", b"v0", [])], 1000),
                ("t1", 3): bytearray(build_batch([(None, b"v1", [("h", b"x")])], 2000)),
@@ -285,7 +285,8 @@ def test_produce_request_takes_a_slice_of_a_larger_buffer_without_copying():
 
 @pytest.mark.parametrize("kwargs, problem", [
     ({"acks": 2}, "acks must be 0, 1 or -1"),
-    ({"version": 2}, "Produce v2 is not supported"),
+    ({"version": -1}, "Produce v-1 is not supported"),
+    ({"version": 2, "transactional_id": "tx"}, "Produce v2 has no transactional id"),
     ({"version": 14}, "Produce v14 is not supported"),
     ({"version": 13}, "names topics by id"),
     ({"version": 13, "topic_ids": {"other": uuid.uuid4()}}, "needs the topic id of 't'"),
@@ -306,7 +307,7 @@ def test_produce_request_refuses_a_non_contiguous_batch():
 
 # --- decoders on kafka-python's encodings
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.PRODUCE])
+@pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)
 def test_produce_response_decoded_as_kafka_python_encodes_it(version):
     data = kafka_python_response(KpProduceResponse, version, **produce_response_fields(version))
     ours = decode_produce_response(data, version)
@@ -396,14 +397,15 @@ def test_init_producer_id_response_decoded_as_kafka_python_encodes_it(version):
         InitProducerIdResponse(1, 0, 1 << 40, 7)
 
 
-@pytest.mark.parametrize("decode, api", [
-    (decode_produce_response, ApiKey.PRODUCE),
-    (decode_metadata_response, ApiKey.METADATA),
-    (decode_api_versions_response, ApiKey.API_VERSIONS),
-    (decode_init_producer_id_response, ApiKey.INIT_PRODUCER_ID),
+@pytest.mark.parametrize("decode, versions", [
+    # Produce decodes the legacy versions below the negotiated ones too.
+    (decode_produce_response, PRODUCE_ENCODED_VERSIONS),
+    (decode_metadata_response, ALL_VERSIONS[ApiKey.METADATA]),
+    (decode_api_versions_response, ALL_VERSIONS[ApiKey.API_VERSIONS]),
+    (decode_init_producer_id_response, ALL_VERSIONS[ApiKey.INIT_PRODUCER_ID]),
 ])
-def test_decoders_refuse_versions_they_do_not_know(decode, api):
-    low, high = SUPPORTED_VERSIONS[api]
+def test_decoders_refuse_versions_they_do_not_know(decode, versions):
+    low, high = versions[0], versions[-1]
     with pytest.raises(ValueError, match="not supported"):
         decode(b"", high + 1)
     with pytest.raises(ValueError, match="not supported"):
@@ -438,6 +440,32 @@ def test_negotiation_picks_highest_common_version():
 def test_negotiation_fails_naming_the_brokers_range(ranges, expected):
     with pytest.raises(errors.IncompatibleBrokerError, match=expected):
         negotiate_versions(api_versions(ranges))
+
+
+# Kafka 3.9.2's and 4.4.0's Produce ranges as their ApiVersions answers give them: 4.x
+# still lists v0 though it refuses v0..v2.
+KAFKA_3_9_RANGES = {**KAFKA_4_RANGES, 0: (0, 11), 3: (0, 12)}
+
+
+@pytest.mark.parametrize("pinned", [0, 1, 2])
+def test_a_pinned_legacy_produce_version_is_used_where_the_broker_takes_it(pinned):
+    chosen = negotiate_versions(api_versions(KAFKA_3_9_RANGES), pinned)
+    assert chosen[ApiKey.PRODUCE] == pinned
+    assert chosen[ApiKey.METADATA] == 12  # the others are negotiated as ever
+    # A broker older than 0.11 (no Produce v3) is no obstacle then.
+    assert negotiate_versions(api_versions({0: (0, 2), 3: (0, 2)}), pinned)[
+        ApiKey.PRODUCE] == pinned
+
+
+@pytest.mark.parametrize("ranges, expected", [
+    (KAFKA_4_RANGES, r"needs Produce v2 \(legacy message sets\), but the broker is Kafka 4\.0 "
+                     r"or newer \(it offers Produce v13\), which refuses v0\.\.v2"),
+    ({0: (3, 11), 3: (0, 12)}, r"needs Produce v2 .* the broker supports Produce v3\.\.v11"),
+    ({3: (0, 12)}, r"needs Produce v2 .* the broker does not offer Produce"),
+])
+def test_a_pinned_legacy_produce_version_the_broker_refuses_fails_negotiation(ranges, expected):
+    with pytest.raises(errors.IncompatibleBrokerError, match=expected):
+        negotiate_versions(api_versions(ranges), 2)
 
 
 # --- error codes

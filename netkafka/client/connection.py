@@ -118,6 +118,9 @@ class ConnectionConfig:
         socket_options: (level, option, value) triples given to setsockopt()
             on every broker socket before connect (kafka-python's
             socket_options).  Default: TCP_NODELAY on.
+        produce_version: None negotiates Produce as every API; 0..2 pins that
+            legacy version (a producer's api_version below (0, 11)): a broker
+            that does not offer it fails the handshake (IncompatibleBrokerError).
     """
 
     client_id: str = "netkafka"
@@ -133,6 +136,7 @@ class ConnectionConfig:
     low_watermark_bytes: int = 4 * _MiB
     max_response_bytes: int = 100 * _MiB
     socket_options: tuple = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+    produce_version: object = None
 
     def __post_init__(self):
         if not isinstance(self.client_id, str):
@@ -155,6 +159,7 @@ class ConnectionConfig:
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        check_int("produce_version", self.produce_version, 0, maximum=2, none_allowed=True)
 
 
 class Request:
@@ -588,7 +593,7 @@ class BrokerConnection:
                 self._io_send_api_versions(theirs[1], now_ns)
                 return
             # Raises for a broker without Produce v3 (IncompatibleBrokerError).
-            versions = negotiate_versions(response)
+            versions = negotiate_versions(response, self.config.produce_version)
             with self._lock:
                 self._api_versions = versions
             self._io_advance(now_ns)

@@ -160,6 +160,11 @@ class Metadata:
         self._errors = {}  # guarded by _lock: address -> last error there
         self._updates = 0  # guarded by _lock: answers received so far
         self._closed = False  # guarded by _lock
+        # Guarded by _lock: the IncompatibleBrokerError of a broker netkafka cannot
+        # use at all (e.g. Kafka 4.x with a legacy api_version), until some broker
+        # answers a Metadata request; waiters raise it at once rather than wait out
+        # max_block_ms for an answer that cannot come.
+        self._incompatible = None
         self._listeners = []  # guarded by _lock: on_metadata(snapshot, moved)
 
         pool.add_listener(self)
@@ -214,10 +219,11 @@ class Metadata:
 
     def wait_for_bootstrap(self, timeout_s):
         """Blocks until the first answer; raises KafkaTimeoutError naming every
-        address tried and its error."""
+        address tried and its error, or IncompatibleBrokerError (wait_for_topic)."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while self._snapshot is None:
+                self._raise_if_incompatible_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise KafkaTimeoutError(
@@ -228,7 +234,8 @@ class Metadata:
 
     def wait_for_topic(self, topic, timeout_s):
         """The TopicInfo of topic once the cache has a leader for each of its
-        partitions; raises KafkaTimeoutError naming the topic and the reason."""
+        partitions; raises KafkaTimeoutError naming the topic and the reason, or
+        at once IncompatibleBrokerError once a broker turned out unusable."""
         self.add_topic(topic)
         deadline = time.monotonic() + timeout_s
         with self._changed:
@@ -237,6 +244,7 @@ class Metadata:
                 if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
+                self._raise_if_incompatible_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -295,9 +303,18 @@ class Metadata:
         pass
 
     def on_failure(self, conn, error, was_ready):
+        if isinstance(error, errors.IncompatibleBrokerError):
+            with self._changed:
+                self._incompatible = error
+                self._changed.notify_all()
         # A broker that dropped may have lost its leadership: look again.
         if was_ready and conn.node_id >= 0:
             self.request_update()
+
+    def _raise_if_incompatible_locked(self):
+        if self._incompatible is not None:
+            # A new exception per waiter: each gets its own traceback.
+            raise errors.IncompatibleBrokerError(str(self._incompatible))
 
     # ------------------------------------------------------------------
     # The metadata thread.
@@ -376,6 +393,7 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = self._last_success_ns = now_ns
             self._next_candidate = 0
+            self._incompatible = None  # some broker answers: waiting is not in vain
             # Again soon if someone asked while this fetch was out (a topic
             # added, a leader moved), or if the answer is incomplete.
             self._need_update = (

@@ -137,7 +137,7 @@ class Producer(ProducerCore):
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
-                idempotence=idempotence, stats=stats)
+                idempotence=idempotence, stats=stats, legacy_magic=config.legacy_magic)
         except BaseException:
             pool.close()
             raise
@@ -243,7 +243,14 @@ class Producer(ProducerCore):
             TypeError, ValueError: an argument of the wrong kind or length (named);
                 nothing was sent.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            NotImplementedError: api_version below (0, 11): the bulk path writes
+                RecordBatch v2 columns only; send() and produce() write legacy sets.
         """
+        if self.config.legacy_magic is not None:
+            raise NotImplementedError(
+                f"send_batch() writes RecordBatch v2 only; with api_version="
+                f"{self.config.api_version} (message format v{self.config.legacy_magic}) "
+                f"use send() or produce()")
         self._start_if_forked()
         if self._interceptors is not None:
             raise KafkaConfigurationError(
