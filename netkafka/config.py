@@ -6,17 +6,19 @@ client, and the Java client's otherwise (noted below).  netkafka adds io_threads
 high_watermark_bytes, low_watermark_bytes and backoff.
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
-the key and what it allows; a security option (anything but PLAINTEXT) or a
-transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
-transactions.
+the key and what it allows (for the security settings SslConfigError or
+SaslConfigError, both ValueErrors); a transactional id raises NotImplementedError
+until netkafka has transactions.
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
-Producer through producer_keyword() and setting_from_text(): the Java client's
-dotted names and typed values, read one way for every tool.
+Producer through producer_setting(): the Java client's dotted names and typed
+values, read one way for every tool (and its PEM key and trust store settings,
+JAVA_TLS_SETTINGS, turned into kafka-python's).
 """
 import itertools
 import math
 import re
+import dataclasses
 import selectors
 import socket
 from collections.abc import Mapping
@@ -24,7 +26,9 @@ from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
-from netkafka.errors import KafkaConfigurationError
+from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
+from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
+from netkafka.errors import KafkaConfigurationError, SslConfigError
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -34,26 +38,10 @@ COMPRESSION_TYPES = (None, *CODEC_NAMES)
 ACKS = (0, 1, "all", -1)
 _client_ids = itertools.count(1)
 
-# kafka-python's security options, with the values that mean "not used".  Any other
-# value asks for TLS or SASL, which netkafka does not speak yet.
-SECURITY_OPTIONS = {
-    "security_protocol": "PLAINTEXT",
-    "ssl_context": None,
-    "ssl_check_hostname": True,
-    "ssl_cafile": None,
-    "ssl_certfile": None,
-    "ssl_keyfile": None,
-    "ssl_crlfile": None,
-    "ssl_password": None,
-    "ssl_ciphers": None,
-    "sasl_mechanism": None,
-    "sasl_plain_username": None,
-    "sasl_plain_password": None,
-    "sasl_kerberos_name": None,
-    "sasl_kerberos_service_name": "kafka",
-    "sasl_kerberos_domain_name": None,
-    "sasl_oauth_token_provider": None,
-}
+# kafka-python's security settings and their defaults: the TLS ones are
+# netkafka.client.tls's, the SASL ones netkafka.client.sasl's.
+SECURITY_DEFAULTS = {"security_protocol": "PLAINTEXT", **SSL_DEFAULTS, **SASL_DEFAULTS}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # kafka-python 3 settings that are its own machinery: netkafka has its own network
 # client and one selector per I/O thread, so a replacement cannot be plugged in.
 # Given any value but these, they are refused (KafkaConfigurationError) saying so.
@@ -74,7 +62,6 @@ UNSUPPORTED_OPTIONS = {
 CODEC_LEVEL_OPTIONS = {"gzip": "compression_gzip_level", "lz4": "compression_lz4_level",
                        "zstd": "compression_zstd_level"}
 CLIENT_DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
-
 # kafka-python's transaction options, with the values that mean "no transactions".
 TRANSACTION_OPTIONS = {
     "transactional_id": None,
@@ -105,7 +92,7 @@ class ProducerConfig(Mapping):
     bootstrap_timeout_ms               checked, not honoured: __init__ does not
                                        connect; the first send() waits up to
                                        max_block_ms for metadata instead
-    api_version                        checked; versions are negotiated
+    api_version                        honoured (below (0, 11): legacy formats)
     metric_reporters, metrics_num_     default only: netkafka's metrics keep
     samples, metrics_sample_window_ms  kafka-python's 2 x 30 s window and have no
                                        reporters (another value: NotImplementedError)
@@ -173,6 +160,11 @@ class ProducerConfig(Mapping):
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+    # security_protocol and the ssl_* / sasl_* settings given (SECURITY_DEFAULTS
+    # names; missing ones take its defaults), as Producer(**kwargs) takes them one
+    # by one.  Checked at construction; the SSLContext is built then, once.  Not in
+    # the repr: it holds passwords.
+    security: object = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_kwargs(cls, kwargs):
@@ -180,14 +172,18 @@ class ProducerConfig(Mapping):
 
         Raises:
             TypeError: an unknown keyword (named).
-            ValueError: a bad value (key and allowed values named).
-            NotImplementedError: a TLS or SASL setting.
+            ValueError: a bad value (key and allowed values named); SslConfigError
+                and SaslConfigError for the security settings.
+            NotImplementedError: a transaction setting.
         """
         fields = cls.__dataclass_fields__
         settings = {}
+        security = {}
         for name, value in kwargs.items():
-            if name in SECURITY_OPTIONS:
-                _check_security_option(name, value)
+            if name in SECURITY_DEFAULTS:
+                security[name] = value
+            elif name == "security":
+                raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             elif name in TRANSACTION_OPTIONS:
                 _check_transaction_option(name, value)
             elif name in PLUMBING_OPTIONS:
@@ -203,7 +199,7 @@ class ProducerConfig(Mapping):
             # so settings it cannot work with quietly turn the default off (asked for
             # explicitly, they are an error).
             settings["enable_idempotence"] = False
-        return cls(**settings)
+        return cls(**settings, security=security)
 
     def __post_init__(self):
         _check_bootstrap(self.bootstrap_servers)
@@ -270,6 +266,23 @@ class ProducerConfig(Mapping):
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
+        self._check_security()
+
+    def _check_security(self):
+        security = dict(self.security or {})
+        object.__setattr__(self, "security", security)
+        protocol = security.get("security_protocol", "PLAINTEXT")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise SslConfigError(f"security_protocol={protocol!r} is not one of "
+                                 f"{', '.join(SECURITY_PROTOCOLS)}")
+        check_sasl_settings(security, protocol)
+        # Built once here: a bad file or password is refused now, naming the setting,
+        # and every connection shares the context (and its loaded certificates).
+        object.__setattr__(self, "_ssl_context", build_ssl_context(security, protocol))
+
+    @property
+    def security_protocol(self):
+        return self.security.get("security_protocol", "PLAINTEXT")
 
     def _check_legacy(self):
         if self.legacy_magic is None:
@@ -338,18 +351,22 @@ class ProducerConfig(Mapping):
     # kafka-python's config dict: every setting by name.
 
     def __getitem__(self, name):
-        if name in self.__dataclass_fields__:
+        if name in SECURITY_DEFAULTS:
+            return self.security.get(name, SECURITY_DEFAULTS[name])
+        if name in self.__dataclass_fields__ and name not in _NOT_SETTINGS:
             return getattr(self, name)
         if name in _OPTIONS_AT_DEFAULT:
             return _OPTIONS_AT_DEFAULT[name]
         raise KeyError(name)
 
     def __iter__(self):
-        yield from self.__dataclass_fields__
+        yield from (name for name in self.__dataclass_fields__ if name not in _NOT_SETTINGS)
+        yield from SECURITY_DEFAULTS
         yield from _OPTIONS_AT_DEFAULT
 
     def __len__(self):
-        return len(self.__dataclass_fields__) + len(_OPTIONS_AT_DEFAULT)
+        return (len(self.__dataclass_fields__) - len(_NOT_SETTINGS) + len(SECURITY_DEFAULTS)
+                + len(_OPTIONS_AT_DEFAULT))
 
     @property
     def codec(self):
@@ -376,23 +393,77 @@ class ProducerConfig(Mapping):
             socket_options=tuple(tuple(option) for option in self.socket_options),
             produce_version=(None if legacy_produce(self.api_version) is None
                              else legacy_produce(self.api_version)[0]),
+            security_protocol=self.security_protocol,
+            ssl_context=self._ssl_context,
+            sasl_settings=({name: self.security.get(name, default)
+                            for name, default in SASL_DEFAULTS.items()}
+                           if self.security_protocol in SASL_PROTOCOLS else None),
         )
 
 
 # The settings a ProducerConfig holds only at their defaults (others are refused),
 # as its mapping shows them.
-_OPTIONS_AT_DEFAULT = {**SECURITY_OPTIONS, **TRANSACTION_OPTIONS, **PLUMBING_OPTIONS,
-                       **UNSUPPORTED_OPTIONS}
+_OPTIONS_AT_DEFAULT = {**TRANSACTION_OPTIONS, **PLUMBING_OPTIONS, **UNSUPPORTED_OPTIONS}
+# Fields that are not settings of their own: `security` holds the security settings
+# given, which the mapping shows one by one.
+_NOT_SETTINGS = frozenset({"security"})
 # Every setting a Producer takes, by keyword, with its default.
 _SETTING_DEFAULTS = {**{name: field.default
-                        for name, field in ProducerConfig.__dataclass_fields__.items()},
-                     **_OPTIONS_AT_DEFAULT}
+                        for name, field in ProducerConfig.__dataclass_fields__.items()
+                        if name not in _NOT_SETTINGS},
+                     **SECURITY_DEFAULTS, **_OPTIONS_AT_DEFAULT}
 # Settings whose text is read as a number though their default is not one: acks
 # ('all' or a number), the socket buffers (None keeps the OS default) and the
 # compression levels (None: the codec's default).
 _NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes",
                                           "compression_level", *CODEC_LEVEL_OPTIONS.values()})
 _WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
+
+# The Java client's TLS settings for PEM files, as kafka-python's: Java name ->
+# (keyword, {text: value} for a setting whose text means something else, or None).
+# A store type only confirms that the files are PEM, which is all netkafka reads
+# (keyword None: nothing to set).  ssl.keystore.location is a PEM file holding the
+# private key and the certificate chain, which is what ssl_certfile may be.
+JAVA_TLS_SETTINGS = {
+    "ssl.truststore.location": ("ssl_cafile", None),
+    "ssl.keystore.location": ("ssl_certfile", None),
+    "ssl.key.password": ("ssl_password", None),
+    "ssl.endpoint.identification.algorithm": ("ssl_check_hostname",
+                                              {"https": True, "": False}),
+    "ssl.truststore.type": (None, {"PEM": None}),
+    "ssl.keystore.type": (None, {"PEM": None}),
+}
+
+
+def producer_setting(name, value, origin=None):
+    """The Producer keyword argument a setting given by name stands for, as a dict:
+    {keyword: value}, or {} for a Java setting that only confirms what netkafka does
+    (ssl.truststore.type=PEM).  Names are read by producer_keyword, values by
+    setting_from_text; the Java TLS settings (JAVA_TLS_SETTINGS) become kafka-python's.
+
+    Raises:
+        TypeError: not a setting of Producer (named).
+        ValueError: a value the setting cannot take (named as origin=value).
+    """
+    java = JAVA_TLS_SETTINGS.get(name.strip().lower())
+    if java is None:
+        keyword = producer_keyword(name, origin)
+        return {keyword: setting_from_text(keyword, value, origin or name)}
+    keyword, meanings = java
+    if meanings is not None:
+        text = value.strip() if isinstance(value, str) else value
+        # Read as Java reads them: store types and the algorithm in any case.
+        if isinstance(text, str):
+            key = text.upper() if keyword is None else text.lower()
+        else:
+            key = text
+        if key not in meanings:
+            allowed = " or ".join(repr(text) for text in meanings)
+            hint = (": netkafka reads PEM files; convert a JKS or PKCS12 store with "
+                    "keytool and openssl" if keyword is None else "")
+            raise ValueError(f"{origin or name}={value!r}: must be {allowed}{hint}")
+        value = meanings[key]
+    return {} if keyword is None else {keyword: value}
 
 
 def producer_keyword(name, origin=None):
@@ -528,14 +599,6 @@ def _check_transaction_option(name, value):
     raise NotImplementedError(
         f"{name}={value!r}: netkafka has no transactions yet (idempotence, on by default, "
         f"keeps retries free of duplicates); leave the transaction options unset")
-
-
-def _check_security_option(name, value):
-    if value == SECURITY_OPTIONS[name]:
-        return
-    raise NotImplementedError(
-        f"{name}={value!r}: netkafka speaks PLAINTEXT only for now (no TLS or SASL); "
-        f"leave the security options at their defaults")
 
 
 def _check_plumbing_option(name, value):

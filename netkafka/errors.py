@@ -5,6 +5,12 @@
     |                           connection they came on can no longer be trusted
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
     +-- KafkaConnectionError    a broker connection could not be made, or broke
+    +-- AuthenticationError     a broker refused this client's credentials (also the
+    |                           BrokerErrors SASL_AUTHENTICATION_FAILED and
+    |                           UNSUPPORTED_SASL_MECHANISM): not retried
+    |   +-- SslAuthenticationError  the TLS handshake failed (certificate, protocol)
+    +-- SslConfigError          a TLS or security_protocol setting is wrong (also a
+    |                           ValueError)
     +-- KafkaTimeoutError       a configured bound ran out (also a TimeoutError)
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
@@ -71,6 +77,28 @@ class KafkaConnectionError(KafkaError):
 
     retriable = True
     invalid_metadata = True
+
+
+class AuthenticationError(KafkaError):
+    """A broker refused to authenticate this client: wrong credentials, or a SASL
+    mechanism its listener does not enable.  The message names the mechanism and the
+    broker.  Not retriable (as the Java client's AuthenticationException): waiting
+    for metadata raises it at once rather than after max_block_ms.  The connection
+    is still tried again after the reconnect backoff (credentials may be fixed)."""
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake with a broker failed: its certificate did not verify (the
+    message names the host and OpenSSL's reason), it refused ours, or the two sides
+    share no protocol version or cipher.  As the Java client's
+    SslAuthenticationException, an AuthenticationException: not fixed by waiting."""
+
+
+class SslConfigError(KafkaError, ValueError):
+    """A TLS setting is wrong or does not fit security_protocol: a file that cannot
+    be read or loaded, a wrong key password, ciphers OpenSSL does not know, TLS
+    settings with a protocol without TLS.  The message names the setting.  Raised
+    when the producer is built, before any connection."""
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):

@@ -16,6 +16,7 @@ from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, Kafka
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError)
 from netkafka.config import COMPRESSION_TYPES
+from netkafka.errors import SaslConfigError, SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
@@ -368,9 +369,12 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"delivery_timeout_ms": 1000}, ValueError,
      r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms"),
     ({"value_serializer": "json"}, ValueError, r"value_serializer must be a Serializer"),
-    ({"security_protocol": "SSL"}, NotImplementedError, r"security_protocol='SSL'.*PLAINTEXT"),
-    ({"sasl_mechanism": "PLAIN"}, NotImplementedError, r"sasl_mechanism='PLAIN'"),
-    ({"ssl_cafile": "/ca.pem"}, NotImplementedError, r"ssl_cafile='/ca.pem'"),
+    ({"security_protocol": "TLS"}, SslConfigError, r"security_protocol='TLS' is not one of "
+                                                   r"PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({"sasl_mechanism": "PLAIN"}, SaslConfigError, r"sasl_mechanism is set but "
+                                                   r"security_protocol='PLAINTEXT'"),
+    ({"ssl_cafile": "/ca.pem"}, SslConfigError, r"ssl_cafile is set but "
+                                                r"security_protocol='PLAINTEXT' does not use TLS"),
     ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
                                                         r"has no transactions yet"),
     ({"api_version": "latest"}, ValueError,

@@ -39,10 +39,11 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netkafka import errors
 from netkafka._validate import check_int
+from netkafka.client.tls import TLS_PROTOCOLS, TlsTransport
 from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 from netkafka.protocol.api_versions import (
@@ -121,6 +122,11 @@ class ConnectionConfig:
         produce_version: None negotiates Produce as every API; 0..2 pins that
             legacy version (a producer's api_version below (0, 11)): a broker
             that does not offer it fails the handshake (IncompatibleBrokerError).
+        security_protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+        ssl_context: the ssl.SSLContext of SSL and SASL_SSL connections (built
+            and checked by config.ProducerConfig), None without TLS.
+        sasl_settings: kafka-python's SASL settings (client.sasl.SASL_DEFAULTS
+            names), checked by config.ProducerConfig; None without SASL.
     """
 
     client_id: str = "netkafka"
@@ -137,6 +143,9 @@ class ConnectionConfig:
     max_response_bytes: int = 100 * _MiB
     socket_options: tuple = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
     produce_version: object = None
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: object = None
+    sasl_settings: object = field(default=None, repr=False)  # holds passwords
 
     def __post_init__(self):
         if not isinstance(self.client_id, str):
@@ -160,6 +169,9 @@ class ConnectionConfig:
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         check_int("produce_version", self.produce_version, 0, maximum=2, none_allowed=True)
+        if (self.ssl_context is not None) != (self.security_protocol in TLS_PROTOCOLS):
+            raise ValueError(f"security_protocol={self.security_protocol!r} needs "
+                             f"{'an' if self.ssl_context is None else 'no'} ssl_context")
 
 
 class Request:
@@ -516,6 +528,8 @@ class BrokerConnection:
         except OSError as exc:
             self._io_fail(_as_kafka_error(exc, self), now_ns)
             return
+        if self.config.ssl_context is not None:
+            transport = TlsTransport(transport, self.config.ssl_context, host, f"{host}:{port}")
         self._transport = transport
         self._registered_events = 0
         self._queued_total = self._written_total = 0

@@ -16,6 +16,7 @@ answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
 ``_changed``.
 """
+import copy
 import threading
 import time
 from typing import NamedTuple
@@ -158,13 +159,15 @@ class Metadata:
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
         self._errors = {}  # guarded by _lock: address -> last error there
+        # Guarded by _lock: an error that waiting cannot fix -- an authentication
+        # failure (a certificate, a password) or a broker netkafka cannot use at all
+        # (IncompatibleBrokerError, e.g. Kafka 4.x with a legacy api_version) --
+        # cleared when some broker answers a Metadata request.  The waits raise it at
+        # once rather than wait out max_block_ms (the Java client's metadata does the
+        # same with AuthenticationException).
+        self._fatal_error = None
         self._updates = 0  # guarded by _lock: answers received so far
         self._closed = False  # guarded by _lock
-        # Guarded by _lock: the IncompatibleBrokerError of a broker netkafka cannot
-        # use at all (e.g. Kafka 4.x with a legacy api_version), until some broker
-        # answers a Metadata request; waiters raise it at once rather than wait out
-        # max_block_ms for an answer that cannot come.
-        self._incompatible = None
         self._listeners = []  # guarded by _lock: on_metadata(snapshot, moved)
 
         pool.add_listener(self)
@@ -223,7 +226,7 @@ class Metadata:
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while self._snapshot is None:
-                self._raise_if_incompatible_locked()
+                self._raise_fatal_error_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise KafkaTimeoutError(
@@ -244,7 +247,7 @@ class Metadata:
                 if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
-                self._raise_if_incompatible_locked()
+                self._raise_fatal_error_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -305,16 +308,11 @@ class Metadata:
     def on_failure(self, conn, error, was_ready):
         if isinstance(error, errors.IncompatibleBrokerError):
             with self._changed:
-                self._incompatible = error
+                self._fatal_error = error
                 self._changed.notify_all()
         # A broker that dropped may have lost its leadership: look again.
         if was_ready and conn.node_id >= 0:
             self.request_update()
-
-    def _raise_if_incompatible_locked(self):
-        if self._incompatible is not None:
-            # A new exception per waiter: each gets its own traceback.
-            raise errors.IncompatibleBrokerError(str(self._incompatible))
 
     # ------------------------------------------------------------------
     # The metadata thread.
@@ -391,9 +389,9 @@ class Metadata:
             self._snapshot = snapshot
             self._updates += 1
             self._fetching = False
+            self._fatal_error = None  # some broker answers: waiting is not in vain
             self._last_attempt_ns = self._last_success_ns = now_ns
             self._next_candidate = 0
-            self._incompatible = None  # some broker answers: waiting is not in vain
             # Again soon if someone asked while this fetch was out (a topic
             # added, a leader moved), or if the answer is incomplete.
             self._need_update = (
@@ -415,6 +413,8 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = now_ns
             self._errors[conn.address] = str(error)
+            if isinstance(error, errors.AuthenticationError):
+                self._fatal_error = error
             self._need_update = True
             # The next address is tried at once while some address is untried
             # in this round; retry_backoff_ms applies after that.
@@ -427,6 +427,12 @@ class Metadata:
         if self._snapshot is not None and self._snapshot.brokers:
             return len(self._snapshot.brokers)
         return len(self._bootstrap)
+
+    def _raise_fatal_error_locked(self):
+        if self._fatal_error is not None:
+            # A copy per waiter: raising one instance in several threads would
+            # chain their tracebacks together.
+            raise copy.copy(self._fatal_error).with_traceback(None)
 
     def _describe_errors(self):
         if not self._errors:

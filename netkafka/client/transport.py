@@ -1,12 +1,12 @@
 """Transports: what carries a broker connection's bytes over its TCP socket.
 
 The connection (connection.py) frames requests and parses answers; its transport owns
-the socket and moves bytes, never blocking.  Today there is one, PlainTransport (in
-_transport.pyx, native so that a write costs no Python frame).  A TLS transport over
-``ssl.SSLObject`` + ``ssl.MemoryBIO`` keeps the same contract by holding a
-PlainTransport for the ciphertext; with kernel TLS the socket could stay a
-PlainTransport once the handshake has handed the keys to the kernel (``sendmsg`` and
-zero copy kept; to be measured).
+the socket and moves bytes, never blocking.  PlainTransport (in _transport.pyx, native
+so that a write costs no Python frame) carries PLAINTEXT and SASL_PLAINTEXT;
+tls.TlsTransport, ``ssl.SSLObject`` over ``ssl.MemoryBIO``s, keeps the same contract
+for SSL and SASL_SSL by holding a PlainTransport for the ciphertext.  Kernel TLS would
+let the socket stay a PlainTransport once the handshake handed the keys to the kernel
+(``sendmsg`` and zero copy kept): see tls.py for why it is not used.
 
 The contract, called only on the connection's I/O thread:
 

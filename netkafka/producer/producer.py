@@ -82,8 +82,9 @@ class Producer(ProducerCore):
 
     Raises:
         TypeError: an unknown keyword argument (named).
-        ValueError: a bad value (the key and what it allows are named).
-        NotImplementedError: TLS or SASL settings.
+        ValueError: a bad value (the key and what it allows are named); a bad
+            security setting is an SslConfigError or SaslConfigError naming it.
+        NotImplementedError: transaction settings.
     """
 
     def __init__(self, **configs):
