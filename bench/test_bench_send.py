@@ -6,6 +6,14 @@ between rounds, outside the timing).
 The interceptor cases show what interceptors cost and, against the same run of
 "none" before interceptors existed, that a producer without them pays nothing
 (send() tests one field).
+
+Measured (2 shared cores, other work running; ms per 20 000 records, best round /
+median over 15, three alternating runs each): without interceptors send() 2.9-4.4 /
+4.3-11.9 against 2.8-3.5 / 5.9-9.2 before interceptors existed, produce() 2.6-3.5 /
+5.7-16.9 against 2.5-7.0 / 3.7-14.7 -- the same within this machine's noise (about
+0.15 us a record at best).  With one no-op interceptor: send() 100-110 / 180-261,
+produce() 139-155 / 296-303, i.e. about 5 us a record (the record tuple, the hook
+calls and a completion callback per record, in Python).
 """
 import pytest
 
