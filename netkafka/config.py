@@ -19,13 +19,16 @@ import itertools
 import math
 import re
 import dataclasses
+import selectors
+import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
 from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
 from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
-from netkafka.errors import SslConfigError
+from netkafka.errors import KafkaConfigurationError, SslConfigError
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -39,6 +42,26 @@ _client_ids = itertools.count(1)
 # netkafka.client.tls's, the SASL ones netkafka.client.sasl's.
 SECURITY_DEFAULTS = {"security_protocol": "PLAINTEXT", **SSL_DEFAULTS, **SASL_DEFAULTS}
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# kafka-python 3 settings that are its own machinery: netkafka has its own network
+# client and one selector per I/O thread, so a replacement cannot be plugged in.
+# Given any value but these, they are refused (KafkaConfigurationError) saying so.
+PLUMBING_OPTIONS = {
+    "kafka_client": None,
+    "selector": selectors.DefaultSelector,
+}
+# kafka-python 3 settings netkafka accepts at their defaults only: another value
+# asks for something netkafka does not do, which ignoring would hide.
+UNSUPPORTED_OPTIONS = {
+    "metric_reporters": (),
+    "metrics_num_samples": 2,
+    "metrics_sample_window_ms": 30000,
+    "proxy_url": None,
+    "socks5_proxy": None,
+}
+# KIP-390's per-codec levels (the Java client's compression.<codec>.level).
+CODEC_LEVEL_OPTIONS = {"gzip": "compression_gzip_level", "lz4": "compression_lz4_level",
+                       "zstd": "compression_zstd_level"}
+CLIENT_DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
 # kafka-python's transaction options, with the values that mean "no transactions".
 TRANSACTION_OPTIONS = {
     "transactional_id": None,
@@ -47,8 +70,43 @@ TRANSACTION_OPTIONS = {
 
 
 @dataclass(frozen=True)
-class ProducerConfig:
-    """Every setting of a Producer, validated.  Immutable."""
+class ProducerConfig(Mapping):
+    """Every setting of a Producer, validated.  Immutable.
+
+    Read as attributes (``config.acks``) or, as kafka-python's
+    ``KafkaProducer.config`` dict, by key (``config['acks']``, ``dict(config)``):
+    every kafka-python 3 setting is a key, with the value in use (acks as -1/0/1).
+
+    kafka-python 3 settings accepted and what becomes of them:
+
+    ================================== =============================================
+    setting                            in netkafka
+    ================================== =============================================
+    allow_auto_create_topics           honoured (Metadata requests ask for it)
+    receive_message_max_bytes          honoured: a larger response is refused
+    socket_options                     honoured: setsockopt() on every broker socket
+    socket_connection_setup_timeout_ms honoured: bound on connect + handshakes
+    metrics_enabled                    honoured: False makes metrics() return None
+    client_dns_lookup                  checked, not honoured: the first address of
+                                       a name is used (both modes agree on that)
+    bootstrap_timeout_ms               checked, not honoured: __init__ does not
+                                       connect; the first send() waits up to
+                                       max_block_ms for metadata instead
+    api_version                        honoured (below (0, 11): legacy formats)
+    metric_reporters, metrics_num_     default only: netkafka's metrics keep
+    samples, metrics_sample_window_ms  kafka-python's 2 x 30 s window and have no
+                                       reporters (another value: NotImplementedError)
+    proxy_url, socks5_proxy            None only (no proxy support:
+                                       NotImplementedError)
+    kafka_client, selector             refused unless default
+                                       (KafkaConfigurationError): kafka-python's own
+                                       network machinery, which netkafka replaces
+    ================================== =============================================
+
+    netkafka's own: io_threads, high_watermark_bytes, low_watermark_bytes,
+    backoff, interceptors, compression_level (and the Java client's per-codec
+    compression_gzip_level / compression_lz4_level / compression_zstd_level).
+    """
 
     bootstrap_servers: object = "localhost:9092"
     client_id: object = None  # None: "netkafka-producer-<n>"
@@ -81,6 +139,23 @@ class ProducerConfig:
     # (ApiVersions); a tuple below (0, 11) pins legacy Produce and message sets
     # (legacy_produce()); a higher one is checked and versions are negotiated.
     api_version: object = None
+    allow_auto_create_topics: object = True
+    client_dns_lookup: object = "use_all_dns_ips"
+    receive_message_max_bytes: int = 100_000_000
+    socket_options: object = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+    # Not a kafka-python 3 producer setting (its network manager's); the Java name.
+    socket_connection_setup_timeout_ms: int = ConnectionConfig.connect_timeout_ms
+    bootstrap_timeout_ms: int = 30000
+    metrics_enabled: object = True
+    # Java's ProducerInterceptor: objects with on_send(record) and
+    # on_acknowledgement(metadata, exception); see netkafka/producer/interceptors.py.
+    interceptors: object = ()
+    # KIP-390: the codec's level; None its default.  The per-codec ones are the Java
+    # client's names; compression_level applies to whichever codec is chosen.
+    compression_level: object = None
+    compression_gzip_level: object = None
+    compression_lz4_level: object = None
+    compression_zstd_level: object = None
     io_threads: int = 1
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
@@ -111,6 +186,10 @@ class ProducerConfig:
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             elif name in TRANSACTION_OPTIONS:
                 _check_transaction_option(name, value)
+            elif name in PLUMBING_OPTIONS:
+                _check_plumbing_option(name, value)
+            elif name in UNSUPPORTED_OPTIONS:
+                _check_unsupported_option(name, value)
             elif name not in fields:
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             else:
@@ -130,8 +209,10 @@ class ProducerConfig:
             raise ValueError(f"client_id must be a str or None, got {self.client_id!r}")
         for name in ("key_serializer", "value_serializer"):
             value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise ValueError(f"{name} must be a callable (data) -> bytes or None, "
+            if value is not None and not callable(value) and not callable(
+                    getattr(value, "serialize", None)):
+                raise ValueError(f"{name} must be a Serializer (serialize(topic, headers, "
+                                 f"data) -> bytes), a callable (data) -> bytes or None, "
                                  f"got {value!r}")
         object.__setattr__(self, "acks", acks_value(self.acks))
         check_choice("compression_type", self.compression_type, COMPRESSION_TYPES)
@@ -170,6 +251,16 @@ class ProducerConfig:
         check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
         object.__setattr__(self, "api_version", api_version_value(self.api_version))
         self._check_legacy()
+        check_choice("allow_auto_create_topics", self.allow_auto_create_topics, (True, False))
+        check_choice("metrics_enabled", self.metrics_enabled, (True, False))
+        check_choice("client_dns_lookup", self.client_dns_lookup, CLIENT_DNS_LOOKUPS)
+        check_int("receive_message_max_bytes", self.receive_message_max_bytes, 4)
+        check_int("socket_connection_setup_timeout_ms",
+                  self.socket_connection_setup_timeout_ms, 1)
+        check_int("bootstrap_timeout_ms", self.bootstrap_timeout_ms, 0)
+        _check_socket_options(self.socket_options)
+        _check_interceptors(self.interceptors)
+        self._check_compression_levels()
         check_int("io_threads", self.io_threads, 1)
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
@@ -221,13 +312,61 @@ class ProducerConfig:
         # The Java client's requirements: without them sequence numbers cannot keep
         # retries free of duplicates and reordering.
         if self.acks != -1:
-            raise ValueError(f"enable_idempotence=True needs acks='all', got acks={self.acks}")
+            raise KafkaConfigurationError(
+                f"enable_idempotence=True needs acks='all', got acks={self.acks}")
         if self.max_in_flight_requests_per_connection > 5:
-            raise ValueError(
+            raise KafkaConfigurationError(
                 f"enable_idempotence=True needs max_in_flight_requests_per_connection <= 5, "
                 f"got {self.max_in_flight_requests_per_connection}")
         if self.retries == 0:
-            raise ValueError("enable_idempotence=True needs retries > 0, got 0")
+            raise KafkaConfigurationError("enable_idempotence=True needs retries > 0, got 0")
+
+    def _check_compression_levels(self):
+        # The codec's own range is checked by the Compressor (record/_compression).
+        for name in ("compression_level", *CODEC_LEVEL_OPTIONS.values()):
+            level = getattr(self, name)
+            if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+                raise ValueError(f"{name} must be an int or None, got {level!r}")
+        if self.compression_level is None:
+            return
+        if self.compression_type not in CODEC_LEVEL_OPTIONS:
+            raise KafkaConfigurationError(
+                f"compression_level={self.compression_level} needs compression_type gzip, "
+                f"lz4 or zstd (KIP-390), got {self.compression_type!r}")
+        own = getattr(self, CODEC_LEVEL_OPTIONS[self.compression_type])
+        if own is not None and own != self.compression_level:
+            raise KafkaConfigurationError(
+                f"compression_level={self.compression_level} and "
+                f"{CODEC_LEVEL_OPTIONS[self.compression_type]}={own} disagree")
+
+    @property
+    def effective_compression_level(self):
+        """The level of compression_type's codec: compression_level, else the
+        codec's own compression_<codec>_level, else None (the codec's default)."""
+        if self.compression_level is not None:
+            return self.compression_level
+        option = CODEC_LEVEL_OPTIONS.get(self.compression_type)
+        return None if option is None else getattr(self, option)
+
+    # kafka-python's config dict: every setting by name.
+
+    def __getitem__(self, name):
+        if name in SECURITY_DEFAULTS:
+            return self.security.get(name, SECURITY_DEFAULTS[name])
+        if name in self.__dataclass_fields__ and name not in _NOT_SETTINGS:
+            return getattr(self, name)
+        if name in _OPTIONS_AT_DEFAULT:
+            return _OPTIONS_AT_DEFAULT[name]
+        raise KeyError(name)
+
+    def __iter__(self):
+        yield from (name for name in self.__dataclass_fields__ if name not in _NOT_SETTINGS)
+        yield from SECURITY_DEFAULTS
+        yield from _OPTIONS_AT_DEFAULT
+
+    def __len__(self):
+        return (len(self.__dataclass_fields__) - len(_NOT_SETTINGS) + len(SECURITY_DEFAULTS)
+                + len(_OPTIONS_AT_DEFAULT))
 
     @property
     def codec(self):
@@ -249,10 +388,9 @@ class ProducerConfig:
             connections_max_idle_ms=self.connections_max_idle_ms,
             high_watermark_bytes=self.high_watermark_bytes,
             low_watermark_bytes=self.low_watermark_bytes,
-            security_protocol=self.security_protocol,
-            sasl_settings=({name: self.security.get(name, default)
-                            for name, default in SASL_DEFAULTS.items()}
-                           if self.security_protocol in SASL_PROTOCOLS else None),
+            max_response_bytes=self.receive_message_max_bytes,
+            connect_timeout_ms=self.socket_connection_setup_timeout_ms,
+            socket_options=tuple(tuple(option) for option in self.socket_options),
             produce_version=(None if legacy_produce(self.api_version) is None
                              else legacy_produce(self.api_version)[0]),
             security_protocol=self.security_protocol,
@@ -263,14 +401,22 @@ class ProducerConfig:
         )
 
 
+# The settings a ProducerConfig holds only at their defaults (others are refused),
+# as its mapping shows them.
+_OPTIONS_AT_DEFAULT = {**TRANSACTION_OPTIONS, **PLUMBING_OPTIONS, **UNSUPPORTED_OPTIONS}
+# Fields that are not settings of their own: `security` holds the security settings
+# given, which the mapping shows one by one.
+_NOT_SETTINGS = frozenset({"security"})
 # Every setting a Producer takes, by keyword, with its default.
 _SETTING_DEFAULTS = {**{name: field.default
                         for name, field in ProducerConfig.__dataclass_fields__.items()
-                        if name != "security"},
-                     **SECURITY_DEFAULTS, **TRANSACTION_OPTIONS}
+                        if name not in _NOT_SETTINGS},
+                     **SECURITY_DEFAULTS, **_OPTIONS_AT_DEFAULT}
 # Settings whose text is read as a number though their default is not one: acks
-# ('all' or a number), and the socket buffers (None keeps the OS default).
-_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
+# ('all' or a number), the socket buffers (None keeps the OS default) and the
+# compression levels (None: the codec's default).
+_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes",
+                                          "compression_level", *CODEC_LEVEL_OPTIONS.values()})
 _WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
 
 # The Java client's TLS settings for PEM files, as kafka-python's: Java name ->
@@ -455,3 +601,37 @@ def _check_transaction_option(name, value):
         f"keeps retries free of duplicates); leave the transaction options unset")
 
 
+def _check_plumbing_option(name, value):
+    if value is PLUMBING_OPTIONS[name]:
+        return
+    raise KafkaConfigurationError(
+        f"{name}={value!r} does not apply to netkafka: it replaces kafka-python's network "
+        f"client and selector with its own I/O threads (each with its own selector); "
+        f"leave {name} unset")
+
+
+def _check_unsupported_option(name, value):
+    default = UNSUPPORTED_OPTIONS[name]
+    if value == default or (default == () and value == []):
+        return
+    raise NotImplementedError(
+        f"{name}={value!r}: netkafka supports only {default!r} (see ProducerConfig's "
+        f"table of kafka-python settings)")
+
+
+def _check_socket_options(options):
+    if isinstance(options, (list, tuple)) and all(
+            isinstance(option, (list, tuple)) and len(option) == 3 for option in options):
+        return
+    raise ValueError(f"socket_options must be a list of (level, option, value) for "
+                     f"socket.setsockopt, got {options!r}")
+
+
+def _check_interceptors(interceptors):
+    if not isinstance(interceptors, (list, tuple)):
+        raise ValueError(f"interceptors must be a list of objects with on_send(record) and "
+                         f"on_acknowledgement(metadata, exception), got {interceptors!r}")
+    for interceptor in interceptors:
+        for method in ("on_send", "on_acknowledgement"):
+            if not callable(getattr(interceptor, method, None)):
+                raise ValueError(f"interceptor {interceptor!r} has no {method}() method")

@@ -358,8 +358,9 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
     ({"backoff": "spin"}, ValueError, r"backoff must be 'block', 'drop', 'park' or an object"),
     ({"partitioner": "nope"}, ValueError, r"partitioner must be 'default', 'murmur2', "
-                                          r"'round_robin', 'broker_aware', a Partitioner "
-                                          r"or a callable, got 'nope'"),
+                                          r"'round_robin', 'broker_aware', a Partitioner, "
+                                          r"an object with partition\(\) or a callable, "
+                                          r"got 'nope'"),
     ({"io_threads": 0}, ValueError, r"io_threads must be an int >= 1, got 0"),
     ({"max_in_flight_requests_per_connection": "5"}, ValueError,
      r"max_in_flight_requests_per_connection must be an int >= 1, got '5'"),
@@ -367,7 +368,7 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"enable_idempotence=True needs acks='all'"),
     ({"delivery_timeout_ms": 1000}, ValueError,
      r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms"),
-    ({"value_serializer": "json"}, ValueError, r"value_serializer must be a callable"),
+    ({"value_serializer": "json"}, ValueError, r"value_serializer must be a Serializer"),
     ({"security_protocol": "TLS"}, SslConfigError, r"security_protocol='TLS' is not one of "
                                                    r"PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
     ({"sasl_mechanism": "PLAIN"}, SaslConfigError, r"sasl_mechanism is set but "

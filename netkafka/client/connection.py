@@ -136,12 +136,9 @@ class ConnectionConfig:
             before anything is allocated (a non-Kafka peer's first bytes
             read as a size are usually huge).  Default 100 MiB, the broker's
             own socket.request.max.bytes.
-        security_protocol: PLAINTEXT or SASL_PLAINTEXT (SSL and SASL_SSL come
-            with the TLS transport).  Default PLAINTEXT.
-        sasl_settings: kafka-python's SASL settings ({name in
-            client.sasl.SASL_DEFAULTS: value}) with a SASL protocol, None
-            without; checked here by check_sasl_settings and kept out of
-            repr() (they hold a password).
+        socket_options: (level, option, value) triples given to setsockopt()
+            on every broker socket before connect (kafka-python's
+            socket_options).  Default: TCP_NODELAY on.
         produce_version: None negotiates Produce as every API; 0..2 pins that
             legacy version (a producer's api_version below (0, 11)): a broker
             that does not offer it fails the handshake (IncompatibleBrokerError).
@@ -164,6 +161,7 @@ class ConnectionConfig:
     high_watermark_bytes: int = 8 * _MiB
     low_watermark_bytes: int = 4 * _MiB
     max_response_bytes: int = 100 * _MiB
+    socket_options: tuple = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
     produce_version: object = None
     security_protocol: str = "PLAINTEXT"
     ssl_context: object = None
@@ -581,7 +579,8 @@ class BrokerConnection:
         self._connect_deadline_ns = now_ns + self.config.connect_timeout_ms * 1_000_000
         try:
             transport, err = connect_tcp(host, port, self.config.send_buffer_bytes,
-                                         self.config.receive_buffer_bytes)
+                                         self.config.receive_buffer_bytes,
+                                         self.config.socket_options)
         except socket.gaierror as exc:
             self._io_fail(KafkaConnectionError(
                 f"cannot resolve {host}:{port} for {self._who()}: {exc}"), now_ns)

@@ -47,9 +47,10 @@ from netkafka.client._transport import IOV_MAX, PlainTransport
 __all__ = ["IOV_MAX", "PlainTransport", "connect_tcp"]
 
 
-def connect_tcp(host, port, send_buffer_bytes, receive_buffer_bytes):
+def connect_tcp(host, port, send_buffer_bytes, receive_buffer_bytes,
+                socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)):
     """Starts a non-blocking TCP connect; returns (PlainTransport, errno of
-    connect_ex).  Name resolution blocks: brokers are named by addresses or local
+    connect_ex).  socket_options: (level, option, value) triples for setsockopt().  Name resolution blocks: brokers are named by addresses or local
     names here, and a slow resolver would stall the calling I/O thread.
 
     Raises:
@@ -61,7 +62,8 @@ def connect_tcp(host, port, send_buffer_bytes, receive_buffer_bytes):
     sock = socket.socket(family, kind, proto)
     try:
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for level, option, value in socket_options:
+            sock.setsockopt(level, option, value)
         # Buffer sizes before connect(), so the window scale is negotiated for them.
         if send_buffer_bytes > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)

@@ -332,8 +332,9 @@ cdef class ProducerCore:
     are Producer's.
     """
     cdef public AccumulatorCore _records   # the running accumulator, or None (above)
-    cdef public object _key_serializer     # callable or None
-    cdef public object _value_serializer   # callable or None
+    cdef public object _key_serializer     # Producer's serializer function or None
+    cdef public object _value_serializer   # Producer's serializer function or None
+    cdef public object _interceptors       # an InterceptorChain, or None when none is set
 
     def send(self, topic, value=None, key=None, headers=None, partition=None,
              timestamp_ms=None):
@@ -357,16 +358,28 @@ cdef class ProducerCore:
             BackpressureTimeoutError: no memory within max_block_ms.
             RecordDroppedError: no memory and backoff='drop'.
         """
+        if self._interceptors is not None:
+            return (<object>self)._send_intercepted(topic, value, key, headers, partition,
+                                                    timestamp_ms, True)
+        return self._append_record(topic, value, key, headers, partition, timestamp_ms,
+                                   TRACK_FUTURE)
+
+    cdef object _append_record(self, topic, value, key, headers, partition, timestamp_ms,
+                               int track):
         cdef AccumulatorCore records = self._records
         if self._key_serializer is not None or self._value_serializer is not None:
-            key, value = (<object>self)._serialize_record(topic, key, value)
+            key, value, headers = (<object>self)._serialize_record(topic, key, value, headers)
         if records is None:
             records = (<object>self)._restarted()
         # Steps 2-5 of Producer's story are the accumulator's append: it comes back
         # to Producer._wait_for_partition() when metadata is missing, and asks the
         # partitioner's on_new_batch() when a record would open a new batch.
-        return records._append(topic, partition, key, value, headers, timestamp_ms,
-                               TRACK_FUTURE)
+        return records._append(topic, partition, key, value, headers, timestamp_ms, track)
+
+    def _send_record(self, topic, value, key, headers, partition, timestamp_ms):
+        """send() past the interceptors: the intercepted path's way in."""
+        return self._append_record(topic, value, key, headers, partition, timestamp_ms,
+                                   TRACK_FUTURE)
 
     def produce(self, topic, value=None, key=None, headers=None, partition=None,
                 timestamp_ms=None):
@@ -387,11 +400,16 @@ cdef class ProducerCore:
             TypeError: an argument of the wrong type (named), as send().
         """
         cdef AccumulatorCore records = self._records
+        if self._interceptors is not None:
+            (<object>self)._send_intercepted(topic, value, key, headers, partition,
+                                             timestamp_ms, False)
+            return
         if records is None:
             records = (<object>self)._restarted()
         try:
             if self._key_serializer is not None or self._value_serializer is not None:
-                key, value = (<object>self)._serialize_record(topic, key, value)
+                key, value, headers = (<object>self)._serialize_record(topic, key, value,
+                                                                       headers)
             records._append(topic, partition, key, value, headers, timestamp_ms,
                             TRACK_COUNT)
         except Exception as exc:

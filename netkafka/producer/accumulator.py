@@ -80,6 +80,7 @@ class RecordAccumulator(AccumulatorCore):
         max_request_size: bytes of the largest batch.
         compression_type: None or a codec name; every batch is compressed with one
             shared Compressor (when compressing does not pay: sent uncompressed).
+        compression_level: the codec's level (KIP-390), None for its default.
         buffer_memory: bound on the memory of all batches not yet completed.
         linger_ms: how long a batch below batch_size waits for more records.
         max_block_ms: bound on an append waiting for memory.
@@ -98,7 +99,7 @@ class RecordAccumulator(AccumulatorCore):
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
                  delivery_timeout_ms, backoff, idempotence=None, stats=None,
-                 legacy_magic=None):
+                 compression_level=None, legacy_magic=None):
         codec = None if compression_type in (None, "none") else compression_type
         if legacy_magic is not None and idempotence is not None:
             raise ValueError("legacy message sets carry no producer id: no idempotence")
@@ -107,7 +108,8 @@ class RecordAccumulator(AccumulatorCore):
         self._topic_waiter = topic_waiter  # immutable
         self._batch_size = batch_size  # immutable
         self._max_request_size = max_request_size  # immutable
-        self._compressor = None if codec is None else Compressor(codec)  # thread-safe
+        # Thread-safe.
+        self._compressor = None if codec is None else Compressor(codec, compression_level)
         buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
         # Thread-safe (its own mutex).
         self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size))
@@ -485,6 +487,13 @@ class RecordAccumulator(AccumulatorCore):
         (produce() does not raise it): counted, and raised by flush()."""
         with self._state_lock:
             self._metrics["records_failed"] += 1
+            self._count_untracked_locked(1, error)
+
+    def count_untracked_delivery_failure(self, error):
+        """Any thread: a produce() record that went through interceptors (and so has
+        a future, whose batch counted it in records_failed) failed: raised by
+        flush() like other produce() failures."""
+        with self._state_lock:
             self._count_untracked_locked(1, error)
 
     def _count_untracked_locked(self, count, error):
