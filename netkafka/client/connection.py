@@ -173,12 +173,6 @@ class ConnectionConfig:
         return self.security_protocol in SASL_PROTOCOLS
 
     def __post_init__(self):
-        if self.security_protocol in ("SSL", "SASL_SSL"):
-            # The TLS transport lives on its own branch; until it is merged a
-            # TLS protocol would silently run over plain TCP.
-            raise NotImplementedError(
-                f"security_protocol={self.security_protocol!r} needs the TLS transport, "
-                "which this build lacks: use PLAINTEXT or SASL_PLAINTEXT")
         if self.uses_sasl != (self.sasl_settings is not None):
             raise ValueError(f"security_protocol={self.security_protocol!r} needs "
                              f"{'no ' if self.sasl_settings is not None else ''}sasl_settings")
