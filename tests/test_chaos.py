@@ -116,6 +116,14 @@ def retried(load):
     return load.producer.metrics()["netkafka"]["sender_batches_retried"]
 
 
+def load_figures(load, result):
+    """What every report states besides the resume time: the longest time a partition went
+    without an acknowledgement, how far send() blocking put the load behind, the records
+    checked and the batches the producer resent."""
+    return {"longest_stall_s": max(load.longest_gaps_s().values()), "send_blocked_s": load.lagged_s,
+            "records": result.read, "batches_retried": retried(load)}
+
+
 # -- the cluster as the independent client sees it ---------------------------------------------
 
 
@@ -232,8 +240,7 @@ def test_leader_of_the_busiest_partitions_killed_and_restarted(failover_cluster,
     result = assert_delivered_exactly_once(load, cluster.bootstrap, chaos_topic)
     assert retried(load) > 0, "the kill hit no batch: the test proved nothing"
     report(f"SIGKILL of node {victim}, leader of the busiest partitions", resume_s=resume_s,
-           resume_after_restart_s=after_restart_s, records=result.read,
-           batches_retried=retried(load))
+           resume_after_restart_s=after_restart_s, **load_figures(load, result))
 
 
 @full_run
@@ -243,14 +250,15 @@ def test_rolling_restart_of_all_three_brokers(failover_cluster, chaos_topic, rep
     with steady_load(cluster.bootstrap, chaos_topic) as load:
         load.wait_acknowledged(WARM_UP_ACKS, WAIT_S)
         for node in cluster.nodes:
-            stopped = load.mark(f"restart node {node.node_id}")
-            node.restart()  # SIGTERM: a controlled shutdown hands leadership over first
+            node.stop()  # SIGTERM: a controlled shutdown hands leadership over first
+            down = load.mark(f"node {node.node_id} down")
+            node.start()
+            node.wait_ready()
             wait_fully_replicated(cluster.bootstrap, chaos_topic)
-            resumes[f"resume_node_{node.node_id}_s"] = load.wait_resumed(stopped, RESUME_BOUND_S)
+            resumes[f"resume_node_{node.node_id}_s"] = load.wait_resumed(down, RESUME_BOUND_S)
         time.sleep(AFTER_HEAL_S)
     result = assert_delivered_exactly_once(load, cluster.bootstrap, chaos_topic)
-    report("rolling restart of nodes 1, 2, 3", **resumes, records=result.read,
-           batches_retried=retried(load))
+    report("rolling restart of nodes 1, 2, 3", **resumes, **load_figures(load, result))
 
 
 def test_a_broker_frozen_longer_than_the_request_timeout(failover_cluster, chaos_topic, report):
@@ -270,5 +278,5 @@ def test_a_broker_frozen_longer_than_the_request_timeout(failover_cluster, chaos
         time.sleep(AFTER_HEAL_S)
     result = assert_delivered_exactly_once(load, cluster.bootstrap, chaos_topic)
     assert retried(load) > 0, "the freeze hit no batch: the test proved nothing"
-    report(f"SIGSTOP of node {victim} for {FREEZE_S:.0f} s", resume_s=resume_s, records=result.read,
-           batches_retried=retried(load))
+    report(f"SIGSTOP of node {victim} for {FREEZE_S:.0f} s", resume_s=resume_s,
+           **load_figures(load, result))

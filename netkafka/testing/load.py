@@ -123,9 +123,11 @@ class SteadyLoad:
         # Owned by the load's thread until stop() has joined it.
         self.next_seq = [0] * len(self.stream_names)  # per stream: records sent so far
         self.send_errors: list[str] = []  # send() raised: the record was not sent
-        self.lagged_s = 0.0  # time behind schedule that send() blocking cost
         self._lock = threading.Lock()
-        # Guarded by _lock (written by the I/O threads' callbacks):
+        # Guarded by _lock, written by the load's thread:
+        self.sent = 0
+        self.lagged_s = 0.0  # time behind schedule that send() blocking cost
+        # Guarded by _lock, written by the I/O threads' callbacks:
         self.acknowledged = 0
         self.failed = 0
         self._failed_seqs: list[set] = [set() for _ in self.stream_names]
@@ -151,10 +153,6 @@ class SteadyLoad:
         if self._thread is not None:
             self._thread.join()
 
-    @property
-    def sent(self) -> int:
-        return sum(self.next_seq)
-
     def _run(self) -> None:
         due_s = time.monotonic()
         credit = 0.0  # records due but not yet sent (fractions carry over between ticks)
@@ -170,7 +168,8 @@ class SteadyLoad:
             if wait_s > 0:
                 self._stop.wait(wait_s)
             elif wait_s < -MAX_CATCH_UP_S:
-                self.lagged_s -= wait_s
+                with self._lock:
+                    self.lagged_s -= wait_s
                 due_s = time.monotonic()
 
     def _send(self, n: int) -> None:
@@ -185,6 +184,8 @@ class SteadyLoad:
                 self.send_errors.append(f"{value!r}: {exc!r}")
             return
         self.next_seq[stream] = seq + 1
+        with self._lock:
+            self.sent += 1
         future.add_both(self._done, stream, seq, sent_s)
 
     def _done(self, stream: int, seq: int, sent_s: float, outcome) -> None:
@@ -218,6 +219,11 @@ class SteadyLoad:
         with self._lock:
             self._marks.append(mark)
         return mark
+
+    def progress(self) -> tuple[int, int, int, float]:
+        """(sent, acknowledged, failed, seconds behind schedule) at one moment."""
+        with self._lock:
+            return self.sent, self.acknowledged, self.failed, self.lagged_s
 
     def acknowledged_per_partition(self) -> dict[int, int]:
         with self._lock:
@@ -270,13 +276,12 @@ class SteadyLoad:
         deadline = time.monotonic() + timeout_s
         while not condition():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout_s:.0f} s for {what()}; "
-                                   f"sent {self.sent}, {self.describe()}")
+                raise TimeoutError(f"waited {timeout_s:.0f} s for {what()}; {self.describe()}")
             time.sleep(WAIT_POLL_S)
 
     def describe(self) -> str:
         with self._lock:
-            return (f"{self.acknowledged} acknowledged, {self.failed} failed "
+            return (f"sent {self.sent}, {self.acknowledged} acknowledged, {self.failed} failed "
                     f"(first: {self.failures[:3]}), send() errors {self.send_errors[:3]}, "
                     f"{self.lagged_s:.1f} s behind schedule")
 
