@@ -11,13 +11,15 @@ import pytest
 
 from batch_helpers import (as_read, connection_states, io_stack, make_batch, new_buffer_pool,
                            release_batches)
-from netkafka import errors, protocol
+from netkafka import errors
 from netkafka.client.connection import (AUTHENTICATING, CONNECTING, DISCONNECTED,
                                         NEGOTIATING_VERSIONS, READY, TRANSPORT_HANDSHAKE,
                                         ConnectionConfig)
 from netkafka.errors import KafkaConnectionError, RequestTimeoutError
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
+from netkafka.protocol import api_versions
+from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -55,9 +57,9 @@ def test_handshake_negotiates_versions_and_metadata_round_trips(kafka_broker, po
 
     assert conn.state == READY
     versions = conn.api_versions
-    assert versions[protocol.PRODUCE] >= 3
-    assert versions[protocol.METADATA] >= 1
-    assert versions[protocol.API_VERSIONS] == protocol.API_VERSIONS_VERSION
+    assert versions[ApiKey.PRODUCE] >= 3
+    assert versions[ApiKey.METADATA] >= 1
+    assert versions[ApiKey.API_VERSIONS] == api_versions.API_VERSIONS_VERSION
     assert [(b.host, b.port) for b in answer.brokers] == [(host, port)]
     (topic,) = answer.topics
     assert (topic.name, topic.error_code) == (topic_name, 0)

@@ -41,10 +41,15 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from netkafka import errors, protocol
+from netkafka import errors
 from netkafka._validate import check_int
 from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
+from netkafka.protocol.api_versions import (
+    API_VERSIONS_VERSION, decode_api_versions_response, encode_api_versions_request,
+)
+from netkafka.protocol.framing import ApiKey, api_name
+from netkafka.protocol.versions import SUPPORTED_VERSIONS, negotiate_versions
 
 _MiB = 1024 * 1024
 _log = logging.getLogger("netkafka.client.connection")
@@ -189,7 +194,7 @@ class Request:
         self.correlation_id = -1
 
     def describe(self):
-        name = protocol.api_name(self.api_key)
+        name = api_name(self.api_key)
         return f"{name} v{self.api_version} (correlation id {self.correlation_id})"
 
 
@@ -530,7 +535,7 @@ class BrokerConnection:
         if state == TRANSPORT_HANDSHAKE:
             self._io_transport_handshake(now_ns)
         elif state == NEGOTIATING_VERSIONS:
-            self._io_send_api_versions(protocol.API_VERSIONS_VERSION, now_ns)
+            self._io_send_api_versions(API_VERSIONS_VERSION, now_ns)
         elif state == AUTHENTICATING:
             # No SASL mechanism is configured (none exists yet): nothing to prove.
             self._io_advance(now_ns)
@@ -552,9 +557,9 @@ class BrokerConnection:
 
     def _io_send_api_versions(self, version, now_ns):
         request = Request(
-            protocol.API_VERSIONS,
-            lambda cid, v: protocol.encode_api_versions_request(cid, self.config.client_id, v),
-            protocol.decode_api_versions_response,
+            ApiKey.API_VERSIONS,
+            lambda cid, v: encode_api_versions_request(cid, self.config.client_id, v),
+            decode_api_versions_response,
             self._io_on_api_versions,
             api_version=version)
         request.deadline_ns = self._connect_deadline_ns
@@ -570,15 +575,15 @@ class BrokerConnection:
             return  # the connection failure already reported it
         now_ns = time.monotonic_ns()
         try:
-            theirs = response.api_versions.get(protocol.API_VERSIONS)
+            theirs = response.api_versions.get(ApiKey.API_VERSIONS)
             if (response.error_code == _UNSUPPORTED_VERSION and theirs is not None
-                    and protocol.SUPPORTED_VERSIONS[protocol.API_VERSIONS][0] <= theirs[1]
-                    < protocol.API_VERSIONS_VERSION):
+                    and SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0] <= theirs[1]
+                    < API_VERSIONS_VERSION):
                 # An older broker: ask again at the newest version it knows.
                 self._io_send_api_versions(theirs[1], now_ns)
                 return
             # Raises for a broker without Produce v3 (IncompatibleBrokerError).
-            versions = protocol.negotiate_versions(response)
+            versions = negotiate_versions(response)
             with self._lock:
                 self._api_versions = versions
             self._io_advance(now_ns)
@@ -620,7 +625,7 @@ class BrokerConnection:
                 if request.api_version is None:
                     raise errors.IncompatibleBrokerError(
                         f"{self._who()} does not support "
-                        f"{protocol.api_name(request.api_key)}")
+                        f"{api_name(request.api_key)}")
             buffers = request.encode(request.correlation_id, request.api_version)
             # Framed once: drop the encoder, so that once written no reference
             # to the payload (a batch's memory) stays behind in the request.

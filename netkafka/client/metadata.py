@@ -20,9 +20,11 @@ import threading
 import time
 from typing import NamedTuple
 
-from netkafka import errors, protocol
+from netkafka import errors
 from netkafka._validate import check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
+from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 
 
 class BrokerInfo(NamedTuple):
@@ -74,10 +76,10 @@ def request_metadata(conn, topics, allow_auto_topic_creation=True):
     topics = list(topics)
     client_id = conn.config.client_id
     return conn.request(
-        protocol.METADATA,
-        lambda cid, version: protocol.encode_metadata_request(
+        ApiKey.METADATA,
+        lambda cid, version: encode_metadata_request(
             cid, client_id, version, topics, allow_auto_topic_creation),
-        protocol.decode_metadata_response)
+        decode_metadata_response)
 
 
 def parse_bootstrap_servers(servers):

@@ -42,13 +42,15 @@ import time
 from concurrent.futures import Future
 from typing import NamedTuple
 
-from netkafka import errors, protocol
+from netkafka import errors
 from netkafka._validate import check_int
 from netkafka.config import acks_value
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.client.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 from netkafka.producer.idempotence import APPENDED
+from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.produce import decode_produce_response, encode_produce_request
 
 _log = logging.getLogger("netkafka.producer.sender")
 
@@ -347,10 +349,10 @@ class Sender:
         if self._stats is not None:
             self._stats.request_sent(node_id, sum(item.record_count for item in chosen))
         return Request(
-            protocol.PRODUCE,
-            lambda cid, version: protocol.encode_produce_request(
+            ApiKey.PRODUCE,
+            lambda cid, version: encode_produce_request(
                 cid, client_id, version, acks, timeout_ms, topic_data, topic_ids=topic_ids),
-            protocol.decode_produce_response,
+            decode_produce_response,
             lambda response, error: self._on_answer(conn, chosen, topic_ids, response, error,
                                                     now_ns),
             expects_response=acks != 0,
