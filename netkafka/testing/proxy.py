@@ -17,7 +17,7 @@ import socket
 import threading
 from typing import Optional
 
-from netkafka.testing.broker import HOST
+from netkafka.testing.broker import HOST, Cluster
 
 RECV_BYTES = 65536
 # How long a new connection may take to reach the target before it is given up (and the
@@ -197,3 +197,23 @@ def _close_socket(sock: socket.socket) -> None:
     except OSError:
         pass  # not connected any more
     sock.close()
+
+
+def proxy_listener(cluster: Cluster, listener_name: str) -> "dict[int, TcpProxy]":
+    """Put a started TcpProxy in front of listener_name on every node of a cluster that has
+    not started yet; each node advertises its proxy's port for that listener.
+
+    Returns:
+        {node id: proxy}; the caller closes them once the cluster has stopped.
+    """
+    proxies = {}
+    try:
+        for node in cluster.nodes:
+            proxy = proxies[node.node_id] = TcpProxy(node.listener_ports[listener_name])
+            node.advertised_ports[listener_name] = proxy.port
+            proxy.start()
+    except BaseException:
+        for proxy in proxies.values():
+            proxy.close()
+        raise
+    return proxies
