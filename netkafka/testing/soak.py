@@ -1,7 +1,7 @@
 """The soak run: a steady load for half an hour while the broker restarts, watching for growth.
 
     python -m netkafka.testing.soak [--minutes 30] [--restart-every-minutes 5] [--rate 1000]
-    make soak                      (SOAK_MINUTES, SOAK_RESTART_MINUTES, SOAK_RATE)
+    make soak                      (SOAK_MINUTES, SOAK_RESTART_MINUTES, SOAK_RATE give them)
 
 A broker of its own (one node, started here) takes a SteadyLoad (netkafka.testing.load) from
 a netkafka Producer with the default guarantees (acks=all, idempotence) in this process; the
@@ -232,15 +232,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m netkafka.testing.soak",
                                      description="Produce for a long time while the broker restarts; "
                                                  "fail if the process grows or a record is lost.")
-    parser.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", 30)))
-    parser.add_argument("--restart-every-minutes", type=float,
-                        default=float(os.environ.get("SOAK_RESTART_MINUTES", 5)))
-    parser.add_argument("--rate", type=float, default=float(os.environ.get("SOAK_RATE", 1000)),
-                        help="records per second")
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--restart-every-minutes", type=float, default=5.0)
+    parser.add_argument("--rate", type=float, default=1000.0, help="records per second")
     parser.add_argument("--sample-every-seconds", type=float, default=SAMPLE_EVERY_S)
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or args.restart_every_minutes <= 0 or args.sample_every_seconds <= 0:
-        parser.error("--minutes, --restart-every-minutes and --sample-every-seconds must be positive")
+    if min(args.minutes, args.restart_every_minutes, args.rate, args.sample_every_seconds) <= 0:
+        parser.error("--minutes, --restart-every-minutes, --rate and --sample-every-seconds must be positive")
     return run(args.minutes, args.restart_every_minutes, args.rate, args.sample_every_seconds)
 
 
