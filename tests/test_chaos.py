@@ -47,15 +47,16 @@ PRODUCER_CONFIG = {
     "retry_backoff_ms": 100,
     "reconnect_backoff_max_ms": 500,
 }
-# Longer than three request timeouts, and than the broker's session timeout (9 s): the
-# controller fences the frozen broker and its partitions get new leaders while it sleeps.
+# Three request timeouts, and longer than the broker's session timeout (9 s): the controller
+# fences the frozen broker and its partitions get new leaders while it sleeps.
 FREEZE_S = 12.0
 # Before a fault, every partition has taken this many records (the load is warm everywhere).
 WARM_UP_ACKS = 50
 # Records keep flowing this long after the cluster has healed, so that the check covers
 # records sent to the healed cluster too.
 AFTER_HEAL_S = 2.0
-# Longer than two request timeouts: the connection times out, and so does its successor.
+# Longer than two request timeouts: the requests in flight time out, and the producer's next
+# connection attempt walks into the black hole too.
 BLACK_HOLE_S = 10.0
 # Hang guards, not performance bounds.
 RESUME_BOUND_S = 90.0
@@ -89,10 +90,10 @@ def report(capsys, record_property):
 
 
 @contextmanager
-def steady_load(bootstrap, topic, **config):
+def steady_load(bootstrap, topic):
     """A SteadyLoad through a new producer; on leaving, the load stops and the producer is
     closed, which delivers or fails every record sent."""
-    producer = Producer(bootstrap_servers=bootstrap, **{**PRODUCER_CONFIG, **config})
+    producer = Producer(bootstrap_servers=bootstrap, **PRODUCER_CONFIG)
     load = SteadyLoad(producer, topic, RATE_PER_S)
     try:
         load.start()
@@ -131,9 +132,10 @@ def load_figures(load, result):
 # -- the cluster as the independent client sees it ---------------------------------------------
 
 
-def partition_states(bootstrap, topic):
-    """{partition: (leader id, in-sync replica ids)} from confluent-kafka's metadata."""
-    metadata = admin_client(bootstrap).list_topics(topic, timeout=WAIT_S)
+def partition_states(bootstrap, topic, admin=None):
+    """{partition: (leader id, in-sync replica ids)} from confluent-kafka's metadata (through
+    admin, an AdminClient for bootstrap, if the caller has one)."""
+    metadata = (admin or admin_client(bootstrap)).list_topics(topic, timeout=WAIT_S)
     return {p: (info.leader, tuple(sorted(info.isrs)))
             for p, info in metadata.topics[topic].partitions.items()}
 
@@ -142,7 +144,8 @@ def busiest_leader(bootstrap, topic, load):
     """The node leading the most of the busiest half of the partitions (by records taken)."""
     counts = load.acknowledged_per_partition()
     busiest = sorted(counts, key=counts.get, reverse=True)[:PARTITIONS // 2]
-    leaders = [partition_states(bootstrap, topic)[p][0] for p in busiest]
+    states = partition_states(bootstrap, topic)
+    leaders = [states[p][0] for p in busiest]
     # Ties go to the leader of the busiest partition: leaders is in order of business.
     return max(leaders, key=lambda node_id: (leaders.count(node_id), -leaders.index(node_id)))
 
@@ -151,8 +154,9 @@ def wait_fully_replicated(bootstrap, topic, timeout_s=WAIT_S):
     """Wait until every partition has a leader and all REPLICAS replicas in sync: the state
     a rolling restart waits for before it takes the next broker down."""
     deadline = time.monotonic() + timeout_s
+    admin = admin_client(bootstrap)
     while True:
-        states = partition_states(bootstrap, topic)
+        states = partition_states(bootstrap, topic, admin)
         if all(leader >= 0 and len(isr) == REPLICAS for leader, isr in states.values()):
             return
         if time.monotonic() > deadline:
