@@ -260,10 +260,13 @@ class SteadyLoad:
         Raises:
             TimeoutError: production did not resume within timeout_s of the mark (a hang).
         """
+        def what() -> str:
+            with self._lock:
+                since = sorted(mark.first_ack_s)
+            return f"production to resume after {mark.label!r} (partitions acknowledged since: {since})"
+
         self._wait(lambda: self.resume_s(mark, partitions) is not None,
-                   timeout_s - (time.monotonic() - mark.at_s),
-                   lambda: f"production to resume after {mark.label!r} "
-                           f"(partitions acknowledged since: {sorted(mark.first_ack_s)})")
+                   timeout_s - (time.monotonic() - mark.at_s), what)
         return self.resume_s(mark, partitions)
 
     def wait_caught_up(self, timeout_s: float) -> float:
