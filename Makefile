@@ -8,7 +8,7 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all kerberos venv build kafka spark-kafka demo test bench report clean
+.PHONY: all kerberos venv build kafka spark-kafka demo test chaos soak bench report clean
 
 all: test
 
@@ -86,6 +86,24 @@ demo: build kafka
 test: kerberos build kafka
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests
+
+# The faults of tests/test_chaos.py (SIGKILL, rolling restart, SIGSTOP, black hole on the
+# three-node cluster), each run CHAOS_ROUNDS times: a race may show in one run of several.
+# `make test` runs each once.
+CHAOS_ROUNDS ?= 5
+chaos: build kafka
+	NETKAFKA_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(PY) -m pytest tests/test_chaos.py
+
+# The soak run (netkafka/testing/soak.py): SOAK_RATE records/s for SOAK_MINUTES while the
+# broker restarts every SOAK_RESTART_MINUTES; RSS, open files and threads every minute; fails
+# if any grows after the first restart (the rule is in the module's docstring) or a record
+# is lost.
+SOAK_MINUTES ?= 30
+SOAK_RESTART_MINUTES ?= 5
+SOAK_RATE ?= 1000
+soak: build kafka
+	$(PY) -m netkafka.testing.soak --minutes $(SOAK_MINUTES) \
+		--restart-every-minutes $(SOAK_RESTART_MINUTES) --rate $(SOAK_RATE)
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the
 # terminal, and pytest-benchmark's JSON numbered under .benchmarks/ (make report reads the

@@ -315,8 +315,14 @@ class Metadata:
             with self._changed:
                 self._fatal_error = error
                 self._changed.notify_all()
-        # A broker that dropped may have lost its leadership: look again.
-        if was_ready and conn.node_id >= 0:
+        # A broker that dropped, or that cannot be reached, may have lost its leadership:
+        # look again.  Failed connection attempts count too: a SIGKILLed leader is replaced
+        # only when the controller fences it, seconds later, so the refresh its dropped
+        # connection asked for may still name it -- and its batches would wait for it until
+        # delivery_timeout_ms.  A connection retries only while it has work, and refreshes
+        # are spaced by retry_backoff_ms: at most one per reconnect attempt (the Java client
+        # also asks again at every disconnect).
+        if conn.node_id >= 0:
             self.request_update()
 
     # ------------------------------------------------------------------

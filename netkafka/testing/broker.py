@@ -371,6 +371,9 @@ class Node:
         self.kafka_version = kafka_line(kafka_version).name  # whose jars run it: "4" or "3.9"
         # Port of each further listener (Listener.name -> port), beside the two above.
         self.listener_ports = dict(listener_ports or {})
+        # Listener.name -> the port clients are told instead of the listener's own: a proxy in
+        # front of it (netkafka.testing.proxy).  Set before the config is written (start()).
+        self.advertised_ports: dict[str, int] = {}
         self._process: Optional[subprocess.Popen] = None  # set when this process started it
         self.detached = False                   # True: may outlive this process (shell start)
 
@@ -415,15 +418,19 @@ class Node:
             inter_broker_listener: the listener brokers replicate over (advertised).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
+        bound = [f"{PLAINTEXT_LISTENER}://{self.bootstrap}"]
+        bound += [f"{listener.name}://{self.address(listener.name)}" for listener in listeners]
         advertised = [f"{PLAINTEXT_LISTENER}://{self.bootstrap}"]
-        advertised += [f"{listener.name}://{self.address(listener.name)}" for listener in listeners]
+        advertised += [f"{listener.name}://{HOST}:"
+                       f"{self.advertised_ports.get(listener.name, self.listener_ports[listener.name])}"
+                       for listener in listeners]
         protocols = [f"{PLAINTEXT_LISTENER}:PLAINTEXT", f"{CONTROLLER_LISTENER}:{controller_protocol}"]
         protocols += [f"{listener.name}:{listener.security_protocol}" for listener in listeners]
         config = {
             "process.roles": "broker,controller",
             "node.id": self.node_id,
             "controller.quorum.voters": voters,
-            "listeners": ",".join([*advertised, f"{CONTROLLER_LISTENER}://{HOST}:{self.controller_port}"]),
+            "listeners": ",".join([*bound, f"{CONTROLLER_LISTENER}://{HOST}:{self.controller_port}"]),
             "advertised.listeners": ",".join(advertised),
             "controller.listener.names": CONTROLLER_LISTENER,
             "inter.broker.listener.name": inter_broker_listener,
