@@ -67,9 +67,11 @@ demo: build kafka
 	$(PY) -m netkafka.tools.demo $(DEMO_ARGS)
 
 # lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
-# the run before any broker starts.
+# the run before any broker starts; then mypy --strict on examples/ and tests/typing/ as a
+# user's type checker reads the stubs (pyproject.toml's [tool.mypy]).
 test: build kafka
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest tests
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the
@@ -88,5 +90,7 @@ BENCH_JSON ?= $(lastword $(sort $(wildcard .benchmarks/*/*.json)))
 report: $(VENV_STAMP)
 	$(PY) bench/report.py $(BENCH_JSON) --out docs --readme README.md
 
+# setup.py's clean removes its build directory (NETKAFKA_BUILD_DIR, outside the tree).
 clean:
 	find netkafka \( -name "*.so" -o -name "*.c" -o -name "*.html" \) -delete; rm -rf build
+	$(PY) setup.py --quiet clean --all
