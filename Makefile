@@ -8,18 +8,19 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all venv build kafka spark-kafka demo test bench report clean
+.PHONY: all venv build kafka spark-kafka demo test test-versions bench report clean
 
 all: test
 
 # Virtual environment with the package's and the tests' dependencies.  The
 # package itself is installed editable, without build isolation, so that
 # `make build` can recompile the native modules in place.
+VENV_EXTRA ?= test
 $(VENV_STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0"
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(VENV_EXTRA)]"
 	touch $@
 
 venv: $(VENV_STAMP)
@@ -73,6 +74,32 @@ test: build kafka
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m pytest tests
+	$(MAKE) test-versions
+
+# The other supported Pythons (requires-python >= 3.10): each gets a venv .venv-X.Y with
+# the package's dependencies and the test-core extra, builds the native modules in place
+# for its own ABI, and runs the core subset (CORE_TESTS: native encoder, CRC, protocol,
+# real-broker round trips) against its own broker.  The interpreters come from pyenv
+# (the CI machine's image has these versions); a missing one fails the run naming it.
+PYENV_ROOT ?= /root/.pyenv
+OTHER_PYTHONS ?= 3.10.13 3.12.1 3.13.0
+CORE_TESTS ?= tests/test_records.py tests/test_crc32c.py tests/test_protocol.py \
+	tests/test_producer.py
+CORE_SELECT ?= round_trip or keyed or every_acks or callbacks or serializers or \
+	kafka_python or not test_producer
+test-versions: kafka
+	@for version in $(OTHER_PYTHONS); do \
+		python=$(PYENV_ROOT)/versions/$$version/bin/python; \
+		test -x $$python || { echo "Python $$version is missing: $$python not found" \
+			"(pyenv install $$version, or set OTHER_PYTHONS / PYENV_ROOT)"; exit 1; }; \
+	done
+	@for version in $(OTHER_PYTHONS); do \
+		venv=.venv-$${version%.*}; \
+		echo "== Python $$version: $(CORE_TESTS) in $$venv"; \
+		$(MAKE) --no-print-directory VENV=$$venv PYTHON=$(PYENV_ROOT)/versions/$$version/bin/python \
+			VENV_EXTRA=test-core build || exit 1; \
+		$$venv/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)" || exit 1; \
+	done
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the
 # terminal, and pytest-benchmark's JSON numbered under .benchmarks/ (make report reads the
