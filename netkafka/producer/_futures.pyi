@@ -8,13 +8,13 @@ class TopicPartition(NamedTuple):
 class RecordMetadata(NamedTuple):
     topic: str
     partition: int
+    topic_partition: TopicPartition
     offset: int
     timestamp: int
+    checksum: Optional[int]
     serialized_key_size: int
     serialized_value_size: int
     serialized_header_size: int
-    @property
-    def topic_partition(self) -> TopicPartition: ...
 
 class BatchResult:
     topic: str

@@ -9,16 +9,14 @@ value the type allows may still be refused at run time (e.g. acks=2).
 import ssl
 from typing import Any, Callable, Literal, Optional, TypedDict, Union
 
-Serializer = Callable[[Any], Optional[bytes]]
-
 
 class ProducerSettings(TypedDict, total=False):
     """Every keyword argument of netkafka.Producer; defaults are in ProducerConfig."""
 
     bootstrap_servers: Union[str, list[str]]
     client_id: Optional[str]
-    key_serializer: Optional[Serializer]
-    value_serializer: Optional[Serializer]
+    key_serializer: Any  # a callable or a kafka-python Serializer object
+    value_serializer: Any
     acks: Union[Literal["all"], int]
     compression_type: Optional[str]
     retries: int
@@ -40,6 +38,18 @@ class ProducerSettings(TypedDict, total=False):
     reconnect_backoff_ms: int
     reconnect_backoff_max_ms: int
     api_version: Optional[Union[tuple[int, ...], str]]
+    allow_auto_create_topics: bool
+    client_dns_lookup: str
+    receive_message_max_bytes: int
+    socket_options: list[tuple[int, int, int]]
+    socket_connection_setup_timeout_ms: int
+    bootstrap_timeout_ms: int
+    metrics_enabled: bool
+    interceptors: Optional[list[Any]]  # objects with on_send / on_acknowledgement
+    compression_level: Optional[int]
+    compression_gzip_level: Optional[int]
+    compression_lz4_level: Optional[int]
+    compression_zstd_level: Optional[int]
     io_threads: int
     high_watermark_bytes: int
     low_watermark_bytes: int
@@ -62,3 +72,12 @@ class ProducerSettings(TypedDict, total=False):
     sasl_oauth_token_provider: Any  # an object with token() (kafka-python's interface)
     transactional_id: Optional[str]
     transaction_timeout_ms: int
+    # kafka-python 3 machinery, refused unless at its default (KafkaConfigurationError).
+    kafka_client: Any
+    selector: Any
+    # kafka-python 3 settings accepted at their defaults only.
+    metric_reporters: Any
+    metrics_num_samples: int
+    metrics_sample_window_ms: int
+    proxy_url: Optional[str]
+    socks5_proxy: Optional[str]

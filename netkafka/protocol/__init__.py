@@ -7,6 +7,8 @@ first flexible version), its request encoder and its response decoder:
     metadata.py          Metadata
     produce.py           Produce (its answer decoded natively by _produce.pyx)
     init_producer_id.py  InitProducerId
+    sasl_handshake.py    SaslHandshake, naming the SASL mechanism
+    sasl_authenticate.py SaslAuthenticate, one SASL message each way
 
 and what they share:
 

@@ -32,7 +32,9 @@ def produce(bootstrap: str) -> int:
         offsets = result.offsets()
         partitions: set[int] = producer.partitions_for("events")
         producer.flush(timeout=30)
-        print(failed, offsets[0], partitions, producer.metrics()["netkafka"])
+        metrics = producer.metrics()
+        print(failed, offsets[0], partitions, metrics and metrics["netkafka"],
+              producer.bootstrap_connected(), producer.config["linger_ms"])
     return metadata.offset
 
 
