@@ -8,7 +8,7 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all kerberos venv build kafka spark-kafka demo test chaos soak bench report clean
+.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean
 
 all: test
 
@@ -30,11 +30,12 @@ kerberos:
 # Virtual environment with the package's and the tests' dependencies.  The
 # package itself is installed editable, without build isolation, so that
 # `make build` can recompile the native modules in place.
+VENV_EXTRA ?= test
 $(VENV_STAMP): pyproject.toml setup.py | kerberos
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0"
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(VENV_EXTRA)]"
 	touch $@
 
 venv: $(VENV_STAMP)
@@ -82,10 +83,51 @@ demo: build kafka
 	$(PY) -m netkafka.tools.demo $(DEMO_ARGS)
 
 # lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
-# the run before any broker starts.
+# the run before any broker starts; then mypy --strict on examples/ and tests/typing/ as a
+# user's type checker reads the stubs (pyproject.toml's [tool.mypy]).
 test: kerberos build kafka
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest tests
+	$(MAKE) test-versions
+
+# The other supported Pythons (requires-python >= 3.10): each gets a venv .venv-X.Y with
+# the package's dependencies and the test-core extra, builds the native modules in place
+# for its own ABI, and runs the core subset (CORE_TESTS: native encoder, CRC, protocol,
+# real-broker round trips) against its own broker.  The interpreters come from pyenv
+# (the CI machine's image has these versions); a missing one fails the run naming it.
+PYENV_ROOT ?= /root/.pyenv
+OTHER_PYTHONS ?= 3.10.13 3.12.1 3.13.0
+CORE_TESTS ?= tests/test_records.py tests/test_crc32c.py tests/test_protocol.py \
+	tests/test_producer.py
+CORE_SELECT ?= round_trip or keyed or every_acks or callbacks or serializers or \
+	kafka_python or not test_producer
+test-versions: kafka
+	@for version in $(OTHER_PYTHONS); do \
+		python=$(PYENV_ROOT)/versions/$$version/bin/python; \
+		test -x $$python || { echo "Python $$version is missing: $$python not found" \
+			"(pyenv install $$version, or set OTHER_PYTHONS / PYENV_ROOT)"; exit 1; }; \
+	done
+	@for version in $(OTHER_PYTHONS); do \
+		venv=.venv-$${version%.*}; \
+		echo "== Python $$version: $(CORE_TESTS) in $$venv"; \
+		if [ ! -f $$venv/.installed ] || [ pyproject.toml -nt $$venv/.installed ]; then \
+			$(PYENV_ROOT)/versions/$$version/bin/python -m venv $$venv && \
+			$$venv/bin/python -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" \
+				$$($(PY) -c "$$CORE_REQUIREMENTS") && touch $$venv/.installed || exit 1; \
+		fi; \
+		$$venv/bin/python setup.py --quiet build_ext --inplace || exit 1; \
+		$$venv/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)" || exit 1; \
+	done
+
+# The requirements of the core subset: the package's and the test-core extra's, installed
+# without building netkafka a second time (each venv compiles it in place once).
+define CORE_REQUIREMENTS
+import tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print(" ".join(project["dependencies"] + project["optional-dependencies"]["test-core"]))
+endef
+export CORE_REQUIREMENTS
 
 # The faults of tests/test_chaos.py (SIGKILL, rolling restart, SIGSTOP, black hole on the
 # three-node cluster), each run CHAOS_ROUNDS times: a race may show in one run of several.
@@ -121,5 +163,7 @@ BENCH_JSON ?= $(lastword $(sort $(wildcard .benchmarks/*/*.json)))
 report: $(VENV_STAMP)
 	$(PY) bench/report.py $(BENCH_JSON) --out docs --readme README.md
 
+# setup.py's clean removes its build directory (NETKAFKA_BUILD_DIR, outside the tree).
 clean:
 	find netkafka \( -name "*.so" -o -name "*.c" -o -name "*.html" \) -delete; rm -rf build
+	$(PY) setup.py --quiet clean --all

@@ -19,32 +19,38 @@ partition, offset and the trace id of its span (32 hex digits).
 import argparse
 import os
 import sys
+from typing import Any, Optional
 
 from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Setter
 from opentelemetry.trace import Status, StatusCode
 
-from netkafka import KafkaProducer
+from netkafka import KafkaProducer, RecordMetadata
 
 
-class _HeaderSetter:
+Headers = list[tuple[str, bytes]]
+
+
+class _HeaderSetter(Setter[Headers]):
     """OpenTelemetry's Setter over a record's headers: a list of (str, bytes)."""
 
-    def set(self, carrier, key, value):
+    def set(self, carrier: Headers, key: str, value: str) -> None:
         carrier.append((key, value.encode("ascii")))
 
 
 class TraceContextInterceptor:
     """Puts the current trace context into every record's headers."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._setter = _HeaderSetter()
 
-    def on_send(self, record):
+    def on_send(self, record: Any) -> Any:
         headers = list(record.headers or [])
         propagate.inject(headers, setter=self._setter)
         return record._replace(headers=headers)
 
-    def on_acknowledgement(self, metadata, exception):
+    def on_acknowledgement(self, metadata: Optional[RecordMetadata],
+                           exception: Optional[BaseException]) -> None:
         # Runs on the thread that completes the record (an I/O thread): the sending
         # span is not current here, so only failures are worth noting, as an event
         # of whatever span the application keeps current there.
@@ -52,7 +58,7 @@ class TraceContextInterceptor:
             trace.get_current_span().record_exception(exception)
 
 
-def _use_sdk_if_installed():
+def _use_sdk_if_installed() -> None:
     try:
         from opentelemetry.sdk.trace import TracerProvider
     except ImportError:
@@ -60,7 +66,7 @@ def _use_sdk_if_installed():
     trace.set_tracer_provider(TracerProvider())
 
 
-def main(argv=None):
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("NETKAFKA_BOOTSTRAP"),
                         help="host:port of the broker (default: $NETKAFKA_BOOTSTRAP)")
