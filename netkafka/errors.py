@@ -16,6 +16,8 @@
     +-- DeliveryFailedError     records of a Spark task failed
     +-- BrokerHarnessError      the test harness could not run a broker (also a
     |                           RuntimeError)
+    +-- TransactionStateError   a transactional call in a state where it makes no sense
+    +-- TransactionAbortRequiredError  the open transaction failed: only an abort is left
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -621,3 +623,26 @@ class RebootstrapRequiredError(BrokerError):
     """The broker asks the client to bootstrap its metadata again."""
 
     code = 129
+
+
+# --- Transactions: client-side errors (the broker's codes have their classes above).
+
+
+class TransactionStateError(KafkaError):
+    """A transactional call came in a state where it makes no sense: begin twice, commit
+    with no transaction open, send() outside a transaction of a transactional producer
+    (kafka-python's IllegalStateError, the Java client's IllegalStateException).  The
+    message names the call and the state."""
+
+
+class TransactionAbortRequiredError(KafkaError):
+    """The open transaction failed -- a record of it, or a request for it -- so it cannot
+    commit: abort_transaction() is the only way on (then a new transaction).
+
+    Attributes:
+        cause: the first failure (also the exception's __cause__).
+    """
+
+    def __init__(self, message, cause=None):
+        super().__init__(message)
+        self.cause = cause
