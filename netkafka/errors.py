@@ -18,6 +18,7 @@
     |                           RuntimeError)
     +-- TransactionStateError   a transactional call in a state where it makes no sense
     +-- TransactionAbortRequiredError  the open transaction failed: only an abort is left
+    +-- TransactionAbortedError the record's transaction was aborted before it was sent
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -445,10 +446,28 @@ class InvalidRequiredAcksError(BrokerError):
     code = 21
 
 
+class IllegalGenerationError(BrokerError):
+    """The consumer group generation in the request is not the group's current one."""
+
+    code = 22
+
+
+class UnknownMemberIdError(BrokerError):
+    """The consumer group does not know the member id in the request."""
+
+    code = 25
+
+
 class TopicAuthorizationFailedError(BrokerError):
     """The client may not write to (or describe) this topic."""
 
     code = 29
+
+
+class GroupAuthorizationFailedError(BrokerError):
+    """The client may not use this consumer group."""
+
+    code = 30
 
 
 class ClusterAuthorizationFailedError(BrokerError):
@@ -541,6 +560,12 @@ class TransactionalIdAuthorizationFailedError(BrokerError):
     code = 53
 
 
+class OperationNotAttemptedError(BrokerError):
+    """The broker did not try this part of the request because another part failed."""
+
+    code = 55
+
+
 class KafkaStorageError(BrokerError):
     """The broker met a disk error on the partition's log."""
 
@@ -581,6 +606,12 @@ class UnsupportedCompressionTypeError(BrokerError):
     """The broker cannot accept this compression codec at this request version."""
 
     code = 76
+
+
+class FencedInstanceIdError(BrokerError):
+    """Another consumer with the same group.instance.id took over (static membership)."""
+
+    code = 82
 
 
 class InvalidRecordError(BrokerError):
@@ -646,3 +677,7 @@ class TransactionAbortRequiredError(KafkaError):
     def __init__(self, message, cause=None):
         super().__init__(message)
         self.cause = cause
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was not sent: its transaction was aborted first (abort_transaction())."""

@@ -225,15 +225,16 @@ def test_transactional_calls_go_one_at_a_time():
 
 def test_v1_partitions_go_out_once_the_coordinator_added_them():
     txn, _ = machine(S.IN_TRANSACTION, v2=False)
-    assert not txn.enrolled
+    assert not txn.needs_end_txn and not txn.partitions_enrolled
     assert txn.enroll("b", 1) is True
+    assert txn.partitions_enrolled and not txn.needs_end_txn  # nothing added yet
     assert txn.enroll("a", 0) is True
     assert txn.enroll("a", 0) is False  # once per partition per transaction
     assert not txn.may_send("a", 0)
     assert txn.take_partitions_to_add() == [("a", 0), ("b", 1)]
     assert txn.take_partitions_to_add() == []
     assert txn.enroll("a", 0) is False  # being added
-    assert txn.enrolled
+    assert txn.needs_end_txn
     assert not txn.may_send("a", 0)
     txn.partitions_added([("a", 0), ("b", 1)])
     assert txn.may_send("a", 0) and txn.may_send("b", 1)
@@ -245,7 +246,7 @@ def test_v1_partitions_go_out_once_the_coordinator_added_them():
     txn.partitions_added([("c", 2)])
     txn.completed("commit_transaction()")
     txn.begin(v2=False)
-    assert not txn.enrolled
+    assert not txn.needs_end_txn
     assert not txn.may_send("a", 0)  # a new transaction adds its partitions again
     assert txn.enroll("a", 0) is True
 
@@ -255,14 +256,15 @@ def test_v2_partitions_go_out_at_once():
     assert txn.enroll("a", 0) is False
     assert txn.may_send("a", 0)
     assert txn.take_partitions_to_add() == []
-    assert txn.enrolled
+    assert txn.needs_end_txn
 
 
 def test_offsets_alone_make_a_transaction_to_end():
     txn, _ = machine(S.IN_TRANSACTION)
-    assert not txn.enrolled
+    assert not txn.needs_end_txn
     txn.offsets_added()
-    assert txn.enrolled
+    assert txn.needs_end_txn
+    assert not txn.partitions_enrolled
 
 
 def test_a_partition_not_added_fails_the_transaction():
@@ -270,9 +272,11 @@ def test_a_partition_not_added_fails_the_transaction():
     txn.enroll("secret", 0)
     taken = txn.take_partitions_to_add()
     denied = TopicAuthorizationFailedError("secret")
-    txn.partitions_not_added(taken, denied)
+    txn.partitions_not_added(taken)
+    txn.abortable(denied)
     assert txn.state == S.ABORTABLE_ERROR and txn.error is denied
     assert not txn.may_send("secret", 0)
+    assert not txn.partitions_enrolled
     with pytest.raises(TransactionAbortRequiredError):
         txn.enroll("other", 0)
 
@@ -298,7 +302,7 @@ def test_an_abort_adds_nothing_more():
     txn.enroll("a", 0)
     txn.start_abort()
     assert txn.take_partitions_to_add() == []
-    assert not txn.enrolled
+    assert not txn.needs_end_txn
 
 
 def test_waiting_for_adds_ends_when_they_are_answered():

@@ -147,7 +147,14 @@ class TransactionStateMachine:
             return self._v2
 
     @property
-    def enrolled(self):
+    def partitions_enrolled(self):
+        """Whether a batch of the open transaction was handed to the sender (and its
+        partition enrolled): the partitions' sequence numbers moved on."""
+        with self._lock:
+            return bool(self._added or self._pending or self._new)
+
+    @property
+    def needs_end_txn(self):
         """Whether the open transaction holds anything (a partition or group offsets): an
         empty one ends without EndTxn, which the coordinator would refuse."""
         with self._lock:
@@ -331,14 +338,13 @@ class TransactionStateMachine:
             if not self._pending:
                 self._adds_done.notify_all()
 
-    def partitions_not_added(self, keys, error):
-        """The coordinator did not add keys (error): the transaction failed (fatally if
-        error is fatal).  Their batches fail with the sender's discard."""
+    def partitions_not_added(self, keys):
+        """The coordinator did not add keys: the caller has failed the transaction (or
+        the producer) with the reason; their batches fail when it is aborted."""
         with self._lock:
             self._pending.difference_update(keys)
             if not self._pending:
                 self._adds_done.notify_all()
-        self.record_failed(error)
 
     def wait_for_adds(self, timeout_s):
         """Waits until no partition is enrolled or being added (a commit ends the
