@@ -7,11 +7,14 @@ first flexible version), its request encoder and its response decoder:
     metadata.py          Metadata
     produce.py           Produce (its answer decoded natively by _produce.pyx)
     init_producer_id.py  InitProducerId
+    find_coordinator.py  FindCoordinator (transaction and group coordinators)
+    add_partitions_to_txn.py, add_offsets_to_txn.py, txn_offset_commit.py,
+    end_txn.py           the transaction APIs (producer/transaction_manager.py)
 
 and what they share:
 
     framing.py   API keys, request and response headers, the request writer,
-                 the broker address type (Node)
+                 the broker address type (Node), per-partition error codes
     versions.py  the versions netkafka speaks (collected from the API modules)
                  and negotiate_versions, which picks one per API for a broker
     _reader.pyx  the checked Reader every decoder reads through (cimportable:

@@ -29,6 +29,7 @@ from netkafka.protocol._reader import Reader
 # Kafka's "no id" for topic ids.
 ZERO_UUID = uuid.UUID(int=0)
 
+_INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -39,8 +40,13 @@ class ApiKey(enum.IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    FIND_COORDINATOR = 10
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
 
     @property
     def kafka_name(self):
@@ -107,6 +113,9 @@ class Writer:
 
     def boolean(self, value):
         self.buf.append(1 if value else 0)
+
+    def int8(self, value):
+        self.buf += _INT8.pack(value)
 
     def int16(self, value):
         self.buf += _INT16.pack(value)
@@ -219,3 +228,24 @@ def response_reader(api, data, version):
     if flexible:
         r.skip_tagged_fields()
     return r
+
+
+def read_partition_errors(r):
+    """The per-partition error codes of an answer (AddPartitionsToTxn up to v3,
+    TxnOffsetCommit): topics, each a name and its partitions, each an index and an
+    error code.  Returns {(topic, partition): error code}."""
+    flexible = r.flexible
+    # A topic: name, partition count (and tagged fields); a partition: index, error
+    # code (and tagged fields).
+    topic_min, partition_min = (3, 7) if flexible else (6, 6)
+    codes = {}
+    for _ in range(r.required_array_length(topic_min, "topics")):
+        topic = r.string()
+        for _ in range(r.required_array_length(partition_min, "partitions")):
+            partition = r.int32()
+            codes[(topic, partition)] = r.int16()
+            if flexible:
+                r.skip_tagged_fields()
+        if flexible:
+            r.skip_tagged_fields()
+    return codes
