@@ -3,12 +3,11 @@
 The names and meanings are kafka-python's KafkaProducer's (which follow the Java
 client's settings); the defaults are kafka-python 3's where they agree with the Java
 client, and the Java client's otherwise (noted below).  netkafka adds io_threads,
-high_watermark_bytes, low_watermark_bytes and backoff.
+high_watermark_bytes, low_watermark_bytes, backoff and transaction_version.
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
-the key and what it allows; a security option (anything but PLAINTEXT) or a
-transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
-transactions.
+the key and what it allows; a security option (anything but PLAINTEXT) raises
+NotImplementedError until netkafka speaks TLS and SASL.
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
 Producer through producer_keyword() and setting_from_text(): the Java client's
@@ -50,11 +49,11 @@ SECURITY_OPTIONS = {
     "sasl_kerberos_domain_name": None,
     "sasl_oauth_token_provider": None,
 }
-# kafka-python's transaction options, with the values that mean "no transactions".
-TRANSACTION_OPTIONS = {
-    "transactional_id": None,
-    "transaction_timeout_ms": 60000,
-}
+# transaction_version: None lets each transaction use Transactions V2 where the
+# cluster finalizes it (KIP-890, Kafka 4.0+), V1 elsewhere; 1 keeps to V1.
+TRANSACTION_VERSIONS = (None, 1)
+# Kafka's limit on the bytes of a string field such as the transactional id.
+_STRING_MAX_BYTES = 0x7FFF
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,10 @@ class ProducerConfig:
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+    # A transactional id makes a transactional producer (idempotence needed, and on).
+    transactional_id: object = None
+    transaction_timeout_ms: int = 60000  # the Java client's and kafka-python's
+    transaction_version: object = None  # netkafka's: TRANSACTION_VERSIONS above
 
     @classmethod
     def from_kwargs(cls, kwargs):
@@ -110,16 +113,15 @@ class ProducerConfig:
         for name, value in kwargs.items():
             if name in SECURITY_OPTIONS:
                 _check_security_option(name, value)
-            elif name in TRANSACTION_OPTIONS:
-                _check_transaction_option(name, value)
             elif name not in fields:
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             else:
                 settings[name] = value
-        if "enable_idempotence" not in settings and _conflicts_with_idempotence(settings):
+        if ("enable_idempotence" not in settings and settings.get("transactional_id") is None
+                and _conflicts_with_idempotence(settings)):
             # As the Java client: idempotence is on by default only where it can be,
             # so settings it cannot work with quietly turn the default off (asked for
-            # explicitly, they are an error).
+            # explicitly, or by a transactional id, they are an error).
             settings["enable_idempotence"] = False
         return cls(**settings)
 
@@ -178,21 +180,37 @@ class ProducerConfig:
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        self._check_transactions()
         self._check_idempotence()
+
+    def _check_transactions(self):
+        if self.transactional_id is not None and (
+                not isinstance(self.transactional_id, str) or not self.transactional_id
+                or len(self.transactional_id.encode("utf-8")) > _STRING_MAX_BYTES):
+            raise ValueError(f"transactional_id must be None or a non-empty str of at most "
+                             f"{_STRING_MAX_BYTES} bytes, got {self.transactional_id!r}")
+        check_int("transaction_timeout_ms", self.transaction_timeout_ms, 1, maximum=_INT32_MAX)
+        check_choice("transaction_version", self.transaction_version, TRANSACTION_VERSIONS)
+        if self.transactional_id is not None and not self.enable_idempotence:
+            # The Java client's rule: a transaction's batches carry the producer id
+            # and sequences its coordinator fences zombies by.
+            raise ValueError("transactional_id needs enable_idempotence=True (its default)")
 
     def _check_idempotence(self):
         if not self.enable_idempotence:
             return
         # The Java client's requirements: without them sequence numbers cannot keep
         # retries free of duplicates and reordering.
+        needs = ("transactional_id" if self.transactional_id is not None
+                 else "enable_idempotence=True")
         if self.acks != -1:
-            raise ValueError(f"enable_idempotence=True needs acks='all', got acks={self.acks}")
+            raise ValueError(f"{needs} needs acks='all', got acks={self.acks}")
         if self.max_in_flight_requests_per_connection > 5:
             raise ValueError(
-                f"enable_idempotence=True needs max_in_flight_requests_per_connection <= 5, "
+                f"{needs} needs max_in_flight_requests_per_connection <= 5, "
                 f"got {self.max_in_flight_requests_per_connection}")
         if self.retries == 0:
-            raise ValueError("enable_idempotence=True needs retries > 0, got 0")
+            raise ValueError(f"{needs} needs retries > 0, got 0")
 
     @property
     def codec(self):
@@ -220,7 +238,7 @@ class ProducerConfig:
 # Every setting a Producer takes, by keyword, with its default.
 _SETTING_DEFAULTS = {**{name: field.default
                         for name, field in ProducerConfig.__dataclass_fields__.items()},
-                     **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
+                     **SECURITY_OPTIONS}
 # Settings whose text is read as a number though their default is not one: acks
 # ('all' or a number), and the socket buffers (None keeps the OS default).
 _NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
@@ -309,14 +327,6 @@ def _check_bootstrap(servers):
         return
     raise ValueError(f"bootstrap_servers must be 'host:port[,host:port...]' or a list of "
                      f"them, got {servers!r}")
-
-
-def _check_transaction_option(name, value):
-    if value == TRANSACTION_OPTIONS[name]:
-        return
-    raise NotImplementedError(
-        f"{name}={value!r}: netkafka has no transactions yet (idempotence, on by default, "
-        f"keeps retries free of duplicates); leave the transaction options unset")
 
 
 def _check_security_option(name, value):

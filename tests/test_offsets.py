@@ -11,12 +11,23 @@ import confluent_kafka
 import kafka
 import pytest
 
+import netkafka
 from netkafka.producer.offsets import (ConsumerGroupMetadata, OffsetAndMetadata,
                                        PartitionOffset, TopicPartition,
                                        consumer_group_metadata, offsets_to_commit)
 from netkafka.testing.admin import create_topic
 
 JOIN_TIMEOUT_S = 60
+
+
+def test_netkafka_exports_kafka_pythons_names():
+    assert netkafka.TopicPartition is TopicPartition
+    assert netkafka.OffsetAndMetadata is OffsetAndMetadata
+    assert netkafka.ConsumerGroupMetadata is ConsumerGroupMetadata
+    assert TopicPartition._fields == kafka.TopicPartition._fields
+    assert OffsetAndMetadata._fields == kafka.OffsetAndMetadata._fields
+    assert OffsetAndMetadata(5) == (5, "", -1)
+    assert ConsumerGroupMetadata._fields == kafka.structs.ConsumerGroupMetadata._fields[:4]
 
 
 def test_offsets_in_netkafkas_and_kafka_pythons_shapes():

@@ -370,8 +370,14 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"security_protocol": "SSL"}, NotImplementedError, r"security_protocol='SSL'.*PLAINTEXT"),
     ({"sasl_mechanism": "PLAIN"}, NotImplementedError, r"sasl_mechanism='PLAIN'"),
     ({"ssl_cafile": "/ca.pem"}, NotImplementedError, r"ssl_cafile='/ca.pem'"),
-    ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
-                                                        r"has no transactions yet"),
+    ({"transactional_id": ""}, ValueError, r"transactional_id must be None or a non-empty str"),
+    ({"transactional_id": 7}, ValueError, r"transactional_id must be None or a non-empty str"),
+    ({"transactional_id": "t" * 40000}, ValueError, r"of at most 32767 bytes"),
+    ({"transactional_id": "tx-1", "acks": 1}, ValueError, r"transactional_id needs acks='all'"),
+    ({"transactional_id": "tx-1", "enable_idempotence": False}, ValueError,
+     r"transactional_id needs enable_idempotence=True"),
+    ({"transaction_timeout_ms": 0}, ValueError, r"transaction_timeout_ms must be an int >= 1"),
+    ({"transaction_version": 2}, ValueError, r"transaction_version must be None or 1, got 2"),
 ])
 def test_bad_options_are_refused_naming_them(options, error, message):
     with pytest.raises(error, match=message):

@@ -302,7 +302,8 @@ def test_an_abort_adds_nothing_more():
     txn.enroll("a", 0)
     txn.start_abort()
     assert txn.take_partitions_to_add() == []
-    assert not txn.needs_end_txn
+    assert not txn.needs_end_txn  # the coordinator has nothing of it
+    assert txn.partitions_enrolled  # but its batch was numbered
 
 
 def test_waiting_for_adds_ends_when_they_are_answered():

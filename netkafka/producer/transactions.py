@@ -216,14 +216,13 @@ class TransactionStateMachine:
 
     def start_abort(self):
         """abort_transaction(): IN_TRANSACTION or ABORTABLE_ERROR -> ABORTING, or an
-        abort that did not finish goes on.  Partitions not yet asked for are dropped:
-        nothing more is added to a transaction being aborted."""
+        abort that did not finish goes on.  Nothing more is added to the transaction
+        (take_partitions_to_add() answers [] from now on)."""
         with self._lock:
             if self._state == _S.ABORTING:
                 return
             if self._state not in (_S.IN_TRANSACTION, _S.ABORTABLE_ERROR):
                 raise self._refusal_locked("abort_transaction()")
-            self._new.clear()
             self._transition_locked(_S.ABORTING)
 
     def completed(self, what):
