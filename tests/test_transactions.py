@@ -106,6 +106,17 @@ def test_an_abortable_error_allows_only_abort():
     assert gate.raises() is None
 
 
+def test_refusal_is_what_a_batch_thrown_away_gets():
+    txn, _ = machine(S.IN_TRANSACTION)
+    assert txn.refusal("sending the record") is None
+    cause = InvalidRecordError("x")
+    assert txn.record_failed(cause) is True  # moved now: the caller discards
+    assert txn.record_failed(InvalidRecordError("y")) is False
+    refused = txn.refusal("sending the record")
+    assert isinstance(refused, TransactionAbortRequiredError) and refused.cause is cause
+    assert "sending the record refused" in str(refused)
+
+
 def test_the_first_failure_is_kept_and_later_ones_counted():
     txn, _ = machine(S.IN_TRANSACTION)
     first = NotEnoughReplicasError("first")
@@ -187,6 +198,19 @@ def test_calls_in_the_wrong_state_say_why(state, call, message):
         method(False) if call == "begin" else method()
     assert "'txn-1'" in str(raised.value)
     assert txn.state == state
+
+
+@pytest.mark.parametrize("state", [S.READY, S.IN_TRANSACTION, S.COMMITTING])
+def test_init_transactions_twice_says_so(state):
+    txn, _ = machine(state)
+    with pytest.raises(TransactionStateError, match=r"init_transactions\(\) called again"):
+        txn.check_init()
+
+
+def test_init_transactions_after_a_fatal_error_raises_it():
+    txn, _ = machine(S.FATAL_ERROR)
+    with pytest.raises(ProducerFencedError):
+        txn.check_init()
 
 
 def test_a_commit_or_abort_that_did_not_finish_goes_on():

@@ -305,8 +305,14 @@ class Metadata:
         pass
 
     def on_failure(self, conn, error, was_ready):
-        # A broker that dropped may have lost its leadership: look again.
-        if was_ready and conn.node_id >= 0:
+        # A broker that dropped, or cannot be reached again, may have lost its
+        # leadership: look again (request_update waits retry_backoff_ms between
+        # refreshes).  Not only when a ready connection drops: a broker killed
+        # outright keeps its partitions until the controller gives up on it
+        # (broker.session.timeout.ms, 9 s by default), so the refresh right after
+        # the drop still names it, and only a later one shows the new leaders --
+        # as the Java client, which refreshes on every failed connection.
+        if conn.node_id >= 0:
             self.request_update()
 
     # ------------------------------------------------------------------

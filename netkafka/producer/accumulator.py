@@ -561,7 +561,8 @@ class RecordAccumulator(AccumulatorCore):
                 self.refusal = refusal
 
     def fail_incomplete(self, error):
-        """Fails every batch not handed over yet: the end of close()."""
+        """Fails every batch not handed over yet: the end of close(), and a
+        transaction's abort or failure (records are refused by then)."""
         with self.lock:
             leftovers = []
             for queue in self.queues_locked():

@@ -172,7 +172,7 @@ class TransactionManager:
         """
         states = self.states
         with states.operation("init_transactions()"):
-            states.check("init_transactions()", _S.UNINITIALIZED)
+            states.check_init()
             deadline = time.monotonic() + self._max_block_s
             stamp = self._init_producer_id(None, deadline)
             self._producer_ids.install(*stamp)
@@ -321,9 +321,19 @@ class TransactionManager:
 
     def record_failed(self, error):
         """The accumulator: a record (or a batch) failed with error."""
-        self.states.record_failed(error)
-        if self.states.state == _S.FATAL_ERROR:
-            self._sender.discard_unsent(error)
+        if self.states.record_failed(error):
+            self._discard_unsent()
+
+    def _discard_unsent(self):
+        """The transaction (or the producer) has just failed: what is not sent yet
+        cannot commit, so it fails now (as the Java client's abortUndrainedBatches)
+        instead of going out for nothing or -- behind a sequence hole that only the
+        abort's new epoch closes -- waiting for its delivery timeout; a commit waiting
+        for it fails at once."""
+        refusal = self.states.refusal("sending the record")
+        if refusal is not None:
+            self._accumulator.fail_incomplete(refusal)
+            self._sender.discard_unsent(refusal)
 
     # ------------------------------------------------------------------
     # The transaction thread.
@@ -450,7 +460,8 @@ class TransactionManager:
         exception to raise."""
         code = getattr(error, "code", None)
         if code in abortable:
-            self.states.abortable(error)
+            if self.states.abortable(error):
+                self._discard_unsent()
             return error
         if code == errors.InvalidProducerEpochError.code:
             # From a coordinator (not a partition leader): a newer producer with this
@@ -462,7 +473,8 @@ class TransactionManager:
                 f"({error})")
             fenced.__cause__ = error
             error = fenced
-        self.states.fatal(error)
+        if self.states.fatal(error):
+            self._discard_unsent()
         return error
 
     def _v2_now(self):

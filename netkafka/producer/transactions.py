@@ -182,12 +182,30 @@ class TransactionStateMachine:
             with self._lock:
                 self._operation = None
 
+    def refusal(self, what):
+        """The exception `what` gets in the state now (for batches thrown away because
+        the transaction failed); None IN_TRANSACTION."""
+        with self._lock:
+            return None if self._state == _S.IN_TRANSACTION else self._refusal_locked(what)
+
     def check(self, what, *states):
         """Raises what `what` ("send_offsets_to_transaction()") must raise unless the
         state is one of states."""
         with self._lock:
             if self._state not in states:
                 raise self._refusal_locked(what)
+
+    def check_init(self):
+        """Raises what init_transactions() raises unless the state is UNINITIALIZED."""
+        with self._lock:
+            if self._state == _S.UNINITIALIZED:
+                return
+            if self._state in (_S.FATAL_ERROR, _S.ABORTABLE_ERROR):
+                raise self._refusal_locked("init_transactions()")
+            raise TransactionStateError(
+                f"init_transactions() called again: the producer has its producer id "
+                f"already (state {self._state.value}, transactional id "
+                f"{self.transactional_id!r})")
 
     def initialized(self):
         """init_transactions() got its producer id: UNINITIALIZED -> READY."""
@@ -249,41 +267,45 @@ class TransactionStateMachine:
 
     def record_failed(self, error):
         """A record of the transaction (or a batch of them) failed with error: the
-        transaction cannot commit (fatal errors aside, it can be aborted)."""
+        transaction cannot commit (fatal errors aside, it can be aborted).  Returns
+        whether the state moved (see abortable and fatal)."""
         if isinstance(error, FATAL_ERRORS):
-            self.fatal(error)
-        else:
-            self.abortable(error)
+            return self.fatal(error)
+        return self.abortable(error)
 
     def abortable(self, error):
         """The open transaction failed with error: IN_TRANSACTION or COMMITTING ->
         ABORTABLE_ERROR.  Ignored while aborting (the transaction is being thrown away)
-        or with no transaction open; a second error is counted, the first one kept."""
+        or with no transaction open; a second error is counted, the first one kept.
+        Returns whether the state moved to ABORTABLE_ERROR now."""
         with self._lock:
             if self._state == _S.ABORTABLE_ERROR:
                 self._later_failures += 1
-                return
+                return False
             if self._state not in _ALLOWED_FROM[_S.ABORTABLE_ERROR]:
                 _log.debug("transaction %r: %r in state %s, ignored", self.transactional_id,
                            error, self._state.value)
-                return
+                return False
             _log.info("transaction %r failed, it must be aborted: %r", self.transactional_id,
                       error)
             self._error = error
             self._transition_locked(_S.ABORTABLE_ERROR)
+            return True
 
     def fatal(self, error):
         """The producer cannot go on (fenced, not authorized, unsupported): any state ->
-        FATAL_ERROR, for good.  The first fatal error is kept."""
+        FATAL_ERROR, for good.  The first fatal error is kept.  Returns whether the
+        state moved to FATAL_ERROR now."""
         with self._lock:
             if self._state == _S.FATAL_ERROR:
                 self._later_failures += 1
-                return
+                return False
             _log.error("transactional producer %r cannot go on: %r", self.transactional_id,
                        error)
             self._error = error
             self._later_failures = 0
             self._transition_locked(_S.FATAL_ERROR)
+            return True
 
     # ------------------------------------------------------------------
     # The partitions of the transaction: the sender and the thread adding them.
