@@ -48,7 +48,7 @@ from blocking_wire import BlockingWire
 from netkafka.errors import ProtocolError
 from netkafka.protocol import (
     add_offsets_to_txn, add_partitions_to_txn, api_versions, end_txn, find_coordinator,
-    init_producer_id, metadata, produce, txn_offset_commit,
+    framing, init_producer_id, metadata, produce, txn_offset_commit,
 )
 from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
@@ -101,9 +101,9 @@ RESULT_TYPES = {
     "api_versions": api_versions.ApiVersionsResponse,
     "init_producer_id": init_producer_id.InitProducerIdResponse,
     "find_coordinator": find_coordinator.FindCoordinatorResponse,
-    "add_partitions_to_txn": add_partitions_to_txn.AddPartitionsToTxnResponse,
+    "add_partitions_to_txn": framing.PartitionErrorsResponse,
     "add_offsets_to_txn": add_offsets_to_txn.AddOffsetsToTxnResponse,
-    "txn_offset_commit": txn_offset_commit.TxnOffsetCommitResponse,
+    "txn_offset_commit": framing.PartitionErrorsResponse,
     "end_txn": end_txn.EndTxnResponse,
 }
 

@@ -14,7 +14,8 @@ first flexible version), its request encoder and its response decoder:
 and what they share:
 
     framing.py   API keys, request and response headers, the request writer,
-                 the broker address type (Node), per-partition error codes
+                 the broker address type (Node), the per-partition error codes two
+                 transaction APIs answer with
     versions.py  the versions netkafka speaks (collected from the API modules)
                  and negotiate_versions, which picks one per API for a broker
     _reader.pyx  the checked Reader every decoder reads through (cimportable:

@@ -4,10 +4,8 @@ V1; with V2 the partition leader adds them itself).
 Versions 0..3 are the client's: v4 and later carry several transactions and are
 sent by brokers to the transaction coordinator (KIP-890), so netkafka stops at v3.
 """
-from dataclasses import dataclass
-
 from netkafka.protocol.framing import (
-    ApiKey, ApiSpec, finish_request, read_partition_errors, response_reader, start_request,
+    ApiKey, ApiSpec, decode_partition_errors_response, finish_request, start_request,
 )
 
 API = ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, min_version=0, max_version=3, flexible_version=3)
@@ -37,20 +35,7 @@ def encode_add_partitions_to_txn_request(correlation_id, client_id, version, tra
     return finish_request(w)
 
 
-@dataclass(frozen=True, slots=True)
-class AddPartitionsToTxnResponse:
-    """A decoded AddPartitionsToTxn response."""
-
-    throttle_time_ms: int
-    errors: dict  # (topic, partition) -> error code, for every partition answered
-
-
 def decode_add_partitions_to_txn_response(data, version):
-    """Decodes an AddPartitionsToTxn response (data: after the correlation id)."""
-    r = response_reader(API, data, version)
-    throttle_time_ms = r.int32()
-    codes = read_partition_errors(r)
-    if r.flexible:
-        r.skip_tagged_fields()
-    r.expect_end()
-    return AddPartitionsToTxnResponse(throttle_time_ms, codes)
+    """Decodes an AddPartitionsToTxn response (data: after the correlation id): a
+    PartitionErrorsResponse."""
+    return decode_partition_errors_response(API, data, version)

@@ -230,10 +230,20 @@ def response_reader(api, data, version):
     return r
 
 
-def read_partition_errors(r):
-    """The per-partition error codes of an answer (AddPartitionsToTxn up to v3,
-    TxnOffsetCommit): topics, each a name and its partitions, each an index and an
-    error code.  Returns {(topic, partition): error code}."""
+@dataclass(frozen=True, slots=True)
+class PartitionErrorsResponse:
+    """An answer of per-partition error codes: AddPartitionsToTxn (up to v3) and
+    TxnOffsetCommit, which share their layout."""
+
+    throttle_time_ms: int
+    errors: dict  # (topic, partition) -> error code, for every partition answered
+
+
+def decode_partition_errors_response(api, data, version):
+    """Decodes an answer of api laid out as throttle time, then topics, each a name and
+    its partitions, each an index and an error code (data: after the correlation id)."""
+    r = response_reader(api, data, version)
+    throttle_time_ms = r.int32()
     flexible = r.flexible
     # A topic: name, partition count (and tagged fields); a partition: index, error
     # code (and tagged fields).
@@ -248,4 +258,7 @@ def read_partition_errors(r):
                 r.skip_tagged_fields()
         if flexible:
             r.skip_tagged_fields()
-    return codes
+    if flexible:
+        r.skip_tagged_fields()
+    r.expect_end()
+    return PartitionErrorsResponse(throttle_time_ms, codes)

@@ -2,10 +2,8 @@
 the group's coordinator).  From v5 (Transactions V2) it also adds the group's offsets
 to the transaction, which AddOffsetsToTxn does before it with V1 -- a V1 transaction
 must not use v5 or later."""
-from dataclasses import dataclass
-
 from netkafka.protocol.framing import (
-    ApiKey, ApiSpec, finish_request, read_partition_errors, response_reader, start_request,
+    ApiKey, ApiSpec, decode_partition_errors_response, finish_request, start_request,
 )
 
 API = ApiSpec(ApiKey.TXN_OFFSET_COMMIT, min_version=0, max_version=5, flexible_version=3)
@@ -50,20 +48,7 @@ def encode_txn_offset_commit_request(correlation_id, client_id, version, transac
     return finish_request(w)
 
 
-@dataclass(frozen=True, slots=True)
-class TxnOffsetCommitResponse:
-    """A decoded TxnOffsetCommit response."""
-
-    throttle_time_ms: int
-    errors: dict  # (topic, partition) -> error code, for every partition answered
-
-
 def decode_txn_offset_commit_response(data, version):
-    """Decodes a TxnOffsetCommit response (data: after the correlation id)."""
-    r = response_reader(API, data, version)
-    throttle_time_ms = r.int32()
-    codes = read_partition_errors(r)
-    if r.flexible:
-        r.skip_tagged_fields()
-    r.expect_end()
-    return TxnOffsetCommitResponse(throttle_time_ms, codes)
+    """Decodes a TxnOffsetCommit response (data: after the correlation id): a
+    PartitionErrorsResponse."""
+    return decode_partition_errors_response(API, data, version)
