@@ -118,7 +118,14 @@ def test_100000_records_in_20_transactions_over_4_partitions(kafka_broker, topic
             for i in range(5000):
                 producer.produce(topic_name, b"%02d-%04d" % (txn, i), partition=i % 4)
             producer.commit_transaction()
-        assert producer.metrics()["netkafka"]["records_failed"] == 0
+        counts = producer.metrics()["netkafka"]
+        assert counts["records_failed"] == 0 and counts["transactions_committed"] == 20
+        if protocol == "v1":
+            # Each partition added once per transaction, several in one request.
+            assert counts["transaction_partitions_added"] == 20 * 4
+            assert 20 <= counts["transaction_add_partitions_requests"] < 20 * 4
+        else:  # the leaders add them
+            assert counts["transaction_add_partitions_requests"] == 0
     committed = read_topic(kafka_broker.bootstrap, topic_name, 100_000,
                            isolation_level="read_committed")
     assert len(committed) == 100_000

@@ -478,7 +478,9 @@ class Producer(ProducerCore):
         acknowledged, failed, retried, dropped at a full connection, errors per
         broker error code), and with idempotence producer_id, producer_epoch,
         producer_ids_fetched, producer_epoch_bumps,
-        partitions_restarted.
+        partitions_restarted; a transactional producer's transactions_committed,
+        transactions_aborted, transaction_partitions_added and
+        transaction_add_partitions_requests (AddPartitionsToTxn, Transactions V1).
         """
         self._start_if_forked()
         own = self._accumulator.metrics()
@@ -486,6 +488,8 @@ class Producer(ProducerCore):
             own["sender_" + name] = value
         if self._idempotence is not None:
             own.update(self._idempotence.metrics())
+        if self._transaction is not None:
+            own.update(self._transaction.metrics())
         groups = self._stats.groups()
         groups["producer-metrics"]["buffer-total-bytes"] = own["buffer_total_bytes"]
         groups["producer-metrics"]["buffer-available-bytes"] = own["buffer_available_bytes"]

@@ -41,6 +41,7 @@ threads, the Sender's lock held); record_failed() is the accumulator's (any thre
 no lock held).  Fields are immutable after start() but _adds_wanted, guarded by
 _wake; the state machine guards its own.
 """
+import collections
 import logging
 import threading
 import time
@@ -133,6 +134,8 @@ class TransactionManager:
         self._closing = threading.Event()  # set by close(): retries stop waiting
         self._wake = threading.Condition(threading.Lock())
         self._adds_wanted = False  # guarded by _wake: enroll() found a new partition
+        self._metrics_lock = threading.Lock()
+        self._metrics = collections.Counter()  # guarded by _metrics_lock: see metrics()
         # Set once by start(), before any record can be sent.
         self.states = None
         self._sender = None
@@ -250,6 +253,7 @@ class TransactionManager:
             if states.needs_end_txn:
                 self._end_transaction(True, deadline)
             states.completed("commit_transaction()")
+            self._count(transactions_committed=1)
 
     def abort_transaction(self):
         """Aborts the open (or failed) transaction: records not sent yet fail with
@@ -289,6 +293,23 @@ class TransactionManager:
                 self._producer_ids.install(
                     *self._init_producer_id(self._producer_ids.stamp(), deadline))
             states.completed("abort_transaction()")
+            self._count(transactions_aborted=1)
+
+    def metrics(self):
+        """Counters: transactions_committed, transactions_aborted (EndTxn answered, or
+        nothing to end), transaction_partitions_added and
+        transaction_add_partitions_requests (Transactions V1: partitions the coordinator
+        added, and the AddPartitionsToTxn requests that did it)."""
+        with self._metrics_lock:
+            counts = dict(self._metrics)
+        for key in ("transactions_committed", "transactions_aborted",
+                    "transaction_partitions_added", "transaction_add_partitions_requests"):
+            counts.setdefault(key, 0)
+        return counts
+
+    def _count(self, **increments):
+        with self._metrics_lock:
+            self._metrics.update(increments)
 
     # ------------------------------------------------------------------
     # The sender and the accumulator.
@@ -364,12 +385,21 @@ class TransactionManager:
                     cid, client_id, version, txn_id, producer_id, epoch, by_topic),
                 decode_add_partitions_to_txn_response, _partition_error,
                 ABORTABLE_ADD_PARTITIONS, time.monotonic() + self._delivery_timeout_s)
+        except KafkaTimeoutError as exc:
+            # Asked for as long as the partitions' batches may wait: the transaction
+            # fails with them.
+            self.states.partitions_not_added(keys)
+            if self.states.abortable(exc):
+                self._discard_unsent()
+            return
         except errors.KafkaError:
-            # _call has failed the transaction (or the producer); the partitions'
-            # batches fail when the transaction is aborted.
+            # _call has failed the transaction (or the producer), and with it the
+            # partitions' batches.
             self.states.partitions_not_added(keys)
             return
         self.states.partitions_added(keys)
+        self._count(transaction_partitions_added=len(keys),
+                    transaction_add_partitions_requests=1)
         self._sender.wake_leaders(keys)
 
     # ------------------------------------------------------------------
@@ -413,8 +443,9 @@ class TransactionManager:
         """Sends a request to the coordinator of key until it is answered without a
         retriable error, and returns the answer.
 
-        encode(correlation_id, client_id, version) frames it; error_of(response) is
-        the answer's error (a BrokerError) or None.
+        encode(correlation_id, client_id, version) frames it; error_of(response,
+        where) is the answer's error (a BrokerError, its message saying where it came
+        from) or None.
 
         Raises:
             KafkaTimeoutError: only retriable answers (or none) before deadline.
@@ -448,6 +479,7 @@ class TransactionManager:
                                                            errors.KafkaTimeoutError))):
                 self._coordinators.forget(key_type, key, conn)
             last_error = error
+            _log.debug("%s for %r: %r, asked again", what, self.transactional_id, error)
             backoff_s = (CONCURRENT_TRANSACTIONS_BACKOFF_S
                          if getattr(error, "code", None) == errors.ConcurrentTransactionsError.code
                          else self._retry_backoff_s)
