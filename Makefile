@@ -8,14 +8,29 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all venv build kafka spark-kafka demo test bench report clean
+.PHONY: all kerberos venv build kafka spark-kafka demo test bench report clean
 
 all: test
+
+# MIT Kerberos from the OS packages: the KDC the GSSAPI tests start (tests/test_sasl_gssapi.py,
+# part of `make test`: one KDC and one broker, about 25 s) and the headers the gssapi package
+# (the test extra) builds against.  apt-get runs only when a package is missing.
+KERBEROS_PACKAGES := krb5-kdc krb5-admin-server libkrb5-dev krb5-user
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+kerberos:
+	@missing=$$(for package in $(KERBEROS_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q "ok installed" || echo $$package; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "apt-get: installing" $$missing; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
 
 # Virtual environment with the package's and the tests' dependencies.  The
 # package itself is installed editable, without build isolation, so that
 # `make build` can recompile the native modules in place.
-$(VENV_STAMP): pyproject.toml setup.py
+$(VENV_STAMP): pyproject.toml setup.py | kerberos
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0"
@@ -68,7 +83,7 @@ demo: build kafka
 
 # lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
 # the run before any broker starts.
-test: build kafka
+test: kerberos build kafka
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests
 

@@ -5,15 +5,20 @@ from netkafka._version import __version__
 _NATIVE = load_native_modules()
 
 from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after the native check
-                             KafkaConnectionError, KafkaError, KafkaTimeoutError,
-                             ProducerClosedError, ProducerFencedError, RecordDroppedError,
-                             SentBeforeForkError, SerializationError,
+                             KafkaConfigurationError, KafkaConnectionError, KafkaError,
+                             KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
+                             RecordDroppedError, SentBeforeForkError, SerializationError,
                              TransactionAbortedError, TransactionAbortRequiredError,
                              TransactionStateError, UndeliveredRecordsError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
-from netkafka.producer._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
-from netkafka.producer.offsets import (ConsumerGroupMetadata,  # noqa: E402
-                                       OffsetAndMetadata, TopicPartition)
+from netkafka.producer._futures import (FutureRecordMetadata, RecordMetadata,  # noqa: E402
+                                        TopicPartition)
+from netkafka.producer.interceptors import ProducerRecord  # noqa: E402
+from netkafka.producer.offsets import ConsumerGroupMetadata, OffsetAndMetadata  # noqa: E402
+# kafka-python 3 exports its serializers from the package: `from kafka import
+# JsonSerializer` becomes `from netkafka import JsonSerializer`.
+from netkafka.serializer import (DefaultSerializer, Deserializer,  # noqa: E402
+                                 JsonSerializer, Serializer)
 from netkafka.record._columns import BinaryColumn  # noqa: E402
 from netkafka.producer.producer import KafkaProducer, Producer  # noqa: E402
 
@@ -22,8 +27,12 @@ __all__ = [
     "BatchSendResult",
     "BinaryColumn",
     "ConsumerGroupMetadata",
+    "DefaultSerializer",
+    "Deserializer",
     "FutureRecordMetadata",
+    "JsonSerializer",
     "KafkaConnectionError",
+    "KafkaConfigurationError",
     "KafkaError",
     "KafkaProducer",
     "KafkaTimeoutError",
@@ -31,10 +40,12 @@ __all__ = [
     "Producer",
     "ProducerClosedError",
     "ProducerFencedError",
+    "ProducerRecord",
     "RecordDroppedError",
     "RecordMetadata",
     "SentBeforeForkError",
     "SerializationError",
+    "Serializer",
     "TopicPartition",
     "TransactionAbortRequiredError",
     "TransactionAbortedError",

@@ -5,11 +5,23 @@
     |                           connection they came on can no longer be trusted
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
     +-- KafkaConnectionError    a broker connection could not be made, or broke
+    +-- AuthenticationError     a broker refused this client's credentials (also the
+    |                           BrokerErrors SASL_AUTHENTICATION_FAILED and
+    |                           UNSUPPORTED_SASL_MECHANISM): not retried
+    |   +-- SslAuthenticationError  the TLS handshake failed (certificate, protocol)
+    +-- SslConfigError          a TLS or security_protocol setting is wrong (also a
+    |                           ValueError)
     +-- KafkaTimeoutError       a configured bound ran out (also a TimeoutError)
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
     +-- RecordDroppedError      the drop strategy refused a record
-    +-- ProducerClosedError     send() after close()
+    +-- IllegalStateError       a call the object's state does not allow
+    |   +-- ProducerClosedError send() after close()
+    |   +-- TransactionStateError  a transactional call in a state where it makes no sense
+    +-- KafkaConfigurationError settings that cannot work together, or a
+    |                           kafka-python setting that has no meaning here
+    |                           (also a ValueError)
+    +-- IllegalArgumentError    a bad argument (also a ValueError)
     +-- UndeliveredRecordsError flush(): records sent with produce() failed
     +-- SentBeforeForkError     a forked child's copy of a record its parent sent
     +-- SerializationError      a serializer failed (also a ValueError)
@@ -20,7 +32,6 @@
     |                           RuntimeError)
     +-- BufferPoolExhausted     the buffer pool has no room for a record's batch now
     +-- CompressionError        a codec library failed to compress (also a RuntimeError)
-    +-- TransactionStateError   a transactional call in a state where it makes no sense
     +-- TransactionAbortRequiredError  the open transaction failed: only an abort is left
     +-- TransactionAbortedError the record's transaction was aborted before it was sent
     +-- BrokerError             an error code a broker returned; one subclass per
@@ -32,6 +43,15 @@ Each BrokerError carries ``code``, ``name`` (Kafka's name for the code),
 retrying).  Both flags follow the Java client's exception hierarchy
 (RetriableException, InvalidMetadataException), so netkafka retries exactly
 where the Java producer does.
+
+kafka-python 3's names for the same errors are here too (KAFKA_PYTHON_NAMES
+lists them), so that ``from kafka.errors import X`` becomes ``from
+netkafka.errors import X``: each is the netkafka class meaning the same thing
+(``BrokerResponseError`` is BrokerError, ``MessageSizeTooLargeError`` is
+MessageTooLargeError, ``KafkaProtocolError`` is ProtocolError, ...).  Where
+kafka-python puts a class under RetriableError or InvalidMetadataError,
+netkafka says the same with the ``retriable`` and ``invalid_metadata`` flags,
+which follow the broker's code rather than the class.
 """
 
 
@@ -62,6 +82,28 @@ class KafkaConnectionError(KafkaError):
     invalid_metadata = True
 
 
+class AuthenticationError(KafkaError):
+    """A broker refused to authenticate this client: wrong credentials, or a SASL
+    mechanism its listener does not enable.  The message names the mechanism and the
+    broker.  Not retriable (as the Java client's AuthenticationException): waiting
+    for metadata raises it at once rather than after max_block_ms.  The connection
+    is still tried again after the reconnect backoff (credentials may be fixed)."""
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake with a broker failed: its certificate did not verify (the
+    message names the host and OpenSSL's reason), it refused ours, or the two sides
+    share no protocol version or cipher.  As the Java client's
+    SslAuthenticationException, an AuthenticationException: not fixed by waiting."""
+
+
+class SslConfigError(KafkaError, ValueError):
+    """A TLS setting is wrong or does not fit security_protocol: a file that cannot
+    be read or loaded, a wrong key password, ciphers OpenSSL does not know, TLS
+    settings with a protocol without TLS.  The message names the setting.  Raised
+    when the producer is built, before any connection."""
+
+
 class KafkaTimeoutError(KafkaError, TimeoutError):
     """Something did not happen within its configured bound; the message names
     the bound and what was waited for."""
@@ -84,7 +126,22 @@ class RecordDroppedError(KafkaError):
     """The drop strategy refused a record because its target was full."""
 
 
-class ProducerClosedError(KafkaError):
+class IllegalStateError(KafkaError):
+    """A call the object's current state does not allow (kafka-python's name)."""
+
+
+class KafkaConfigurationError(KafkaError, ValueError):
+    """Producer settings that cannot work together (enable_idempotence=True with
+    acks=1, say), or a kafka-python setting that has no meaning in netkafka
+    (kafka_client, selector); the message names the settings and why.  Also a
+    ValueError, which netkafka raised for these before."""
+
+
+class IllegalArgumentError(KafkaError, ValueError):
+    """A bad argument (kafka-python's name); also a ValueError."""
+
+
+class ProducerClosedError(IllegalStateError):
     """send() after close(): the record was not taken."""
 
 
@@ -501,7 +558,7 @@ class InvalidTimestampError(BrokerError):
     code = 32
 
 
-class UnsupportedSaslMechanismError(BrokerError):
+class UnsupportedSaslMechanismError(BrokerError, AuthenticationError):
     """The broker does not offer the requested SASL mechanism."""
 
     code = 33
@@ -591,7 +648,7 @@ class KafkaStorageError(BrokerError):
     code = 56
 
 
-class SaslAuthenticationFailedError(BrokerError):
+class SaslAuthenticationFailedError(BrokerError, AuthenticationError):
     """SASL authentication failed."""
 
     code = 58
@@ -715,14 +772,32 @@ class OAuthTokenError(KafkaError):
         self.retriable = url is not None and (status is None or status == 429 or status >= 500)
 
 
+# --- kafka-python 3's names (kafka.errors) for the classes above.
+
+BrokerResponseError = BrokerError
+KafkaProtocolError = ProtocolError
+UnknownError = UnknownServerError
+CorruptRecordError = CorruptMessageError
+NotLeaderForPartitionError = NotLeaderOrFollowerError
+NetworkExceptionError = NetworkError
+MessageSizeTooLargeError = MessageTooLargeError
+UnsupportedCodecError = CompressionError
+KAFKA_PYTHON_NAMES = (
+    "BrokerResponseError", "CorruptRecordError", "IllegalArgumentError", "IllegalStateError",
+    "KafkaConfigurationError", "KafkaConnectionError", "KafkaError", "KafkaProtocolError",
+    "KafkaTimeoutError", "MessageSizeTooLargeError", "NetworkExceptionError",
+    "NotLeaderForPartitionError", "UnknownError", "UnsupportedCodecError",
+)
+
+
 # --- Transactions: client-side errors (the broker's codes have their classes above).
 
 
-class TransactionStateError(KafkaError):
+class TransactionStateError(IllegalStateError):
     """A transactional call came in a state where it makes no sense: begin twice, commit
     with no transaction open, send() outside a transaction of a transactional producer
-    (kafka-python's IllegalStateError, the Java client's IllegalStateException).  The
-    message names the call and the state."""
+    (an IllegalStateError, as kafka-python's and the Java client's).  The message names
+    the call and the state."""
 
 
 class TransactionAbortRequiredError(KafkaError):

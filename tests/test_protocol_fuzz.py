@@ -46,9 +46,12 @@ from kafka.protocol.producer.transaction import (
 
 from blocking_wire import BlockingWire
 from netkafka.errors import ProtocolError
+from kafka.protocol.sasl import SaslAuthenticateResponse as KpSaslAuthenticateResponse
+from kafka.protocol.sasl import SaslHandshakeResponse as KpSaslHandshakeResponse
 from netkafka.protocol import (
     add_offsets_to_txn, add_partitions_to_txn, api_versions, end_txn, find_coordinator,
-    framing, init_producer_id, metadata, produce, txn_offset_commit,
+    framing, init_producer_id, metadata, produce, sasl_authenticate, sasl_handshake,
+    txn_offset_commit,
 )
 from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
@@ -57,7 +60,8 @@ from protocol_samples import (
     api_versions_response_fields, assert_metadata_equal, assert_produce_response_equal,
     build_batch, end_txn_response_fields, find_coordinator_response_fields,
     init_producer_id_response_fields, kafka_python_decode, kafka_python_response,
-    metadata_response_fields, produce_response_fields, txn_offset_commit_response_fields,
+    metadata_response_fields, produce_response_fields, sasl_authenticate_response_fields,
+    sasl_handshake_response_fields, txn_offset_commit_response_fields,
 )
 
 FUZZ_EXAMPLES = int(os.environ.get("NETKAFKA_FUZZ_EXAMPLES", "300"))
@@ -80,6 +84,11 @@ DECODERS = {
                      KpApiVersionsResponse, api_versions_response_fields),
     "init_producer_id": (init_producer_id.decode_init_producer_id_response, ApiKey.INIT_PRODUCER_ID,
                          KpInitProducerIdResponse, init_producer_id_response_fields),
+    "sasl_handshake": (sasl_handshake.decode_sasl_handshake_response, ApiKey.SASL_HANDSHAKE,
+                       KpSaslHandshakeResponse, sasl_handshake_response_fields),
+    "sasl_authenticate": (sasl_authenticate.decode_sasl_authenticate_response,
+                          ApiKey.SASL_AUTHENTICATE, KpSaslAuthenticateResponse,
+                          sasl_authenticate_response_fields),
     "find_coordinator": (find_coordinator.decode_find_coordinator_response,
                          ApiKey.FIND_COORDINATOR, KpFindCoordinatorResponse,
                          find_coordinator_response_fields),
@@ -100,6 +109,8 @@ RESULT_TYPES = {
     "metadata": metadata.MetadataResponse,
     "api_versions": api_versions.ApiVersionsResponse,
     "init_producer_id": init_producer_id.InitProducerIdResponse,
+    "sasl_handshake": sasl_handshake.SaslHandshakeResponse,
+    "sasl_authenticate": sasl_authenticate.SaslAuthenticateResponse,
     "find_coordinator": find_coordinator.FindCoordinatorResponse,
     "add_partitions_to_txn": framing.PartitionErrorsResponse,
     "add_offsets_to_txn": add_offsets_to_txn.AddOffsetsToTxnResponse,

@@ -7,6 +7,8 @@ first flexible version), its request encoder and its response decoder:
     metadata.py          Metadata
     produce.py           Produce (its answer decoded natively by _produce.pyx)
     init_producer_id.py  InitProducerId
+    sasl_handshake.py    SaslHandshake, naming the SASL mechanism
+    sasl_authenticate.py SaslAuthenticate, one SASL message each way
     find_coordinator.py  FindCoordinator (transaction and group coordinators)
     add_partitions_to_txn.py, add_offsets_to_txn.py, txn_offset_commit.py,
     end_txn.py           the transaction APIs (producer/transaction_manager.py)

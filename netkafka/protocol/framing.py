@@ -41,12 +41,14 @@ class ApiKey(enum.IntEnum):
     PRODUCE = 0
     METADATA = 3
     FIND_COORDINATOR = 10
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    SASL_AUTHENTICATE = 36
 
     @property
     def kafka_name(self):

@@ -34,7 +34,7 @@ import time
 from array import array
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
-from netkafka.config import ProducerConfig, producer_keyword, setting_from_text
+from netkafka.config import ProducerConfig, producer_setting
 from netkafka.client.metadata import parse_bootstrap_servers
 
 # At most about this many records per run carry a latency probe.
@@ -174,11 +174,11 @@ def _producer_settings(parser, args):
 
 def _put(parser, settings, origins, name, text, origin):
     try:
-        key = producer_keyword(name)
-        settings[key] = setting_from_text(key, text, name)
+        setting = producer_setting(name, text)
     except (TypeError, ValueError) as exc:
         parser.error(f"{origin}: {exc}")
-    origins[key] = origin
+    settings.update(setting)
+    origins.update(dict.fromkeys(setting, origin))
 
 
 def read_properties(path):
