@@ -196,7 +196,8 @@ def test_reader_takes_any_contiguous_buffer():
 def test_api_keys_and_names_agree_with_kafka_python():
     requests = (KpApiVersionsRequest, KpMetadataRequest, KpInitProducerIdRequest, KpProduceRequest,
                 KpFindCoordinatorRequest, KpAddPartitionsToTxnRequest, KpAddOffsetsToTxnRequest,
-                KpEndTxnRequest, KpTxnOffsetCommitRequest)
+                KpEndTxnRequest, KpTxnOffsetCommitRequest, KpSaslHandshakeRequest,
+                KpSaslAuthenticateRequest)
     assert {key: key.kafka_name for key in ApiKey} == {
         cls.API_KEY: cls.__name__.removesuffix("Request") for cls in requests}
     assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"

@@ -25,13 +25,8 @@ import struct
 from collections import namedtuple
 from typing import NamedTuple
 
-TopicPartition = namedtuple("TopicPartition", ["topic", "partition"])
-TopicPartition.__doc__ = """A topic's partition: kafka-python's TopicPartition (same fields).
-
-Args:
-    topic (str): the topic's name.
-    partition (int): the partition's id.
-"""
+# kafka-python's TopicPartition (topic, partition): RecordMetadata's, the same name.
+from netkafka.producer._futures import TopicPartition  # noqa: F401 -- offsets' keys
 
 OffsetAndMetadata = namedtuple("OffsetAndMetadata", ["offset", "metadata", "leader_epoch"],
                                defaults=("", -1))

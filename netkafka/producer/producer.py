@@ -98,7 +98,6 @@ class Producer(ProducerCore):
         TypeError: an unknown keyword argument (named).
         ValueError: a bad value (the key and what it allows are named); a bad
             security setting is an SslConfigError or SaslConfigError naming it.
-        NotImplementedError: transaction settings.
     """
 
     def __init__(self, **configs):
