@@ -75,6 +75,11 @@ class Coordinators:
                 self._known[(key_type, key)] = conn
             return conn
 
+    def known(self, key_type, key):
+        """The connection to the coordinator of key as last found, or None: no request."""
+        with self._lock:
+            return self._known.get((key_type, key))
+
     def forget(self, key_type, key, conn):
         """The coordinator of key is not conn's broker (any more): the next find() asks.
         A newer answer than conn is kept."""

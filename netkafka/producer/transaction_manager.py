@@ -24,6 +24,9 @@
                            EndTxn(abort); the next stamp: V2 from the answer, V1 from
                            InitProducerId with the current id and epoch (the sequences
                            of the failed transaction may have holes)
+    a failure              a record that fails, or a refused request, fails the
+                           transaction (or the producer): what is not sent yet fails
+                           at once, as the Java client's abortUndrainedBatches
 
 Every coordinator request is retried after retry_backoff_ms while its answer is
 retriable (COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS -- after 20 ms, the
@@ -39,7 +42,9 @@ state machine's operation()).  The transaction thread ("netkafka-txn") sends
 AddPartitionsToTxn.  enroll() and may_send() are the sender's (callers' and I/O
 threads, the Sender's lock held); record_failed() is the accumulator's (any thread,
 no lock held).  Fields are immutable after start() but _adds_wanted, guarded by
-_wake; the state machine guards its own.
+_wake, and _metrics, guarded by _metrics_lock; the state machine guards its own.
+Lock order: the Sender's lock, then _wake (enroll()); _wake is never held while
+another lock is taken.
 """
 import collections
 import logging
@@ -136,6 +141,9 @@ class TransactionManager:
         self._adds_wanted = False  # guarded by _wake: enroll() found a new partition
         self._metrics_lock = threading.Lock()
         self._metrics = collections.Counter()  # guarded by _metrics_lock: see metrics()
+        # The last V2 decision (_v2_now); only begin_transaction() touches it, and
+        # transactional calls run one at a time.  V1 until a handshake says more.
+        self._v2_last = False
         # Set once by start(), before any record can be sent.
         self.states = None
         self._sender = None
@@ -184,6 +192,7 @@ class TransactionManager:
     def begin_transaction(self):
         """Opens a transaction: records are taken until commit or abort."""
         with self.states.operation("begin_transaction()"):
+            self.states.check("begin_transaction()", _S.READY)
             self.states.begin(self._v2_now())
 
     def send_offsets_to_transaction(self, offsets, group):
@@ -511,17 +520,20 @@ class TransactionManager:
 
     def _v2_now(self):
         """Whether a transaction begun now uses Transactions V2: allowed, and the
-        coordinator's broker finalizes transaction.version 2 and speaks the versions
-        V2 needs."""
+        coordinator's broker (as its last handshake told, no request made here)
+        finalizes transaction.version 2 and speaks the versions V2 needs.  A
+        coordinator not known now (it moved; the next request finds it) leaves the
+        last answer standing."""
         if not self._v2_allowed:
             return False
-        conn = self._coordinators.find(find_coordinator.TRANSACTION, self.transactional_id,
-                                       time.monotonic() + self._max_block_s)
-        features = conn.finalized_features or {}
-        versions = conn.api_versions or {}
-        return (features.get(TRANSACTION_VERSION_FEATURE, 0) >= 2
-                and versions.get(ApiKey.PRODUCE, 0) >= V2_PRODUCE_VERSION
-                and versions.get(ApiKey.END_TXN, 0) >= EPOCH_BUMP_VERSION)
+        conn = self._coordinators.known(find_coordinator.TRANSACTION, self.transactional_id)
+        features = None if conn is None else conn.finalized_features
+        versions = None if conn is None else conn.api_versions
+        if features is not None and versions is not None:
+            self._v2_last = (features.get(TRANSACTION_VERSION_FEATURE, 0) >= 2
+                             and versions.get(ApiKey.PRODUCE, 0) >= V2_PRODUCE_VERSION
+                             and versions.get(ApiKey.END_TXN, 0) >= EPOCH_BUMP_VERSION)
+        return self._v2_last
 
     @staticmethod
     def _remaining_s(deadline):
