@@ -209,12 +209,11 @@ def test_tls_transport_handshakes_in_steps_holds_back_a_bounded_amount_and_reads
     transport = TlsTransport(PlainTransport(client), context, "localhost", "localhost:0")
     with selectors.DefaultSelector() as selector:
         selector.register(transport, selectors.EVENT_WRITE)
-        steps = 0
+        # How many waits the handshake takes depends on when the server's thread runs
+        # (its answer may already be there when handshake() reads): none is asserted.
         while wanted := transport.handshake():
-            steps += 1
             selector.modify(transport, wanted)
             assert selector.select(10), "handshake stuck"
-        assert steps >= 1  # at least one wait for the server's answer
         echoed, largest_take = drive(transport, selector, payload)
     assert echoed == payload
     # The socket's buffer is far smaller than the payload, so the transport held
