@@ -60,7 +60,9 @@ def ns(value):
 
 
 def times(value, baseline):
-    return "–" if value is None or baseline is None else f"{value / baseline:.2f}×"
+    # As bench/report.ratio: a baseline of 0 (a tiny run's CPU below the clock's grain)
+    # gives no ratio.
+    return "–" if value is None or not baseline else f"{value / baseline:.2f}×"
 
 
 def tables(markdown):
