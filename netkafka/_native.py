@@ -11,6 +11,7 @@ NATIVE_MODULES = (
     "netkafka.producer._futures",
     "netkafka.producer._mutex",
     "netkafka.producer._partitioner",
+    "netkafka.producer._wal",
     "netkafka.protocol._produce",
     "netkafka.record._compression",
     "netkafka.record._crc",

@@ -621,3 +621,43 @@ class RebootstrapRequiredError(BrokerError):
     """The broker asks the client to bootstrap its metadata again."""
 
     code = 129
+
+
+# -- The write-ahead log (wal_dir) --------------------------------------------------------
+
+
+class WalError(KafkaError):
+    """Base of the write-ahead log's errors; the message names the directory or file."""
+
+
+class WalLockedError(WalError):
+    """The WAL directory is in use by another producer, in this process or another
+    (its lock file is held): one producer per directory."""
+
+
+class WalVersionError(WalError):
+    """A WAL segment was written in a format version this netkafka does not read:
+    replay it with the netkafka that wrote it, or move the directory away."""
+
+
+class WalCorruptError(WalError):
+    """A file in the WAL directory is not a netkafka WAL segment, or an entry passes its
+    checksum but does not parse: not a torn write, which recovery truncates and counts."""
+
+
+class WalFullError(WalError):
+    """The WAL is at wal_max_bytes and no segment can be reclaimed yet: records wait
+    for acknowledgements, as they wait for buffer_memory."""
+
+
+class WalStorageError(WalError):
+    """The OS refused a WAL file operation (disk full, permission denied, I/O error):
+    nothing was reported durable that is not.
+
+    Attributes:
+        errno: the OS's error number, or None.
+    """
+
+    def __init__(self, message, errno=None):
+        super().__init__(message)
+        self.errno = errno
