@@ -439,3 +439,17 @@ def test_always_returns_durable_and_groups_the_syncs_of_concurrent_callers(tmp_p
     # go to disk together with the next sync.
     assert wal.metrics()["syncs"] - syncs_before < threads * per_thread
     wal.close()
+
+
+# -- the C framing alone ------------------------------------------------------------------------
+
+def test_entry_framing_is_exact_and_clean_under_sanitizers(tmp_path):
+    driver = str(tmp_path / "wal_entry_driver")
+    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-fno-omit-frame-pointer", "-I", os.path.join(REPO, "csrc"),
+                    os.path.join(HERE, "csrc", "wal_entry_driver.c"), "-o", driver],
+                   check=True, capture_output=True, text=True)
+    done = subprocess.run([driver], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split("\n")[-2] == "checked wal entries"
