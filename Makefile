@@ -6,6 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
+KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
 .PHONY: all venv build kafka spark-kafka demo test bench report clean
 
@@ -33,7 +34,13 @@ $(KAFKA_STAMP): pom.xml
 		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.cache/kafka/libs
 	touch $@
 
-kafka: $(KAFKA_STAMP)
+# Kafka 3.9 as well, the last line that takes Produce v0-v2: the tests run on both.
+$(KAFKA_3_9_STAMP): kafka-3.9.pom.xml
+	mvn --batch-mode --quiet -f kafka-3.9.pom.xml dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.cache/kafka-3.9/libs
+	touch $@
+
+kafka: $(KAFKA_STAMP) $(KAFKA_3_9_STAMP)
 
 # Spark's own Kafka sink, which bench/test_bench_spark.py measures netkafka against: the
 # spark-sql-kafka-0-10 connector of the installed pyspark's Spark and Scala versions
@@ -59,7 +66,10 @@ DEMO_ARGS ?=
 demo: build kafka
 	$(PY) -m netkafka.tools.demo $(DEMO_ARGS)
 
+# lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
+# the run before any broker starts.
 test: build kafka
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the

@@ -10,6 +10,7 @@ import pytest
 import e2e_results
 import peers
 import report
+import rounds
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import BROKER_JVM_OPTIONS
 
@@ -41,6 +42,12 @@ def kafka_broker(kafka_broker):
     """
     warm_up(kafka_broker.bootstrap, WARM_UP_SECONDS)
     return kafka_broker
+
+
+@pytest.fixture(scope="session")
+def broker_pids(kafka_broker):
+    """The pids of the session's broker JVMs, whose CPU bench/rounds.py counts per round."""
+    return rounds.broker_pids(kafka_broker)
 
 
 def warm_up(bootstrap, seconds):

@@ -1,57 +1,73 @@
 """What the end-to-end benchmarks leave in pytest-benchmark's JSON.
 
-Each benchmark's extra_info is one of three records, the input of bench/report.py (which
-computes the ratios to confluent-kafka and to Java); the keys after "also" are additions
-it does not need:
+Each benchmark's extra_info holds records of three kinds, the input of bench/report.py
+(which computes the ratios to confluent-kafka and to Java); the keys after "also" are
+additions it does not need:
 
-    throughput  suite, client, mode, record_size, acks, compression, batch_size,
-                linger_ms, records, seconds, msgs_per_s, mb_per_s
-                also: rounds, load_1m
-    latency     suite, client, mode, rate, records, p50_ms, p99_ms, max_ms
-                also: record_size, acks, linger_ms, load_1m
+    throughput  one benchmark per cell of the matrix, {suite: "throughput", clients:
+                [...]}: a row per client with suite, client, mode, record_size, acks, compression,
+                batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s,
+                client_ns_per_record, broker_ns_per_record
+                also: rounds, load_1m, others_cores, round_seconds, round_client_cpu_s,
+                round_broker_cpu_s
+    latency     suite, client, mode, rate, records, p50_ms, p99_ms, max_ms,
+                client_ns_per_record, broker_ns_per_record
+                also: record_size, acks, linger_ms, load_1m, others_cores
     memory      suite, client, mode, records, peak_rss_bytes, rss_growth_bytes,
                 allocs_per_record, bytes_per_record
                 also: record_size, rss_before_bytes, pending_records, load_1m
 
-load_1m is the machine's load average when the benchmark ended: the machine is shared.
+Times and CPU figures are bench/rounds.py's, medians over the rounds where there are
+several: seconds (msgs_per_s = records / seconds), client_ns_per_record (the client's
+process, every thread), broker_ns_per_record (None when the broker is not a process of
+this machine), load_1m (the 1-minute load average at the end of a round, or of the
+benchmark) and others_cores (cores other processes kept busy): the machine is shared.
 """
 import os
 
 import peers
+import rounds
 
-# Every extra_info written this session, in order: the terminal summary's rows (conftest.py).
+# Every row written this session, in order: the terminal summary's (conftest.py).
 RESULTS = []
 
 
-def record_throughput(benchmark, client: str, mode: str, settings: "peers.Settings",
-                      records: int, seconds: float, rounds: int) -> None:
-    msgs_per_s = records / seconds
-    _record(benchmark, {
-        "suite": "throughput", "client": client, "mode": mode,
-        "record_size": settings.record_size, "acks": settings.acks,
-        "compression": settings.compression, "batch_size": settings.batch_size,
-        "linger_ms": settings.linger_ms, "records": records, "seconds": round(seconds, 6),
-        "msgs_per_s": round(msgs_per_s, 1),
-        "mb_per_s": round(peers.mb_per_s(msgs_per_s, settings.record_size), 2),
-        "rounds": rounds,
-    })
+def record_throughput(benchmark, settings: "peers.Settings", measured: dict) -> None:
+    """measured: {(client, mode): [rounds.Round, ...]}, as rounds.alternate() returns it."""
+    rows = []
+    for (client, mode), client_rounds in measured.items():
+        costs = rounds.summary(client_rounds)
+        rows.append({
+            "suite": "throughput", "client": client, "mode": mode,
+            "record_size": settings.record_size, "acks": settings.acks,
+            "compression": settings.compression, "batch_size": settings.batch_size,
+            "linger_ms": settings.linger_ms, **costs,
+            "mb_per_s": round(peers.mb_per_s(costs["msgs_per_s"], settings.record_size), 2),
+        })
+    benchmark.extra_info.update({"suite": "throughput", "clients": rows})
+    RESULTS.extend(rows)
 
 
 def record_latency(benchmark, client: str, mode: str, settings: "peers.Settings", rate: int,
-                   records: int, p50_ms: float, p99_ms: float, max_ms: float) -> None:
+                   p50_ms: float, p99_ms: float, max_ms: float,
+                   measured: "rounds.Round") -> None:
+    costs = rounds.summary([measured])
     _record(benchmark, {
-        "suite": "latency", "client": client, "mode": mode, "rate": rate, "records": records,
+        "suite": "latency", "client": client, "mode": mode, "rate": rate,
+        "records": measured.records,
         "p50_ms": round(p50_ms, 3), "p99_ms": round(p99_ms, 3), "max_ms": round(max_ms, 3),
+        "client_ns_per_record": costs["client_ns_per_record"],
+        "broker_ns_per_record": costs["broker_ns_per_record"],
         "record_size": settings.record_size, "acks": settings.acks,
-        "linger_ms": settings.linger_ms,
+        "linger_ms": settings.linger_ms, "load_1m": costs["load_1m"],
+        "others_cores": costs["others_cores"],
     })
 
 
 def record_memory(benchmark, info: dict) -> None:
-    _record(benchmark, {"suite": "memory", **info})
+    _record(benchmark, {"suite": "memory", **info, "load_1m": round(os.getloadavg()[0], 2)})
 
 
 def _record(benchmark, info: dict) -> None:
-    info["load_1m"] = round(os.getloadavg()[0], 2)
     benchmark.extra_info.update(info)
     RESULTS.append(benchmark.extra_info)

@@ -16,6 +16,8 @@ own work, outside the time: building what the client takes):
     java            org.apache.kafka.tools.ProducerPerformance in a JVM of its own
                     (JavaProducerPerformance below): its own numbers, its own clock
 
+contestant() makes any of them a contestant of alternated rounds (bench/rounds.py).
+
 Every client gets the same Settings: batch size, linger, acks (idempotence on with
 acks=all, off with acks=1, for every client), compression.  The values are PAYLOAD_POOL
 distinct payloads of random ASCII letters, cycled; the Java tool reads the same payloads
@@ -24,13 +26,14 @@ from a file, so every client compresses the same bytes.
 MB means 2**20 bytes of record value, as ProducerPerformance counts.
 """
 import asyncio
+import contextlib
 import random
 import re
 import string
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 MiB = 1 << 20
 BATCH_SIZE = MiB  # librdkafka's default batch.size, rounded to a power of two
@@ -359,6 +362,30 @@ class JavaProducerPerformance:
             raise RuntimeError(f"ProducerPerformance exited with {done.returncode}:\n"
                                f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         return parse_producer_performance(done.stdout)
+
+
+# -- contestants of alternated rounds ---------------------------------------------------------
+
+
+def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Settings,
+               records: int, broker_pids: Sequence[int], payload_dir: Path,
+               cleanup: contextlib.ExitStack):
+    """A client as a contestant whose rounds send `records` values of settings.record_size
+    to topic: a Python runner made now (closed by cleanup), with its values prepared
+    outside the rounds, or ProducerPerformance with --warmup-records of half the count,
+    its payload file written into payload_dir."""
+    # Imported here: bench/memory_probe.py imports this module, and counts what it loads.
+    import rounds
+
+    if client == "java":
+        java = JavaProducerPerformance(
+            bootstrap, settings, write_payload_file(payload_dir / "payloads",
+                                                    settings.record_size))
+        return rounds.JavaContestant(java, topic, records, records // 2, broker_pids)
+    runner = PYTHON_CLIENTS[client](bootstrap, settings, mode)
+    cleanup.callback(runner.close)
+    values = runner.prepare(values_for(settings.record_size, records))
+    return rounds.Contestant(lambda: runner.run(topic, values), records, broker_pids)
 
 
 # -- the broker's side -------------------------------------------------------------------------

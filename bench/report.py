@@ -3,19 +3,29 @@ tables and a PNG chart out.
 
     python bench/report.py RESULTS.json [--out docs] [--readme README.md]     (make report)
 
-writes OUT/benchmarks.md (the machine, then throughput, latency and memory tables: each
-suite the JSON holds, the others left out) and OUT/throughput.png (records/s per client,
-one panel per record size), and with --readme replaces the part of that file between
-README_BEGIN and README_END with the machine, the parameters and the chart.
+writes OUT/benchmarks.md (the machine, the headline against confluent-kafka, then
+throughput, latency and memory tables: each suite the JSON holds, the others left out) and
+OUT/throughput.png (per record size, records/s and the client's CPU per record of each
+client), and with --readme replaces the part of that file between README_BEGIN and
+README_END with the machine, the parameters, the headline and the chart.
 
-It reads each benchmark's extra_info (the suite's own measurements, see bench/'s
-end-to-end tests): throughput {suite: "throughput", client, mode, record_size, acks,
-compression, batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s}; latency
-{suite: "latency", client, rate, records, p50_ms, p99_ms, max_ms; optional: acks,
-linger_ms}; memory {suite: "memory", client, mode, records, peak_rss_bytes,
+The headline: on a machine whose cores the broker shares with the client, the broker sets
+the pace of a run when it spends more CPU per record than the client does, and records/s
+then tells more about the broker's share of the cores than about the client.  There the
+client's CPU per record, against confluent-kafka's, is the figure that counts; elsewhere
+records/s is.
+
+It reads each benchmark's extra_info (the suite's own measurements, see
+bench/e2e_results.py), or each of its "clients" when it has them (a throughput cell: a
+row per client): throughput {suite: "throughput", client, mode, record_size, acks,
+compression, batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s; optional:
+client_ns_per_record, broker_ns_per_record}; latency {suite: "latency", client, rate,
+records, p50_ms, p99_ms, max_ms; optional: acks, linger_ms, client_ns_per_record,
+broker_ns_per_record}; memory {suite: "memory", client, mode, records, peak_rss_bytes,
 rss_growth_bytes, allocs_per_record, bytes_per_record}; spark {suite: "spark", sink, rows,
 rows_per_s, spark, spark_kafka_connector}.  Benchmarks without a suite (the
-micro-benchmarks) are not part of it.
+micro-benchmarks) are not part of it.  An optional key left out (older runs) or None (a
+broker that was not a local process) shows as a dash.
 
 A script of bench/ rather than a module of netkafka: it is about this repository's
 benchmark runs, and matplotlib stays out of what users install.
@@ -36,6 +46,7 @@ README_END = "<!-- benchmark-report:end -->"
 # (its fastest way), and the Java producer.
 CONFLUENT = ("confluent-kafka", "error_only")
 JAVA = "java"
+NETKAFKA = "netkafka"
 # The baseline of the Spark table: Spark's own JVM sink (bench/test_bench_spark.py's name).
 SPARK_SINK = "spark kafka sink"
 MISSING = "–"
@@ -51,7 +62,8 @@ def load(path):
     for benchmark in results.get("benchmarks", []):
         info = benchmark.get("extra_info", {})
         if "suite" in info:
-            suites[info["suite"]].append(info)
+            for row in info.get("clients", [info]):
+                suites[row["suite"]].append(row)
         else:
             others += 1
     return dict(suites), {"machine_info": results.get("machine_info", {}),
@@ -107,15 +119,28 @@ def throughput_groups(rows):
             for key in sorted(groups, key=lambda k: (k[0], k[1] != "1", k[2] != "none", k[2]))}
 
 
-def ratio(row, group, is_baseline):
-    """row's msgs/s over the baseline's, as the table shows it: the baseline is the
-    group's row that is_baseline() picks with row's batch_size and linger_ms (a ratio
-    between different batching would say little about the clients)."""
+def ratio(row, group, is_baseline, key="msgs_per_s"):
+    """row's `key` over the baseline's, as the table shows it: the baseline is the group's
+    row that is_baseline() picks with row's batch_size and linger_ms (a ratio between
+    different batching would say little about the clients)."""
     baseline = next((r for r in group if is_baseline(r) and r["batch_size"] == row["batch_size"]
                      and r["linger_ms"] == row["linger_ms"]), None)
-    if baseline is None or not baseline["msgs_per_s"]:
+    if baseline is None or not baseline.get(key) or row.get(key) is None:
         return MISSING
-    return f"{row['msgs_per_s'] / baseline['msgs_per_s']:.2f}×"
+    return f"{row[key] / baseline[key]:.2f}×"
+
+
+def pace(row):
+    """Who set the row's pace: "broker" when it spent more CPU per record than the client
+    (the headline), "client" otherwise, MISSING without both figures."""
+    client, broker = row.get("client_ns_per_record"), row.get("broker_ns_per_record")
+    if client is None or broker is None:
+        return MISSING
+    return "broker" if broker > client else "client"
+
+
+def _ns(value):
+    return MISSING if value is None else f"{value:,.0f}"
 
 
 def _is_confluent(row):
@@ -128,21 +153,52 @@ def _is_java(row):
 
 def throughput_lines(rows):
     lines = ["## Throughput", "",
-             "Each run ends when every record is acknowledged.  Ratios are of records/s, to "
-             "confluent-kafka's `produce()` with error-only delivery reports and to the Java "
-             "producer (`ProducerPerformance`) in the same group with the same batch_size and "
-             "linger_ms.", ""]
+             "Each round ends when every record is acknowledged; the clients' rounds "
+             "alternate, and records/s and CPU per record are medians over a client's rounds. "
+             " CPU per record (ns): the client's process, every thread, and the broker's.  "
+             "Ratios are to confluent-kafka's `produce()` with error-only delivery reports and "
+             "to the Java producer (`ProducerPerformance`) in the same group with the same "
+             "batch_size and linger_ms: of records/s (higher is faster) and of CPU per record "
+             "(lower is cheaper).  Pace: the broker's when it spent more CPU per record than "
+             "the client.", ""]
     for (size, acks, compression), group in throughput_groups(rows).items():
         lines += [f"### {_size(size)}, acks={acks}, compression {compression}", "",
                   "| client | mode | batch_size / linger_ms | records | records/s | MB/s "
-                  "| × confluent-kafka | × Java |",
-                  "|---|---|--:|--:|--:|--:|--:|--:|"]
+                  "| × confluent-kafka | × Java | client ns/record | broker ns/record "
+                  "| client CPU × confluent-kafka | broker CPU × confluent-kafka | pace |",
+                  "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
         for row in group:
             lines.append(f"| {row['client']} | {row['mode']} | {row['batch_size']:,} / "
                          f"{row['linger_ms']} | {row['records']:,} | {row['msgs_per_s']:,.0f} | "
                          f"{row['mb_per_s']:,.1f} | {ratio(row, group, _is_confluent)} | "
-                         f"{ratio(row, group, _is_java)} |")
+                         f"{ratio(row, group, _is_java)} | "
+                         f"{_ns(row.get('client_ns_per_record'))} | "
+                         f"{_ns(row.get('broker_ns_per_record'))} | "
+                         f"{ratio(row, group, _is_confluent, 'client_ns_per_record')} | "
+                         f"{ratio(row, group, _is_confluent, 'broker_ns_per_record')} | "
+                         f"{pace(row)} |")
         lines.append("")
+    return lines
+
+
+def headline_lines(rows):
+    """Each netkafka row against confluent-kafka's of its group: the pace, both ratios, and
+    in bold the one that counts (client CPU where the broker set the pace)."""
+    lines = ["| records | netkafka | pace | client CPU per record × confluent-kafka "
+             "| records/s × confluent-kafka |", "|---|---|---|--:|--:|"]
+    for (size, acks, compression), group in throughput_groups(rows).items():
+        for row in group:
+            speed = ratio(row, group, _is_confluent)
+            if row["client"] != NETKAFKA or speed == MISSING:
+                continue  # a cell without confluent-kafka, e.g. kafka-python's defaults
+            cpu = ratio(row, group, _is_confluent, "client_ns_per_record")
+            who = pace(row)
+            if who == "broker" and cpu != MISSING:
+                cpu = f"**{cpu}**"
+            else:
+                speed = f"**{speed}**"
+            lines.append(f"| {_size(size)}, acks={acks}, {compression} | {row['mode']} | "
+                         f"{who} | {cpu} | {speed} |")
     return lines
 
 
@@ -160,17 +216,20 @@ def _batching(rows):
 def latency_lines(rows):
     # acks and linger_ms are optional keys of the suite's: a run that leaves them out
     # shows a dash, and sorts before the runs that name them.
-    lines = ["## Latency", "", "From send to acknowledgement, at a fixed rate.", "",
+    lines = ["## Latency", "", "From send to acknowledgement, at a fixed rate; CPU per "
+             "record (ns) of the client's process and of the broker while it ran.", "",
              "| client | mode | rate (records/s) | linger ms | acks | records | p50 ms "
-             "| p99 ms | max ms |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+             "| p99 ms | max ms | client ns/record | broker ns/record |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for row in sorted(rows, key=lambda r: (r["rate"], r.get("linger_ms", -1),
                                            str(r.get("acks", "")), r["client"],
                                            r.get("mode", ""))):
         lines.append(f"| {row['client']} | {row.get('mode', MISSING)} | {row['rate']:,} | "
                      f"{row.get('linger_ms', MISSING)} | {row.get('acks', MISSING)} | "
                      f"{row['records']:,} | "
-                     f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['max_ms']:.2f} |")
+                     f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['max_ms']:.2f} | "
+                     f"{_ns(row.get('client_ns_per_record'))} | "
+                     f"{_ns(row.get('broker_ns_per_record'))} |")
     return lines + [""]
 
 
@@ -203,6 +262,11 @@ def spark_lines(rows):
     return lines + [""]
 
 
+HEADLINE_INTRO = (
+    "The figure that counts in bold: where the broker set the pace (it spent more CPU per "
+    "record than the client, on cores the two share), records/s follows the broker's share of "
+    "the cores, and the client's CPU per record is what the client controls; elsewhere, "
+    "records/s.")
 SECTIONS = {"throughput": throughput_lines, "latency": latency_lines, "memory": memory_lines,
             "spark": spark_lines}
 
@@ -215,7 +279,9 @@ def report_markdown(suites, facts, chart_name):
              f"{str(commit.get('id', 'unknown'))[:12]}{' (dirty)' if commit.get('dirty') else ''}.",
              "", *machine_lines(facts), ""]
     if "throughput" in suites:
-        lines += [f"![records/s per client]({chart_name})", ""]
+        lines += ["## Against confluent-kafka", "", HEADLINE_INTRO, "",
+                  *headline_lines(suites["throughput"]), "",
+                  f"![records/s and CPU per record of each client]({chart_name})", ""]
     for name, section in SECTIONS.items():
         if name in suites:
             lines += section(suites[name])
@@ -236,8 +302,10 @@ def readme_block(suites, facts, out_dir, readme):
         params = suites["throughput"]
         lines += [f"Throughput of each client, record sizes "
                   f"{', '.join(_size(s) for s in sorted({r['record_size'] for r in params}))}, "
-                  f"batch_size / linger_ms {_batching(params)}:", "",
-                  f"![records/s per client]({(where / CHART_NAME).as_posix()})", ""]
+                  f"batch_size / linger_ms {_batching(params)}.  {HEADLINE_INTRO}", "",
+                  *headline_lines(params), "",
+                  f"![records/s and CPU per record of each client]"
+                  f"({(where / CHART_NAME).as_posix()})", ""]
     lines += [f"Every table, with ratios to confluent-kafka and to Java: "
               f"[{(where / REPORT_NAME).as_posix()}]({(where / REPORT_NAME).as_posix()}).", "",
               README_END]
@@ -256,8 +324,10 @@ def update_readme(readme, block):
 # The chart.
 
 def draw_throughput(rows, path):
-    """Bars of records/s: one panel per record size, a cluster per (acks, compression),
-    a bar per client and mode."""
+    """Per record size a row of panels: bars of records/s, and bars of the client's CPU per
+    record (log scale: the clients differ a hundredfold) labelled, where the broker set the
+    pace, with their ratio to confluent-kafka's.  A cluster per (acks, compression), a bar
+    per client and mode.  Without CPU figures (older runs) the records/s panels only."""
     import matplotlib
     matplotlib.use("Agg")  # files only: no display on a CI machine
     import matplotlib.pyplot as plt
@@ -268,31 +338,54 @@ def draw_throughput(rows, path):
     # A bar per client, mode and batching: rows batched differently are not one series.
     series = sorted({_series(r) for r in rows})
     batchings = {(batch, linger) for _, _, batch, linger in series}
+    with_cpu = any(r.get("client_ns_per_record") is not None for r in rows)
     # tab20 pairs a dark and a light shade: 20 series before two share a colour.
     colors = plt.get_cmap("tab20")
-    figure, axes = plt.subplots(len(sizes), 1, figsize=(12, 3.4 * len(sizes)), squeeze=False)
+    figure, axes = plt.subplots(len(sizes), 2 if with_cpu else 1,
+                                figsize=(18 if with_cpu else 12, 3.4 * len(sizes)),
+                                squeeze=False)
     width = 0.8 / len(series)
-    for axis, size in zip(axes[:, 0], sizes):
+    for panels, size in zip(axes, sizes):
         keys = [key for key in groups if key[0] == size]
         for index, (client, mode, batch, linger) in enumerate(series):
-            heights = [next((r["msgs_per_s"] for r in groups[key]
-                             if _series(r) == (client, mode, batch, linger)), math.nan)
-                       for key in keys]
+            found = [next((r for r in groups[key]
+                           if _series(r) == (client, mode, batch, linger)), None)
+                     for key in keys]
             positions = [k + (index - (len(series) - 1) / 2) * width for k in range(len(keys))]
             label = f"{client} {mode}" + (f" ({batch:,} / {linger} ms)" if len(batchings) > 1
                                           else "")
-            axis.bar(positions, heights, width, label=label, color=colors(index % 20))
-        axis.set_xticks(range(len(keys)), [f"acks={acks}, {compression}"
-                                           for _, acks, compression in keys])
-        axis.set_title(f"{_size(size)} records")
-        axis.set_ylabel("records/s")
-        axis.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
-        axis.grid(axis="y", alpha=0.3)
-    # Beside the first panel, where it covers no bar.
-    axes[0, 0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            panels[0].bar(positions, [math.nan if r is None else r["msgs_per_s"] for r in found],
+                          width, label=label, color=colors(index % 20))
+            if with_cpu:
+                _cpu_bars(panels[1], positions, found, keys, groups, width, colors(index % 20))
+        for axis, (title, unit) in zip(panels, (("records", "records/s"),
+                                                ("client CPU per record", "ns (log)"))):
+            axis.set_xticks(range(len(keys)), [f"acks={acks}, {compression}"
+                                               for _, acks, compression in keys])
+            axis.set_title(f"{_size(size)} records" if title == "records"
+                           else f"{_size(size)} records: {title}, lower is cheaper")
+            axis.set_ylabel(unit)
+            axis.grid(axis="y", alpha=0.3)
+        panels[0].yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+    # Beside the first row's last panel, where it covers no bar.
+    axes[0, -1].legend(*axes[0, 0].get_legend_handles_labels(), fontsize="small",
+                       loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _cpu_bars(axis, positions, found, keys, groups, width, color):
+    heights = [math.nan if r is None or r.get("client_ns_per_record") is None
+               else r["client_ns_per_record"] for r in found]
+    axis.bar(positions, heights, width, color=color)
+    axis.set_yscale("log")
+    for x, height, row, key in zip(positions, heights, found, keys):
+        if row is not None and pace(row) == "broker":
+            cpu = ratio(row, groups[key], _is_confluent, "client_ns_per_record")
+            if cpu != MISSING:
+                axis.annotate(cpu, (x, height), ha="center", va="bottom", rotation=90,
+                              fontsize=7)
 
 
 def _series(row):

@@ -16,8 +16,13 @@ seen by the application - the send call, per record:
 
 acks=all comes with idempotence (every client's default but librdkafka's, which is set to
 it), acks=1 without; batch size 1 MiB, no compression.  A warm-up of WARMUP_RECORDS is sent
-and flushed first.  pytest-benchmark's time is just the pacing (records / rate); the
-numbers are in extra_info (p50_ms, p99_ms, max_ms, and the case's rate, acks, linger_ms).
+and flushed first.  Beside the latencies, what the paced records cost (bench/rounds.py):
+the client's CPU per record (its process, every thread, the pacing loop's waits included:
+what a producer costs at that rate, idle wake-ups and all) and the broker's.  Java's are
+those of its paced records alone (rounds.JavaContestant: a run of the warm-up records only
+is subtracted).  pytest-benchmark's time is just the pacing (records / rate); the numbers
+are in extra_info (p50_ms, p99_ms, max_ms, the CPU per record, and the case's rate, acks,
+linger_ms).
 
     .venv/bin/python -m pytest bench/test_bench_e2e_latency.py --benchmark-only
 """
@@ -30,6 +35,7 @@ import pytest
 
 import e2e_results
 import peers
+import rounds
 from netkafka.testing.admin import create_topic
 
 
@@ -52,8 +58,9 @@ def percentile(sorted_ms, fraction: float) -> float:
     return sorted_ms[max(0, math.ceil(fraction * len(sorted_ms)) - 1)]
 
 
-def paced_netkafka(bootstrap, topic, settings, rate, values):
-    """Per-record latencies (ms) of netkafka send() at rate records/s."""
+def paced_netkafka(bootstrap, topic, settings, rate, values, broker_pids):
+    """Per-record latencies (ms) of netkafka send() at rate records/s, and the paced
+    records' rounds.Round."""
     from netkafka import Producer
 
     producer = Producer(bootstrap_servers=bootstrap, acks=settings.python_acks,
@@ -67,16 +74,16 @@ def paced_netkafka(bootstrap, topic, settings, rate, values):
         for value in values[:WARMUP_RECORDS]:
             producer.send(topic, value)
         producer.flush()
-        sent = _paced(values, rate, lambda index, value: producer.send(
-            topic, value).add_callback(on_ack, index), time.sleep)
-        producer.flush()
+        sent, measured = _measured_paced(values, rate, lambda index, value: producer.send(
+            topic, value).add_callback(on_ack, index), time.sleep, producer.flush, broker_pids)
     finally:
         producer.close()
-    return _latencies_ms(sent, acked)
+    return _latencies_ms(sent, acked), measured
 
 
-def paced_confluent(bootstrap, topic, settings, rate, values):
-    """Per-record latencies (ms) of confluent-kafka produce() at rate records/s."""
+def paced_confluent(bootstrap, topic, settings, rate, values, broker_pids):
+    """Per-record latencies (ms) of confluent-kafka produce() at rate records/s, and the
+    paced records' rounds.Round."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": settings.acks,
@@ -99,11 +106,23 @@ def paced_confluent(bootstrap, topic, settings, rate, values):
     for value in values[:WARMUP_RECORDS]:
         producer.produce(topic, value)
     producer.flush()
-    sent = _paced(values, rate, produce, producer.poll)
-    producer.flush()
+    sent, measured = _measured_paced(values, rate, produce, producer.poll, producer.flush,
+                                     broker_pids)
     if errors:
         raise RuntimeError(f"confluent-kafka: {len(errors)} records failed, first {errors[:3]}")
-    return _latencies_ms(sent, acked)
+    return _latencies_ms(sent, acked), measured
+
+
+def _measured_paced(values, rate, send, wait, flush, broker_pids):
+    """_paced() and then flush(), measured as one round: (send times, rounds.Round)."""
+    sent = []
+
+    def paced_round():
+        sent.append(_paced(values, rate, send, wait))
+        flush()
+
+    measured = rounds.measure(paced_round, len(values), broker_pids)
+    return sent[0], measured
 
 
 def _paced(values, rate, send, wait) -> array:
@@ -135,7 +154,7 @@ MODES = {"netkafka": "send", "confluent-kafka": "callback", "java": "send"}
 
 @pytest.mark.parametrize("client", ["netkafka", "confluent-kafka", "java"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_latency(benchmark, kafka_broker, topic_name, tmp_path, case, client):
+def test_latency(benchmark, kafka_broker, broker_pids, topic_name, tmp_path, case, client):
     rate, records, linger_ms, acks = CASES[case]
     settings = peers.Settings(RECORD_SIZE, acks, "none", linger_ms=linger_ms)
     bootstrap = kafka_broker.bootstrap
@@ -144,24 +163,25 @@ def test_latency(benchmark, kafka_broker, topic_name, tmp_path, case, client):
     outcome = []
     try:
         if client == "java":
-            java = peers.JavaProducerPerformance(
-                bootstrap, settings, peers.write_payload_file(tmp_path / "payloads",
-                                                              RECORD_SIZE))
-            benchmark.pedantic(
-                lambda: outcome.append(java.run(topic_name, records, WARMUP_RECORDS, rate)),
-                rounds=1, iterations=1)
-            summary, = outcome
+            java = rounds.JavaContestant(
+                peers.JavaProducerPerformance(bootstrap, settings, peers.write_payload_file(
+                    tmp_path / "payloads", RECORD_SIZE)),
+                topic_name, records, WARMUP_RECORDS, broker_pids, throughput=rate)
+            java.warm_up()
+            benchmark.pedantic(lambda: outcome.append(java.round()), rounds=1, iterations=1)
+            measured, = outcome
+            summary = java.summaries[-1]
             p50, p99, worst = summary.p50_ms, summary.p99_ms, summary.max_latency_ms
         else:
             values = peers.values_for(RECORD_SIZE, records)
             benchmark.pedantic(
                 lambda: outcome.append(PACED[client](bootstrap, topic_name, settings, rate,
-                                                     values)),
+                                                     values, broker_pids)),
                 rounds=1, iterations=1)
-            latencies, = outcome
+            (latencies, measured), = outcome
             p50, p99, worst = (percentile(latencies, 0.5), percentile(latencies, 0.99),
                                latencies[-1])
-        e2e_results.record_latency(benchmark, client, MODES[client], settings, rate, records,
-                                   p50, p99, worst)
+        e2e_results.record_latency(benchmark, client, MODES[client], settings, rate, p50, p99,
+                                   worst, measured)
     finally:
         peers.delete_topic(bootstrap, topic_name)

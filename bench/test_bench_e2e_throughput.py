@@ -1,24 +1,35 @@
-"""End-to-end throughput: every producer against the session's broker, side by side.
+"""End-to-end throughput: every producer against the session's broker, rounds alternated.
 
-Each benchmark sends `records` values of one size to a new topic of PARTITIONS partitions
-and ends when the broker has acknowledged every record (flush); after the rounds the
-topic's end offsets must add up to every record sent, or the benchmark fails.  Clients,
-modes and settings: bench/peers.py.  Every client uses batch size 1 MiB and linger 5 ms
-(but in the kafka-python defaults rows).
+A benchmark is a cell of the matrix (record size, acks, compression, batching) and runs
+every client of the cell: each sends `records` values to a topic of its own (PARTITIONS
+partitions) per round, the round ending when the broker has acknowledged every record
+(flush).  After a warm-up round each, the clients' ROUNDS rounds alternate (A B C A B C
+...; bench/rounds.py), so that a change in the broker's pace -- its JIT, its phases, other
+jobs on the machine -- hits every client alike instead of whichever ran its block then.
+At the end each topic's end offsets must add up to every record its client sent, or the
+benchmark fails.  Clients, modes and settings: bench/peers.py.  Every client uses batch
+size 1 MiB and linger 5 ms (but in the kafka-python defaults cells).
 
-msgs/s for the Python clients = records / the best round's wall time, first send to last
-acknowledgement, after one warm-up round.  The Java producer
-(ProducerPerformance, a JVM per round) reports its own numbers: records/sec of its
-steady state, after --warmup-records of half the count; the best of its rounds is kept.
+Each client's row (bench/e2e_results.py) holds medians over its rounds: msgs/s = records /
+the median round's wall time, first send to last acknowledgement; the client's CPU per
+record (its process, every thread), the broker's CPU per record and the load, as
+bench/rounds.py measures them.  The Java producer (ProducerPerformance, a JVM per round)
+reports its own steady-state records/s, after --warmup-records of half the count, and its
+CPU figures are those of the steady-state records (rounds.JavaContestant).
+
+One benchmark per cell, not per client: rounds can only alternate inside one test, as
+pytest runs tests one after another.  pytest-benchmark keeps one entry per test, so the
+clients' rows go into its extra_info ("clients"), and its own time is the whole cell's
+(every client's warm-up and rounds), which says nothing about any one client.
 
 The matrix: record size 100 B, 1 KiB, 128 KiB x acks 1, all x compression none, lz4,
-zstd x 8 client modes.  By default a subset (DEFAULT_CASES: 6 of the 18 combinations, 48
-benchmarks); NETKAFKA_BENCH_FULL=1 runs all 18 (144 benchmarks, three times as long).
-Beside it, always, at 100 B: send_batch() with a pyarrow array (acks=all), and netkafka
-send() against kafka-python at kafka-python's defaults (batch 16 KiB, linger 0; acks 1 and
-all).  The default set with the latency and memory suites took 17 minutes on 2 cores
-under a load average of 15 (other jobs); a quiet machine takes less.  Names read like
-`test_throughput[100B-acks1-none-netkafka-send]`, so `-k` picks parts:
+zstd, each cell with 8 client modes.  By default a subset (DEFAULT_CASES: 6 of the 18
+cells); NETKAFKA_BENCH_FULL=1 runs all 18 (three times as long).  The 100 B acks=all cell
+also has send_batch() with a pyarrow array, and beside the matrix, always, netkafka send()
+and kafka-python at kafka-python's defaults (batch 16 KiB, linger 0; acks 1 and all).
+Names read like `test_throughput[100B-acks1-none]`, so `-k` picks cells, and
+NETKAFKA_BENCH_CLIENTS (client-mode names, comma-separated, e.g.
+"netkafka-send,confluent-kafka-error_only") picks the clients of each:
 
     .venv/bin/python -m pytest bench/test_bench_e2e_throughput.py --benchmark-only \\
         -k "100B and acks1 and none"
@@ -28,14 +39,15 @@ record count comes from its expected rate (EXPECTED_MSGS_PER_S, capped by
 EXPECTED_MB_PER_S), so kafka-python's rounds last as long as netkafka's.
 NETKAFKA_BENCH_ROUNDS (default 3) sets the measured rounds.
 """
+import contextlib
 import itertools
 import os
-import time
 
 import pytest
 
 import e2e_results
 import peers
+import rounds
 from netkafka.testing.admin import create_topic
 
 PARTITIONS = 3
@@ -48,9 +60,15 @@ CLIENT_MODES = (
     ("confluent-kafka", "error_only"), ("confluent-kafka", "callback"),
     ("kafka-python", "send"), ("aiokafka", "send"), ("java", "send"),
 )
-# (size, acks, compression) measured without NETKAFKA_BENCH_FULL: the targets' rows
-# (100 B and 128 KiB, acks=1, no compression), 1 KiB, acks=all (the default of every client
-# but librdkafka) and both fast codecs.
+# send_batch() with a pyarrow array (from the earlier producer benchmark), in this cell.
+ARROW = ("netkafka", "send_batch_arrow")
+ARROW_CELL = ("100B", "acksall", "none")
+# Beside the matrix: netkafka against kafka-python, both at kafka-python's defaults.
+DEFAULTS_CLIENT_MODES = (("netkafka", "send"), ("kafka-python", "send"))
+DEFAULT_BATCH_SIZE = 16384  # kafka-python's (and netkafka's) default batch_size
+# The cells measured without NETKAFKA_BENCH_FULL: the targets' (100 B and 128 KiB,
+# acks=1, no compression), 1 KiB, acks=all (the default of every client but librdkafka)
+# and both fast codecs.  ARROW_CELL is among them, as among all.
 DEFAULT_CASES = (
     ("100B", "acks1", "none"), ("1KiB", "acks1", "none"), ("128KiB", "acks1", "none"),
     ("100B", "acksall", "none"), ("1KiB", "acks1", "lz4"), ("1KiB", "acks1", "zstd"),
@@ -63,15 +81,35 @@ ROUNDS = int(os.environ.get("NETKAFKA_BENCH_ROUNDS", "3"))
 # only to size the runs: records of a round = the smaller of the two bounds x ROUND_SECONDS.
 EXPECTED_MSGS_PER_S = {
     ("netkafka", "send"): 2_000_000, ("netkafka", "produce"): 2_000_000,
-    ("netkafka", "send_batch"): 3_000_000,
+    ("netkafka", "send_batch"): 3_000_000, ARROW: 3_000_000,
     ("confluent-kafka", "error_only"): 700_000, ("confluent-kafka", "callback"): 500_000,
-    ("netkafka", "send_batch_arrow"): 3_000_000,
     ("kafka-python", "send"): 60_000, ("aiokafka", "send"): 100_000,
     ("java", "send"): 600_000,
 }
 EXPECTED_MB_PER_S = 150  # the local broker's ceiling at large records, whoever sends
 MIN_RECORDS = 500
-DEFAULT_BATCH_SIZE = 16384  # kafka-python's (and netkafka's) default batch_size
+
+
+def client_name(client_mode) -> str:
+    return "-".join(client_mode)
+
+
+def selected_clients(names: str) -> frozenset:
+    """The (client, mode) pairs NETKAFKA_BENCH_CLIENTS names; every one when it is empty.
+
+    Raises:
+        ValueError: a name that is no client-mode of this suite (the valid ones listed).
+    """
+    known = {client_name(key): key for key in EXPECTED_MSGS_PER_S}
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise ValueError(f"NETKAFKA_BENCH_CLIENTS: unknown {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(known))}")
+    return frozenset(known[name] for name in wanted) if wanted else frozenset(known.values())
+
+
+SELECTED = selected_clients(os.environ.get("NETKAFKA_BENCH_CLIENTS", ""))
 
 
 def records_per_round(client_mode, record_size: int) -> int:
@@ -82,73 +120,39 @@ def records_per_round(client_mode, record_size: int) -> int:
     return max(MIN_RECORDS, wanted // magnitude * magnitude)
 
 
-def _cases():
+def _cells():
     combos = (itertools.product(SIZES, ACKS, COMPRESSIONS) if FULL else DEFAULT_CASES)
-    for size, acks, compression in combos:
-        for client, mode in CLIENT_MODES:
-            yield pytest.param(size, acks, compression, client, mode, peers.BATCH_SIZE,
-                               peers.LINGER_MS,
-                               id=f"{size}-{acks}-{compression}-{client}-{mode}")
-    # Beside the matrix (from the earlier producer benchmark): a pyarrow array into
-    # send_batch(), and netkafka against kafka-python both at kafka-python's defaults.
-    yield pytest.param("100B", "acksall", "none", "netkafka", "send_batch_arrow",
-                       peers.BATCH_SIZE, peers.LINGER_MS,
-                       id="100B-acksall-none-netkafka-send_batch_arrow")
-    for acks, client in itertools.product(ACKS, ("netkafka", "kafka-python")):
-        yield pytest.param("100B", acks, "none", client, "send", DEFAULT_BATCH_SIZE, 0,
-                           id=f"100B-{acks}-none-{client}-send-defaults")
+    cells = [(combo, CLIENT_MODES + ((ARROW,) if combo == ARROW_CELL else ()),
+              peers.BATCH_SIZE, peers.LINGER_MS, "-".join(combo)) for combo in combos]
+    cells += [(("100B", acks, "none"), DEFAULTS_CLIENT_MODES, DEFAULT_BATCH_SIZE, 0,
+               f"100B-{acks}-none-defaults") for acks in ACKS]
+    for (size, acks, compression), clients, batch_size, linger_ms, name in cells:
+        chosen = tuple(key for key in clients if key in SELECTED)
+        if chosen:
+            yield pytest.param(size, acks, compression, batch_size, linger_ms, chosen, id=name)
 
 
-@pytest.mark.parametrize("size, acks, compression, client, mode, batch_size, linger_ms",
-                         list(_cases()))
-def test_throughput(benchmark, kafka_broker, topic_name, tmp_path, size, acks, compression,
-                    client, mode, batch_size, linger_ms):
+@pytest.mark.parametrize("size, acks, compression, batch_size, linger_ms, clients",
+                         list(_cells()))
+def test_throughput(benchmark, kafka_broker, broker_pids, topic_name, tmp_path, size, acks,
+                    compression, batch_size, linger_ms, clients):
     settings = peers.Settings(SIZES[size], ACKS[acks], compression, batch_size, linger_ms)
-    records = records_per_round((client, mode), settings.record_size)
-    if batch_size != peers.BATCH_SIZE:  # small batches: a fraction of the large-batch rate
-        records //= 5
     benchmark.group = (f"throughput {size} acks={settings.acks} {compression} "
                        f"batch={batch_size} linger={linger_ms}")
     bootstrap = kafka_broker.bootstrap
-    create_topic(bootstrap, topic_name, partitions=PARTITIONS)
-    try:
-        if client == "java":
-            seconds, sent = _java(benchmark, bootstrap, topic_name, tmp_path, settings, records)
-        else:
-            seconds, sent = _python(benchmark, bootstrap, topic_name, settings, client, mode,
-                                    records)
-        e2e_results.record_throughput(benchmark, client, mode, settings, records, seconds,
-                                      ROUNDS)
-        assert peers.acknowledged_records(bootstrap, topic_name) == sent
-    finally:
-        peers.delete_topic(bootstrap, topic_name)
-
-
-def _python(benchmark, bootstrap, topic, settings, client, mode, records):
-    runner = peers.PYTHON_CLIENTS[client](bootstrap, settings, mode)
-    seconds = []  # every round's, the warm-up's first; timed here, as under --benchmark-disable
-
-    def timed_run(values):
-        started = time.perf_counter()
-        runner.run(topic, values)
-        seconds.append(time.perf_counter() - started)
-
-    try:
-        values = runner.prepare(peers.values_for(settings.record_size, records))
-        benchmark.pedantic(timed_run, args=(values,), rounds=ROUNDS, iterations=1,
-                           warmup_rounds=1)
-    finally:
-        runner.close()
-    return min(seconds[-ROUNDS:]), records * len(seconds)
-
-
-def _java(benchmark, bootstrap, topic, tmp_path, settings, records):
-    java = peers.JavaProducerPerformance(
-        bootstrap, settings, peers.write_payload_file(tmp_path / "payloads", settings.record_size))
-    warmup = records // 2
-    summaries = []
-    # pytest-benchmark's own time includes the JVM's start; the numbers kept are the tool's.
-    benchmark.pedantic(lambda: summaries.append(java.run(topic, records, warmup)),
-                       rounds=ROUNDS, iterations=1)
-    best = max(summaries, key=lambda s: s.records_per_s)
-    return best.records / best.records_per_s, (records + warmup) * len(summaries)
+    with contextlib.ExitStack() as stack:  # runners closed, then topics deleted
+        topics, contestants = {}, {}
+        for client, mode in clients:
+            topic = topics[client, mode] = f"{topic_name}-{client}-{mode}"
+            create_topic(bootstrap, topic, partitions=PARTITIONS)
+            stack.callback(peers.delete_topic, bootstrap, topic)
+            records = records_per_round((client, mode), settings.record_size)
+            if batch_size != peers.BATCH_SIZE:  # small batches: a fraction of the large-batch rate
+                records //= 5
+            contestants[client, mode] = peers.contestant(client, mode, bootstrap, topic, settings,
+                                                         records, broker_pids, tmp_path, stack)
+        measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
+                                      iterations=1)
+        e2e_results.record_throughput(benchmark, settings, measured)
+        for key, contestant in contestants.items():
+            assert peers.acknowledged_records(bootstrap, topics[key]) == contestant.records_sent

@@ -35,7 +35,9 @@ import pytest
 from aiokafka.record._crecords import default_records as aiokafka_crecords
 from kafka.record.default_records import DefaultRecordBatchBuilder as KafkaPythonBuilder
 
-from netkafka.record._records import BinaryColumn, BufferPool, RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._batch import RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._columns import BinaryColumn
+from netkafka.record._pool import BufferPool
 
 RECORD_COUNT = 1_000_000
 DISTINCT = 1_000

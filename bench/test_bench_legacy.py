@@ -20,7 +20,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder as KafkaPythonB
 
 from netkafka.record._compression import Compressor
 from netkafka.record._legacy import LegacyMessageSetBuilder
-from netkafka.record._records import BufferPool
+from netkafka.record._pool import BufferPool
 
 RECORD_COUNT = 100_000
 BATCH_SIZE_BYTES = 1 << 20

@@ -18,9 +18,9 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from netkafka.producer._partitioner import (DefaultPartitioner, keyed_partitions, murmur2,
-                                   place_unkeyed_rows)
-from netkafka.record._records import Rows
+from netkafka.producer._batch_send import keyed_partitions, place_unkeyed_rows
+from netkafka.producer._partitioner import DefaultPartitioner, murmur2
+from netkafka.record._columns import Rows
 
 KEY_BYTES = 16
 KEY_COUNT = 1000

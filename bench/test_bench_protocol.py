@@ -19,7 +19,7 @@ from aiokafka.protocol.produce import ProduceResponse_v8 as AiokafkaProduceRespo
 from kafka.protocol.producer import ProduceRequest as KpProduceRequest
 from kafka.protocol.producer import ProduceResponse as KpProduceResponse
 
-from netkafka import protocol
+from netkafka.protocol import produce
 
 TOPICS = 10
 PARTITIONS = 10
@@ -58,7 +58,7 @@ def response_bytes(version):
 @pytest.mark.benchmark(group="produce-request-encode")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_encode_netkafka(benchmark, version):
-    buffers = benchmark(protocol.encode_produce_request, 1, CLIENT_ID, version, -1, 30000,
+    buffers = benchmark(produce.encode_produce_request, 1, CLIENT_ID, version, -1, 30000,
                         TOPIC_DATA)
     assert b"".join(bytes(b) for b in buffers) == kafka_python_request(version).encode(
         header=True, framed=True)
@@ -86,7 +86,7 @@ def test_encode_aiokafka_v8(benchmark):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_decode_netkafka(benchmark, version):
     data = response_bytes(version)
-    response = benchmark(protocol.decode_produce_response, data, version)
+    response = benchmark(produce.decode_produce_response, data, version)
     assert sum(len(t.partitions) for t in response.topics) == TOPICS * PARTITIONS
 
 

@@ -10,7 +10,7 @@ from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after th
                              SerializationError, UndeliveredRecordsError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
 from netkafka.producer._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
-from netkafka.record._records import BinaryColumn  # noqa: E402
+from netkafka.record._columns import BinaryColumn  # noqa: E402
 from netkafka.producer.producer import KafkaProducer, Producer  # noqa: E402
 
 __all__ = [

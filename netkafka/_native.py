@@ -7,16 +7,21 @@ import importlib
 
 # Every compiled module the package needs; each is built from the .pyx of its dotted path.
 NATIVE_MODULES = (
+    "netkafka.client._transport",
     "netkafka.producer._accumulator",
+    "netkafka.producer._batch_send",
     "netkafka.producer._futures",
     "netkafka.producer._mutex",
     "netkafka.producer._partitioner",
     "netkafka.producer._wal",
     "netkafka.protocol._produce",
+    "netkafka.protocol._reader",
+    "netkafka.record._batch",
+    "netkafka.record._columns",
     "netkafka.record._compression",
     "netkafka.record._crc",
     "netkafka.record._legacy",
-    "netkafka.record._records",
+    "netkafka.record._pool",
 )
 
 BUILD_HINT = (

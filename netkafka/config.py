@@ -9,17 +9,25 @@ An unknown keyword raises TypeError naming it; a bad value raises ValueError nam
 the key and what it allows; a security option (anything but PLAINTEXT) or a
 transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
 transactions.
+
+Settings given as text (Spark conf, a properties file, a command line) reach the
+Producer through producer_keyword() and setting_from_text(): the Java client's
+dotted names and typed values, read one way for every tool.
 """
 import itertools
 import math
+import re
 from dataclasses import dataclass
 
-from netkafka.record._compression import codec_id
+from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
+from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
 _INT32_MAX = 2**31 - 1
-_COMPRESSION_TYPES = (None, "none", "gzip", "snappy", "lz4", "zstd")
+# compression_type's values: None or a codec's name, as the record layer knows them.
+COMPRESSION_TYPES = (None, *CODEC_NAMES)
+ACKS = (0, 1, "all", -1)
 _client_ids = itertools.count(1)
 
 # kafka-python's security options, with the values that mean "not used".  Any other
@@ -126,29 +134,26 @@ class ProducerConfig:
             if value is not None and not callable(value):
                 raise ValueError(f"{name} must be a callable (data) -> bytes or None, "
                                  f"got {value!r}")
-        object.__setattr__(self, "acks", _acks_value(self.acks))
-        if self.compression_type not in _COMPRESSION_TYPES:
-            raise ValueError(f"compression_type must be one of "
-                             f"{', '.join(map(repr, _COMPRESSION_TYPES))}, "
-                             f"got {self.compression_type!r}")
+        object.__setattr__(self, "acks", acks_value(self.acks))
+        check_choice("compression_type", self.compression_type, COMPRESSION_TYPES)
         if isinstance(self.retries, float) and math.isinf(self.retries) and self.retries > 0:
             object.__setattr__(self, "retries", _INT32_MAX)
-        _check_int("retries", self.retries, 0)
+        check_int("retries", self.retries, 0)
         object.__setattr__(self, "retries", min(self.retries, _INT32_MAX))
         # A batch holds the 61-byte header and at least one small record.
-        _check_int("batch_size", self.batch_size, 128)
-        _check_int("linger_ms", self.linger_ms, 0)
-        _check_int("max_block_ms", self.max_block_ms, 0)
-        _check_int("max_request_size", self.max_request_size, 1, maximum=_INT32_MAX)
+        check_int("batch_size", self.batch_size, 128)
+        check_int("linger_ms", self.linger_ms, 0)
+        check_int("max_block_ms", self.max_block_ms, 0)
+        check_int("max_request_size", self.max_request_size, 1, maximum=_INT32_MAX)
         if self.batch_size > self.max_request_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be at most "
                              f"max_request_size ({self.max_request_size})")
-        _check_int("buffer_memory", self.buffer_memory, self.batch_size,
-                   minimum_text=f"batch_size ({self.batch_size})")
-        _check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
-        _check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
-        _check_int("request_timeout_ms", self.request_timeout_ms, 1)
-        _check_int("delivery_timeout_ms", self.delivery_timeout_ms, 1)
+        check_int("buffer_memory", self.buffer_memory, self.batch_size,
+                  minimum_text=f"batch_size ({self.batch_size})")
+        check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
+        check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
+        check_int("request_timeout_ms", self.request_timeout_ms, 1)
+        check_int("delivery_timeout_ms", self.delivery_timeout_ms, 1)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             # The Java client's rule: a batch must be able to linger and then wait
             # for one answer before its delivery time runs out.
@@ -156,27 +161,23 @@ class ProducerConfig:
                 f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
                 f"linger_ms + request_timeout_ms ({self.linger_ms} + "
                 f"{self.request_timeout_ms})")
-        _check_int("max_in_flight_requests_per_connection",
-                   self.max_in_flight_requests_per_connection, 1)
-        if not isinstance(self.enable_idempotence, bool):
-            raise ValueError(f"enable_idempotence must be True or False, "
-                             f"got {self.enable_idempotence!r}")
+        check_int("max_in_flight_requests_per_connection",
+                  self.max_in_flight_requests_per_connection, 1)
+        check_choice("enable_idempotence", self.enable_idempotence, (True, False))
         for name in ("send_buffer_bytes", "receive_buffer_bytes"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_int(name, value, 1, none_allowed=True)
-        _check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
-        _check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
-        _check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
+            check_int(name, getattr(self, name), 1, none_allowed=True)
+        check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
+        check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
+        check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
         if self.api_version is not None and not (
                 isinstance(self.api_version, tuple)
                 and all(isinstance(p, int) for p in self.api_version)):
             raise ValueError(f"api_version must be None or a tuple of ints such as "
                              f"(2, 8, 0), got {self.api_version!r}")
-        _check_int("io_threads", self.io_threads, 1)
-        _check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
-        _check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
-                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        check_int("io_threads", self.io_threads, 1)
+        check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
+        check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
+                  minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
 
     def _check_idempotence(self):
@@ -216,6 +217,68 @@ class ProducerConfig:
         )
 
 
+# Every setting a Producer takes, by keyword, with its default.
+_SETTING_DEFAULTS = {**{name: field.default
+                        for name, field in ProducerConfig.__dataclass_fields__.items()},
+                     **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
+# Settings whose text is read as a number though their default is not one: acks
+# ('all' or a number), and the socket buffers (None keeps the OS default).
+_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
+_WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
+
+
+def producer_keyword(name, origin=None):
+    """The Producer keyword a setting's name stands for: kafka-python's own
+    (``batch_size``), or the Java client's dotted one (``batch.size``).
+
+    Args:
+        name: the name as given; dots and dashes read as underscores.
+        origin: where it was given, for the message (default: name).
+
+    Raises:
+        TypeError: not a setting of Producer (named as given and as read).
+    """
+    keyword = name.strip().replace(".", "_").replace("-", "_")
+    if keyword not in _SETTING_DEFAULTS:
+        raise TypeError(f"unknown producer setting {origin or name!r} (read as {keyword!r}): "
+                        f"not one of netkafka.Producer's keyword arguments")
+    return keyword
+
+
+def setting_from_text(keyword, value, origin=None):
+    """value as the Producer takes it for keyword: text is read as the setting's type,
+    as it comes from a Spark conf, a properties file or a command line; any other value
+    is returned as it is.
+
+    Text is true/false for a setting whose default is a bool, a whole number for one
+    whose default is an int (and for acks and the socket buffer sizes, where it may
+    be); anything else stays text.  The Producer checks the values it gets.
+
+    Args:
+        keyword: a Producer keyword (see producer_keyword).
+        origin: where the value was given, for the message (default: keyword).
+
+    Raises:
+        ValueError: text that is not a bool or an int where one is needed (named as
+            origin=text).
+    """
+    if not isinstance(value, str):
+        return value
+    default = _SETTING_DEFAULTS[keyword]
+    if isinstance(default, bool):
+        if value.strip().lower() not in ("true", "false"):
+            raise ValueError(f"{origin or keyword}={value!r}: must be true or false")
+        return value.strip().lower() == "true"
+    number = _WHOLE_NUMBER.fullmatch(value) is not None
+    if isinstance(default, int):
+        if not number:
+            raise ValueError(f"{origin or keyword}={value!r}: must be an integer")
+        return int(value)
+    if number and keyword in _NUMBERS_WITHOUT_INT_DEFAULT:
+        return int(value)
+    return value
+
+
 def _conflicts_with_idempotence(settings):
     """acks other than 'all', no retries, or more than 5 requests in flight."""
     # Bad values are left for __post_init__ to name.
@@ -225,23 +288,14 @@ def _conflicts_with_idempotence(settings):
             or (isinstance(in_flight, int) and in_flight > 5))
 
 
-def _acks_value(acks):
-    if acks == "all" or (acks in (0, 1, -1) and not isinstance(acks, bool)
-                         and isinstance(acks, int)):
-        return -1 if acks == "all" else acks
-    raise ValueError(f"acks must be 0, 1, 'all' or -1, got {acks!r}")
+def acks_value(acks):
+    """The wire value of an acks setting: 0, 1, or -1 for 'all'.
 
-
-def _check_int(name, value, minimum, maximum=None, minimum_text=None, none_allowed=False):
-    allowed = f"an int >= {minimum_text or minimum}"
-    if maximum is not None:
-        allowed += f" and <= {maximum}"
-    if none_allowed:
-        allowed += " or None"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be {allowed}, got {value}")
+    Raises:
+        ValueError: not one of ACKS.
+    """
+    check_choice("acks", acks, ACKS)
+    return -1 if acks == "all" else acks
 
 
 def _check_bootstrap(servers):

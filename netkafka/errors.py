@@ -16,6 +16,10 @@
     +-- DeliveryFailedError     records of a Spark task failed
     +-- BrokerHarnessError      the test harness could not run a broker (also a
     |                           RuntimeError)
+    +-- BatchStateError         a batch asked to do what its state forbids (also a
+    |                           RuntimeError)
+    +-- BufferPoolExhausted     the buffer pool has no room for a record's batch now
+    +-- CompressionError        a codec library failed to compress (also a RuntimeError)
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -131,6 +135,21 @@ class BrokerHarnessError(KafkaError, RuntimeError):
 
 # The error code of success (Kafka's NONE): an answer's error_code is compared with it.
 NO_ERROR = 0
+
+# --- The record layer's (netkafka.record): batches, their buffers, their codecs.
+
+
+class BatchStateError(KafkaError, RuntimeError):
+    """An operation was asked of a batch in a state that does not allow it."""
+
+
+class BufferPoolExhausted(KafkaError):
+    """The pool cannot hand out the memory asked for right now."""
+
+
+class CompressionError(KafkaError, RuntimeError):
+    """A codec library failed to compress (out of memory, or a bug): nothing was sent."""
+
 
 # Every error code of Apache Kafka 4.x: code -> (name, retriable, invalid_metadata).
 # Names are Kafka's; the two flags are the Java client's (RetriableException,
@@ -621,6 +640,46 @@ class RebootstrapRequiredError(BrokerError):
     """The broker asks the client to bootstrap its metadata again."""
 
     code = 129
+
+
+# --- SASL settings and credentials (netkafka.client.sasl).  A broker's refusal of
+# the credentials is SaslAuthenticationFailedError (code 58) above; the client raises
+# it too when the broker's own proof fails (a SCRAM server signature that does not
+# verify), since either way the two sides do not share the secret.
+
+
+class SaslConfigError(KafkaError, ValueError):
+    """A SASL setting is missing, unknown or invalid, or does not fit the others;
+    the message names the setting.  Raised when the producer is built, before any
+    connection."""
+
+
+class JaasConfigError(SaslConfigError):
+    """A sasl.jaas.config string does not parse, or lacks what its mechanism needs;
+    the message names the position or the option."""
+
+
+class SaslLibraryMissingError(KafkaError, ImportError):
+    """A SASL mechanism needs an optional library that is not installed; the message
+    names the extra that installs it (e.g. ``pip install 'netkafka[gssapi]'``)."""
+
+
+class OAuthTokenError(KafkaError):
+    """An OAUTHBEARER token could not be had: the token endpoint was unreachable,
+    answered an HTTP error, or answered without a usable token; or a token provider
+    failed or returned something that is not a token.
+
+    Attributes:
+        url: the token endpoint, or None when the token came from elsewhere.
+        status: the endpoint's HTTP status, or None when there was no answer.
+    Retriable when the endpoint may answer later: no answer, HTTP 429 or 5xx.
+    """
+
+    def __init__(self, message, *, url=None, status=None):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.retriable = url is not None and (status is None or status == 429 or status >= 500)
 
 
 # -- The write-ahead log (wal_dir) --------------------------------------------------------

@@ -1,14 +1,14 @@
 """Sealed record batches and I/O-layer plumbing shared by the connection, I/O pool,
 metadata and backpressure tests.
 
-Batches come from netkafka's own encoder (netkafka.record._records); what reaches the broker is
+Batches come from netkafka's own encoder (netkafka.record._batch); what reaches the broker is
 checked by the independent reader (confluent-kafka), never by our decoder.
 """
 import os
 import time
 from typing import NamedTuple
 
-from netkafka.record import _records
+from netkafka.record import _batch, _pool
 from netkafka.client.connection import ConnectionConfig
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata
@@ -38,13 +38,13 @@ class SealedBatch(NamedTuple):
 
 
 def new_buffer_pool(total_bytes=64 * 1024 * 1024):
-    return _records.BufferPool(BATCH_SIZE_BYTES, total_bytes)
+    return _pool.BufferPool(BATCH_SIZE_BYTES, total_bytes)
 
 
 def make_batch(pool, tag, count, value_bytes=100, with_headers=True):
     """A sealed batch of `count` records; keys, values and headers name `tag` and the
     record's index, so a lost, duplicated or reordered record shows in a comparison."""
-    builder = _records.RecordBatchBuilder(pool.acquire(), BATCH_SIZE_BYTES, MAX_REQUEST_SIZE_BYTES)
+    builder = _batch.RecordBatchBuilder(pool.acquire(), BATCH_SIZE_BYTES, MAX_REQUEST_SIZE_BYTES)
     written = []
     now_ms = int(time.time() * 1000)
     for i in range(count):
@@ -115,3 +115,10 @@ def io_threads_alive():
     import threading
 
     return [t.name for t in threading.enumerate() if t.name.startswith("netkafka-io-")]
+
+
+def connection_states(caplog, address):
+    """The states the connection to address entered, in order, read from its DEBUG
+    log (caplog set to DEBUG for netkafka.client.connection)."""
+    return [record.args[2] for record in caplog.records
+            if record.name == "netkafka.client.connection" and address in record.args[0]]

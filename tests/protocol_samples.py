@@ -16,11 +16,11 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceResponse as KpProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from netkafka import protocol
+from netkafka.protocol.versions import SUPPORTED_VERSIONS
 
 CORRELATION_ID = 0x1234567
 
-ALL_VERSIONS = {api: range(low, high + 1) for api, (low, high) in protocol.SUPPORTED_VERSIONS.items()}
+ALL_VERSIONS = {api: range(low, high + 1) for api, (low, high) in SUPPORTED_VERSIONS.items()}
 
 
 def kafka_python_response(cls, version, **fields):

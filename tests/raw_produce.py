@@ -1,7 +1,7 @@
 """A minimal Produce v7 client on a raw socket, for the encoder's end-to-end test.
 
 It frames one request carrying already sealed RecordBatch bytes, sends it and checks
-the partition's error code: just enough to put netkafka.record._records' output on a real
+the partition's error code: just enough to put netkafka.record._batch's output on a real
 broker before the protocol and I/O layers take over that job.  Produce v7 is the
 oldest version that allows zstd and is not yet "flexible" (no tagged fields), so
 plain struct packing describes it completely.
@@ -9,7 +9,8 @@ plain struct packing describes it completely.
 import socket
 import struct
 
-PRODUCE_API_KEY = 0
+from netkafka.protocol.framing import ApiKey
+
 PRODUCE_VERSION = 7
 ACKS_ALL = -1
 TIMEOUT_MS = 30_000
@@ -22,7 +23,7 @@ def _string(data):
 
 def produce_request(correlation_id, topic, partition, batch_bytes):
     """Length-prefixed Produce v7 request (request header v1) for one partition."""
-    header = struct.pack(">hhi", PRODUCE_API_KEY, PRODUCE_VERSION, correlation_id) + _string(CLIENT_ID)
+    header = struct.pack(">hhi", ApiKey.PRODUCE, PRODUCE_VERSION, correlation_id) + _string(CLIENT_ID)
     body = (
         struct.pack(">h", -1)  # transactional_id: null
         + struct.pack(">hi", ACKS_ALL, TIMEOUT_MS)

@@ -1,4 +1,4 @@
-"""Pure-Python RecordBatch v2 encoder: the byte-exact oracle for netkafka.record._records.
+"""Pure-Python RecordBatch v2 encoder: the byte-exact oracle for netkafka.record._batch.
 
 Written from the protocol description with struct and the `crc32c` package, sharing
 no code with the native encoder, so a mistake would have to be made twice, the same

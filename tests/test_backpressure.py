@@ -294,8 +294,9 @@ def test_backoff_setting_is_validated():
     assert backoff_strategy("park", park_us=5).park_us == 5
     user = _Refuse()
     assert backoff_strategy(user) is user
-    with pytest.raises(ValueError, match=r"backoff must be one of \['block', 'drop', 'park'\] "
-                                         r"or an object with a wait_for_room"):
+    with pytest.raises(ValueError, match=r"backoff must be 'block', 'drop', 'park' or an object "
+                                         r"with a wait_for_room\(target, max_block_ms\) "
+                                         r"method, got 'spin'"):
         backoff_strategy("spin")
     with pytest.raises(ValueError, match="wait_for_room"):
         backoff_strategy(42)

@@ -1,19 +1,49 @@
-"""The end-to-end benchmarks' own helpers (bench/peers.py), on a few records: each client's
-runner gets every record acknowledged, and ProducerPerformance's output is parsed as the
-tool really prints it.  The benchmarks themselves are in bench/ (make bench)."""
+"""The end-to-end benchmarks' own helpers, on a few records: each client's runner
+(bench/peers.py) gets every record acknowledged, ProducerPerformance's output is parsed as
+the tool really prints it, and a round's costs (bench/rounds.py) are those of known busy
+loops.  The benchmarks themselves are in bench/ (make bench)."""
+import contextlib
 import importlib.util
+import resource
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from netkafka.testing.admin import create_topic
+from netkafka.testing.broker import free_ports
+from netkafka.testing.fixtures import ExternalBroker
 
-_SPEC = importlib.util.spec_from_file_location(
-    "peers", Path(__file__).resolve().parents[1] / "bench" / "peers.py")
-peers = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(peers)
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _bench_module(name):
+    """bench/NAME.py, imported as bench/'s modules import each other (by its bare name)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+peers = _bench_module("peers")
+rounds = _bench_module("rounds")
 
 RECORDS = 300
+SPIN_S = 0.3  # CPU seconds of a known busy loop
+# What measuring adds to a busy loop's CPU: a thread's start, reading /proc; and one tick
+# of /proc's CPU times (10 ms) at each end.
+OVERHEAD_S = 0.05
+# A busy loop of its own process: waits for a line, spins SPIN_S of CPU, says so, and
+# exits at the end of its input.
+SPINNER = ("import sys, time\n"
+           "sys.stdin.readline()\n"
+           "end = time.process_time() + float(sys.argv[1])\n"
+           "while time.process_time() < end: pass\n"
+           "print('spun', flush=True)\n"
+           "sys.stdin.read()\n")
 
 # Printed by Kafka 4.4's ProducerPerformance with --warmup-records 500000 on this machine.
 CAPTURED = """\
@@ -78,3 +108,127 @@ def test_payloads_are_distinct_exact_and_repeatable():
     assert len(set(pool)) == peers.PAYLOAD_POOL and {len(p) for p in pool} == {1024}
     assert pool == peers.payloads(1024) and b"\n" not in b"".join(pool)
     assert peers.values_for(1024, 130)[129] == pool[129 % peers.PAYLOAD_POOL]
+
+
+# -- bench/rounds.py ---------------------------------------------------------------------------
+
+
+def _spin(seconds):
+    """Spins until this thread has used `seconds` of CPU."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@contextlib.contextmanager
+def _spinner():
+    process = subprocess.Popen([sys.executable, "-I", "-S", "-c", SPINNER, str(SPIN_S)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield process
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+
+
+def _spin_in(process):
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    assert process.stdout.readline() == "spun\n"
+
+
+def test_client_cpu_counts_every_thread_of_the_process():
+    def two_threads():
+        threads = [threading.Thread(target=_spin, args=(SPIN_S / 2,)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    measured = rounds.measure(two_threads, 1000, [])
+    assert SPIN_S <= measured.client_cpu_s <= SPIN_S + OVERHEAD_S
+    assert measured.client_ns_per_record == measured.client_cpu_s * 1e9 / 1000
+    assert measured.broker_cpu_s is None and measured.broker_ns_per_record is None
+
+
+def test_client_cpu_counts_a_child_process_ended_in_the_round():
+    """The way the Java producer's JVM is counted: a subprocess that the round waits for."""
+    measured = rounds.measure(lambda: subprocess.run(
+        [sys.executable, "-I", "-S", "-c", SPINNER, str(SPIN_S)], input="go\n", text=True,
+        capture_output=True, check=True), 1, [])
+    assert SPIN_S <= measured.client_cpu_s <= SPIN_S + OVERHEAD_S
+
+
+def test_broker_cpu_is_its_processes_and_the_rest_is_others():
+    with _spinner() as broker, _spinner() as other:
+        measured = rounds.measure(lambda: _spin_in(broker), 1, [broker.pid])
+        assert SPIN_S - OVERHEAD_S <= measured.broker_cpu_s <= SPIN_S + OVERHEAD_S
+        assert measured.client_cpu_s < OVERHEAD_S  # it only waited for the broker
+        # A process neither client nor broker: what other jobs of the machine do.
+        measured = rounds.measure(lambda: _spin_in(other), 1, [broker.pid])
+        assert measured.broker_cpu_s < OVERHEAD_S
+        assert measured.others_cores * measured.seconds >= SPIN_S - OVERHEAD_S
+
+
+def test_broker_pids_of_the_harness_broker_and_of_one_found_by_its_port(kafka_broker):
+    (node,) = kafka_broker.nodes
+    assert rounds.broker_pids(kafka_broker) == (node.pid,)
+    assert rounds.broker_pids(ExternalBroker(kafka_broker.bootstrap)) == (node.pid,)
+    (unused,) = free_ports(1)
+    assert rounds.broker_pids(ExternalBroker(f"127.0.0.1:{unused}")) == ()
+    assert rounds.process_cpu_s(node.pid) > 0
+
+
+def test_alternate_warms_every_contestant_up_then_takes_turns():
+    runs = []
+    contestants = {key: rounds.Contestant(lambda key=key: runs.append(key), 10, [])
+                   for key in "ABC"}
+    measured = rounds.alternate(contestants, 2)
+    assert "".join(runs) == "ABC" + "ABC" * 2
+    assert {key: len(found) for key, found in measured.items()} == {"A": 2, "B": 2, "C": 2}
+    assert all(c.records_sent == 30 for c in contestants.values())
+    with pytest.raises(ValueError, match="at least 1 per contestant, got 0"):
+        rounds.alternate(contestants, 0)
+
+
+def test_summary_takes_the_medians_of_the_rounds():
+    measured = [rounds.Round(1000, seconds, cpu, broker, load, others)
+                for seconds, cpu, broker, load, others in [(3.0, 0.003, 0.02, 5.0, 0.5),
+                                                           (1.0, 0.001, 0.01, 1.0, 0.1),
+                                                           (2.0, 0.004, 0.03, 9.0, 0.9)]]
+    summary = rounds.summary(measured)
+    assert (summary["records"], summary["seconds"], summary["msgs_per_s"]) == (1000, 2.0, 500.0)
+    assert summary["client_ns_per_record"] == 3000.0 and summary["broker_ns_per_record"] == 20000.0
+    assert (summary["load_1m"], summary["others_cores"], summary["rounds"]) == (5.0, 0.5, 3)
+    assert summary["round_seconds"] == [3.0, 1.0, 2.0]
+    no_broker = rounds.summary([rounds.Round(1000, 1.0, 0.001, None, 1.0, 0.0)])
+    assert no_broker["broker_ns_per_record"] is None
+
+
+def _children_cpu_s():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_java_contestant_subtracts_a_run_of_its_warm_up_records(kafka_broker, topic_name,
+                                                                 tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    settings = peers.Settings(100)
+    java = rounds.JavaContestant(
+        peers.JavaProducerPerformance(kafka_broker.bootstrap, settings,
+                                      peers.write_payload_file(tmp_path / "p", 100)),
+        topic_name, RECORDS, 100, rounds.broker_pids(kafka_broker))
+    java.warm_up()
+    assert java.baseline.client_cpu_s > 0.3  # a JVM's start: about 1.5 s on 2 cores
+    before = _children_cpu_s()
+    measured = java.round()
+    whole_jvm = _children_cpu_s() - before
+    assert measured.client_cpu_s == pytest.approx(whole_jvm - java.baseline.client_cpu_s,
+                                                  abs=OVERHEAD_S)
+    (summary,) = java.summaries
+    assert (measured.records, measured.seconds) == (RECORDS,
+                                                    summary.records / summary.records_per_s)
+    assert measured.broker_cpu_s is not None
+    assert peers.acknowledged_records(kafka_broker.bootstrap, topic_name) == java.records_sent
+    assert java.records_sent == 100 + RECORDS + 100
+    peers.delete_topic(kafka_broker.bootstrap, topic_name)

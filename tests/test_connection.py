@@ -1,6 +1,7 @@
 """BrokerConnection against the real broker: handshake, requests, produce at every acks,
 many requests in flight, zero-copy writes, timeouts, reconnects, hostile or foreign peers."""
 import http.server
+import logging
 import socket
 import struct
 import threading
@@ -8,12 +9,17 @@ import time
 
 import pytest
 
-from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
-from netkafka import errors, protocol
-from netkafka.client.connection import DISCONNECTED, READY, ConnectionConfig
+from batch_helpers import (as_read, connection_states, io_stack, make_batch, new_buffer_pool,
+                           release_batches)
+from netkafka import errors
+from netkafka.client.connection import (AUTHENTICATING, CONNECTING, DISCONNECTED,
+                                        NEGOTIATING_VERSIONS, READY, TRANSPORT_HANDSHAKE,
+                                        ConnectionConfig)
 from netkafka.errors import KafkaConnectionError, RequestTimeoutError
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
+from netkafka.protocol import api_versions
+from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -51,9 +57,9 @@ def test_handshake_negotiates_versions_and_metadata_round_trips(kafka_broker, po
 
     assert conn.state == READY
     versions = conn.api_versions
-    assert versions[protocol.PRODUCE] >= 3
-    assert versions[protocol.METADATA] >= 1
-    assert versions[protocol.API_VERSIONS] == protocol.API_VERSIONS_VERSION
+    assert versions[ApiKey.PRODUCE] >= 3
+    assert versions[ApiKey.METADATA] >= 1
+    assert versions[ApiKey.API_VERSIONS] == api_versions.API_VERSIONS_VERSION
     assert [(b.host, b.port) for b in answer.brokers] == [(host, port)]
     (topic,) = answer.topics
     assert (topic.name, topic.error_code) == (topic_name, 0)
@@ -92,6 +98,16 @@ def test_produce_batches_read_back_byte_exact(kafka_broker, topic_name, acks):
         assert [r.offset for r in got] == list(range(21))
         assert as_read(got) == [tuple(w) for w in sent[partition]]
     release_batches([batch for batch, _ in futures])
+
+
+def test_setup_passes_every_stage_in_order(kafka_broker, pool, caplog):
+    host, port = broker_address(kafka_broker.bootstrap)
+    caplog.set_level(logging.DEBUG, logger="netkafka.client.connection")
+    conn = pool.connection(-1, host, port)
+    assert request_metadata(conn, []).result(30).brokers
+    assert connection_states(caplog, f"{host}:{port}") == [
+        CONNECTING, TRANSPORT_HANDSHAKE, NEGOTIATING_VERSIONS, AUTHENTICATING, READY]
+    assert conn.stats()["connections_ready"] == 1
 
 
 def test_many_requests_in_flight_complete_in_order(kafka_broker, topic_name):
@@ -358,6 +374,39 @@ class _RewritingProxy(_BrokerProxy):
             dst.close()
 
 
+class _ClosingProxy(_BrokerProxy):
+    """A broker that closes the connection during version negotiation: the
+    ApiVersions request reaches the real broker, its answer is dropped and the
+    client's connection closed instead."""
+
+    def _answers(self, src, dst):
+        try:
+            _recv_exactly(src, 4)  # the broker started answering
+        except OSError:
+            pass
+        finally:
+            # shutdown, not only close: the other direction's thread is still in
+            # recv() on dst, which would keep the connection open.
+            dst.shutdown(socket.SHUT_RDWR)
+            dst.close()
+
+
+def test_close_during_version_negotiation_names_the_stage(kafka_broker, pool, caplog):
+    proxy = _ClosingProxy(broker_address(kafka_broker.bootstrap))
+    caplog.set_level(logging.DEBUG, logger="netkafka.client.connection")
+    try:
+        conn = pool.connection(-1, "127.0.0.1", proxy.port)
+        with pytest.raises(KafkaConnectionError,
+                           match=rf"127\.0\.0\.1:{proxy.port} closed the connection during "
+                                 r"the ApiVersions handshake \(is it a Kafka broker\?\)"):
+            request_metadata(conn, []).result(10)
+    finally:
+        proxy.close()
+    assert connection_states(caplog, f"127.0.0.1:{proxy.port}")[:4] == [
+        CONNECTING, TRANSPORT_HANDSHAKE, NEGOTIATING_VERSIONS, DISCONNECTED]
+    assert conn.stats()["connections_ready"] == 0
+
+
 def _recv_exactly(sock, n):
     data = b""
     while len(data) < n:
@@ -475,10 +524,10 @@ def test_idle_connection_is_closed_and_reopened_on_demand(kafka_broker):
 
 @pytest.mark.parametrize("options, message", [
     ({"high_watermark_bytes": 10, "low_watermark_bytes": 20},
-     r"high_watermark_bytes \(10\) must be >= low_watermark_bytes \(20\)"),
-    ({"low_watermark_bytes": -1}, r"low_watermark_bytes must be >= 0, got -1"),
+     r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
+    ({"low_watermark_bytes": -1}, r"low_watermark_bytes must be an int >= 0, got -1"),
     ({"max_in_flight_requests_per_connection": 0},
-     r"max_in_flight_requests_per_connection must be >= 1"),
+     r"max_in_flight_requests_per_connection must be an int >= 1, got 0"),
     ({"send_buffer_bytes": 0}, r"send_buffer_bytes must be -1 \(OS default\) or > 0"),
     ({"request_timeout_ms": "30"}, r"request_timeout_ms must be an int"),
 ])

@@ -16,9 +16,10 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from netkafka.errors import BrokerHarnessError
-from netkafka.testing.admin import create_topic
-from netkafka.testing.broker import (Cluster, _decode_metadata, free_ports, kafka_libs_dir,
-                                     new_cluster_id, probe_metadata)
+from netkafka.testing.admin import broker_api_versions, create_topic
+from netkafka.testing.broker import (KAFKA_LINES, Cluster, Listener, _decode_metadata, free_ports,
+                                     jar_version, kafka_libs_dir, new_cluster_id, probe_metadata)
+from netkafka.testing.fixtures import ExternalBroker
 from netkafka.testing.reader import Record, read_topic
 
 WAIT_S = 30.0
@@ -151,6 +152,36 @@ def test_reader_fails_on_a_missing_topic(kafka_broker, topic_name):
         read_topic(kafka_broker.bootstrap, topic_name, timeout_s=5)
 
 
+# -- Kafka 3.9 beside 4.x -------------------------------------------------------------------------
+
+
+def test_kafka_3_9_offers_produce_v0_to_v2(kafka_broker_3_9):
+    """ApiVersions as librdkafka hears it.  (4.x brokers advertise Produce v0 too, so that old
+    librdkafka releases keep working, and refuse v0-v2 requests: only taking a legacy
+    request, as below, tells the lines apart.)"""
+    versions = broker_api_versions(kafka_broker_3_9.bootstrap)
+    assert versions["Produce"][0] == 0 and versions["Produce"][1] >= 2
+
+
+def test_kafka_3_9_takes_legacy_message_sets(kafka_broker_3_9, topic_name):
+    """librdkafka told to skip ApiVersions and to take the broker for 0.9 speaks that release's
+    protocol: an old Produce version with message set v0 (no timestamps)."""
+    create_topic(kafka_broker_3_9.bootstrap, topic_name)
+    messages = [{"key": f"k{i}".encode(), "value": f"v{i}".encode()} for i in range(20)]
+    expected = produce(kafka_broker_3_9.bootstrap, topic_name, messages,
+                       **{"api.version.request": False, "broker.version.fallback": "0.9.0"})
+    records = read_topic(kafka_broker_3_9.bootstrap, topic_name, expected_count=len(messages))
+    assert [(r.offset, r.key, r.value) for r in records] == [(e.offset, e.key, e.value) for e in expected]
+
+
+def test_kafka_3_9_release_and_jars(kafka_broker_3_9):
+    if isinstance(kafka_broker_3_9, ExternalBroker):
+        pytest.skip("NETKAFKA_BOOTSTRAP_3_9 names a broker this session did not start")
+    assert kafka_broker_3_9.release.startswith("3.9.")
+    assert jar_version(kafka_libs_dir("3.9"), "kafka_2.13") == kafka_broker_3_9.release
+    assert not jar_version(kafka_libs_dir(), "kafka-clients").startswith("3.")
+
+
 # -- the three-node cluster ----------------------------------------------------------------------
 
 
@@ -278,12 +309,58 @@ def test_cluster_arguments_are_checked():
         Cluster(0)
     with pytest.raises(ValueError, match="min_insync_replicas"):
         Cluster(1, min_insync_replicas=2)
+    with pytest.raises(ValueError, match="kafka_version must be one of"):
+        Cluster(1, kafka_version="3.8")
+    with pytest.raises(ValueError, match="security protocol"):
+        Cluster(1, listeners=[Listener("TLS", "TLS")])
+    with pytest.raises(ValueError, match="upper-case"):
+        Cluster(1, listeners=[Listener("tls", "SSL")])
+    with pytest.raises(ValueError, match="harness's own"):
+        Cluster(1, listeners=[Listener("CONTROLLER", "SSL")])
+    with pytest.raises(ValueError, match="repeat"):
+        Cluster(1, listeners=[Listener("TLS", "SSL"), Listener("TLS", "SASL_SSL")])
+    with pytest.raises(ValueError, match="not a listener"):
+        Cluster(1, inter_broker_listener="TLS")
 
 
-def test_missing_jars_are_reported(tmp_path, monkeypatch):
-    monkeypatch.setenv("NETKAFKA_KAFKA_LIBS", str(tmp_path))
-    with pytest.raises(BrokerHarnessError, match="holds no kafka_"):
-        kafka_libs_dir()
+def test_every_listener_of_every_node_has_its_own_port():
+    listeners = [Listener("TLS", "SSL"), Listener("SASL", "SASL_PLAINTEXT")]
+    cluster = Cluster(3, listeners=listeners)
+    ports = [node.broker_port for node in cluster.nodes] + [node.controller_port for node in cluster.nodes]
+    ports += [port for node in cluster.nodes for port in node.listener_ports.values()]
+    assert len(ports) == len(set(ports)) == 3 * 4
+    assert cluster.listener_bootstrap("TLS") == ",".join(
+        f"127.0.0.1:{node.listener_ports['TLS']}" for node in cluster.nodes)
+    assert cluster.listener_bootstrap("PLAINTEXT") == cluster.bootstrap
+    with pytest.raises(KeyError, match="no listener 'SSL'"):
+        cluster.listener_bootstrap("SSL")
+
+
+@pytest.mark.parametrize("version", sorted(KAFKA_LINES))
+def test_missing_jars_are_reported(tmp_path, monkeypatch, version):
+    variable = KAFKA_LINES[version].libs_variable
+    monkeypatch.setenv(variable, str(tmp_path))
+    with pytest.raises(BrokerHarnessError, match=f"{variable}=.* holds no kafka_"):
+        kafka_libs_dir(version)
+
+
+def test_state_keeps_each_nodes_line_and_listeners():
+    cluster = Cluster(2, kafka_version="3.9", listeners=[Listener("TLS", "SSL")])
+    again = Cluster.from_state(json.loads(json.dumps(cluster.to_state())))
+    assert again.kafka_version == "3.9"
+    for node, restored in zip(cluster.nodes, again.nodes):
+        assert restored.kafka_version == "3.9"
+        assert restored.address("TLS") == node.address("TLS")
+    # A state file from before the version matrix names neither: 4.x, no further listeners.
+    old_state = cluster.to_state()
+    for node in old_state["nodes"]:
+        del node["kafka_version"], node["listener_ports"]
+    assert [node.kafka_version for node in Cluster.from_state(old_state).nodes] == ["4", "4"]
+
+
+def test_cli_takes_only_known_kafka_lines(tmp_path):
+    refused = run_cli(tmp_path, "start", "--kafka-version", "3.8")
+    assert refused.returncode == 2 and "invalid choice: '3.8'" in refused.stderr
 
 
 def test_cluster_ids_have_kafkas_form():

@@ -15,7 +15,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
 from netkafka import KafkaTimeoutError, Producer
-from netkafka.record._records import BufferPool, RecordBatchBuilder
+from netkafka.record._batch import RecordBatchBuilder
+from netkafka.record._pool import BufferPool
 from netkafka.errors import (NO_ERROR, MessageTooLargeError, OutOfOrderSequenceNumberError,
                              UnknownProducerIdError)
 from netkafka.producer.idempotence import APPENDED, RESTART, WAIT, ProducerIdManager

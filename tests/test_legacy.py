@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from legacy_reference import encode_entry, encode_set, encode_wrapper
+from netkafka.errors import BatchStateError, BufferPoolExhausted
 from netkafka.record._compression import Compressor
 from netkafka.record._legacy import LegacyMessageSetBuilder
-from netkafka.record._records import BatchStateError, BufferPool, BufferPoolExhausted
+from netkafka.record._pool import BufferPool
 
 # Codec ids as Kafka's message attributes carry them (bits 0-2).
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4

@@ -7,15 +7,11 @@ The bytes are read back by kafka-python's MemoryRecords, which takes all three f
 import kafka.record.memory_records as kafka_python_records
 import pytest
 
+from netkafka.errors import BatchStateError, BufferPoolExhausted
 from netkafka.record._compression import Compressor
+from netkafka.record._batch import RecordBatchBuilder
 from netkafka.record._legacy import LegacyMessageSetBuilder
-from netkafka.record._records import (
-    BatchStateError,
-    BufferPool,
-    BufferPoolExhausted,
-    PooledBatch,
-    RecordBatchBuilder,
-)
+from netkafka.record._pool import BufferPool, PooledBatch
 
 BUFFER_BYTES = 1 << 16
 FORMATS = ["v2", "v1", "v0"]

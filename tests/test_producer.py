@@ -15,11 +15,12 @@ import netkafka
 from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, KafkaTimeoutError,
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError)
+from netkafka.config import COMPRESSION_TYPES
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
 
-CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
+CODECS = [codec for codec in COMPRESSION_TYPES if codec != "none"]  # None stands for "none"
 
 
 def producer(bootstrap, **options):
@@ -347,14 +348,17 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
 @pytest.mark.parametrize("options, error, message", [
     ({"no_such_option": 1}, TypeError, "unexpected keyword argument 'no_such_option'"),
     ({"acks": 2}, ValueError, r"acks must be 0, 1, 'all' or -1, got 2"),
-    ({"compression_type": "brotli"}, ValueError, r"compression_type must be one of"),
+    ({"compression_type": "brotli"}, ValueError,
+     r"compression_type must be None, 'none', 'gzip', 'snappy', 'lz4' or 'zstd', got 'brotli'"),
     ({"batch_size": -1}, ValueError, r"batch_size must be an int >= 128, got -1"),
     ({"linger_ms": "5"}, ValueError, r"linger_ms must be an int >= 0, got '5'"),
     ({"buffer_memory": 1000}, ValueError, r"buffer_memory must be an int >= batch_size"),
     ({"high_watermark_bytes": 10, "low_watermark_bytes": 20}, ValueError,
      r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
-    ({"backoff": "spin"}, ValueError, r"backoff must be one of"),
-    ({"partitioner": "nope"}, ValueError, r"unknown partitioner 'nope'"),
+    ({"backoff": "spin"}, ValueError, r"backoff must be 'block', 'drop', 'park' or an object"),
+    ({"partitioner": "nope"}, ValueError, r"partitioner must be 'default', 'murmur2', "
+                                          r"'round_robin', 'broker_aware', a Partitioner "
+                                          r"or a callable, got 'nope'"),
     ({"io_threads": 0}, ValueError, r"io_threads must be an int >= 1, got 0"),
     ({"max_in_flight_requests_per_connection": "5"}, ValueError,
      r"max_in_flight_requests_per_connection must be an int >= 1, got '5'"),

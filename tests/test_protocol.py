@@ -26,8 +26,19 @@ from kafka.protocol.producer import (
 )
 
 from blocking_wire import BlockingWire
-from netkafka import errors, protocol
-from netkafka.protocol._produce import Reader
+from netkafka import errors
+from netkafka.protocol._reader import Reader
+from netkafka.protocol.api_versions import (
+    API_VERSIONS_VERSION, ApiVersionsResponse, decode_api_versions_response,
+    encode_api_versions_request,
+)
+from netkafka.protocol.framing import ApiKey, Node, api_name
+from netkafka.protocol.init_producer_id import (
+    InitProducerIdResponse, decode_init_producer_id_response, encode_init_producer_id_request,
+)
+from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
+from netkafka.protocol.produce import decode_produce_response, encode_produce_request
+from netkafka.protocol.versions import APIS, SUPPORTED_VERSIONS, negotiate_versions
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from protocol_samples import (
@@ -119,6 +130,18 @@ def test_reader_array_length_checked_against_remaining_bytes():
     assert Reader(b"\x03" + struct.pack(">ii", 7, -1), True).int32_array() == [7, -1]
 
 
+def test_reader_required_array_length_refuses_null_naming_the_array():
+    r = Reader(b"\x00\x07\xff\xff\xff\xff", False)
+    assert r.int16() == 7
+    with pytest.raises(errors.ProtocolError, match="null brokers array at offset 2"):
+        r.required_array_length(4, "brokers")
+    with pytest.raises(errors.ProtocolError, match="null topics array at offset 0"):
+        Reader(b"\x00", True).required_array_length(1, "topics")
+    assert Reader(b"\x03" + bytes(4), True).required_array_length(2, "topics") == 2
+    with pytest.raises(errors.ProtocolError, match="claims 2 elements"):
+        Reader(b"\x03" + bytes(3), True).required_array_length(2, "topics")
+
+
 def test_reader_tagged_fields_skipped_and_checked():
     # Two fields: tag 0 of 2 bytes, tag 5 of 0 bytes; then an int8.
     r = Reader(b"\x02\x00\x02ab\x05\x00\x09", True)
@@ -144,12 +167,33 @@ def test_reader_takes_any_contiguous_buffer():
         Reader(memoryview(backing)[::2], False)
 
 
+# --- API keys and the API modules' specs
+
+
+def test_api_keys_and_names_agree_with_kafka_python():
+    requests = (KpApiVersionsRequest, KpMetadataRequest, KpInitProducerIdRequest, KpProduceRequest)
+    assert {key: key.kafka_name for key in ApiKey} == {
+        cls.API_KEY: cls.__name__.removesuffix("Request") for cls in requests}
+    assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
+    assert api_name(1) == "API 1"  # Fetch: not one netkafka speaks
+
+
+def test_every_api_key_has_one_spec():
+    assert sorted(api.key for api in APIS) == sorted(ApiKey)
+    for api in APIS:
+        low, high = api.versions
+        assert low <= api.flexible_version and low <= high
+        assert api.check_version(high) == (high >= api.flexible_version)
+        with pytest.raises(ValueError, match=f"{api.key.kafka_name} v{high + 1} is not supported"):
+            api.check_version(high + 1)
+
+
 # --- encoders: byte-identical to kafka-python's
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.API_VERSIONS])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.API_VERSIONS])
 def test_api_versions_request_matches_kafka_python(version):
-    ours = protocol.encode_api_versions_request(
+    ours = encode_api_versions_request(
         CORRELATION_ID, CLIENT_ID, version, client_software_name="netkafka",
         client_software_version="1.2.3")
     fields = ({"client_software_name": "netkafka", "client_software_version": "1.2.3"}
@@ -159,15 +203,15 @@ def test_api_versions_request_matches_kafka_python(version):
 
 def test_api_versions_request_refuses_names_the_broker_would_refuse():
     with pytest.raises(ValueError, match="letters, digits"):
-        protocol.encode_api_versions_request(1, CLIENT_ID, 3, client_software_name="net kafka")
+        encode_api_versions_request(1, CLIENT_ID, 3, client_software_name="net kafka")
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.METADATA])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.METADATA])
 @pytest.mark.parametrize("topics", [None, ["alpha", "b\u00e9ta"]])
 def test_metadata_request_matches_kafka_python(version, topics):
     allow = version % 2 == 0  # both values over the versions
-    ours = protocol.encode_metadata_request(CORRELATION_ID, CLIENT_ID, version, topics,
-                                            allow_auto_topic_creation=allow)
+    ours = encode_metadata_request(CORRELATION_ID, CLIENT_ID, version, topics,
+                                   allow_auto_topic_creation=allow)
     Topic = KpMetadataRequest.MetadataRequestTopic
     kp_topics = None if topics is None else [
         Topic(name=name, topic_id=uuid.UUID(int=0), version=version) for name in topics]
@@ -179,14 +223,14 @@ def test_metadata_request_matches_kafka_python(version, topics):
 
 def test_metadata_request_v0_cannot_ask_for_no_topics():
     with pytest.raises(ValueError, match="v0 cannot ask for no topics"):
-        protocol.encode_metadata_request(1, CLIENT_ID, 0, [])
+        encode_metadata_request(1, CLIENT_ID, 0, [])
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.INIT_PRODUCER_ID])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.INIT_PRODUCER_ID])
 @pytest.mark.parametrize("transactional_id", [None, "tx-1"])
 def test_init_producer_id_request_matches_kafka_python(version, transactional_id):
     producer = {"producer_id": 77, "producer_epoch": 3} if version >= 3 else {}
-    ours = protocol.encode_init_producer_id_request(
+    ours = encode_init_producer_id_request(
         CORRELATION_ID, CLIENT_ID, version, transactional_id, 60000, **producer)
     theirs = kafka_python_request(
         KpInitProducerIdRequest, version, transactional_id=transactional_id,
@@ -194,7 +238,7 @@ def test_init_producer_id_request_matches_kafka_python(version, transactional_id
     assert ours == theirs
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.PRODUCE])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.PRODUCE])
 def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
     batches = {("t1", 0): build_batch([(b"k", b"v0", [])], 1000),
                ("t1", 3): bytearray(build_batch([(None, b"v1", [("h", b"x")])], 2000)),
@@ -203,7 +247,7 @@ def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
     for (topic, partition), batch in batches.items():
         topic_data.setdefault(topic, []).append((partition, batch))
     topic_ids = {"t1": uuid.UUID(int=11), "t\u00e9": uuid.UUID(int=12)}
-    buffers = protocol.encode_produce_request(
+    buffers = encode_produce_request(
         CORRELATION_ID, CLIENT_ID, version, -1, 30000, topic_data, topic_ids=topic_ids)
 
     Topic = KpProduceRequest.TopicProduceData
@@ -222,7 +266,7 @@ def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
 
 def test_produce_request_with_transactional_id_matches_kafka_python():
     batch = build_batch([(b"k", b"v", [])], 1000)
-    ours = joined(protocol.encode_produce_request(
+    ours = joined(encode_produce_request(
         CORRELATION_ID, CLIENT_ID, 11, 1, 500, {"t": [(0, batch)]}, transactional_id="tx"))
     Topic = KpProduceRequest.TopicProduceData
     assert ours == kafka_python_request(
@@ -233,7 +277,7 @@ def test_produce_request_with_transactional_id_matches_kafka_python():
 def test_produce_request_takes_a_slice_of_a_larger_buffer_without_copying():
     backing = bytearray(b"....") + bytearray(build_batch([(b"k", b"v", [])], 1000)) + b"...."
     window = memoryview(backing)[4:-4]
-    buffers = protocol.encode_produce_request(1, CLIENT_ID, 9, 1, 1000, {"t": [(0, window)]})
+    buffers = encode_produce_request(1, CLIENT_ID, 9, 1, 1000, {"t": [(0, window)]})
     assert buffers[1].obj is backing
     backing[4] = 0x7F  # what goes out is the batch memory itself
     assert bytes(buffers[1])[0] == 0x7F
@@ -251,26 +295,26 @@ def test_produce_request_refuses_bad_arguments(kwargs, problem):
     args = {"correlation_id": 1, "client_id": CLIENT_ID, "version": 9, "acks": 1,
             "timeout_ms": 1000, "topic_data": {"t": [(0, b"x")]}, **kwargs}
     with pytest.raises(ValueError, match=problem):
-        protocol.encode_produce_request(**args)
+        encode_produce_request(**args)
 
 
 def test_produce_request_refuses_a_non_contiguous_batch():
     with pytest.raises(ValueError, match="not a contiguous buffer"):
-        protocol.encode_produce_request(1, CLIENT_ID, 9, 1, 1000,
-                                        {"t": [(0, memoryview(b"abcdef")[::2])]})
+        encode_produce_request(1, CLIENT_ID, 9, 1, 1000,
+                               {"t": [(0, memoryview(b"abcdef")[::2])]})
 
 
 # --- decoders on kafka-python's encodings
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.PRODUCE])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.PRODUCE])
 def test_produce_response_decoded_as_kafka_python_encodes_it(version):
     data = kafka_python_response(KpProduceResponse, version, **produce_response_fields(version))
-    ours = protocol.decode_produce_response(data, version)
+    ours = decode_produce_response(data, version)
     theirs = kafka_python_decode(KpProduceResponse, data, version)
     assert_produce_response_equal(ours, theirs, version)
     if version >= 10:  # the tagged fields were really there, not defaults
         assert ours.topics[0].partitions[1].leader_id == 3
-        assert ours.node_endpoints[0] == protocol.Node(3, "b3.example", 9093, "r1")
+        assert ours.node_endpoints[0] == Node(3, "b3.example", 9093, "r1")
 
 
 def produce_response_v10(partition_tags, response_tags):
@@ -287,12 +331,12 @@ LEADER_3_EPOCH_9 = b"\x00\x09" + struct.pack(">ii", 3, 9) + b"\x00"
 
 def test_produce_response_reads_known_tags_and_skips_unknown_ones():
     data = produce_response_v10(b"\x02" + LEADER_3_EPOCH_9 + b"\x05\x02zz", b"\x01\x07\x03abc")
-    response = protocol.decode_produce_response(data, 10)
+    response = decode_produce_response(data, 10)
     part = response.topics[0].partitions[0]
     assert (part.error_code, part.leader_id, part.leader_epoch) == (6, 3, 9)
     assert response.node_endpoints == []
     # In v9 tag 0 means nothing yet: skipped.
-    part = protocol.decode_produce_response(data, 9).topics[0].partitions[0]
+    part = decode_produce_response(data, 9).topics[0].partitions[0]
     assert (part.leader_id, part.leader_epoch) == (-1, -1)
 
 
@@ -303,31 +347,31 @@ def test_produce_response_reads_known_tags_and_skips_unknown_ones():
 ])
 def test_produce_response_refuses_a_misframed_known_tag(tags, problem):
     with pytest.raises(errors.ProtocolError, match=problem):
-        protocol.decode_produce_response(produce_response_v10(tags, b"\x00"), 10)
+        decode_produce_response(produce_response_v10(tags, b"\x00"), 10)
 
 
 def test_produce_response_refuses_truncation_and_trailing_bytes():
     data = kafka_python_response(KpProduceResponse, 9, **produce_response_fields(9))
     for cut in range(len(data)):
         with pytest.raises(errors.ProtocolError):
-            protocol.decode_produce_response(data[:cut], 9)
+            decode_produce_response(data[:cut], 9)
     with pytest.raises(errors.ProtocolError, match="unexpected bytes"):
-        protocol.decode_produce_response(data + b"\x00", 9)
+        decode_produce_response(data + b"\x00", 9)
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.METADATA])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.METADATA])
 def test_metadata_response_decoded_as_kafka_python_encodes_it(version):
     data = kafka_python_response(KpMetadataResponse, version, **metadata_response_fields(version))
-    ours = protocol.decode_metadata_response(data, version)
+    ours = decode_metadata_response(data, version)
     assert_metadata_equal(ours, kafka_python_decode(KpMetadataResponse, data, version), version)
     assert ours.topics[0].partitions[0].replicas == (1, 2, 3)
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.API_VERSIONS])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.API_VERSIONS])
 def test_api_versions_response_decoded_as_kafka_python_encodes_it(version):
     data = kafka_python_response(KpApiVersionsResponse, version,
                                  **api_versions_response_fields(version))
-    ours = protocol.decode_api_versions_response(data, version)
+    ours = decode_api_versions_response(data, version)
     assert ours.error_code == 0
     assert ours.api_versions == {0: (3, 13), 3: (0, 13), 18: (0, 4)}
     assert ours.throttle_time_ms == (9 if version >= 1 else 0)
@@ -338,28 +382,28 @@ def test_api_versions_unsupported_version_answer_is_read_as_v0(asked_version):
     Key = KpApiVersionsResponse.ApiVersion
     data = kafka_python_response(KpApiVersionsResponse, 0, error_code=35, api_keys=[
         Key(api_key=18, min_version=0, max_version=2)])
-    response = protocol.decode_api_versions_response(data, asked_version)
+    response = decode_api_versions_response(data, asked_version)
     assert (response.error_code, response.api_versions) == (35, {18: (0, 2)})
     with pytest.raises(errors.UnsupportedVersionError, match="ApiVersions v0..v2"):
-        protocol.negotiate_versions(response)
+        negotiate_versions(response)
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.INIT_PRODUCER_ID])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.INIT_PRODUCER_ID])
 def test_init_producer_id_response_decoded_as_kafka_python_encodes_it(version):
     data = kafka_python_response(KpInitProducerIdResponse, version,
                                  **init_producer_id_response_fields(version))
-    assert protocol.decode_init_producer_id_response(data, version) == \
-        protocol.InitProducerIdResponse(1, 0, 1 << 40, 7)
+    assert decode_init_producer_id_response(data, version) == \
+        InitProducerIdResponse(1, 0, 1 << 40, 7)
 
 
 @pytest.mark.parametrize("decode, api", [
-    (protocol.decode_produce_response, protocol.PRODUCE),
-    (protocol.decode_metadata_response, protocol.METADATA),
-    (protocol.decode_api_versions_response, protocol.API_VERSIONS),
-    (protocol.decode_init_producer_id_response, protocol.INIT_PRODUCER_ID),
+    (decode_produce_response, ApiKey.PRODUCE),
+    (decode_metadata_response, ApiKey.METADATA),
+    (decode_api_versions_response, ApiKey.API_VERSIONS),
+    (decode_init_producer_id_response, ApiKey.INIT_PRODUCER_ID),
 ])
 def test_decoders_refuse_versions_they_do_not_know(decode, api):
-    low, high = protocol.SUPPORTED_VERSIONS[api]
+    low, high = SUPPORTED_VERSIONS[api]
     with pytest.raises(ValueError, match="not supported"):
         decode(b"", high + 1)
     with pytest.raises(ValueError, match="not supported"):
@@ -370,19 +414,19 @@ def test_decoders_refuse_versions_they_do_not_know(decode, api):
 
 
 def api_versions(ranges, error_code=0):
-    return protocol.ApiVersionsResponse(error_code, ranges, 0)
+    return ApiVersionsResponse(error_code, ranges, 0)
 
 
 KAFKA_4_RANGES = {0: (0, 13), 3: (0, 13), 18: (0, 5), 22: (0, 6), 1: (4, 18)}
 
 
 def test_negotiation_picks_highest_common_version():
-    assert protocol.negotiate_versions(api_versions(KAFKA_4_RANGES)) == {
-        protocol.PRODUCE: 13, protocol.METADATA: 13, protocol.API_VERSIONS: 4,
-        protocol.INIT_PRODUCER_ID: 5}
+    assert negotiate_versions(api_versions(KAFKA_4_RANGES)) == {
+        ApiKey.PRODUCE: 13, ApiKey.METADATA: 13, ApiKey.API_VERSIONS: 4,
+        ApiKey.INIT_PRODUCER_ID: 5}
     older = {0: (3, 9), 3: (1, 11), 18: (0, 3)}
-    assert protocol.negotiate_versions(api_versions(older)) == {
-        protocol.PRODUCE: 9, protocol.METADATA: 11, protocol.API_VERSIONS: 3}
+    assert negotiate_versions(api_versions(older)) == {
+        ApiKey.PRODUCE: 9, ApiKey.METADATA: 11, ApiKey.API_VERSIONS: 3}
 
 
 @pytest.mark.parametrize("ranges, expected", [
@@ -393,7 +437,7 @@ def test_negotiation_picks_highest_common_version():
 ])
 def test_negotiation_fails_naming_the_brokers_range(ranges, expected):
     with pytest.raises(errors.IncompatibleBrokerError, match=expected):
-        protocol.negotiate_versions(api_versions(ranges))
+        negotiate_versions(api_versions(ranges))
 
 
 # --- error codes
@@ -479,25 +523,25 @@ def wire(kafka_broker):
 
 @pytest.fixture(scope="module")
 def versions(wire):
-    data = wire.request(protocol.encode_api_versions_request(
-        1, CLIENT_ID, protocol.API_VERSIONS_VERSION), 1)
-    return protocol.negotiate_versions(protocol.decode_api_versions_response(
-        data, protocol.API_VERSIONS_VERSION))
+    data = wire.request(encode_api_versions_request(
+        1, CLIENT_ID, API_VERSIONS_VERSION), 1)
+    return negotiate_versions(decode_api_versions_response(
+        data, API_VERSIONS_VERSION))
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.API_VERSIONS])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.API_VERSIONS])
 def test_api_versions_round_trip(wire, version):
-    data = wire.request(protocol.encode_api_versions_request(100 + version, CLIENT_ID, version),
+    data = wire.request(encode_api_versions_request(100 + version, CLIENT_ID, version),
                         100 + version)
-    ours = protocol.decode_api_versions_response(data, version)
+    ours = decode_api_versions_response(data, version)
     theirs = kafka_python_decode(KpApiVersionsResponse, data, version)
     assert ours.error_code == 0
     assert ours.api_versions == {k.api_key: (k.min_version, k.max_version) for k in theirs.api_keys}
     assert ours.throttle_time_ms == (theirs.throttle_time_ms if version >= 1 else 0)
     # A Kafka 4.x broker: Produce v3+ (it lists 0..2 for old librdkafka, rejecting them).
-    produce_low, produce_high = ours.api_versions[protocol.PRODUCE]
+    produce_low, produce_high = ours.api_versions[ApiKey.PRODUCE]
     assert produce_low <= 3 and produce_high >= 12
-    assert protocol.negotiate_versions(ours)[protocol.PRODUCE] == min(13, produce_high)
+    assert negotiate_versions(ours)[ApiKey.PRODUCE] == min(13, produce_high)
 
 
 def test_api_versions_unknown_version_answered_with_v0_body(wire):
@@ -506,11 +550,11 @@ def test_api_versions_unknown_version_answered_with_v0_body(wire):
     client_id = CLIENT_ID.encode()
     body = struct.pack(">hhih", 18, 999, 77, len(client_id)) + client_id + b"\x00" + b"\x02a\x02b\x00"
     data = wire.request(struct.pack(">i", len(body)) + body, 77)
-    response = protocol.decode_api_versions_response(data, 4)
+    response = decode_api_versions_response(data, 4)
     assert response.error_code == 35
-    low, high = response.api_versions[protocol.API_VERSIONS]
+    low, high = response.api_versions[ApiKey.API_VERSIONS]
     with pytest.raises(errors.UnsupportedVersionError, match=f"ApiVersions v{low}..v{high}"):
-        protocol.negotiate_versions(response)
+        negotiate_versions(response)
 
 
 @pytest.fixture(scope="module")
@@ -520,12 +564,12 @@ def three_partition_topic(kafka_broker):
     return name
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.METADATA])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.METADATA])
 def test_metadata_round_trip(wire, kafka_broker, three_partition_topic, version):
     correlation_id = 200 + version
-    data = wire.request(protocol.encode_metadata_request(
+    data = wire.request(encode_metadata_request(
         correlation_id, CLIENT_ID, version, [three_partition_topic]), correlation_id)
-    ours = protocol.decode_metadata_response(data, version)
+    ours = decode_metadata_response(data, version)
     assert_metadata_equal(ours, kafka_python_decode(KpMetadataResponse, data, version), version)
 
     host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
@@ -543,12 +587,12 @@ def test_metadata_round_trip(wire, kafka_broker, three_partition_topic, version)
 
 
 def test_metadata_all_topics_and_unknown_topic(wire, three_partition_topic):
-    data = wire.request(protocol.encode_metadata_request(300, CLIENT_ID, 12, None), 300)
-    assert three_partition_topic in {t.name for t in protocol.decode_metadata_response(data, 12).topics}
+    data = wire.request(encode_metadata_request(300, CLIENT_ID, 12, None), 300)
+    assert three_partition_topic in {t.name for t in decode_metadata_response(data, 12).topics}
     missing = f"protocol-missing-{uuid.uuid4().hex[:8]}"
-    data = wire.request(protocol.encode_metadata_request(
+    data = wire.request(encode_metadata_request(
         301, CLIENT_ID, 12, [missing], allow_auto_topic_creation=False), 301)
-    [topic] = protocol.decode_metadata_response(data, 12).topics
+    [topic] = decode_metadata_response(data, 12).topics
     assert (topic.name, topic.error_code, topic.partitions) == (missing, 3, [])
     assert isinstance(errors.error_for_code(topic.error_code), errors.UnknownTopicOrPartitionError)
 
@@ -558,36 +602,36 @@ def init_producer_id(wire, version, correlation_id):
     first request makes it create and load its transaction state topic)."""
     deadline = time.monotonic() + 60
     while True:
-        data = wire.request(protocol.encode_init_producer_id_request(
+        data = wire.request(encode_init_producer_id_request(
             correlation_id, CLIENT_ID, version), correlation_id)
-        response = protocol.decode_init_producer_id_response(data, version)
+        response = decode_init_producer_id_response(data, version)
         if (response.error_code == 0 or not errors.error_for_code(response.error_code).retriable
                 or time.monotonic() > deadline):
             return data, response
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[protocol.INIT_PRODUCER_ID])
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.INIT_PRODUCER_ID])
 def test_init_producer_id_round_trip(wire, version):
     data, ours = init_producer_id(wire, version, 400 + version)
     theirs = kafka_python_decode(KpInitProducerIdResponse, data, version)
-    assert ours == protocol.InitProducerIdResponse(
+    assert ours == InitProducerIdResponse(
         theirs.throttle_time_ms, theirs.error_code, theirs.producer_id, theirs.producer_epoch)
     assert ours.error_code == 0 and ours.producer_id >= 0 and ours.producer_epoch >= 0
 
 
 def topic_id_of(wire, topic):
-    data = wire.request(protocol.encode_metadata_request(500, CLIENT_ID, 12, [topic]), 500)
-    return protocol.decode_metadata_response(data, 12).topics[0].topic_id
+    data = wire.request(encode_metadata_request(500, CLIENT_ID, 12, [topic]), 500)
+    return decode_metadata_response(data, 12).topics[0].topic_id
 
 
 def produce(wire, version, acks, topic_data, correlation_id, topic_ids=None):
-    buffers = protocol.encode_produce_request(correlation_id, CLIENT_ID, version, acks, 30000,
-                                              topic_data, topic_ids=topic_ids)
+    buffers = encode_produce_request(correlation_id, CLIENT_ID, version, acks, 30000,
+                                     topic_data, topic_ids=topic_ids)
     if acks == 0:
         wire.send(buffers)
         return None
-    return protocol.decode_produce_response(wire.request(buffers, correlation_id), version)
+    return decode_produce_response(wire.request(buffers, correlation_id), version)
 
 
 MARKER = (None, b"marker", [])
@@ -622,7 +666,7 @@ def writable_topic(kafka_broker, wire, prefix, partitions):
 @pytest.mark.parametrize("acks", [0, 1, -1])
 def test_produce_round_trip_read_back_by_confluent_kafka(wire, kafka_broker, versions, acks):
     topics = [writable_topic(kafka_broker, wire, f"acks{acks}-{i}", partitions=2) for i in range(2)]
-    version = versions[protocol.PRODUCE]
+    version = versions[ApiKey.PRODUCE]
     topic_ids = {t: topic_id_of(wire, t) for t in topics} if version >= 13 else None
     timestamp_ms = int(time.time() * 1000)
     expected = {}  # (topic, partition) -> [(key, value, headers)]
@@ -665,7 +709,7 @@ def test_produce_every_version_round_trip(wire, kafka_broker, versions):
     topic = writable_topic(kafka_broker, wire, "versions", partitions=1)
     topic_ids = {topic: topic_id_of(wire, topic)}
     produced = []
-    for offset, version in enumerate(range(3, versions[protocol.PRODUCE] + 1), start=1):
+    for offset, version in enumerate(range(3, versions[ApiKey.PRODUCE] + 1), start=1):
         value = f"version {version}".encode()
         produced.append(value)
         response = produce(wire, version, -1, {topic: [(0, build_batch([(None, value, [])]))]},
@@ -677,14 +721,14 @@ def test_produce_every_version_round_trip(wire, kafka_broker, versions):
         assert (part.partition, part.error_code, part.base_offset) == (0, 0, offset)
         assert part.log_append_time_ms == -1  # CreateTime topic
         assert part.log_start_offset == (0 if version >= 5 else -1)
-    assert versions[protocol.PRODUCE] == 13  # the 4.x broker of the tests offers v13
+    assert versions[ApiKey.PRODUCE] == 13  # the 4.x broker of the tests offers v13
     records = read_topic(kafka_broker.bootstrap, topic, 1 + len(produced))
     assert [r.value for r in records] == [MARKER[1]] + produced
 
 
 def test_idempotent_produce_with_init_producer_id(wire, kafka_broker, versions):
     topic = writable_topic(kafka_broker, wire, "idempotent", partitions=1)
-    init_version = versions[protocol.INIT_PRODUCER_ID]
+    init_version = versions[ApiKey.INIT_PRODUCER_ID]
     _, producer = init_producer_id(wire, init_version, 800)
     assert producer.error_code == 0
     state = {"producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch}

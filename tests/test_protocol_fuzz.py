@@ -12,7 +12,7 @@ differential tests: the file's tests take 7 to 25 s on two shared cores,
 besides the broker's start; NETKAFKA_FUZZ_EXAMPLES=20000 for a long run).
 
 An out-of-bounds read inside a small Python buffer need not crash, so for a
-run that reports one, use a sanitizer build of netkafka.protocol._produce
+run that reports one, use a sanitizer build of netkafka.protocol._reader and _produce
 (NETKAFKA_SANITIZE=address,undefined) with Python's own allocator off, so
 that AddressSanitizer sees every buffer's bounds:
 
@@ -36,8 +36,9 @@ from kafka.protocol.producer import (
 )
 
 from blocking_wire import BlockingWire
-from netkafka import protocol
 from netkafka.errors import ProtocolError
+from netkafka.protocol import api_versions, init_producer_id, metadata, produce
+from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
 from protocol_samples import (
     ALL_VERSIONS, api_versions_response_fields, assert_metadata_equal,
@@ -57,20 +58,20 @@ DIFFERENTIAL_SETTINGS = settings(FUZZ_SETTINGS, max_examples=max(50, FUZZ_EXAMPL
 
 # decoder, its API, the kafka-python class and sample builder for valid responses
 DECODERS = {
-    "produce": (protocol.decode_produce_response, protocol.PRODUCE,
+    "produce": (produce.decode_produce_response, ApiKey.PRODUCE,
                 KpProduceResponse, produce_response_fields),
-    "metadata": (protocol.decode_metadata_response, protocol.METADATA,
+    "metadata": (metadata.decode_metadata_response, ApiKey.METADATA,
                  KpMetadataResponse, metadata_response_fields),
-    "api_versions": (protocol.decode_api_versions_response, protocol.API_VERSIONS,
+    "api_versions": (api_versions.decode_api_versions_response, ApiKey.API_VERSIONS,
                      KpApiVersionsResponse, api_versions_response_fields),
-    "init_producer_id": (protocol.decode_init_producer_id_response, protocol.INIT_PRODUCER_ID,
+    "init_producer_id": (init_producer_id.decode_init_producer_id_response, ApiKey.INIT_PRODUCER_ID,
                          KpInitProducerIdResponse, init_producer_id_response_fields),
 }
 RESULT_TYPES = {
-    "produce": protocol.ProduceResponse,
-    "metadata": protocol.MetadataResponse,
-    "api_versions": protocol.ApiVersionsResponse,
-    "init_producer_id": protocol.InitProducerIdResponse,
+    "produce": produce.ProduceResponse,
+    "metadata": metadata.MetadataResponse,
+    "api_versions": api_versions.ApiVersionsResponse,
+    "init_producer_id": init_producer_id.InitProducerIdResponse,
 }
 
 # kafka-python's valid encodings, per (decoder, version): built once.
@@ -162,18 +163,18 @@ def broker_responses(kafka_broker):
     create_topic(kafka_broker.bootstrap, topic, partitions=2)
     captured = []
     with BlockingWire(kafka_broker.bootstrap) as wire:
-        for version in ALL_VERSIONS[protocol.API_VERSIONS]:
+        for version in ALL_VERSIONS[ApiKey.API_VERSIONS]:
             captured.append(("api_versions", version, wire.request(
-                protocol.encode_api_versions_request(1, "fuzz", version), 1)))
-        for version in ALL_VERSIONS[protocol.METADATA]:
+                api_versions.encode_api_versions_request(1, "fuzz", version), 1)))
+        for version in ALL_VERSIONS[ApiKey.METADATA]:
             captured.append(("metadata", version, wire.request(
-                protocol.encode_metadata_request(2, "fuzz", version, [topic]), 2)))
-        metadata = protocol.decode_metadata_response(captured[-1][2], captured[-1][1])
-        topic_ids = {topic: metadata.topics[0].topic_id}
-        for version in ALL_VERSIONS[protocol.PRODUCE]:
+                metadata.encode_metadata_request(2, "fuzz", version, [topic]), 2)))
+        answer = metadata.decode_metadata_response(captured[-1][2], captured[-1][1])
+        topic_ids = {topic: answer.topics[0].topic_id}
+        for version in ALL_VERSIONS[ApiKey.PRODUCE]:
             # Partition 5 does not exist: the answer carries an error code too.
             batch = build_batch([(b"key", b"value", [("h", b"1")])])
-            captured.append(("produce", version, wire.request(protocol.encode_produce_request(
+            captured.append(("produce", version, wire.request(produce.encode_produce_request(
                 3, "fuzz", version, 1, 10000, {topic: [(0, batch), (1, batch), (5, batch)]},
                 topic_ids=topic_ids), 3)))
     for name, version, data in captured:
@@ -228,9 +229,9 @@ def produce_responses(draw, version):
 @DIFFERENTIAL_SETTINGS
 @given(data=st.data())
 def test_random_valid_produce_responses_decode_as_kafka_python_reads_them(data):
-    version = data.draw(st.sampled_from(ALL_VERSIONS[protocol.PRODUCE]))
+    version = data.draw(st.sampled_from(ALL_VERSIONS[ApiKey.PRODUCE]))
     encoded = kafka_python_response(KpProduceResponse, version, **data.draw(produce_responses(version)))
-    assert_produce_response_equal(protocol.decode_produce_response(encoded, version),
+    assert_produce_response_equal(produce.decode_produce_response(encoded, version),
                                   kafka_python_decode(KpProduceResponse, encoded, version), version)
 
 
@@ -259,16 +260,16 @@ def metadata_responses(draw, version):
 @DIFFERENTIAL_SETTINGS
 @given(data=st.data())
 def test_random_valid_metadata_responses_decode_as_kafka_python_reads_them(data):
-    version = data.draw(st.sampled_from(ALL_VERSIONS[protocol.METADATA]))
+    version = data.draw(st.sampled_from(ALL_VERSIONS[ApiKey.METADATA]))
     encoded = kafka_python_response(KpMetadataResponse, version, **data.draw(metadata_responses(version)))
-    assert_metadata_equal(protocol.decode_metadata_response(encoded, version),
+    assert_metadata_equal(metadata.decode_metadata_response(encoded, version),
                           kafka_python_decode(KpMetadataResponse, encoded, version), version)
 
 
 def test_hostile_counts_are_refused_before_allocation():
     # Produce v9: a topic array claiming 2**32 - 2 topics in a 6-byte response.
     with pytest.raises(ProtocolError, match="claims 4294967294 elements"):
-        protocol.decode_produce_response(b"\x00" + b"\xff\xff\xff\xff\x0f" + struct.pack(">i", 0), 9)
+        produce.decode_produce_response(b"\x00" + b"\xff\xff\xff\xff\x0f" + struct.pack(">i", 0), 9)
     # Metadata v1: 2**31 - 1 brokers claimed.
     with pytest.raises(ProtocolError, match="claims 2147483647 elements"):
-        protocol.decode_metadata_response(struct.pack(">i", 0x7FFFFFFF), 1)
+        metadata.decode_metadata_response(struct.pack(">i", 0x7FFFFFFF), 1)

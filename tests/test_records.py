@@ -1,4 +1,4 @@
-"""netkafka.record._records: RecordBatch v2 batches, checked by decoders that are not ours.
+"""netkafka.record._batch: RecordBatch v2 batches, checked by decoders that are not ours.
 
 Every batch is read back by kafka-python's DefaultRecordBatch (pure Python) and
 aiokafka's Cython DefaultRecordBatch, CRC included, and compared byte for byte with
@@ -22,11 +22,12 @@ from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
 import raw_produce
 import reference_encoder as ref
-from netkafka.record import _records
+from netkafka.errors import BatchStateError, BufferPoolExhausted
+from netkafka.record import _batch
+from netkafka.record._batch import RecordBatchBuilder
+from netkafka.record._columns import BinaryColumn
 from netkafka.record._compression import Compressor
-from netkafka.record._records import (
-    BatchStateError, BinaryColumn, BufferPool, BufferPoolExhausted, RecordBatchBuilder,
-)
+from netkafka.record._pool import BufferPool
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -363,7 +364,7 @@ def test_producer_state_transactional_and_timestamp_type_in_header(big_pool, cod
     records = [(b"key", b"compressible " * 20, [("trace", b"1")], 1_700_000_000_000 + i)
                for i in range(20)]
     builder = new_builder(big_pool, compression=codec, transactional=True,
-                          timestamp_type=_records.TIMESTAMP_LOG_APPEND_TIME)
+                          timestamp_type=_batch.TIMESTAMP_LOG_APPEND_TIME)
     for key, value, headers, ts in records:
         builder.append(key, value, headers, ts)
     builder.set_producer_state(123456789012, 7, 2_000_000_000)
@@ -658,7 +659,7 @@ def test_header_keys_must_be_utf8(big_pool):
 
 @pytest.mark.parametrize("codec", CODECS[1:])
 def test_compressed_batch_gives_back_the_plain_buffer_at_seal(codec):
-    pool = BufferPool(_records.pool_buffer_size_bytes(1 << 16, codec), 1 << 20)
+    pool = BufferPool(_batch.pool_buffer_size_bytes(1 << 16, codec), 1 << 20)
     builder = RecordBatchBuilder(pool.try_acquire(), 1 << 16, 1 << 20, codec)
     records = [(b"k%d" % i, b"the same words again and again " * 4, None, i) for i in range(300)]
     builder.append_many([v for _, v, _, _ in records], [k for k, _, _, _ in records],
@@ -858,7 +859,7 @@ def test_sealed_batches_of_every_codec_are_stored_and_read_back_intact(kafka_bro
     protocol layer is not used here) and comes back through confluent-kafka's consumer,
     which checks the CRC32C; the broker also validates every batch before storing it."""
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    pool = BufferPool(_records.pool_buffer_size_bytes(1 << 20, "snappy"), 16 << 20)
+    pool = BufferPool(_batch.pool_buffer_size_bytes(1 << 20, "snappy"), 16 << 20)
     base_ts = int(time.time() * 1000)
     rng = random.Random(5)
     written, sealed_codecs = [], []

@@ -11,7 +11,8 @@ import tracemalloc
 
 import pytest
 
-from netkafka.record._records import BufferPool, RecordBatchBuilder
+from netkafka.record._batch import RecordBatchBuilder
+from netkafka.record._pool import BufferPool
 
 BATCH_SIZE_BYTES = 64 * 1024
 KEY = b"k" * 16

@@ -28,7 +28,8 @@ def results(kafka_broker, tmp_path_factory):
     """(the JSON as a dict, its path) of one run of the sample benchmarks."""
     directory = tmp_path_factory.mktemp("sample-bench")
     path = directory / "results.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO), NETKAFKA_BOOTSTRAP=kafka_broker.bootstrap)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "bench")]),
+               NETKAFKA_BOOTSTRAP=kafka_broker.bootstrap)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", str(REPO / "tests" / "report_sample_bench.py"), "-q",
          "-p", "netkafka.testing.environment", "-p", "no:cacheprovider",
@@ -49,7 +50,17 @@ def write_json(data, path):
 
 
 def suite(data, name):
-    return [b["extra_info"] for b in data["benchmarks"] if b["extra_info"].get("suite") == name]
+    """The rows of a suite: a throughput benchmark holds a row per client."""
+    return [row for b in data["benchmarks"] if b["extra_info"].get("suite") == name
+            for row in b["extra_info"].get("clients", [b["extra_info"]])]
+
+
+def ns(value):
+    return "–" if value is None else f"{value:,.0f}"
+
+
+def times(value, baseline):
+    return "–" if value is None or baseline is None else f"{value / baseline:.2f}×"
 
 
 def tables(markdown):
@@ -81,37 +92,102 @@ def test_throughput_rows_and_ratios_come_from_the_input(results, report):
     found = tables(markdown)
     for (size, acks, compression), infos in groups.items():
         rows = found.pop(f"### {size} B, acks={acks}, compression {compression}")
-        confluent = next(i for i in infos if i["client"] == "confluent-kafka")["msgs_per_s"]
+        confluent = next(i for i in infos if i["client"] == "confluent-kafka")
         java = next((i["msgs_per_s"] for i in infos if i["client"] == "java"), None)
         expected = [[i["client"], i["mode"], f"{i['batch_size']:,} / {i['linger_ms']}",
                      f"{i['records']:,}", f"{i['msgs_per_s']:,.0f}", f"{i['mb_per_s']:,.1f}",
-                     f"{i['msgs_per_s'] / confluent:.2f}×",
-                     "–" if java is None else f"{i['msgs_per_s'] / java:.2f}×"]
+                     times(i["msgs_per_s"], confluent["msgs_per_s"]), times(i["msgs_per_s"], java),
+                     ns(i["client_ns_per_record"]), ns(i["broker_ns_per_record"]),
+                     times(i["client_ns_per_record"], confluent["client_ns_per_record"]),
+                     times(i["broker_ns_per_record"], confluent["broker_ns_per_record"]),
+                     "broker" if i["broker_ns_per_record"] > i["client_ns_per_record"]
+                     else "client"]
                     for i in sorted(infos, key=lambda i: -i["msgs_per_s"])]
         assert rows == expected
-    assert set(found) == {"## Latency", "## Memory"}
+    assert set(found) == {"## Against confluent-kafka", "## Latency", "## Memory"}
+
+
+def test_every_row_was_measured_with_both_cpus(results):
+    """The sample's broker was found by its port, and each round cost its client CPU."""
+    rows = suite(results[0], "throughput") + suite(results[0], "latency")
+    assert all(row["broker_ns_per_record"] is not None for row in rows)
+    assert all(row["client_ns_per_record"] > 0 for row in rows if row["client"] != "java")
+    throughput = suite(results[0], "throughput")
+    assert {row["rounds"] for row in throughput} == {2}
+    assert all(len(row["round_client_cpu_s"]) == 2 for row in throughput)
+
+
+def test_headline_bolds_client_cpu_where_the_broker_set_the_pace(results, tmp_path):
+    data = copy.deepcopy(results[0])
+    rows = suite(data, "throughput")
+    netkafka = [row for row in rows if row["client"] == "netkafka"]
+    broker_paced, client_paced = netkafka[0], netkafka[1]
+    broker_paced["broker_ns_per_record"] = broker_paced["client_ns_per_record"] * 2
+    client_paced["broker_ns_per_record"] = client_paced["client_ns_per_record"] / 2
+    done = run_report(write_json(data, tmp_path / "paced.json"), tmp_path / "docs")
+    assert done.returncode == 0, done.stderr
+    header, *headline = tables((tmp_path / "docs" / "benchmarks.md").read_text())[
+        "## Against confluent-kafka"]
+    assert header[:3] == ["records", "netkafka", "pace"]
+    assert len(headline) == len(netkafka)  # a line per netkafka row, none for the others
+    for row, line in ((broker_paced, "broker"), (client_paced, "client")):
+        confluent = next(r for r in rows if r["client"] == "confluent-kafka"
+                         and (r["record_size"], r["acks"], r["compression"])
+                         == (row["record_size"], row["acks"], row["compression"]))
+        cpu = times(row["client_ns_per_record"], confluent["client_ns_per_record"])
+        speed = times(row["msgs_per_s"], confluent["msgs_per_s"])
+        where = (f"{row['record_size']} B, acks={row['acks']}, {row['compression']}",
+                 row["mode"], line)
+        expected = [*where, f"**{cpu}**", speed] if line == "broker" else [*where, cpu,
+                                                                           f"**{speed}**"]
+        assert expected in headline
+
+
+def test_rows_of_older_runs_without_cpu_show_dashes(results, tmp_path):
+    """A run of before the CPU columns: a benchmark per row, no CPU keys."""
+    data = copy.deepcopy(results[0])
+    flat = []
+    for benchmark in data["benchmarks"]:
+        for row in benchmark["extra_info"].get("clients", [benchmark["extra_info"]]):
+            for key in ("client_ns_per_record", "broker_ns_per_record"):
+                row.pop(key, None)
+            flat.append({**benchmark, "extra_info": row})
+    data["benchmarks"] = flat
+    out = tmp_path / "docs"
+    done = run_report(write_json(data, tmp_path / "old.json"), out)
+    assert done.returncode == 0, done.stderr
+    found = tables((out / "benchmarks.md").read_text())
+    throughput = [row for heading, rows in found.items() if heading.startswith("### ")
+                  for row in rows]
+    assert len(throughput) == len(suite(results[0], "throughput"))
+    assert all(row[8:] == ["–"] * 5 for row in throughput)
+    assert all(row[9:] == ["–", "–"] for row in found["## Latency"])
+    # Only the records/s panel: one 12 x 3.4 inch panel at 100 dpi.
+    assert matplotlib.image.imread(out / "throughput.png").shape[:2] == (340, 1200)
 
 
 def test_ratios_compare_rows_of_equal_batching(results, tmp_path):
     data = copy.deepcopy(results[0])
-    (java,) = [b["extra_info"] for b in data["benchmarks"]
-               if b["extra_info"].get("client") == "java"]
+    (java,) = [row for row in suite(data, "throughput") if row["client"] == "java"]
     java["batch_size"] *= 2  # the same run, said to batch differently: no longer comparable
     done = run_report(write_json(data, tmp_path / "java-batching.json"), tmp_path / "docs")
     assert done.returncode == 0, done.stderr
     rows = tables((tmp_path / "docs" / "benchmarks.md").read_text())[
         f"### {java['record_size']} B, acks={java['acks']}, compression {java['compression']}"]
     by_client = {(row[0], row[1]): row for row in rows}
-    assert by_client["java", java["mode"]][6:] == ["–", "1.00×"]
+    assert by_client["java", java["mode"]][6:8] == ["–", "1.00×"]
+    assert by_client["java", java["mode"]][10:12] == ["–", "–"]  # CPU ratios alike
     assert all(row[7] == "–" for key, row in by_client.items() if key[0] != "java")
     assert by_client["confluent-kafka", "error_only"][6] == "1.00×"
+    assert by_client["confluent-kafka", "error_only"][10:12] == ["1.00×", "1.00×"]
 
 
 def test_latency_and_memory_tables_come_from_the_input(results, report):
     data, found = results[0], tables(report[0])
     assert found["## Latency"] == [
         [i["client"], i["mode"], f"{i['rate']:,}", str(i["linger_ms"]), i["acks"],
-         f"{i['records']:,}", f"{i['p50_ms']:.2f}", f"{i['p99_ms']:.2f}", f"{i['max_ms']:.2f}"]
+         f"{i['records']:,}", f"{i['p50_ms']:.2f}", f"{i['p99_ms']:.2f}", f"{i['max_ms']:.2f}",
+         ns(i["client_ns_per_record"]), ns(i["broker_ns_per_record"])]
         for i in sorted(suite(data, "latency"), key=lambda i: (i["rate"], i["client"]))]
     (memory,) = suite(data, "memory")
     assert found["## Memory"] == [[
@@ -138,13 +214,14 @@ def test_latency_rows_differing_in_linger_and_acks_are_told_apart(results, tmp_p
         ("5", "all", "123.46")]
 
 
-def test_the_chart_is_a_png_with_a_panel_per_record_size(report):
+def test_the_chart_is_a_png_with_a_row_of_panels_per_record_size(report):
     chart = report[1] / "throughput.png"
     assert chart.read_bytes()[:8] == PNG_SIGNATURE
     pixels = matplotlib.image.imread(chart)
-    assert pixels.shape[:2] == (340, 1200)  # one record size: one 12 x 3.4 inch panel at 100 dpi
-    assert pixels[..., :3].std() > 0.05  # not a blank canvas
-    assert "![records/s per client](throughput.png)" in report[0]
+    # One record size: records/s and CPU per record, an 18 x 3.4 inch row at 100 dpi.
+    assert pixels.shape[:2] == (340, 1800)
+    assert pixels[:, :900, :3].std() > 0.05 and pixels[:, 900:, :3].std() > 0.05  # both drawn
+    assert "![records/s and CPU per record of each client](throughput.png)" in report[0]
 
 
 def test_machine_and_versions_are_stated(results, report):
@@ -213,9 +290,10 @@ def test_readme_block_is_rewritten_in_place(results, tmp_path):
     assert text.startswith("# project\n\nbefore\n\n<!-- benchmark-report:begin")
     assert text.endswith("<!-- benchmark-report:end -->\n\nafter\n")
     assert "old numbers" not in text
-    assert "![records/s per client](docs/throughput.png)" in text
+    assert "![records/s and CPU per record of each client](docs/throughput.png)" in text
+    assert "| records | netkafka | pace | client CPU per record × confluent-kafka" in text
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
-    assert "batch_size / linger_ms 262,144 / 5:" in text  # the sample's parameters
+    assert "batch_size / linger_ms 262,144 / 5." in text  # the sample's parameters
 
 
 @pytest.mark.parametrize("case", ["no json", "no suite", "readme without block"])

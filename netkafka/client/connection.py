@@ -6,13 +6,23 @@ A request starts with api_key (int16), api_version (int16) and correlation_id
 answers the requests of one connection in the order they were sent, so the
 connection keeps them in a FIFO and checks each answer against the oldest.
 
+Setup: from TCP connect to READY a connection passes, in this order,
+CONNECTING (TCP) -> TRANSPORT_HANDSHAKE (the transport's own, e.g. TLS; plain TCP
+has none) -> NEGOTIATING_VERSIONS (ApiVersions) -> AUTHENTICATING (SASL; none
+yet) -> READY.  _io_advance() is the one place that moves it along; a stage with
+nothing to do passes at once.  Versions come before authentication because the
+SASL requests' versions are negotiated, and brokers answer one ApiVersions
+request before authentication for that reason.  connect_timeout_ms bounds the
+whole setup; a failure names the stage it happened in.
+
 Write path (modelled on uvloop's stream transport): requests are framed into a
 queue of memoryviews -- the request header bytes and, for Produce, the sealed
-record batches' own memory -- handed to ``socket.sendmsg`` as they are.
-EAGAIN counts as 0 bytes written; a partial write slices the head view, so
-batch bytes are never copied.  Every byte accepted for this broker and not yet
-written to the socket counts as outbound: above ``high_watermark_bytes`` the
-connection is unwritable until it drains to ``low_watermark_bytes``.
+record batches' own memory -- handed to the transport (transport.py), which for
+plain TCP passes them to ``socket.sendmsg`` as they are.  EAGAIN counts as 0
+bytes written; a partial write slices the head view, so batch bytes are never
+copied.  Every byte accepted for this broker and not yet taken by the transport
+counts as outbound: above ``high_watermark_bytes`` the connection is unwritable
+until it drains to ``low_watermark_bytes``.
 
 Threads: everything named ``_io_*`` or documented "I/O thread" runs only on
 the owning I/O thread (see io_pool.py).  The few fields other threads touch
@@ -20,7 +30,6 @@ are guarded by ``_lock`` and say so.
 """
 import collections
 import errno
-import itertools
 import logging
 import os
 import random
@@ -32,17 +41,18 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from netkafka import errors, protocol
+from netkafka import errors
+from netkafka._validate import check_int
+from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
+from netkafka.protocol.api_versions import (
+    API_VERSIONS_VERSION, decode_api_versions_response, encode_api_versions_request,
+)
+from netkafka.protocol.framing import ApiKey, api_name
+from netkafka.protocol.versions import SUPPORTED_VERSIONS, negotiate_versions
 
 _MiB = 1024 * 1024
 _log = logging.getLogger("netkafka.client.connection")
-
-# At most this many buffers per sendmsg() call (the kernel refuses more).
-try:
-    _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024)
-except (ValueError, OSError):
-    _IOV_MAX = 64
 
 _SIZE = struct.Struct(">i")
 # The receive buffer's usual size: a few Produce answers at once.  A larger
@@ -52,9 +62,25 @@ _RX_BUFFER_BYTES = 64 * 1024
 # Connection states.  Owned by the I/O thread; published copies under _lock.
 DISCONNECTED = "disconnected"
 CONNECTING = "connecting"  # TCP connect in progress
-HANDSHAKE = "handshake"  # ApiVersions sent, answer awaited
+TRANSPORT_HANDSHAKE = "transport_handshake"  # the transport's handshake steps
+NEGOTIATING_VERSIONS = "negotiating_versions"  # ApiVersions sent, answer awaited
+AUTHENTICATING = "authenticating"  # SASL exchange (none yet: passed at once)
 READY = "ready"
 CLOSED = "closed"  # terminal: the pool shut down
+
+# The setup stages in order (each one's successor), and how errors name them.
+_NEXT_STAGE = {
+    CONNECTING: TRANSPORT_HANDSHAKE,
+    TRANSPORT_HANDSHAKE: NEGOTIATING_VERSIONS,
+    NEGOTIATING_VERSIONS: AUTHENTICATING,
+    AUTHENTICATING: READY,
+}
+_STAGE_NAMES = {
+    CONNECTING: "TCP connect",
+    TRANSPORT_HANDSHAKE: "the transport handshake",
+    NEGOTIATING_VERSIONS: "the ApiVersions handshake (is it a Kafka broker?)",
+    AUTHENTICATING: "authentication",
+}
 
 
 @dataclass(frozen=True)
@@ -67,9 +93,10 @@ class ConnectionConfig:
             handed to the connection fails, and the connection is closed
             (its later answers would be stuck behind the missing one).
             Default 30000.
-        connect_timeout_ms: bound on TCP connect plus the ApiVersions
-            handshake; a port that accepts but does not speak Kafka fails
-            within it.  Default 10000.
+        connect_timeout_ms: bound on the whole setup: TCP connect, the
+            transport handshake, the ApiVersions handshake and authentication;
+            a port that accepts but does not speak Kafka fails within it.
+            Default 10000.
         max_in_flight_requests_per_connection: requests written and not yet
             answered, per connection.  Default 5.
         send_buffer_bytes / receive_buffer_bytes: SO_SNDBUF / SO_RCVBUF;
@@ -113,28 +140,17 @@ class ConnectionConfig:
             "reconnect_backoff_max_ms",
             "max_response_bytes",
         ):
-            _check_int(name, getattr(self, name), minimum=1)
+            check_int(name, getattr(self, name), 1)
         for name in ("reconnect_backoff_ms", "connections_max_idle_ms"):
-            _check_int(name, getattr(self, name), minimum=0)
+            check_int(name, getattr(self, name), 0)
         for name in ("send_buffer_bytes", "receive_buffer_bytes"):
             value = getattr(self, name)
-            _check_int(name, value, minimum=-1)
+            check_int(name, value, -1)
             if value == 0:
                 raise ValueError(f"{name} must be -1 (OS default) or > 0, got 0")
-        _check_int("low_watermark_bytes", self.low_watermark_bytes, minimum=0)
-        _check_int("high_watermark_bytes", self.high_watermark_bytes, minimum=0)
-        if self.high_watermark_bytes < self.low_watermark_bytes:
-            raise ValueError(
-                f"high_watermark_bytes ({self.high_watermark_bytes}) must be >= "
-                f"low_watermark_bytes ({self.low_watermark_bytes}) and both >= 0"
-            )
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
+        check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
+                  minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
 
 
 class Request:
@@ -178,7 +194,7 @@ class Request:
         self.correlation_id = -1
 
     def describe(self):
-        name = protocol.api_name(self.api_key)
+        name = api_name(self.api_key)
         return f"{name} v{self.api_version} (correlation id {self.correlation_id})"
 
 
@@ -226,7 +242,9 @@ class BrokerConnection:
 
         # Owned by the I/O thread.
         self._state = DISCONNECTED
-        self._sock = None
+        # The transport (transport.py) owning the socket from connect() until the
+        # connection ends, else None; registered in the selector itself.
+        self._transport = None
         self._registered_events = 0  # selector interest currently registered
         self._connect_deadline_ns = 0
         self._next_attempt_ns = 0  # reconnect backoff: no attempt before this
@@ -236,8 +254,8 @@ class BrokerConnection:
         self._in_flight = collections.deque()  # Requests awaiting an answer, oldest first
         self._write_queue = collections.deque()  # memoryviews not yet written
         self._unwritten = collections.deque()  # (end_offset, Request) not fully written
-        self._queued_total = 0  # bytes ever put in _write_queue (this socket)
-        self._written_total = 0  # bytes ever written (this socket)
+        self._queued_total = 0  # bytes ever put in _write_queue (this transport)
+        self._written_total = 0  # bytes ever taken by the transport
         # Bytes received and not handled yet: _rx[:_rx_len], whole responses and
         # the start of the next.  One recv() takes as much as the socket has, so
         # a small answer costs one call, not one for its size and one for its body.
@@ -376,9 +394,9 @@ class BrokerConnection:
         """In a forked child only: closes this process's copy of the socket.  The
         socket is the parent's connection: no shutdown, nothing sent, and no lock
         taken (one held by a parent thread at the fork stays held here forever)."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
 
     # ------------------------------------------------------------------
     # I/O thread only.
@@ -407,7 +425,7 @@ class BrokerConnection:
                         and now_ns - self._last_activity_ns
                         >= self.config.connections_max_idle_ms * 1_000_000
                         and not self._io_has_work()):
-                    self._io_close_socket()
+                    self._io_close_transport()
                     self._io_set_state(DISCONNECTED)
         except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
             self._io_fail(_as_kafka_error(exc, self), now_ns)
@@ -417,7 +435,7 @@ class BrokerConnection:
         if self._state == CLOSED:
             return None
         deadline = None
-        if self._state in (CONNECTING, HANDSHAKE):
+        if self._state in _STAGE_NAMES:  # setting up
             deadline = self._connect_deadline_ns
         elif self._state == READY:
             if self._in_flight:
@@ -441,11 +459,14 @@ class BrokerConnection:
                 if mask & selectors.EVENT_WRITE:
                     self._io_finish_connect(now_ns)
                 return
+            if self._state == TRANSPORT_HANDSHAKE:
+                self._io_transport_handshake(now_ns)
+                return
             if mask & selectors.EVENT_READ:
                 self._io_read(now_ns)
-            if mask & selectors.EVENT_WRITE and self._sock is not None:
+            if mask & selectors.EVENT_WRITE and self._transport is not None:
                 self._io_flush(now_ns)
-            if self._sock is not None:
+            if self._transport is not None:
                 self._io_update_events()
         except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
             self._io_fail(_as_kafka_error(exc, self), now_ns)
@@ -457,7 +478,7 @@ class BrokerConnection:
         # CLOSED first: submit() checks it under _lock, so nothing can slip
         # into _submitted after the failing below.
         self._io_set_state(CLOSED)
-        self._io_close_socket()
+        self._io_close_transport()
         self._io_fail_pending(error, include_submitted=True)
         with self._room:
             self._room.notify_all()  # blocked callers re-check and see the close
@@ -476,33 +497,16 @@ class BrokerConnection:
             host, port = self._host, self._port
         self._connect_deadline_ns = now_ns + self.config.connect_timeout_ms * 1_000_000
         try:
-            # Blocking name resolution on the I/O thread: brokers are named by
-            # addresses or local names here; a slow resolver would stall this
-            # thread's other connections.
-            family, kind, proto, _, sockaddr = socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM)[0]
-            sock = socket.socket(family, kind, proto)
-        except OSError as exc:
+            transport, err = connect_tcp(host, port, self.config.send_buffer_bytes,
+                                         self.config.receive_buffer_bytes)
+        except socket.gaierror as exc:
             self._io_fail(KafkaConnectionError(
                 f"cannot resolve {host}:{port} for {self._who()}: {exc}"), now_ns)
             return
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # Buffer sizes before connect(), so the window scale is negotiated
-            # for them.
-            if self.config.send_buffer_bytes > 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
-                                self.config.send_buffer_bytes)
-            if self.config.receive_buffer_bytes > 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
-                                self.config.receive_buffer_bytes)
-            err = sock.connect_ex(sockaddr)
         except OSError as exc:
-            sock.close()
             self._io_fail(_as_kafka_error(exc, self), now_ns)
             return
-        self._sock = sock
+        self._transport = transport
         self._registered_events = 0
         self._queued_total = self._written_total = 0
         with self._lock:
@@ -515,25 +519,53 @@ class BrokerConnection:
                 f"cannot connect to {self._who()}: {os.strerror(err)}"), now_ns)
 
     def _io_finish_connect(self, now_ns):
-        err = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        err = self._transport.connect_error()
         if err:
             raise KafkaConnectionError(
                 f"cannot connect to {self._who()}: {os.strerror(err)}")
         self._last_activity_ns = now_ns
-        self._io_set_state(HANDSHAKE)
-        self._io_send_api_versions(protocol.API_VERSIONS_VERSION, now_ns)
+        self._io_advance(now_ns)
+
+    def _io_advance(self, now_ns):
+        """Enters the setup stage after the current one and starts it: the one
+        place a connection moves from CONNECTING towards READY.  Runs when the
+        current stage is done; a stage with nothing to do passes on at once."""
+        state = _NEXT_STAGE[self._state]
+        self._io_set_state(state)
+        if state == TRANSPORT_HANDSHAKE:
+            self._io_transport_handshake(now_ns)
+        elif state == NEGOTIATING_VERSIONS:
+            self._io_send_api_versions(API_VERSIONS_VERSION, now_ns)
+        elif state == AUTHENTICATING:
+            # No SASL mechanism is configured (none exists yet): nothing to prove.
+            self._io_advance(now_ns)
+        else:
+            with self._lock:
+                self._stats["connections_ready"] += 1
+            self._failures = 0
+            if self._listener is not None:
+                self._listener.on_ready(self)
+
+    def _io_transport_handshake(self, now_ns):
+        """One step of the transport's handshake; the next runs when the selector
+        reports what this one waits for."""
+        wanted_events = self._transport.handshake()
+        if wanted_events:
+            self._io_set_events(wanted_events)
+        else:
+            self._io_advance(now_ns)
 
     def _io_send_api_versions(self, version, now_ns):
         request = Request(
-            protocol.API_VERSIONS,
-            lambda cid, v: protocol.encode_api_versions_request(cid, self.config.client_id, v),
-            protocol.decode_api_versions_response,
+            ApiKey.API_VERSIONS,
+            lambda cid, v: encode_api_versions_request(cid, self.config.client_id, v),
+            decode_api_versions_response,
             self._io_on_api_versions,
             api_version=version)
         request.deadline_ns = self._connect_deadline_ns
         self._io_frame(request)
         self._io_flush(now_ns)
-        if self._sock is not None:
+        if self._transport is not None:
             self._io_update_events()
 
     def _io_on_api_versions(self, response, error):
@@ -543,25 +575,20 @@ class BrokerConnection:
             return  # the connection failure already reported it
         now_ns = time.monotonic_ns()
         try:
-            theirs = response.api_versions.get(protocol.API_VERSIONS)
+            theirs = response.api_versions.get(ApiKey.API_VERSIONS)
             if (response.error_code == _UNSUPPORTED_VERSION and theirs is not None
-                    and protocol.SUPPORTED_VERSIONS[protocol.API_VERSIONS][0] <= theirs[1]
-                    < protocol.API_VERSIONS_VERSION):
+                    and SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0] <= theirs[1]
+                    < API_VERSIONS_VERSION):
                 # An older broker: ask again at the newest version it knows.
                 self._io_send_api_versions(theirs[1], now_ns)
                 return
             # Raises for a broker without Produce v3 (IncompatibleBrokerError).
-            versions = protocol.negotiate_versions(response)
+            versions = negotiate_versions(response)
+            with self._lock:
+                self._api_versions = versions
+            self._io_advance(now_ns)
         except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
             self._io_fail(_as_kafka_error(exc, self), now_ns)
-            return
-        with self._lock:
-            self._api_versions = versions
-            self._stats["connections_ready"] += 1
-        self._failures = 0
-        self._io_set_state(READY)
-        if self._listener is not None:
-            self._listener.on_ready(self)
 
     # -- writing
 
@@ -585,7 +612,7 @@ class BrokerConnection:
                 request.deadline_ns = now_ns + self.config.request_timeout_ms * 1_000_000
             self._io_frame(request)
             self._io_flush(now_ns)
-        if self._sock is not None:
+        if self._transport is not None:
             self._io_update_events()
 
     def _io_frame(self, request):
@@ -598,7 +625,7 @@ class BrokerConnection:
                 if request.api_version is None:
                     raise errors.IncompatibleBrokerError(
                         f"{self._who()} does not support "
-                        f"{protocol.api_name(request.api_key)}")
+                        f"{api_name(request.api_key)}")
             buffers = request.encode(request.correlation_id, request.api_version)
             # Framed once: drop the encoder, so that once written no reference
             # to the payload (a batch's memory) stays behind in the request.
@@ -629,16 +656,14 @@ class BrokerConnection:
             self._reserve_outbound_locked(total - request.reserved_bytes)
 
     def _io_flush(self, now_ns):
-        """Writes as much of the write queue as the socket takes now."""
+        """Hands as much of the write queue to the transport as it takes now (and
+        lets it push bytes it holds back)."""
         queue = self._write_queue
-        sock = self._sock
-        while queue:
-            try:
-                sent = sock.sendmsg(list(itertools.islice(queue, _IOV_MAX)))
-            except (BlockingIOError, InterruptedError):
-                sent = 0  # EAGAIN: the socket buffer is full; wait for EVENT_WRITE
+        transport = self._transport
+        while queue or transport.output_pending:
+            sent = transport.write(queue)
             if sent == 0:
-                break
+                break  # EAGAIN: the transport takes nothing now; wait for EVENT_WRITE
             self._last_activity_ns = now_ns
             self._written_total += sent
             self.release_outbound(sent)
@@ -657,7 +682,9 @@ class BrokerConnection:
                 _complete(request, None, None)
 
     def _io_update_events(self):
-        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._write_queue else 0)
+        wanted = selectors.EVENT_READ | (
+            selectors.EVENT_WRITE if self._write_queue or self._transport.output_pending
+            else 0)
         self._io_set_events(wanted)
 
     def _io_set_events(self, events):
@@ -665,34 +692,32 @@ class BrokerConnection:
             return
         selector = self._io_thread.selector
         if self._registered_events == 0:
-            selector.register(self._sock, events, self)
+            selector.register(self._transport, events, self)
         else:
-            selector.modify(self._sock, events, self)
+            selector.modify(self._transport, events, self)
         self._registered_events = events
 
     # -- reading
 
     def _io_read(self, now_ns):
-        sock = self._sock
-        while sock is self._sock and self._sock is not None:
+        transport = self._transport
+        # A completion may close the connection (the transport goes) mid-loop.
+        while transport is self._transport and transport is not None:
             rx = self._rx
-            try:
-                n = sock.recv_into(memoryview(rx)[self._rx_len:])
-            except (BlockingIOError, InterruptedError):
-                return
+            n = transport.read_into(memoryview(rx)[self._rx_len:])
+            if n is None:
+                return  # nothing there now (EAGAIN)
             if n == 0:
-                during = (" during the ApiVersions handshake (is it a Kafka broker?)"
-                          if self._state == HANDSHAKE else "")
                 raise KafkaConnectionError(
-                    f"{self._who()} closed the connection{during}")
+                    f"{self._who()} closed the connection{self._io_during()}")
             self._last_activity_ns = now_ns
             self._rx_len += n
             filled = self._rx_len == len(rx)
-            self._io_take_responses(sock)
+            self._io_take_responses(transport)
             if not filled:
-                return  # the socket had no more; the selector says when it has
+                return  # the transport had no more; the selector says when it has
 
-    def _io_take_responses(self, sock):
+    def _io_take_responses(self, transport):
         """Hands every whole response in _rx to _io_on_response, keeps the rest at
         the front, and makes room for a response larger than the buffer."""
         rx, end, pos = self._rx, self._rx_len, 0
@@ -709,7 +734,7 @@ class BrokerConnection:
             body = bytes(view[pos + 4:pos + 4 + size])
             pos += 4 + size
             self._io_on_response(body)
-            if self._sock is not sock:
+            if self._transport is not transport:
                 return  # a completion closed the connection: its buffer was reset
         rest = end - pos
         if rest >= 4:
@@ -750,12 +775,10 @@ class BrokerConnection:
     # -- timeouts and failure
 
     def _io_check_deadlines(self, now_ns):
-        if self._state in (CONNECTING, HANDSHAKE):
+        if self._state in _STAGE_NAMES:  # setting up
             if now_ns >= self._connect_deadline_ns:
-                what = ("TCP connect" if self._state == CONNECTING
-                        else "the ApiVersions handshake (is it a Kafka broker?)")
                 self._io_fail(KafkaTimeoutError(
-                    f"{self._who()}: {what} did not complete within "
+                    f"{self._who()}: {_STAGE_NAMES[self._state]} did not complete within "
                     f"connect_timeout_ms={self.config.connect_timeout_ms}"), now_ns)
         elif self._state == READY:
             for request in self._in_flight:
@@ -785,7 +808,7 @@ class BrokerConnection:
         with self._lock:
             self._last_error = str(error)
         was_ready = self._state == READY
-        self._io_close_socket()
+        self._io_close_transport()
         if count_failure:
             self._failures += 1
             self._next_attempt_ns = now_ns + self._backoff_ns()
@@ -799,14 +822,14 @@ class BrokerConnection:
         capped = min(base, self.config.reconnect_backoff_max_ms)
         return int(capped * random.uniform(0.8, 1.2) * 1_000_000)
 
-    def _io_close_socket(self):
-        if self._sock is None:
+    def _io_close_transport(self):
+        if self._transport is None:
             return
         if self._registered_events:
-            self._io_thread.selector.unregister(self._sock)
+            self._io_thread.selector.unregister(self._transport)
         self._registered_events = 0
-        self._sock.close()
-        self._sock = None
+        self._transport.close()
+        self._transport = None
         unwritten_bytes = self._queued_total - self._written_total
         self._write_queue.clear()
         self.release_outbound(unwritten_bytes)
@@ -828,9 +851,16 @@ class BrokerConnection:
             _complete(request, None, error)
 
     def _io_set_state(self, state):
+        if _log.isEnabledFor(logging.DEBUG):  # the setup's steps, when debugging one
+            _log.debug("%s: %s -> %s", self._who(), self._state, state)
         self._state = state
         with self._lock:
             self._published_state = state
+
+    def _io_during(self):
+        """For error messages: ' during <setup stage>' while setting up, else ''."""
+        stage = _STAGE_NAMES.get(self._state)
+        return "" if stage is None else f" during {stage}"
 
     def _who(self):
         with self._lock:
@@ -860,6 +890,6 @@ def _as_kafka_error(exc, conn):
     if isinstance(exc, errors.KafkaError):
         return exc
     if isinstance(exc, OSError):
-        return KafkaConnectionError(f"{conn._who()}: {exc}")
+        return KafkaConnectionError(f"{conn._who()}{conn._io_during()}: {exc}")
     _log.error("internal error on the connection to %s", conn._who(), exc_info=exc)
     return errors.KafkaError(f"internal error on the connection to {conn._who()}: {exc!r}")

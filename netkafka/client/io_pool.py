@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 
+from netkafka._validate import check_int
 from netkafka.client.connection import BrokerConnection, ConnectionConfig
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 
@@ -207,8 +208,7 @@ class IOPool:
     """
 
     def __init__(self, config=None, io_threads=1):
-        if isinstance(io_threads, bool) or not isinstance(io_threads, int) or io_threads < 1:
-            raise ValueError(f"io_threads must be an int >= 1, got {io_threads!r}")
+        check_int("io_threads", io_threads, 1)
         self.config = config if config is not None else ConnectionConfig()  # immutable
         self._lock = threading.Lock()
         self._connections = {}  # guarded by _lock: node_id -> BrokerConnection

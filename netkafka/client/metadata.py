@@ -20,8 +20,11 @@ import threading
 import time
 from typing import NamedTuple
 
-from netkafka import errors, protocol
+from netkafka import errors
+from netkafka._validate import check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
+from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 
 
 class BrokerInfo(NamedTuple):
@@ -73,10 +76,10 @@ def request_metadata(conn, topics, allow_auto_topic_creation=True):
     topics = list(topics)
     client_id = conn.config.client_id
     return conn.request(
-        protocol.METADATA,
-        lambda cid, version: protocol.encode_metadata_request(
+        ApiKey.METADATA,
+        lambda cid, version: encode_metadata_request(
             cid, client_id, version, topics, allow_auto_topic_creation),
-        protocol.decode_metadata_response)
+        decode_metadata_response)
 
 
 def parse_bootstrap_servers(servers):
@@ -133,10 +136,8 @@ class Metadata:
 
     def __init__(self, pool, bootstrap_servers, metadata_max_age_ms=300000,
                  retry_backoff_ms=100, allow_auto_topic_creation=True):
-        for name, value, minimum in (("metadata_max_age_ms", metadata_max_age_ms, 1),
-                                     ("retry_backoff_ms", retry_backoff_ms, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_int("metadata_max_age_ms", metadata_max_age_ms, 1)
+        check_int("retry_backoff_ms", retry_backoff_ms, 0)
         self._pool = pool  # immutable
         self._bootstrap = parse_bootstrap_servers(bootstrap_servers)  # immutable
         self.metadata_max_age_ms = metadata_max_age_ms  # immutable

@@ -15,8 +15,8 @@ Producer.send() enters it straight from C (ProducerCore, below); produce() and
 append_into_batch() are the same path with no future made (the fire-and-forget and
 bulk paths): they get the Batch the record went into (and, for the bulk path, the
 record's index there), told apart by the `track` argument (TRACK_*).  The bulk
-path's own helpers -- rows grouped by partition, a run's outcome spread back over
-its rows -- are group_rows() and fill_rows() at the end.
+path's own native helpers (rows placed and grouped by partition, a run's outcome
+spread back over its rows) are _batch_send's.
 
 Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
 -- goes to the subclass's _append_cold() with the same arguments (a full batch is
@@ -34,20 +34,18 @@ pool's mutex or the linger timer's condition.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
-from cpython.sequence cimport PySequence_Fast_GET_ITEM
-from cpython.tuple cimport PyTuple_CheckExact
 from libc.stdint cimport int64_t
 
 from netkafka.producer._futures cimport BatchResult, new_record_future
 from netkafka.producer._mutex cimport Mutex
 from netkafka.producer._partitioner cimport Partitioner
-from netkafka.record._records cimport RecordBatchBuilder, checked_timestamp_ms
+from netkafka.record._batch cimport RecordBatchBuilder
+from netkafka.record._columns cimport checked_timestamp_ms
 from netkafka.csrc cimport (
     nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms,
 )
 
 import collections
-from array import array
 
 
 cdef enum:
@@ -60,7 +58,7 @@ cdef enum:
 @cython.final
 cdef class Batch:
     """An open or ready batch: its builder and the result its records' futures share."""
-    cdef readonly RecordBatchBuilder builder  # owned as _records.pyx says (lock, then drainer)
+    cdef readonly RecordBatchBuilder builder  # owned as _pool.pxd says (lock, then drainer)
     cdef readonly BatchResult result          # thread-safe
     cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
     # Records appended with no future (produce()): their failure is counted for
@@ -379,109 +377,3 @@ cdef class ProducerCore:
             if not (<object>self)._counts_as_undelivered(exc):
                 raise
             (<object>records).count_untracked_failure(exc)
-
-
-# -- send_batch()'s bulk helpers ------------------------------------------------------
-
-def group_rows(partitions):
-    """Rows grouped by partition, each group in row order (a stable counting sort):
-    send_batch() appends a group's rows by these indices, in place.
-
-    Args:
-        partitions: each row's partition (-1: none), as partitions_array() takes.
-
-    Returns:
-        (order, groups): order, an array('q') of the row indices, group after group;
-        groups, a list of (partition, start, count) slices of order, ascending by
-        partition (-1 first).
-
-    Raises:
-        TypeError, ValueError: as partitions_array().
-    """
-    cdef int[::1] parts = _partitions_array(partitions)
-    cdef Py_ssize_t n = parts.shape[0], i
-    cdef int top = -1, p
-    for i in range(n):
-        if parts[i] > top:
-            top = parts[i]
-    # starts[p + 1]: where partition p's rows begin in order (p = -1 at slot 0).
-    cdef long long[::1] starts = array("q", bytes(8 * (top + 3)))
-    for i in range(n):
-        starts[parts[i] + 2] += 1
-    for p in range(1, top + 3):
-        starts[p] += starts[p - 1]
-    groups = [(p - 1, starts[p], starts[p + 1] - starts[p])
-              for p in range(top + 2) if starts[p + 1] > starts[p]]
-    order_array = array("q", bytes(8 * n))
-    cdef long long[::1] order = order_array
-    for i in range(n):
-        p = parts[i] + 1
-        order[starts[p]] = i
-        starts[p] += 1
-    return order_array, groups
-
-
-def partitions_array(partitions):
-    """send_batch()'s per-row `partitions` as an array('i'), each element checked:
-    an int partition id, or None (-1: the partitioner's choice, as send()'s
-    partition=None).  An array('i') is checked and returned as is.
-
-    Raises:
-        TypeError, ValueError: partitions is not a list or tuple, or an element is
-            neither None nor an int in 0..2**31-1 (named as partitions[i]).
-    """
-    return _partitions_array(partitions)
-
-
-cdef object _partitions_array(object partitions):
-    cdef Py_ssize_t i
-    if isinstance(partitions, array) and partitions.typecode == "i":
-        for i in range(len(partitions)):
-            if partitions[i] < -1:
-                raise ValueError(f"partitions[{i}]={partitions[i]} is negative")
-        return partitions
-    if not (type(partitions) is list or PyTuple_CheckExact(partitions)):
-        raise TypeError(f"partitions must be None, an int, or a list or tuple of int or "
-                        f"None, not {type(partitions).__name__}")
-    result = array("i", bytes(4 * len(partitions)))
-    cdef int[::1] out = result
-    for i in range(len(partitions)):
-        item = <object>PySequence_Fast_GET_ITEM(partitions, i)
-        if item is None:
-            out[i] = -1
-            continue
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise TypeError(f"partitions[{i}] must be an int or None, not "
-                            f"{type(item).__name__}")
-        if not 0 <= item <= 0x7FFFFFFF:
-            raise ValueError(f"partitions[{i}]={item} is not a partition id (0..2**31-1)")
-        out[i] = item
-    return result
-
-
-ctypedef fused _row_value_t:
-    int
-    long long
-
-
-def fill_rows(_row_value_t[::1] out, rows, long long first, long long step):
-    """out[rows[k]] = first + k * step for every k: a run of send_batch() rows gets
-    its partition (step 0) or its offsets (step 1) at its rows' places.
-
-    rows: a range of step 1, or a buffer of int64 row indices (a slice of
-    group_rows' order).  Every index is checked against out."""
-    cdef const long long[::1] indices
-    cdef Py_ssize_t size = out.shape[0], k, begin, count
-    if isinstance(rows, range):
-        begin, count = rows.start, len(rows)
-        if rows.step != 1 or begin < 0 or begin + count > size:
-            raise IndexError(f"rows {rows!r} do not fit {size} values")
-        for k in range(count):
-            out[begin + k] = <_row_value_t>(first + k * step)
-        return
-    indices = rows
-    for k in range(indices.shape[0]):
-        if not 0 <= indices[k] < size:
-            raise IndexError(f"row {indices[k]} is outside {size} values")
-    for k in range(indices.shape[0]):
-        out[indices[k]] = <_row_value_t>(first + k * step)

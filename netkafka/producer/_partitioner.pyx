@@ -29,8 +29,9 @@ where linger_ms sends batches before they fill, switching per batch moves on soo
 than KIP-794 would and can favour slower brokers.  Adaptive weighting is not
 implemented.
 
-send_batch() places keyed rows in bulk with keyed_partitions(): the same murmur2
-placement over a list of keys or a pyarrow binary/string array, in one native loop.
+send_batch() places its rows in bulk the same way -- murmur2 for keys, the sticky
+partitioner's choices batch by batch -- with _batch_send's keyed_partitions() and
+place_unkeyed_rows().
 
 Threads: partition() and on_new_batch() run on the caller's thread of send(), from
 any number of threads at once.  Each stateful partitioner keeps its state in
@@ -38,18 +39,14 @@ per-topic records guarded by its own `_lock` (a Mutex; correctness does not
 rest on the GIL).  The keyed path and murmur2 take no lock.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-cimport cython
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
+from libc.stdint cimport INT32_MAX, int32_t, uint32_t
 
 from netkafka.producer._mutex cimport Mutex
-from netkafka.record._records cimport HEADER_SIZE_BYTES, BinarySource, Rows, _binary_source
 from netkafka.csrc cimport nk_murmur2, nk_murmur2_partition
 
-import array
 import bisect
 import operator
 import random
-import time
 
 
 cdef int _get_key_buffer(object data, Py_buffer *view) except -1:
@@ -95,202 +92,6 @@ cdef int _keyed_partition(object key_bytes, Py_ssize_t num_partitions, object to
 def murmur2(data):
     """Kafka's murmur2 of `data` (bytes-like), as the signed 32-bit int Java returns."""
     return <int32_t>_murmur2_bits(data)
-
-
-def keyed_partitions(keys, Py_ssize_t num_partitions, explicit=None):
-    """Each row's partition as the Java client (and send()) places it, in bulk:
-    the row's explicit partition if it has one, else murmur2 of its key.
-
-    Args:
-        keys: None (no keys), or anything _records.Rows takes as keys (a list or
-            tuple of bytes-like or None, a BinaryColumn, a pyarrow binary or
-            string Array or ChunkedArray) or a BinarySource; read in place.
-        num_partitions: the topic's partition count.
-        explicit: None, or an array('i') as long as keys: the row's partition, or
-            -1 where the partitioner chooses (_accumulator.partitions_array).
-
-    Returns:
-        An array('i'): explicit[i] where >= 0, else toPositive(murmur2(key)) %
-        num_partitions, else -1 (a row without a key: the partitioner places it).
-
-    Raises:
-        TypeError: keys is of another kind, or keys[i] is not bytes-like (named).
-        ValueError: num_partitions is not in 1..2**31-1, or keys[i]'s offsets are
-            outside its data.
-    """
-    cdef uint32_t count
-    cdef BinarySource source = None
-    cdef Py_ssize_t i, n = 0  # always set below; 0 only quiets gcc's may-be-uninitialized
-    cdef const unsigned char *data
-    cdef Py_ssize_t length
-    cdef Py_buffer view
-    cdef const int[::1] given
-    if num_partitions <= 0 or num_partitions > INT32_MAX:
-        raise ValueError(f"num_partitions must be in 1..2**31-1, got {num_partitions}")
-    count = <uint32_t>num_partitions
-    if keys is not None:
-        source = _binary_source(keys, "keys", -1, False)
-        n = source.length
-    if explicit is not None:
-        given = explicit
-        if source is not None and given.shape[0] != n:
-            raise ValueError(f"partitions has {given.shape[0]} elements, keys has {n}")
-        n = given.shape[0]
-    elif source is None:
-        raise TypeError("keyed_partitions needs keys or explicit partitions")
-    result = array.array("i", b"\xff" * (4 * n))
-    cdef int[::1] out = result
-    for i in range(n):
-        if explicit is not None and given[i] >= 0:
-            out[i] = given[i]
-        elif source is not None:
-            held = source.get(i, &data, &length, &view)
-            if length >= 0:
-                out[i] = <int>nk_murmur2_partition(data, <size_t>length, count)
-            if held:
-                PyBuffer_Release(&view)
-    return result
-
-
-def place_unkeyed_rows(Rows rows, int[::1] partitions, explicit, Partitioner partitioner,
-                       topic, all_partitions, available_partitions,
-                       Py_ssize_t batch_size_bytes, open_batch):
-    """send_batch()'s rows without a partition (-1 in `partitions`) get the sticky
-    partition send() would give them, row after row, in place.
-
-    The batches are planned here, not appended: each row's bytes are counted
-    (Rows.record_bytes) into its partition's planned open batch, and where send()
-    would open a new batch the partitioner hears what send() makes it hear --
-    on_new_batch() when a row without a key, or (keyed=True) a keyed row, would
-    start a batch on the sticky partition, then partition() for the next sticky
-    one.  Then every row has a partition, so send_batch() can append each
-    partition's rows in bulk and in row order, keyed or not, and the sticky
-    partition still changes once per batch.  (The plan assumes the clock does not
-    move and no other thread appends meanwhile; either can only end a real batch a
-    little before or after the planned one.)
-
-    Args:
-        rows: the call's Rows.
-        partitions: per row its partition, -1 for the partitioner's sticky choice;
-            the -1s are overwritten.
-        explicit: None, or per row the caller's partition (-1: none), as
-            keyed_partitions() takes it: a row placed by the caller is not the
-            partitioner's, as send(partition=p) is not.
-        partitioner: the producer's sticky partitioner; all_partitions /
-            available_partitions: the topic's, as partition() takes them.
-        batch_size_bytes: the accumulator's batch size.
-        open_batch: callable(partition) -> (size_bytes, record_count,
-            first_timestamp_ms) of that partition's open batch now, or None.
-    """
-    cdef _BatchPlan plan = _BatchPlan(rows, partitioner, topic, all_partitions,
-                                      available_partitions, batch_size_bytes, open_batch)
-    cdef Py_ssize_t i
-    cdef int p, sticky
-    cdef int64_t size
-    cdef const int[::1] given
-    cdef bint by_caller = explicit is not None
-    if by_caller:
-        given = explicit
-    # The sticky partition as send() would find it (chosen now if it is not yet).
-    sticky = plan.sticky()
-    for i in range(partitions.shape[0]):
-        p = partitions[i]
-        if p >= plan.count:
-            continue  # no such partition: the row is refused when appended
-        if p >= 0:
-            size = plan.fits(i, p)
-            if size < 0:
-                if p == sticky and not (by_caller and given[i] >= 0):
-                    partitioner.on_new_batch(topic, p)
-                    sticky = -1
-                size = plan.new_batch(i, p)
-            plan.add(p, size)
-            continue
-        if sticky < 0:
-            sticky = plan.sticky()
-        size = plan.fits(i, sticky)
-        if size < 0:
-            # KIP-480: the row that would start a batch starts it on the next
-            # sticky partition (send()'s _append_cold).
-            partitioner.on_new_batch(topic, sticky)
-            sticky = plan.sticky()
-            size = plan.fits(i, sticky)
-            if size < 0:
-                size = plan.new_batch(i, sticky)
-        partitions[i] = sticky
-        plan.add(sticky, size)
-
-
-@cython.final
-cdef class _BatchPlan:
-    """The open batch each partition would have, row after row, as place_unkeyed_rows
-    plans them; owned by its call."""
-    cdef Rows rows
-    cdef Partitioner partitioner
-    cdef object topic, all_partitions, available_partitions, open_batch
-    cdef Py_ssize_t batch_size_bytes
-    cdef Py_ssize_t count                 # the topic's partitions
-    cdef int64_t now_ms                   # "now" for rows without a timestamp
-    # Per partition: bytes of its planned open batch (-1: none, -2: not read from
-    # the accumulator yet), its records, its first timestamp.
-    cdef long long[::1] used
-    cdef int[::1] records
-    cdef long long[::1] first_ts
-
-    def __cinit__(self, Rows rows, Partitioner partitioner, topic, all_partitions,
-                  available_partitions, Py_ssize_t batch_size_bytes, open_batch):
-        self.rows, self.partitioner, self.topic = rows, partitioner, topic
-        self.all_partitions, self.available_partitions = all_partitions, available_partitions
-        self.batch_size_bytes, self.open_batch = batch_size_bytes, open_batch
-        self.count = len(all_partitions)
-        self.now_ms = <int64_t>(time.time() * 1000)
-        self.used = array.array("q", [-2]) * self.count
-        self.records = array.array("i", bytes(4 * self.count))
-        self.first_ts = array.array("q", bytes(8 * self.count))
-
-    cdef int sticky(self) except -1:
-        # The partitioner's sticky partition now, its open batch known.
-        cdef int chosen = self.partitioner.partition(self.topic, None, self.all_partitions,
-                                                     self.available_partitions)
-        if not 0 <= chosen < self.count:
-            raise ValueError(f"{type(self.partitioner).__name__} chose partition {chosen}, "
-                             f"not one of the topic's {self.count}")
-        return chosen
-
-    cdef int64_t fits(self, Py_ssize_t i, int p) except -2:
-        # Row i's bytes in p's planned open batch, or -1 when it has none or the
-        # row does not fit (a new batch is needed).  A row the encoder will refuse
-        # counts as nothing: it takes no room when appended either.
-        cdef int64_t size
-        if self.used[p] == -2:
-            state = self.open_batch(p)
-            if state is None:
-                self.used[p] = -1
-            else:
-                self.used[p], self.records[p], self.first_ts[p] = state
-        if self.used[p] < 0:
-            return -1
-        try:
-            size = self.rows.record_bytes(i, self.records[p], self.first_ts[p], self.now_ms)
-        except (TypeError, ValueError):
-            return 0
-        return size if self.used[p] + size <= self.batch_size_bytes else -1
-
-    cdef int64_t new_batch(self, Py_ssize_t i, int p) except -2:
-        # p's planned open batch starts again with row i (always taken, as the
-        # encoder takes any first record); returns the row's bytes.
-        self.used[p] = HEADER_SIZE_BYTES
-        self.records[p] = 0
-        try:
-            self.first_ts[p] = self.rows.timestamp_ms(i, self.now_ms)
-            return self.rows.record_bytes(i, 0, -1, self.now_ms)
-        except (TypeError, ValueError):
-            self.first_ts[p] = self.now_ms
-            return 0
-
-    cdef void add(self, int p, int64_t size) noexcept:
-        self.used[p] += size
-        self.records[p] += 1
 
 
 def default_partition(key_bytes, Py_ssize_t num_partitions):

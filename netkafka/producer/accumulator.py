@@ -52,10 +52,10 @@ from netkafka import errors
 from netkafka.producer._accumulator import AccumulatorCore, Batch
 from netkafka.record._compression import Compressor
 from netkafka.producer._futures import BatchResult
-from netkafka.record._records import (BufferPool, BufferPoolExhausted, RecordBatchBuilder,
-                               pool_buffer_size_bytes)
-from netkafka.errors import (BackpressureTimeoutError, KafkaTimeoutError, ProducerClosedError,
-                             RecordDroppedError, UndeliveredRecordsError)
+from netkafka.record._batch import RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._pool import BufferPool
+from netkafka.errors import (BackpressureTimeoutError, BufferPoolExhausted, KafkaTimeoutError,
+                             ProducerClosedError, RecordDroppedError, UndeliveredRecordsError)
 
 _log = logging.getLogger("netkafka.producer.accumulator")
 
@@ -189,7 +189,7 @@ class RecordAccumulator(AccumulatorCore):
                         try:
                             appended = self.try_append_locked(queue, key, value, headers,
                                                               timestamp_ms, track)
-                        except BufferPoolExhausted:
+                        except errors.BufferPoolExhausted:
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
                             size_bytes = RecordBatchBuilder.size_upper_bound_bytes(

@@ -23,6 +23,7 @@ BackoffStrategy, or just provide the method).
 import abc
 import time
 
+from netkafka._validate import check_choice
 from netkafka.errors import BackpressureTimeoutError, RecordDroppedError
 
 
@@ -98,19 +99,11 @@ def backoff_strategy(spec="block", park_us=100):
     Raises:
         ValueError: naming the allowed values.
     """
-    if isinstance(spec, str):
-        if spec == "park":
-            return Park(park_us)
-        if spec in STRATEGIES:
-            return STRATEGIES[spec]()
-        raise ValueError(
-            f"backoff must be one of {sorted(STRATEGIES)} or an object with a "
-            f"wait_for_room(target, max_block_ms) method, got {spec!r}")
     if callable(getattr(spec, "wait_for_room", None)):
         return spec
-    raise ValueError(
-        f"backoff must be one of {sorted(STRATEGIES)} or an object with a "
-        f"wait_for_room(target, max_block_ms) method, got {spec!r}")
+    check_choice("backoff", spec, sorted(STRATEGIES),
+                 others=["an object with a wait_for_room(target, max_block_ms) method"])
+    return Park(park_us) if spec == "park" else STRATEGIES[spec]()
 
 
 def _timeout(strategy, target, max_block_ms):

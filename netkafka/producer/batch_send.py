@@ -2,15 +2,15 @@
 
 The story of a call:
 
-    1. the arguments as one _records.Rows: each column (a list, a BinaryColumn, a
+    1. the arguments as one _columns.Rows: each column (a list, a BinaryColumn, a
        pyarrow Array or ChunkedArray) read in place, its kind and length checked
        here; its elements are checked as they are encoded, and a bad one fails
        only its row
     2. a partition per row, natively: the caller's `partitions`, else murmur2 of
-       the key (_partitioner.keyed_partitions, bit-identical to send()); the rows
+       the key (_batch_send.keyed_partitions, bit-identical to send()); the rows
        without a key then get the sticky partition send() would give them, batch
-       by batch (_partitioner.place_unkeyed_rows plans the batches)
-    3. the rows grouped by partition, in row order (_accumulator.group_rows): so
+       by batch (_batch_send.place_unkeyed_rows plans the batches)
+    3. the rows grouped by partition, in row order (_batch_send.group_rows): so
        a partition's records are in row order whatever mix of keyed, unkeyed and
        explicitly placed rows the call holds.  When every row goes one way (one
        partition, or no keys at all) the rows stay as given and the unkeyed ones
@@ -23,6 +23,9 @@ The story of a call:
        delta, row indices) and the rows refused, with their errors; per-row
        partitions and offsets are written from the runs natively (fill_rows)
 
+The loops over rows are native, in _batch_send (one module with this one: the bulk
+path and nothing else); send()'s per-record path does not share them.
+
 Threads: send_batch() runs on the caller's thread; the BatchSendResult it returns
 is filled before it is returned and never written again (its batches' outcomes
 are read from their BatchResults, which are thread-safe).
@@ -31,10 +34,10 @@ import time
 from array import array
 
 from netkafka import errors
-from netkafka.producer._accumulator import fill_rows, group_rows, partitions_array
-from netkafka.producer._partitioner import (BrokerAwarePartitioner, DefaultPartitioner,
-                                   keyed_partitions, place_unkeyed_rows)
-from netkafka.record._records import Rows
+from netkafka.producer._batch_send import (fill_rows, group_rows, keyed_partitions,
+                                           partitions_array, place_unkeyed_rows)
+from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
+from netkafka.record._columns import Rows
 from netkafka.errors import KafkaTimeoutError
 
 

@@ -49,8 +49,12 @@ import logging
 import threading
 import time
 
-from netkafka import errors, protocol
+from netkafka import errors
 from netkafka.errors import KafkaTimeoutError
+from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.init_producer_id import (
+    decode_init_producer_id_response, encode_init_producer_id_request,
+)
 
 _log = logging.getLogger("netkafka.producer.idempotence")
 
@@ -386,10 +390,9 @@ class ProducerIdManager:
         conn = min(connections, key=lambda c: (c.state != "ready", c.outbound_bytes))
         client_id = conn.config.client_id
         future = conn.request(
-            protocol.INIT_PRODUCER_ID,
-            lambda cid, version: protocol.encode_init_producer_id_request(cid, client_id,
-                                                                          version),
-            protocol.decode_init_producer_id_response)
+            ApiKey.INIT_PRODUCER_ID,
+            lambda cid, version: encode_init_producer_id_request(cid, client_id, version),
+            decode_init_producer_id_response)
         try:
             response = future.result(timeout_s)
         except TimeoutError:

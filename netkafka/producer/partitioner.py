@@ -17,6 +17,7 @@ values onto them:
     a callable              kafka-python's `(key_bytes, all_partitions,
                             available_partitions) -> partition`, result checked.
 """
+from netkafka._validate import check_choice
 from netkafka.producer._partitioner import (
     BrokerAwarePartitioner,
     CallablePartitioner,
@@ -57,22 +58,15 @@ def make_partitioner(spec="default", *, leaders_for=None):
     """
     if isinstance(spec, Partitioner):
         return spec
-    if isinstance(spec, str):
-        if spec in ("default", "murmur2"):
-            return DefaultPartitioner()
-        if spec == "round_robin":
-            return RoundRobinPartitioner()
-        if spec == "broker_aware":
-            if leaders_for is None:
-                raise ValueError(
-                    "partitioner 'broker_aware' needs leaders_for(topic) -> "
-                    "{partition: leader broker id}")
-            return BrokerAwarePartitioner(leaders_for)
-        raise ValueError(
-            f"unknown partitioner {spec!r}: expected one of "
-            f"{', '.join(map(repr, PARTITIONER_NAMES))}, a Partitioner or a callable")
     if callable(spec):
         return CallablePartitioner(spec)
-    raise ValueError(
-        f"partitioner must be one of {', '.join(map(repr, PARTITIONER_NAMES))}, "
-        f"a Partitioner or a callable, got {spec!r}")
+    check_choice("partitioner", spec, PARTITIONER_NAMES, others=["a Partitioner", "a callable"])
+    if spec == "round_robin":
+        return RoundRobinPartitioner()
+    if spec == "broker_aware":
+        if leaders_for is None:
+            raise ValueError(
+                "partitioner 'broker_aware' needs leaders_for(topic) -> "
+                "{partition: leader broker id}")
+        return BrokerAwarePartitioner(leaders_for)
+    return DefaultPartitioner()  # 'default' or 'murmur2'

@@ -42,11 +42,15 @@ import time
 from concurrent.futures import Future
 from typing import NamedTuple
 
-from netkafka import errors, protocol
+from netkafka import errors
+from netkafka._validate import check_int
+from netkafka.config import acks_value
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.client.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 from netkafka.producer.idempotence import APPENDED
+from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.produce import decode_produce_response, encode_produce_request
 
 _log = logging.getLogger("netkafka.producer.sender")
 
@@ -110,17 +114,12 @@ class Sender:
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
                  delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None,
                  stats=None):
-        if acks == "all":
-            acks = -1
-        if acks not in (0, 1, -1) or isinstance(acks, bool):
-            raise ValueError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
-        for name, value, minimum in (
-                ("max_block_ms", max_block_ms, 0), ("retries", retries, 0),
-                ("retry_backoff_ms", retry_backoff_ms, 0),
-                ("delivery_timeout_ms", delivery_timeout_ms, 1),
-                ("max_request_size", max_request_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        acks = acks_value(acks)
+        check_int("max_block_ms", max_block_ms, 0)
+        check_int("retries", retries, 0)
+        check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        check_int("delivery_timeout_ms", delivery_timeout_ms, 1)
+        check_int("max_request_size", max_request_size, 1)
         self.acks = acks  # immutable
         self.max_block_ms = max_block_ms  # immutable
         self.backoff = backoff_strategy(backoff, park_us)  # immutable
@@ -350,10 +349,10 @@ class Sender:
         if self._stats is not None:
             self._stats.request_sent(node_id, sum(item.record_count for item in chosen))
         return Request(
-            protocol.PRODUCE,
-            lambda cid, version: protocol.encode_produce_request(
+            ApiKey.PRODUCE,
+            lambda cid, version: encode_produce_request(
                 cid, client_id, version, acks, timeout_ms, topic_data, topic_ids=topic_ids),
-            protocol.decode_produce_response,
+            decode_produce_response,
             lambda response, error: self._on_answer(conn, chosen, topic_ids, response, error,
                                                     now_ns),
             expects_response=acks != 0,

@@ -30,6 +30,8 @@ import os
 
 import cramjam
 
+from netkafka.errors import CompressionError
+
 cimport cython
 from cpython.buffer cimport (
     PyBUF_READ, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_WRITE, PyBuffer_Release, PyObject_GetBuffer,
@@ -141,10 +143,6 @@ cdef zstd_compress_cctx_f zstd_compress_cctx
 cdef zstd_compress_bound_f zstd_compress_bound
 cdef zstd_is_error_f zstd_is_error
 cdef zstd_error_name_f zstd_error_name
-
-
-class CompressionError(RuntimeError):
-    """A codec library failed to compress (out of memory, or a bug): nothing was sent."""
 
 
 # Codec names by id, as Kafka's compression.type names them.

@@ -3,7 +3,7 @@
 
 from libc.stdint cimport int64_t
 
-from netkafka.record._records cimport PooledBatch
+from netkafka.record._pool cimport PooledBatch
 
 
 cdef class LegacyMessageSetBuilder(PooledBatch):

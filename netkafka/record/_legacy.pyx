@@ -1,6 +1,6 @@
 """Legacy message sets: message format v0 and v1, for brokers older than 0.11.
 
-The legacy twin of _records.RecordBatchBuilder, with the same life cycle and pooled
+The legacy twin of _batch.RecordBatchBuilder, with the same life cycle and pooled
 buffers: records are encoded straight into a buffer from a BufferPool; seal()
 compresses (if a codec is set) and exports the set read-only. One entry, integers
 big-endian:
@@ -33,7 +33,7 @@ What legacy readers accept, and so what is written:
           readers. Magic 1 frames are standard (KAFKA-3160, Kafka 0.10).
   zstd    not in v0/v1 (it needs RecordBatch v2 and Kafka 2.1): ValueError.
 
-Life of a set: _records.PooledBatch's, the base of both builders (OPEN -> seal() ->
+Life of a set: _pool.PooledBatch's, the base of both builders (OPEN -> seal() ->
 SEALED -> mark_acknowledged() / mark_failed() -> DONE -> release() -> RELEASED), so
 also its rule for a full pool at seal(): the set goes uncompressed.
 The entries' CRCs are filled in by seal(), in one pass with the GIL released for a
@@ -43,12 +43,12 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyIndex_Check
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from netkafka.record._compression cimport CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, Compressor
-from netkafka.record._records cimport BATCH_OPEN, PooledBatch, PooledBuffer
+from netkafka.record._pool cimport BATCH_OPEN, PooledBatch, PooledBuffer, check_max_request_size
 from netkafka.csrc cimport nk_crc32, nk_store_be32, nk_store_be64
 
 
@@ -205,7 +205,7 @@ cdef int _frame_lz4_for_magic0(unsigned char *frame, Py_ssize_t length) except -
 @cython.no_gc_clear
 cdef class LegacyMessageSetBuilder(PooledBatch):
     """Builds one legacy message set (format v0 or v1) in a pooled buffer, then
-    exports it read-only (seal, completion and release: _records.PooledBatch).
+    exports it read-only (seal, completion and release: _pool.PooledBatch).
 
     Args:
         magic: 0 (brokers 0.8/0.9) or 1 (0.10, adds timestamps).
@@ -235,10 +235,7 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
         if batch_size_bytes < smallest_set_bytes:
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold a "
                              f"{smallest_set_bytes}-byte set of one empty v{magic} message")
-        if not batch_size_bytes <= max_request_size_bytes <= INT32_MAX:
-            raise ValueError(f"max_request_size_bytes={max_request_size_bytes} must be at "
-                             f"least batch_size_bytes={batch_size_bytes} and at most "
-                             f"{INT32_MAX}")
+        check_max_request_size(batch_size_bytes, max_request_size_bytes)
         self._claim(buffer, "set")
         self.batch_size_bytes = batch_size_bytes
         self.max_request_size_bytes = max_request_size_bytes

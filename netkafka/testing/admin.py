@@ -1,29 +1,74 @@
 """Topic administration for the tests and the demo, through confluent-kafka's AdminClient.
 
 Independent of netkafka on purpose: a test's topics exist because librdkafka made them, not
-because netkafka's own protocol code believes so.
+because netkafka's own protocol code believes so.  The same goes for broker_api_versions:
+what a broker offers, as librdkafka heard it.
 """
+import logging
+import re
 import time
 from typing import Mapping, Optional
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, OffsetSpec
 
 CREATE_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.05
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+def admin_client(bootstrap: str, client_config: Optional[Mapping[str, object]] = None) -> AdminClient:
+    """An AdminClient of bootstrap; client_config: further settings (a secured listener's)."""
+    return AdminClient({**(client_config or {}), "bootstrap.servers": bootstrap})
+
+
+# librdkafka's "feature" debug lines list the broker's ApiVersions answer one key a line:
+# "...:   ApiKey Produce (0) Versions 0..11".
+_API_VERSION_LINE = re.compile(r"ApiKey (\w+) \((\d+)\) Versions (\d+)\.\.(\d+)")
+
+
+def broker_api_versions(bootstrap: str, client_config: Optional[Mapping[str, object]] = None,
+                        timeout_s: float = CREATE_TIMEOUT_S) -> dict[str, tuple[int, int]]:
+    """The broker's ApiVersions answer as librdkafka logs it: {"Produce": (0, 11), ...}.
+
+    Args:
+        client_config: further client settings (a secured listener's).
+
+    Raises:
+        KafkaException: no broker answered within timeout_s.
+        RuntimeError: the client connected but logged no ApiVersions answer.
+    """
+    lines = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    # A logger outside logging's tree: no other client's lines mix in, none of these leak out.
+    logger = logging.Logger("netkafka.testing.api_versions", logging.DEBUG)
+    logger.addHandler(_Collect())
+    client = Producer({**(client_config or {}), "bootstrap.servers": bootstrap, "debug": "feature",
+                       "logger": logger})
+    client.list_topics(timeout=timeout_s)
+    client.poll(0)  # hands over the log lines queued so far
+    versions = {}
+    for line in lines:
+        match = _API_VERSION_LINE.search(line)
+        if match:
+            versions[match.group(1)] = (int(match.group(3)), int(match.group(4)))
+    if not versions:
+        raise RuntimeError(f"librdkafka logged no ApiVersions answer from {bootstrap}")
+    return versions
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_factor: int = 1,
                  config: Optional[Mapping[str, str]] = None,
-                 timeout_s: float = CREATE_TIMEOUT_S) -> ClusterMetadata:
+                 timeout_s: float = CREATE_TIMEOUT_S,
+                 client_config: Optional[Mapping[str, object]] = None) -> ClusterMetadata:
     """Create a topic and wait until every partition's leader accepts requests.
 
     Args:
         config: topic-level settings, e.g. {"min.insync.replicas": "2"}.
+        client_config: further settings of the admin client (a secured listener's).
 
     Returns:
         The cluster metadata, holding the topic with its partitions, leaders and ISRs.
@@ -33,7 +78,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
             settings, too few brokers for the replication factor, ...).
         TimeoutError: the partitions had no serving leader within timeout_s.
     """
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, client_config)
     topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                      config=dict(config or {}))
     admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)

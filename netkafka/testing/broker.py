@@ -12,9 +12,17 @@ A cluster counts as started when every node answers a Metadata request listing e
 an alive broker.  The probe is a few bytes over a raw socket so that this module needs nothing
 beyond the standard library and a Java runtime.
 
+Two release lines run (KAFKA_LINES): 4.x, the default, and 3.9, the last line that takes
+Produce v0-v2.  Both are configured alike: the same properties, the same storage tool
+options, and a log4j2 config for both (the poms bind slf4j to log4j2 for 3.9 too).
+
+Besides its PLAINTEXT listener a node can serve further listeners, each on its own port
+(`Listener`); netkafka.testing.security builds a node with TLS, mTLS and SASL listeners on it.
+
 From the shell (state in .state/ of the checkout, or in $NETKAFKA_STATE_DIR):
 
     python -m netkafka.testing.broker start [--nodes 3] [--port 9092] [--fast-start]
+                                            [--kafka-version 3.9]
                                             # prints the bootstrap address 127.0.0.1:PORT last
     python -m netkafka.testing.broker status
     python -m netkafka.testing.broker stop
@@ -26,6 +34,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -85,29 +94,58 @@ logger.state.level = WARN
 # -- locating the jars and the JVM -------------------------------------------------------------
 
 
-def kafka_libs_dir() -> Path:
-    """Return the directory holding Apache Kafka's jars, fetching them with mvn if needed.
+class KafkaLine(NamedTuple):
+    """A release line of Apache Kafka the harness runs, and where its jars come from."""
 
-    $NETKAFKA_KAFKA_LIBS wins; otherwise .cache/kafka/libs of this checkout, filled from the
-    checkout's pom.xml by the same command as `make kafka` when it is missing.
+    name: str             # what kafka_version= and --kafka-version take: "4" or "3.9"
+    pom: str              # the pom in the checkout naming its jars (the same as `make kafka`)
+    cache_dir: str        # its directory under .cache/, holding libs/
+    libs_variable: str    # environment variable naming a directory of its jars instead
+    share_groups: bool    # has the share coordinator (KIP-932) and its settings
+
+
+KAFKA_LINES = {
+    "4": KafkaLine("4", "pom.xml", "kafka", "NETKAFKA_KAFKA_LIBS", share_groups=True),
+    "3.9": KafkaLine("3.9", "kafka-3.9.pom.xml", "kafka-3.9", "NETKAFKA_KAFKA_3_9_LIBS",
+                     share_groups=False),
+}
+DEFAULT_KAFKA_VERSION = "4"
+
+
+def kafka_line(kafka_version: str) -> KafkaLine:
+    """The KafkaLine named kafka_version ("4" or "3.9"); ValueError for any other."""
+    try:
+        return KAFKA_LINES[kafka_version]
+    except KeyError:
+        raise ValueError(f"kafka_version must be one of {sorted(KAFKA_LINES)}, got {kafka_version!r}") from None
+
+
+def kafka_libs_dir(kafka_version: str = DEFAULT_KAFKA_VERSION) -> Path:
+    """Return the directory holding the jars of a Kafka line, fetching them with mvn if needed.
+
+    The line's variable ($NETKAFKA_KAFKA_LIBS for 4.x, $NETKAFKA_KAFKA_3_9_LIBS for 3.9) wins;
+    otherwise .cache/<line>/libs of this checkout, filled from the line's pom by the same
+    command as `make kafka` when it is missing.
 
     Raises:
+        ValueError: kafka_version names no line the harness knows.
         BrokerHarnessError: no jars found and none could be fetched.
     """
-    configured = os.environ.get("NETKAFKA_KAFKA_LIBS")
+    line = kafka_line(kafka_version)
+    configured = os.environ.get(line.libs_variable)
     if configured:
         libs = Path(configured)
         if not any(libs.glob("kafka_*.jar")):
-            raise BrokerHarnessError(f"NETKAFKA_KAFKA_LIBS={configured} holds no kafka_*.jar")
+            raise BrokerHarnessError(f"{line.libs_variable}={configured} holds no kafka_*.jar")
         return libs
-    libs = REPO_ROOT / ".cache" / "kafka" / "libs"
+    libs = REPO_ROOT / ".cache" / line.cache_dir / "libs"
     if any(libs.glob("kafka_*.jar")):
         return libs
-    pom = REPO_ROOT / "pom.xml"
+    pom = REPO_ROOT / line.pom
     if not pom.is_file():
         raise BrokerHarnessError(
-            f"Apache Kafka's jars are not in {libs}; set NETKAFKA_KAFKA_LIBS to a directory "
-            "of Kafka 4.x jars, or run `make kafka` in a netkafka checkout"
+            f"Apache Kafka {line.name}'s jars are not in {libs}; set {line.libs_variable} to a "
+            f"directory of Kafka {line.name} jars, or run `make kafka` in a netkafka checkout"
         )
     command = [
         "mvn", "--batch-mode", "--quiet", "-f", str(pom), "dependency:copy-dependencies",
@@ -118,6 +156,15 @@ def kafka_libs_dir() -> Path:
     except (OSError, subprocess.CalledProcessError) as exc:
         raise BrokerHarnessError(f"fetching Kafka's jars with `{' '.join(command)}` failed: {exc}") from exc
     return libs
+
+
+def jar_version(libs: Path, artifact: str) -> Optional[str]:
+    """The version in the name of the jar of `artifact` in libs, e.g. "3.9.2"; None if absent."""
+    for jar in sorted(libs.glob(f"{artifact}-*.jar")):
+        match = re.fullmatch(rf"{re.escape(artifact)}-(\d[\w.-]*)\.jar", jar.name)
+        if match:
+            return match.group(1)
+    return None
 
 
 def java_executable() -> str:
@@ -266,6 +313,22 @@ def _decode_string(buffer: bytes, offset: int) -> tuple[Optional[str], int]:
 
 # -- nodes and clusters ------------------------------------------------------------------------
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# The listeners every node has: clients' PLAINTEXT (also the readiness probe's) and the quorum's.
+PLAINTEXT_LISTENER = "PLAINTEXT"
+CONTROLLER_LISTENER = "CONTROLLER"
+
+
+class Listener(NamedTuple):
+    """A listener a node serves beside PLAINTEXT and CONTROLLER, on a port of its own.
+
+    Its own settings are the broker's `listener.name.<name in lower case>.*` properties, given
+    with the cluster's other settings.
+    """
+
+    name: str               # e.g. "SASL_SSL_PLAIN": upper-case letters, digits and '_'
+    security_protocol: str  # one of SECURITY_PROTOCOLS
+
 # Nodes started by this process that must not outlive it (everything but `start` from the
 # shell).  Guarded by _LIVE_LOCK: fixtures, tests and atexit may reach it from any thread.
 _LIVE_NODES: "set[Node]" = set()
@@ -295,7 +358,9 @@ class Node:
 
     def __init__(self, cluster_id: str, node_id: int, broker_port: int, controller_port: int,
                  directory: Path, pid: Optional[int] = None,
-                 jvm_options: Sequence[str] = BROKER_JVM_OPTIONS):
+                 jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
+                 kafka_version: str = DEFAULT_KAFKA_VERSION,
+                 listener_ports: Optional[Mapping[str, int]] = None):
         self.cluster_id = cluster_id            # tells this node's answers from another broker's
         self.node_id = node_id                  # node.id, also the broker id clients see
         self.broker_port = broker_port          # PLAINTEXT listener for clients
@@ -303,6 +368,9 @@ class Node:
         self.directory = directory              # node-<id>/ inside the cluster directory
         self.pid = pid                          # the JVM's pid (and process group), or None
         self.jvm_options = tuple(jvm_options)   # heap, collector, compiler for the broker JVM
+        self.kafka_version = kafka_line(kafka_version).name  # whose jars run it: "4" or "3.9"
+        # Port of each further listener (Listener.name -> port), beside the two above.
+        self.listener_ports = dict(listener_ports or {})
         self._process: Optional[subprocess.Popen] = None  # set when this process started it
         self.detached = False                   # True: may outlive this process (shell start)
 
@@ -313,6 +381,16 @@ class Node:
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.broker_port}"
+
+    def address(self, listener_name: str) -> str:
+        """ "127.0.0.1:PORT" of one of this node's listeners, PLAINTEXT's or a further one's."""
+        if listener_name == PLAINTEXT_LISTENER:
+            return self.bootstrap
+        try:
+            return f"{HOST}:{self.listener_ports[listener_name]}"
+        except KeyError:
+            raise KeyError(f"node {self.node_id} has no listener {listener_name!r} "
+                           f"(it has {[PLAINTEXT_LISTENER, *self.listener_ports]})") from None
 
     @property
     def config_path(self) -> Path:
@@ -326,18 +404,30 @@ class Node:
     def data_dir(self) -> Path:
         return self.directory / "data"
 
-    def write_config(self, voters: str, settings: Mapping[str, object]) -> None:
-        """Write server.properties and log4j2.properties for this node."""
+    def write_config(self, voters: str, settings: Mapping[str, object],
+                     listeners: Sequence[Listener] = (), controller_protocol: str = "PLAINTEXT",
+                     inter_broker_listener: str = PLAINTEXT_LISTENER) -> None:
+        """Write server.properties and log4j2.properties for this node.
+
+        Args:
+            listeners: further listeners, each on its port in listener_ports.
+            controller_protocol: the CONTROLLER listener's security protocol.
+            inter_broker_listener: the listener brokers replicate over (advertised).
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
+        advertised = [f"{PLAINTEXT_LISTENER}://{self.bootstrap}"]
+        advertised += [f"{listener.name}://{self.address(listener.name)}" for listener in listeners]
+        protocols = [f"{PLAINTEXT_LISTENER}:PLAINTEXT", f"{CONTROLLER_LISTENER}:{controller_protocol}"]
+        protocols += [f"{listener.name}:{listener.security_protocol}" for listener in listeners]
         config = {
             "process.roles": "broker,controller",
             "node.id": self.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{HOST}:{self.broker_port},CONTROLLER://{HOST}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.broker_port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": ",".join([*advertised, f"{CONTROLLER_LISTENER}://{HOST}:{self.controller_port}"]),
+            "advertised.listeners": ",".join(advertised),
+            "controller.listener.names": CONTROLLER_LISTENER,
+            "inter.broker.listener.name": inter_broker_listener,
+            "listener.security.protocol.map": ",".join(protocols),
             "log.dirs": self.data_dir,
             **settings,
         }
@@ -346,14 +436,19 @@ class Node:
         self.config_path.write_text("\n".join(lines) + "\n")
         (self.directory / "log4j2.properties").write_text(LOG4J2_CONFIG)
 
-    def format_command(self) -> list[str]:
-        java, libs = java_executable(), kafka_libs_dir()
+    def format_command(self, options: Sequence[str] = ()) -> list[str]:
+        """The storage tool's command line formatting this node's log.dirs.
+
+        Args:
+            options: further options of `format`, e.g. ["--add-scram", "SCRAM-SHA-256=[...]"].
+        """
+        java, libs = java_executable(), kafka_libs_dir(self.kafka_version)
         archive = class_archive_path(libs, java)
         sharing = [f"-XX:SharedArchiveFile={archive}"] if archive is not None and archive.exists() else []
         return [
             java, *FORMAT_JVM_OPTIONS, *sharing, *self._log_options(),
             "-cp", str(libs / "*"), "kafka.tools.StorageTool",
-            "format", "--config", str(self.config_path), "--cluster-id", self.cluster_id,
+            "format", "--config", str(self.config_path), "--cluster-id", self.cluster_id, *options,
         ]
 
     def start(self, detach: bool = False) -> None:
@@ -363,7 +458,7 @@ class Node:
         """
         if self.is_running():
             raise BrokerHarnessError(f"node {self.node_id} already runs (pid {self.pid})")
-        java, libs = java_executable(), kafka_libs_dir()
+        java, libs = java_executable(), kafka_libs_dir(self.kafka_version)
         command = [
             java, *self.jvm_options, *self._class_sharing_options(class_archive_path(libs, java)),
             *self._log_options(), "-cp", str(libs / "*"), "kafka.Kafka", str(self.config_path),
@@ -395,7 +490,8 @@ class Node:
         dumped = self.directory / CLASS_DUMP_NAME
         if not dumped.exists():
             return
-        archive = class_archive_path(kafka_libs_dir(), java_executable()) if clean_exit else None
+        archive = (class_archive_path(kafka_libs_dir(self.kafka_version), java_executable())
+                   if clean_exit else None)
         if archive is not None and not archive.exists():
             # Copied under a private name, then renamed: other JVMs may be mapping the archive
             # path this very moment, and the node directory may be on another file system.
@@ -570,12 +666,15 @@ class Node:
             "node_id": self.node_id, "broker_port": self.broker_port,
             "controller_port": self.controller_port, "directory": str(self.directory),
             "pid": self.pid, "jvm_options": list(self.jvm_options),
+            "kafka_version": self.kafka_version, "listener_ports": self.listener_ports,
         }
 
     @classmethod
     def from_state(cls, cluster_id: str, state: Mapping) -> "Node":
+        # State files written before the version matrix hold neither of the last two.
         return cls(cluster_id, state["node_id"], state["broker_port"], state["controller_port"],
-                   Path(state["directory"]), state["pid"], state["jvm_options"])
+                   Path(state["directory"]), state["pid"], state["jvm_options"],
+                   state.get("kafka_version", DEFAULT_KAFKA_VERSION), state.get("listener_ports"))
 
 
 def _pid_runs_config(pid: int, config_path: Path) -> bool:
@@ -609,27 +708,52 @@ class Cluster:
         min_insync_replicas: the broker's min.insync.replicas.
         extra_config: further broker settings, overriding the ones chosen here.
         jvm_options: the broker JVM's options (BROKER_JVM_OPTIONS, FAST_START_JVM_OPTIONS).
+        kafka_version: which line runs: "4" (pom.xml's 4.x) or "3.9" (see KAFKA_LINES).
+        listeners: further listeners of every node beside PLAINTEXT, each on a free port; their
+            `listener.name.<name>.*` settings go into extra_config.
+        controller_protocol: the security protocol of the quorum's CONTROLLER listener.
+        inter_broker_listener: the listener brokers replicate over: PLAINTEXT or a further one.
+        format_options: further options of the storage tool's `format` (e.g. --add-scram).
     """
 
     def __init__(self, node_count: int = 1, *, port: Optional[int] = None,
                  directory: Optional[os.PathLike] = None, auto_create_topics: bool = True,
                  min_insync_replicas: int = 1, extra_config: Optional[Mapping[str, object]] = None,
-                 jvm_options: Sequence[str] = BROKER_JVM_OPTIONS):
+                 jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
+                 kafka_version: str = DEFAULT_KAFKA_VERSION, listeners: Sequence[Listener] = (),
+                 controller_protocol: str = "PLAINTEXT",
+                 inter_broker_listener: str = PLAINTEXT_LISTENER,
+                 format_options: Sequence[str] = ()):
         if node_count < 1:
             raise ValueError(f"node_count must be at least 1, got {node_count}")
         if not 1 <= min_insync_replicas <= node_count:
             raise ValueError(f"min_insync_replicas must be within 1..{node_count}, got {min_insync_replicas}")
+        line = kafka_line(kafka_version)
+        _check_listeners(listeners, controller_protocol, inter_broker_listener)
+        self.kafka_version = line.name
+        self.listeners = tuple(listeners)
+        self.controller_protocol = controller_protocol
+        self.inter_broker_listener = inter_broker_listener
+        self.format_options = tuple(format_options)
         self.cluster_id = new_cluster_id()
         self._owns_directory = directory is None
         self.directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="netkafka-kafka-"))
-        broker_ports = [port + i for i in range(node_count)] if port is not None else free_ports(node_count)
-        controller_ports = free_ports(node_count)
-        self.nodes = [
-            Node(self.cluster_id, i + 1, broker_ports[i], controller_ports[i],
-                 self.directory / f"node-{i + 1}", jvm_options=jvm_options)
-            for i in range(node_count)
-        ]
+        # One call for every free port, so that no two listeners are handed the same one.
+        free = free_ports(node_count * (1 + len(self.listeners)) + (0 if port is not None else node_count))
+        broker_ports = [port + i for i in range(node_count)] if port is not None else free[-node_count:]
+        self.nodes = []
+        for i in range(node_count):
+            ports = free[i * (1 + len(self.listeners)):(i + 1) * (1 + len(self.listeners))]
+            self.nodes.append(Node(
+                self.cluster_id, i + 1, broker_ports[i], ports[0], self.directory / f"node-{i + 1}",
+                jvm_options=jvm_options, kafka_version=line.name,
+                listener_ports={listener.name: p for listener, p in zip(self.listeners, ports[1:])},
+            ))
         replication = min(node_count, 3)
+        share_coordinator = {
+            "share.coordinator.state.topic.replication.factor": replication,
+            "share.coordinator.state.topic.min.isr": min(replication, 2),
+        } if line.share_groups else {}
         self.settings = {
             "auto.create.topics.enable": str(auto_create_topics).lower(),
             "num.partitions": 1,
@@ -643,8 +767,7 @@ class Cluster:
             "transaction.state.log.replication.factor": replication,
             "transaction.state.log.min.isr": min(replication, 2),
             "transaction.state.log.num.partitions": 4,
-            "share.coordinator.state.topic.replication.factor": replication,
-            "share.coordinator.state.topic.min.isr": min(replication, 2),
+            **share_coordinator,
             # Consumers in tests join alone: do not wait 3 s for more members.
             "group.initial.rebalance.delay.ms": 0,
             # A deleted topic's files go at once, not 60 s later in the middle of the next
@@ -667,6 +790,15 @@ class Cluster:
     def bootstrap(self) -> str:
         """The bootstrap servers string of every node, e.g. "127.0.0.1:9092"."""
         return ",".join(node.bootstrap for node in self.nodes)
+
+    def listener_bootstrap(self, listener_name: str) -> str:
+        """The bootstrap servers string of one listener on every node."""
+        return ",".join(node.address(listener_name) for node in self.nodes)
+
+    @property
+    def release(self) -> Optional[str]:
+        """The exact Kafka release that runs, e.g. "3.9.2", from its jars' names."""
+        return jar_version(kafka_libs_dir(self.kafka_version), "kafka-clients")
 
     def node(self, node_id: int) -> Node:
         for node in self.nodes:
@@ -691,7 +823,8 @@ class Cluster:
         if self.directory.exists():
             shutil.rmtree(self.directory)
         for node in self.nodes:
-            node.write_config(self.voters, self.settings)
+            node.write_config(self.voters, self.settings, self.listeners, self.controller_protocol,
+                              self.inter_broker_listener)
         self._format()
         try:
             for node in self.nodes:
@@ -710,7 +843,7 @@ class Cluster:
         runs = []
         for node in self.nodes:
             with open(node.log_path, "ab") as log:
-                runs.append(subprocess.Popen(node.format_command(), stdin=subprocess.DEVNULL,
+                runs.append(subprocess.Popen(node.format_command(self.format_options), stdin=subprocess.DEVNULL,
                                              stdout=log, stderr=subprocess.STDOUT, cwd=node.directory))
         failed = [(node, run.wait()) for node, run in zip(self.nodes, runs)]
         for node, status in failed:
@@ -763,8 +896,35 @@ class Cluster:
         cluster.directory = Path(state["directory"])
         cluster._owns_directory = False
         cluster.nodes = [Node.from_state(cluster.cluster_id, node) for node in state["nodes"]]
+        cluster.kafka_version = cluster.nodes[0].kafka_version
+        # What a restart would need of these is in the nodes' config files already.
         cluster.settings = {}
+        cluster.listeners = ()
+        cluster.controller_protocol = "PLAINTEXT"
+        cluster.inter_broker_listener = PLAINTEXT_LISTENER
+        cluster.format_options = ()
         return cluster
+
+
+def _check_listeners(listeners: Sequence[Listener], controller_protocol: str,
+                     inter_broker_listener: str) -> None:
+    names = [listener.name for listener in listeners]
+    for listener in listeners:
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", listener.name):
+            raise ValueError(f"listener name {listener.name!r}: use upper-case letters, digits and '_'")
+        if listener.security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"listener {listener.name}: security protocol must be one of "
+                             f"{SECURITY_PROTOCOLS}, got {listener.security_protocol!r}")
+    reserved = {PLAINTEXT_LISTENER, CONTROLLER_LISTENER} & set(names)
+    if reserved:
+        raise ValueError(f"listener names {sorted(reserved)} are the harness's own")
+    if len(set(names)) != len(names):
+        raise ValueError(f"listener names repeat: {names}")
+    if controller_protocol not in SECURITY_PROTOCOLS:
+        raise ValueError(f"controller_protocol must be one of {SECURITY_PROTOCOLS}, got {controller_protocol!r}")
+    if inter_broker_listener not in (PLAINTEXT_LISTENER, *names):
+        raise ValueError(f"inter_broker_listener {inter_broker_listener!r} is not a listener "
+                         f"of the cluster ({[PLAINTEXT_LISTENER, *names]})")
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -794,7 +954,8 @@ def _cli_start(args: argparse.Namespace) -> int:
     cluster = Cluster(args.nodes, port=args.port, directory=state_dir() / "kafka",
                       auto_create_topics=args.auto_create_topics,
                       min_insync_replicas=args.min_insync_replicas,
-                      jvm_options=FAST_START_JVM_OPTIONS if args.fast_start else BROKER_JVM_OPTIONS)
+                      jvm_options=FAST_START_JVM_OPTIONS if args.fast_start else BROKER_JVM_OPTIONS,
+                      kafka_version=args.kafka_version)
     started_s = time.monotonic()
     try:
         cluster.start(timeout_s=args.timeout, detach=True)
@@ -802,7 +963,7 @@ def _cli_start(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _state_file().write_text(json.dumps(cluster.to_state(), indent=2) + "\n")
-    print(f"Kafka cluster {cluster.cluster_id}: {len(cluster.nodes)} node(s) ready in "
+    print(f"Kafka {cluster.release} cluster {cluster.cluster_id}: {len(cluster.nodes)} node(s) ready in "
           f"{time.monotonic() - started_s:.1f} s, logs in {cluster.directory}/node-*/server.log")
     print(cluster.bootstrap)
     return 0
@@ -850,6 +1011,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start.add_argument("--no-auto-create-topics", dest="auto_create_topics", action="store_false",
                        help="set auto.create.topics.enable=false")
     start.add_argument("--min-insync-replicas", type=int, default=1)
+    start.add_argument("--kafka-version", choices=sorted(KAFKA_LINES), default=DEFAULT_KAFKA_VERSION,
+                       help="the release line to run (default %(default)s)")
     start.add_argument("--fast-start", action="store_true",
                        help="run the JVM without the C2 compiler: starts on less CPU, runs slower")
     start.add_argument("--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for readiness")

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from netkafka.errors import BrokerHarnessError
-from netkafka.testing.broker import REPO_ROOT, java_executable, kafka_libs_dir
+from netkafka.testing.broker import REPO_ROOT, jar_version, java_executable, kafka_libs_dir
 
 PYTHON_CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka")
 
@@ -32,9 +32,9 @@ def describe():
         "netkafka": f"{importlib.metadata.version('netkafka')} ({_git_commit()})",
         "clients": {name: _package_version(name) for name in PYTHON_CLIENTS},
         "librdkafka": _librdkafka_version(),
-        "java_client": _jar_version(libs, "kafka-clients"),
+        "java_client": jar_version(libs, "kafka-clients"),
         "java": _java_version(),
-        "broker": _jar_version(libs, "kafka-server"),
+        "broker": jar_version(libs, "kafka-server"),
     }
 
 
@@ -82,14 +82,6 @@ def _librdkafka_version():
     except ImportError:
         return None
     return confluent_kafka.libversion()[0]
-
-
-def _jar_version(libs, artifact):
-    for jar in sorted(libs.glob(f"{artifact}-*.jar")):
-        match = re.fullmatch(rf"{artifact}-(\d[\w.-]*)\.jar", jar.name)
-        if match:
-            return match.group(1)
-    return None
 
 
 def _java_version():

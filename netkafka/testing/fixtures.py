@@ -1,11 +1,15 @@
-"""pytest plugin: a real Kafka broker and cluster per test session, and unique topic names.
+"""pytest plugin: real Kafka brokers and a cluster per test session, and unique topic names.
 
 Registered from tests/conftest.py (and bench/conftest.py) with
 
     pytest_plugins = ["netkafka.testing.fixtures"]
 
+Each broker fixture is session-scoped and started the first time a test asks for it, so a
+run that needs no Kafka 3.9 or no secured broker starts none.
+
 NETKAFKA_BOOTSTRAP=host:port makes kafka_broker use a broker that already runs instead of
-starting one; kafka_cluster always starts its own nodes, since failover tests stop them.
+starting one, and NETKAFKA_BOOTSTRAP_3_9 does the same for kafka_broker_3_9; kafka_cluster
+always starts its own nodes, since failover tests stop them.
 """
 import os
 import re
@@ -54,6 +58,21 @@ def kafka_broker(tmp_path_factory, kafka_jvm_options) -> Iterator:
 
 
 @pytest.fixture(scope="session")
+def kafka_broker_3_9(tmp_path_factory, kafka_jvm_options) -> Iterator:
+    """One Apache Kafka 3.9 broker for the session, beside kafka_broker's 4.x.
+
+    3.9 is the last line that takes Produce v0-v2 (legacy message sets v0/v1).  `.bootstrap`
+    is "127.0.0.1:PORT"; a broker the session started also has `.release` (e.g. "3.9.2").
+    """
+    external = os.environ.get("NETKAFKA_BOOTSTRAP_3_9")
+    if external:
+        yield ExternalBroker(external)
+        return
+    yield from _running(Cluster(1, directory=tmp_path_factory.mktemp("kafka-3.9-broker"),
+                                jvm_options=kafka_jvm_options, kafka_version="3.9"))
+
+
+@pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory, kafka_jvm_options) -> Iterator[Cluster]:
     """Three combined broker+controller nodes for the session (replication factor 3 possible).
 
@@ -63,6 +82,25 @@ def kafka_cluster(tmp_path_factory, kafka_jvm_options) -> Iterator[Cluster]:
     """
     yield from _running(Cluster(CLUSTER_NODES, directory=tmp_path_factory.mktemp("kafka-cluster"),
                                 jvm_options=kafka_jvm_options))
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory, kafka_jvm_options) -> Iterator:
+    """A Kafka 4.x node with a TLS, mTLS and SASL listener per protocol and mechanism.
+
+    A netkafka.testing.security.SecuredBroker: `.listeners` (name -> SecuredListener with
+    `.bootstrap`), `.ca_file`, `.client_certs`, `.passwords`, `.oauth` (token_url, clients,
+    issue_token), `.client_config(listener, user)`, `.admin_config`, `.acls(deny(...))`.
+    """
+    # Imported here: the secured broker needs trustme and PyJWT (the test extra), which a
+    # session without secured tests does not have to have.
+    from netkafka.testing.security import SecuredBroker
+    broker = SecuredBroker(tmp_path_factory.mktemp("kafka-secured"), jvm_options=kafka_jvm_options)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
 
 
 @pytest.fixture

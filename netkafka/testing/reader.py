@@ -6,7 +6,7 @@ batch's CRC32C (check.crcs).
 """
 import time
 import uuid
-from typing import NamedTuple, Optional
+from typing import Mapping, NamedTuple, Optional
 
 from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME,
                              Consumer, KafkaError, KafkaException, TopicPartition)
@@ -32,11 +32,16 @@ class Record(NamedTuple):
 
 
 def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
-               timeout_s: float = READ_TIMEOUT_S) -> list[Record]:
+               timeout_s: float = READ_TIMEOUT_S,
+               client_config: Optional[Mapping[str, object]] = None) -> list[Record]:
     """Read every partition of `topic` from its first offset.
 
     Reading stops once every partition has reached its end and, if expected_count is given,
     at least that many records have arrived (more are returned too, so duplicates show).
+
+    Args:
+        client_config: further consumer settings, e.g. a secured listener's security ones
+            (SecuredBroker.client_config); bootstrap wins over one given in them.
 
     Returns:
         The records, in order of arrival: offset order within each partition.
@@ -47,6 +52,7 @@ def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
         TimeoutError: the stop condition was not met within timeout_s.
     """
     consumer = Consumer({
+        **(client_config or {}),
         "bootstrap.servers": bootstrap,
         # Required by the client even though partitions are assigned, not subscribed.
         "group.id": f"netkafka-reader-{uuid.uuid4().hex}",

@@ -20,6 +20,7 @@ import sys
 import time
 
 from netkafka import Producer
+from netkafka.record._compression import CODEC_NAMES
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.broker import Cluster
 from netkafka.testing.reader import read_topic
@@ -133,7 +134,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"bytes per value (>= {SEQUENCE_BYTES})")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--compression", default="none",
-                        choices=["none", "gzip", "snappy", "lz4", "zstd"])
+                        choices=CODEC_NAMES)
     parser.add_argument("--acks", default="all", choices=["0", "1", "all"])
     parser.add_argument("--batch-size", type=int, default=16384, help="the producer's batch_size")
     parser.add_argument("--linger-ms", type=int, default=0, help="the producer's linger_ms")

@@ -34,7 +34,7 @@ import time
 from array import array
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
-from netkafka.config import ProducerConfig
+from netkafka.config import ProducerConfig, producer_keyword, setting_from_text
 from netkafka.client.metadata import parse_bootstrap_servers
 
 # At most about this many records per run carry a latency probe.
@@ -53,8 +53,6 @@ BAR_INTERVAL_S = 0.2
 THROTTLE_MIN_SLEEP_S = 0.001
 FIRST_ERRORS_KEPT = 3
 DEFAULT_ROWS_PER_CALL = 1000
-# Settings whose values stay text even when they look like a number.
-TEXT_SETTINGS = frozenset({"bootstrap_servers", "client_id"})
 
 
 # ----------------------------------------------------------------------------------
@@ -152,15 +150,15 @@ def _producer_settings(parser, args):
         except (OSError, ValueError) as exc:
             parser.error(f"--producer.config {args.producer_config_file}: {exc}")
         for name, text in pairs:
-            _put(settings, origins, name, text,
+            _put(parser, settings, origins, name, text,
                  f"--producer.config {args.producer_config_file} ({name}={text})")
     for item in args.producer_config:
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
             parser.error(f"--producer-config {item!r}: expected KEY=VALUE")
-        _put(settings, origins, name.strip(), text.strip(), f"--producer-config {item}")
+        _put(parser, settings, origins, name.strip(), text.strip(), f"--producer-config {item}")
     if args.bootstrap_servers is not None:
-        _put(settings, origins, "bootstrap_servers", args.bootstrap_servers,
+        _put(parser, settings, origins, "bootstrap_servers", args.bootstrap_servers,
              f"--bootstrap-servers {args.bootstrap_servers}")
     if "bootstrap_servers" not in settings:
         parser.error("the brokers are needed: give --bootstrap-servers, or bootstrap.servers "
@@ -174,25 +172,13 @@ def _producer_settings(parser, args):
     return settings
 
 
-def _put(settings, origins, name, text, origin):
-    key = java_name_to_keyword(name)
-    settings[key] = typed_setting(key, text)
+def _put(parser, settings, origins, name, text, origin):
+    try:
+        key = producer_keyword(name)
+        settings[key] = setting_from_text(key, text, name)
+    except (TypeError, ValueError) as exc:
+        parser.error(f"{origin}: {exc}")
     origins[key] = origin
-
-
-def java_name_to_keyword(name):
-    """batch.size -> batch_size: kafka-python's names are the Java client's, dotted."""
-    return name.strip().replace(".", "_").replace("-", "_")
-
-
-def typed_setting(key, text):
-    """A setting's text as the Producer takes it: true/false as bools, whole numbers as
-    ints (but for names and addresses), anything else as text."""
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if key not in TEXT_SETTINGS and re.fullmatch(r"-?\d+", text):
-        return int(text)
-    return text
 
 
 def read_properties(path):

@@ -1,0 +1,244 @@
+"""mapInArrow / mapInPandas: the Arrow and pandas emitters.
+
+They send each input batch's columns through the worker's producer as they are
+(sink.worker_producer) and yield delivery reports, per input batch or per row; see
+the package's docstring.
+"""
+import time
+
+from netkafka._validate import check_choice
+from netkafka.spark.sink import (ROW_HEADER, Emission, Pending, producer_label,
+                                 raise_if_failed, with_provenance, worker_producer)
+
+ROW_REPORT_SCHEMA = "partition INT, offset BIGINT, error STRING"
+BATCH_REPORT_SCHEMA = "rows BIGINT, delivered BIGINT, failed BIGINT, error STRING, producer STRING"
+_REPORTS = {"row": ROW_REPORT_SCHEMA, "batch": BATCH_REPORT_SCHEMA}
+_ON_ERROR = ("report", "raise")
+
+
+def arrow_emitter(topic, config=None, *, key=None, value="value", headers=None,
+                  partition=None, timestamp=None, provenance=False, report="batch",
+                  on_error="report"):
+    """A function for df.mapInArrow(fn, fn.schema) that sends every row to topic
+    and yields delivery reports.
+
+    Args:
+        topic, config, provenance: as partition_sink.
+        key, value: a column name or index of binary or string type, or a function
+            of the RecordBatch returning such an array (or a list of bytes).  They
+            are read in place by the native encoder.
+        partition: None, or a column (or function) of ints.
+        timestamp: None (now), or a column (or function) of epoch ms ints or of
+            Arrow timestamps; null means now.
+        headers: None, a list of column names (binary or string; read in place
+            like key and value, a null is a header with a null value), or a function
+            of the RecordBatch returning per row a list of (str, bytes) pairs (the
+            one way that makes Python objects per row: the function's).
+        report: "batch" -- one row per input batch: rows, delivered, failed, the
+            first error (null if none) and the producer (host:pid:client_id); or
+            "row" -- per input row: partition, offset (-1 if failed, and always
+            with acks=0) and error (null if delivered).  fn.schema is the DDL.
+        on_error: "report" (failures are in the reports) or "raise" (a failure
+            raises DeliveryFailedError, so Spark retries the task).
+
+    Reports of a batch are yielded once its records are done, in input order;
+    the last ones after a flush at the end of the partition.
+    """
+    return _ArrowEmitter(Emission(topic, config, key, value, headers, partition,
+                                   timestamp, provenance), report, on_error, pandas=False)
+
+
+def pandas_emitter(topic, config=None, *, key=None, value="value", headers=None,
+                   partition=None, timestamp=None, provenance=False, report="batch",
+                   on_error="report"):
+    """arrow_emitter for df.mapInPandas(fn, fn.schema): pandas DataFrames in and
+    out.  Columns are converted to pyarrow arrays (natively, by pyarrow); functions
+    get the DataFrame and return a Series, array or list."""
+    return _ArrowEmitter(Emission(topic, config, key, value, headers, partition,
+                                   timestamp, provenance), report, on_error, pandas=True)
+
+
+class _ArrowEmitter:
+    def __init__(self, emission, report, on_error, pandas):
+        check_choice("report", report, tuple(_REPORTS))
+        check_choice("on_error", on_error, _ON_ERROR)
+        self.emission = emission
+        self.report = report
+        self.on_error = on_error
+        self.pandas = pandas
+        self.schema = _REPORTS[report]
+
+    def __call__(self, frames):
+        import pyarrow
+        emission = self.emission
+        producer = worker_producer(emission.settings)
+        label = producer_label(producer)
+        task_headers = emission.task_headers() if emission.provenance else None
+        pending = Pending()
+        first_row = 0
+        for frame in frames:
+            columns = _FrameColumns(pyarrow, frame, self.pandas)
+            count = columns.count
+            if count:
+                pending.add(count, columns.send(producer, emission, task_headers, first_row))
+                first_row += count
+            yield from self._reports(pyarrow, pending.done(), label)
+        producer.flush()
+        yield from self._reports(pyarrow, pending.done(wait=True), label)
+
+    def _reports(self, pyarrow, done, label):
+        for count, result in done:
+            if self.on_error == "raise":
+                raise_if_failed(self.emission.topic, result)
+            batch = (_row_report(pyarrow, result, count) if self.report == "row"
+                     else _batch_report(pyarrow, result, count, label))
+            yield batch.to_pandas() if self.pandas else batch
+
+
+class _FrameColumns:
+    """One input RecordBatch (or pandas DataFrame) as send_batch's pyarrow columns."""
+
+    def __init__(self, pyarrow, frame, is_pandas):
+        self.pyarrow = pyarrow
+        self.frame = frame
+        self.is_pandas = is_pandas
+        self.count = len(frame)
+
+    def array(self, what, spec):
+        """The spec's column as a pyarrow Array (or None)."""
+        pa = self.pyarrow
+        frame = self.frame
+        if spec is None:
+            return None
+        if callable(spec):
+            column = spec(frame)
+        elif self.is_pandas:
+            names = list(frame.columns)
+            if isinstance(spec, int):
+                if spec >= len(names):
+                    raise ValueError(f"{what}={spec}: the DataFrame has {len(names)} columns")
+                spec = names[spec]
+            if spec not in names:
+                raise ValueError(f"{what}={spec!r}: no such column; the DataFrame has {names}")
+            column = frame[spec]
+        else:
+            names = frame.schema.names
+            if isinstance(spec, int):
+                if spec >= len(names):
+                    raise ValueError(f"{what}={spec}: the batch has {len(names)} columns")
+            elif spec not in names:
+                raise ValueError(f"{what}={spec!r}: no such column; the batch has {names}")
+            column = frame.column(spec)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        if not isinstance(column, pa.Array):
+            column = pa.array(column, from_pandas=True)
+        if len(column) != self.count:
+            raise ValueError(f"{what} has {len(column)} rows, the batch has {self.count}")
+        return column
+
+    def binary(self, what, spec):
+        column = self.array(what, spec)
+        if column is None:
+            return None
+        types = self.pyarrow.types
+        kind = column.type
+        if types.is_null(kind):
+            return column.cast(self.pyarrow.binary())
+        if not (types.is_binary(kind) or types.is_string(kind) or types.is_large_binary(kind)
+                or types.is_large_string(kind)):
+            raise TypeError(f"{what}: a column of {kind} is not binary or string "
+                            f"(cast it, or pass a function returning such an array)")
+        return column
+
+    def send(self, producer, emission, task_headers, first_row):
+        values = self.binary("value", emission.value)
+        keys = self.binary("key", emission.key)
+        partitions = self.partitions(emission.partition)
+        timestamps = self.epoch_ms(emission.timestamp)
+        headers = self.headers(emission.headers)
+        if task_headers is not None:
+            headers = with_provenance(headers, task_headers, first_row, self.count,
+                                       _provenance_arrays)
+        return producer.send_batch(emission.topic, values, keys, headers, partitions,
+                                   timestamps)
+
+    def partitions(self, spec):
+        column = self.array("partition", spec)
+        if column is None:
+            return None
+        if not self.pyarrow.types.is_integer(column.type) or column.null_count:
+            raise TypeError(f"partition: a column of {column.type}"
+                            f"{' with nulls' if column.null_count else ''} is not ints")
+        # Partition ids are small ints, which CPython keeps one object of each.
+        return column.to_pylist()
+
+    def epoch_ms(self, spec):
+        """The timestamp column as a memoryview of int64 epoch ms, nulls now."""
+        pa = self.pyarrow
+        column = self.array("timestamp", spec)
+        if column is None:
+            return None
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.timestamp("ms", column.type.tz), safe=False)
+        elif not pa.types.is_integer(column.type):
+            raise TypeError(f"timestamp: a column of {column.type} is not epoch ms or "
+                            f"timestamps")
+        column = column.cast(pa.int64())
+        if column.null_count:
+            column = column.fill_null(int(time.time() * 1000))
+        data = memoryview(column.buffers()[1]).cast("B")
+        return data[column.offset * 8:(column.offset + len(column)) * 8].cast("q")
+
+    def headers(self, spec):
+        if spec is None:
+            return None
+        if callable(spec):
+            headers = spec(self.frame)
+            if len(headers) != self.count:
+                raise ValueError(f"headers has {len(headers)} rows, the batch has "
+                                 f"{self.count}")
+            return list(headers)
+        return {name: self.binary(f"header {name!r}", name) for name in spec}
+
+
+def _row_report(pa, result, count):
+    partitions = result.partitions()
+    offsets = result.offsets()
+    failed = result.errors
+    if failed:
+        messages = [None] * count
+        for row, error in failed:
+            messages[row] = repr(error)
+        error_column = pa.array(messages, pa.string())
+    else:
+        error_column = pa.nulls(count, pa.string())
+    return pa.RecordBatch.from_arrays(
+        [pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(partitions)]),
+         pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(offsets)]),
+         error_column],
+        names=["partition", "offset", "error"])
+
+
+def _batch_report(pa, result, count, label):
+    failed = result.failed_count
+    first_error = repr(result.errors[0][1]) if failed else None
+    return pa.RecordBatch.from_arrays(
+        [pa.array([count], pa.int64()), pa.array([count - failed], pa.int64()),
+         pa.array([failed], pa.int64()), pa.array([first_error], pa.string()),
+         pa.array([label], pa.string())],
+        names=["rows", "delivered", "failed", "error", "producer"])
+
+
+def _provenance_arrays(task_headers, first_row, count):
+    """The provenance header columns as pyarrow arrays, made natively: no Python
+    object per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    columns = {name: pa.repeat(pa.scalar(value, pa.binary()), count)
+               for name, value in task_headers}
+    # first_row, first_row + 1, ...: a running sum of ones (pyarrow.arange is newer
+    # than the pyarrow this package accepts), as ASCII decimal.
+    ones = pa.repeat(pa.scalar(1, pa.int64()), count)
+    columns[ROW_HEADER] = pc.cumulative_sum(ones, start=first_row - 1).cast(pa.string())
+    return columns
