@@ -3,7 +3,9 @@
 The names and meanings are kafka-python's KafkaProducer's (which follow the Java
 client's settings); the defaults are kafka-python 3's where they agree with the Java
 client, and the Java client's otherwise (noted below).  netkafka adds io_threads,
-high_watermark_bytes, low_watermark_bytes and backoff.
+high_watermark_bytes, low_watermark_bytes and backoff, and the write-ahead log's
+settings (wal_dir, wal_fsync, wal_fsync_interval_ms, wal_max_bytes, on_replay,
+on_delivery_timeout).  A keyword may be given Java's dotted way too (``wal.dir``).
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
 the key and what it allows; a security option (anything but PLAINTEXT) or a
@@ -16,6 +18,7 @@ dotted names and typed values, read one way for every tool.
 """
 import itertools
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -28,6 +31,10 @@ _INT32_MAX = 2**31 - 1
 # compression_type's values: None or a codec's name, as the record layer knows them.
 COMPRESSION_TYPES = (None, *CODEC_NAMES)
 ACKS = (0, 1, "all", -1)
+WAL_FSYNC_MODES = ("never", "interval", "always")
+# What happens to a record whose delivery timed out: it fails, or (with a WAL) it
+# stays in the log and is sent again when the cluster answers.
+DELIVERY_TIMEOUT_ACTIONS = ("fail", "spool")
 _client_ids = itertools.count(1)
 
 # kafka-python's security options, with the values that mean "not used".  Any other
@@ -95,6 +102,14 @@ class ProducerConfig:
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+    # The write-ahead log (producer/wal.py): None, or the directory every record is
+    # logged in before send() returns, and replayed from by the next producer.
+    wal_dir: object = None
+    wal_fsync: str = "interval"  # 'never' | 'interval' | 'always'
+    wal_fsync_interval_ms: int = 10
+    wal_max_bytes: int = 1 << 30
+    on_replay: object = None  # callable(context, metadata_or_error), with wal_dir
+    on_delivery_timeout: str = "fail"  # 'fail' | 'spool' (with wal_dir)
 
     @classmethod
     def from_kwargs(cls, kwargs):
@@ -108,6 +123,8 @@ class ProducerConfig:
         fields = cls.__dataclass_fields__
         settings = {}
         for name, value in kwargs.items():
+            if "." in name:
+                name = producer_keyword(name)
             if name in SECURITY_OPTIONS:
                 _check_security_option(name, value)
             elif name in TRANSACTION_OPTIONS:
@@ -179,6 +196,25 @@ class ProducerConfig:
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
+        self._check_wal()
+
+    def _check_wal(self):
+        # The sizes that depend on each other (segments within wal_max_bytes) are the
+        # WAL's to check when it opens: it names these settings too.
+        if self.wal_dir is not None and not isinstance(self.wal_dir, (str, os.PathLike)):
+            raise ValueError(f"wal_dir must be a directory path or None, got {self.wal_dir!r}")
+        check_choice("wal_fsync", self.wal_fsync, WAL_FSYNC_MODES)
+        check_int("wal_fsync_interval_ms", self.wal_fsync_interval_ms, 1)
+        check_int("wal_max_bytes", self.wal_max_bytes, 1)
+        check_choice("on_delivery_timeout", self.on_delivery_timeout, DELIVERY_TIMEOUT_ACTIONS)
+        if self.on_replay is not None and not callable(self.on_replay):
+            raise ValueError(f"on_replay must be a callable (context, metadata_or_error) or "
+                             f"None, got {self.on_replay!r}")
+        if self.wal_dir is None:
+            for name, unset in (("on_replay", None), ("on_delivery_timeout", "fail")):
+                if getattr(self, name) != unset:
+                    raise ValueError(f"{name}={getattr(self, name)!r} needs wal_dir: the "
+                                     f"records it is about are kept in the write-ahead log")
 
     def _check_idempotence(self):
         if not self.enable_idempotence:

@@ -335,7 +335,7 @@ def test_records_stop_at_the_bound_control_entries_do_not_and_acks_free_room(tmp
 
 
 @pytest.mark.parametrize("name, value, message", [
-    ("fsync", "sometimes", "wal_fsync must be one of never, interval, always"),
+    ("fsync", "sometimes", "wal_fsync must be 'never', 'interval' or 'always'"),
     ("fsync_interval_ms", 0, "wal_fsync_interval_ms must be an int >= 1"),
     ("max_bytes", 2 * 64 * 1024, "wal_max_bytes=131072 must hold at least three segments"),
     ("segment_bytes", 1000, "wal_segment_bytes must be an int >= "),

@@ -11,6 +11,12 @@ share with send() and the one path that runs per record:
         under `lock`: encode into the open batch        (PartitionQueue.open)
         -> a FutureRecordMetadata over the batch's result
 
+With a write-ahead log (wal_dir) the record goes into the batch and its entry into
+the log together, under the log's lock taken inside ours (_wal.WalAppender.
+append_to_batch): a record is in both or in neither.  A log full for records
+raises WalFullError out of the append, which _append() turns into a wait under the
+backoff strategy (the subclass's _append_when_wal_has_room), as for memory.
+
 Producer.send() enters it straight from C (ProducerCore, below); produce() and
 append_into_batch() are the same path with no future made (the fire-and-forget and
 bulk paths): they get the Batch the record went into (and, for the bulk path, the
@@ -30,15 +36,16 @@ Locking: `lock` (a _mutex.Mutex) guards `topics`, `closed`, the clock cache, and
 field of the TopicTable, PartitionQueue and Batch objects reachable from `topics`.
 The partitioner runs outside it (it has its own lock, and a custom partitioner is
 user code, which must not run under ours).  Lock order: `lock`, then the buffer
-pool's mutex or the linger timer's condition.
+pool's mutex, the linger timer's condition or the WAL appender's lock.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from netkafka.producer._futures cimport BatchResult, new_record_future
 from netkafka.producer._mutex cimport Mutex
 from netkafka.producer._partitioner cimport Partitioner
+from netkafka.producer._wal cimport WalAppender
 from netkafka.record._batch cimport RecordBatchBuilder
 from netkafka.record._columns cimport checked_timestamp_ms
 from netkafka.csrc cimport (
@@ -46,6 +53,8 @@ from netkafka.csrc cimport (
 )
 
 import collections
+
+from netkafka.errors import WalFullError
 
 
 cdef enum:
@@ -61,6 +70,7 @@ cdef class Batch:
     cdef readonly RecordBatchBuilder builder  # owned as _pool.pxd says (lock, then drainer)
     cdef readonly BatchResult result          # thread-safe
     cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
+    cdef public uint64_t wal_id               # its id in the WAL (0: no WAL); set when opened
     # Records appended with no future (produce()): their failure is counted for
     # flush() to raise.  Accumulator's lock while open; read once completed.
     cdef readonly int untracked_records
@@ -124,6 +134,8 @@ cdef class AccumulatorCore:
     cdef dict _topics                       # lock: topic -> TopicTable
     cdef public bint closed                 # lock: records are refused once set
     cdef nk_clock_cache _clock              # lock: "now" for records without a timestamp
+    cdef public WalAppender wal             # immutable once set: the WAL's, or None
+    cdef public bint wal_always             # immutable: fsync "always" (send() waits)
 
     def __cinit__(self, Partitioner partitioner not None, *args, **kwargs):
         self.lock = Mutex()
@@ -136,20 +148,40 @@ cdef class AccumulatorCore:
         returns (the Batch the record went into, its index there); the bulk path
         follows its outcome."""
         return self._append(topic, partition, key, value, headers, timestamp_ms,
-                            TRACK_NONE)
+                            TRACK_NONE, None)
 
     def append_tracked(self, topic, partition, key, value, headers, timestamp_ms,
-                       int track):
+                       int track, context):
         """The general form of every append, for the cold path to start again
         with: track is the TRACK_* value it was given."""
-        return self._append(topic, partition, key, value, headers, timestamp_ms, track)
+        return self._append(topic, partition, key, value, headers, timestamp_ms, track,
+                            context)
+
+    def append_once(self, topic, partition, key, value, headers, timestamp_ms, int track,
+                    context):
+        """As append_tracked, but a full WAL raises WalFullError (for the wait in
+        _append_when_wal_has_room to try again)."""
+        return self._append_once(topic, partition, key, value, headers, timestamp_ms, track,
+                                 context)
 
     cdef object _append(self, topic, partition, key, value, headers, timestamp_ms,
-                        int track):
+                        int track, object context):
         # Encodes one record into its partition's open batch; returns what `track`
-        # says.  partition None lets the partitioner choose.  Raises what the
-        # encoder and the partitioner raise for bad arguments (naming them), and
-        # whatever _append_cold raises.
+        # says.  partition None lets the partitioner choose.  context: None, or the
+        # bytes the WAL keeps with the record.  Raises what the encoder and the
+        # partitioner raise for bad arguments (naming them), and whatever
+        # _append_cold raises.
+        if context is not None and (self.wal is None or not PyBytes_CheckExact(context)):
+            context = _context_bytes(context, self.wal is not None)
+        try:
+            return self._append_once(topic, partition, key, value, headers, timestamp_ms,
+                                     track, context)
+        except WalFullError:
+            return (<object>self)._append_when_wal_has_room(
+                topic, partition, key, value, headers, timestamp_ms, track, context)
+
+    cdef object _append_once(self, topic, partition, key, value, headers, timestamp_ms,
+                             int track, object context):
         cdef TopicTable table
         cdef PartitionQueue queue
         cdef PartitionQueue retired = None
@@ -169,7 +201,7 @@ cdef class AccumulatorCore:
         self.lock.give()
         if table is None:
             return self._append_cold(topic, partition, -1, key, value, headers, timestamp_ms,
-                                     track, None)
+                                     track, context, None)
         # 2. The partition: the caller's, or the partitioner's (outside our lock).
         if partition is None:
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
@@ -181,7 +213,8 @@ cdef class AccumulatorCore:
             if not self.closed:
                 queue = table.queue_or_none(chosen)
                 if queue is not None:
-                    appended = self._append_locked(queue, key, value, headers, ts, track)
+                    appended = self._append_locked(queue, key, value, headers, ts, track,
+                                                   context)
                     if appended is not None:
                         return appended
                     if queue.open is not None:
@@ -192,19 +225,27 @@ cdef class AccumulatorCore:
         finally:
             self.lock.give()
         return self._append_cold(topic, partition, chosen, key, value, headers, timestamp_ms,
-                                 track, retired)
+                                 track, context, retired)
 
     cdef object _append_locked(self, PartitionQueue queue, key, value, headers, int64_t ts,
-                               int track):
+                               int track, object context):
         # With the lock held: the record into queue's open batch, or None when there
-        # is none or it is full.  ts < 0: now.  Returns what `track` says.
+        # is none or it is full.  ts < 0: now.  Returns what `track` says; raises
+        # WalFullError when the WAL has no room for it (then it is in neither).
         cdef Batch batch = queue.open
         cdef Py_ssize_t index
         if batch is None:
             return None
         if ts < 0:
             ts = nk_clock_now_ms(&self._clock)
-        index = batch.builder._append_objects(key, value, headers, ts, -1)
+        if self.wal is None:
+            index = batch.builder._append_objects(key, value, headers, ts, -1)
+        else:
+            index = self.wal.append_to_batch(batch.builder, key, value, headers, ts,
+                                             batch.wal_id, queue.topic, queue.partition,
+                                             context)
+            if index == -2:
+                raise WalFullError("the WAL is at wal_max_bytes")
         if index < 0:
             return None
         if track == TRACK_COUNT:
@@ -218,11 +259,11 @@ cdef class AccumulatorCore:
     # -- for the cold paths (Python, the lock held by the caller unless said) --------
 
     def try_append_locked(self, PartitionQueue queue not None, key, value, headers,
-                          timestamp_ms, int track):
+                          timestamp_ms, int track, context):
         """With the lock held: the record into queue's open batch; what `track` says
         (its future, or its Batch), or None when queue has no open batch or it is full."""
         cdef int64_t ts = -1 if timestamp_ms is None else checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
-        return self._append_locked(queue, key, value, headers, ts, track)
+        return self._append_locked(queue, key, value, headers, ts, track, context)
 
     def queue_locked(self, topic, int partition):
         """With the lock held: the partition's queue, created on first use; None if
@@ -277,6 +318,17 @@ cdef int _partition_arg(object partition) except -1:
     return partition
 
 
+cdef object _context_bytes(object context, bint wal):
+    # A record's context, as bytes.  Cold: only a context that is not bytes gets here.
+    if not wal:
+        raise ValueError("context needs wal_dir: it is kept in the write-ahead log")
+    try:
+        return bytes(memoryview(context))
+    except TypeError:
+        raise TypeError(f"context must be bytes-like or None, not "
+                        f"{type(context).__name__}") from None
+
+
 cdef inline int _size_of(object data) except -2:
     # Serialized size as RecordMetadata reports it; data was accepted by the encoder.
     if data is None:
@@ -315,8 +367,11 @@ cdef class ProducerCore:
     cdef public object _value_serializer   # callable or None
 
     def send(self, topic, value=None, key=None, headers=None, partition=None,
-             timestamp_ms=None):
+             timestamp_ms=None, context=None):
         """Queues a record and returns its FutureRecordMetadata.
+
+        With wal_dir, the record is in the write-ahead log when this returns (on
+        disk too with wal_fsync='always').
 
         Args:
             topic: the topic's name.
@@ -326,6 +381,9 @@ cdef class ProducerCore:
             headers: None or a list of (str key, bytes value) pairs.
             partition: the partition, or None to let the partitioner choose.
             timestamp_ms: CreateTime in milliseconds since the epoch; None: now.
+            context: None, or bytes (at most 1024) the WAL keeps with the record:
+                after a crash, on_replay(context, metadata_or_error) tells the next
+                producer what became of it.  Needs wal_dir.
 
         Raises:
             ProducerClosedError: after close().
@@ -335,6 +393,7 @@ cdef class ProducerCore:
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
             BackpressureTimeoutError: no memory within max_block_ms.
             RecordDroppedError: no memory and backoff='drop'.
+            WalStorageError: the WAL's disk refused (full, unwritable, failed sync).
         """
         cdef AccumulatorCore records = self._records
         if self._key_serializer is not None or self._value_serializer is not None:
@@ -344,11 +403,14 @@ cdef class ProducerCore:
         # Steps 2-5 of Producer's story are the accumulator's append: it comes back
         # to Producer._wait_for_partition() when metadata is missing, and asks the
         # partitioner's on_new_batch() when a record would open a new batch.
-        return records._append(topic, partition, key, value, headers, timestamp_ms,
-                               TRACK_FUTURE)
+        future = records._append(topic, partition, key, value, headers, timestamp_ms,
+                                 TRACK_FUTURE, context)
+        if records.wal_always:
+            records.wal.sync_appended()
+        return future
 
     def produce(self, topic, value=None, key=None, headers=None, partition=None,
-                timestamp_ms=None):
+                timestamp_ms=None, context=None):
         """Fire and forget: queues a record as send() does, but returns None and
         makes no future for it -- the fastest way to send one record.
 
@@ -372,7 +434,9 @@ cdef class ProducerCore:
             if self._key_serializer is not None or self._value_serializer is not None:
                 key, value = (<object>self)._serialize_record(topic, key, value)
             records._append(topic, partition, key, value, headers, timestamp_ms,
-                            TRACK_COUNT)
+                            TRACK_COUNT, context)
+            if records.wal_always:
+                records.wal.sync_appended()
         except Exception as exc:
             if not (<object>self)._counts_as_undelivered(exc):
                 raise

@@ -4,6 +4,7 @@
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from netkafka.producer._mutex cimport Mutex
+from netkafka.record._batch cimport RecordBatchBuilder
 
 
 cdef enum:
@@ -61,6 +62,7 @@ cdef class WalAppender:
     cdef object _roll                      # immutable: the owner's next-segment callback
     cdef object _failure                   # the error a failed sync left, raised from then on
     cdef readonly Py_ssize_t max_record_entry_bytes  # immutable: room a record may need
+    cdef readonly Py_ssize_t max_context_bytes       # immutable: the largest context
     cdef uint64_t _counts[6]               # entries appended, by ENTRY_* type
     cdef uint64_t _appended_bytes          # bytes of entries appended
     cdef uint64_t _syncs                   # syncs that wrote something
@@ -79,6 +81,19 @@ cdef class WalAppender:
                              const unsigned char *record, Py_ssize_t record_len,
                              const unsigned char *context, Py_ssize_t context_len) noexcept
     cpdef object sync_to(self, uint64_t position)
+    # send()'s path: the record into builder (its _append_objects) and its entry into the
+    # log, under `lock` (taken here; the accumulator's is held).  Returns the record's
+    # index, -1 when the batch is full, -2 when the log is full for records (nothing
+    # written anywhere).  context: None or bytes.
+    cdef Py_ssize_t append_to_batch(self, RecordBatchBuilder builder, object key,
+                                    object value, object headers, int64_t timestamp_ms,
+                                    uint64_t batch_id, object topic, int32_t partition,
+                                    object context) except -3
+    # Syncs everything appended so far (fsync "always", after an append returns).
+    cdef int sync_appended(self) except -1
+    cdef int _log_appended(self, RecordBatchBuilder builder, Py_ssize_t start,
+                           int32_t first_index, uint64_t batch_id, const char *topic,
+                           Py_ssize_t topic_len, int32_t partition) except -1
 
     cdef void _install(self, MappedSegment segment, uint64_t start_position) noexcept
     cdef int _roll_over(self, Py_ssize_t n, bint control) except -1

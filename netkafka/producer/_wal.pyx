@@ -37,7 +37,7 @@ appender's lock held by the accumulator, which takes it inside its own lock.
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.errno cimport errno
 from libc.stdint cimport UINT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -47,6 +47,7 @@ from posix.mman cimport mmap, msync, munmap
 from posix.unistd cimport fsync, sysconf, _SC_PAGESIZE
 
 from netkafka.producer._mutex cimport Mutex
+from netkafka.record._batch cimport RecordBatchBuilder
 from netkafka.csrc cimport (
     NK_WAL_ENTRY_END, NK_WAL_ENTRY_HEADER_BYTES, NK_WAL_ENTRY_TORN, NK_WAL_ENTRY_VALID,
     nk_wal_check_entry, nk_wal_finish_entry, nk_wal_get16, nk_wal_get32, nk_wal_get64,
@@ -187,6 +188,22 @@ cdef class MappedSegment:
         return 0
 
 
+cdef inline const unsigned char *_read_uvarint(const unsigned char *p,
+                                               const unsigned char *end,
+                                               uint64_t *value) noexcept:
+    # An unsigned base-128 varint at p, before end; NULL if it runs past end or 10 bytes.
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    while p < end and shift < 70:
+        result |= <uint64_t>(p[0] & 0x7F) << shift
+        if p[0] < 0x80:
+            value[0] = result
+            return p + 1
+        p += 1
+        shift += 7
+    return NULL
+
+
 cdef inline void _put_roll(unsigned char *entry, uint32_t tag, uint64_t next_segment_id) noexcept:
     nk_wal_put64(entry + NK_WAL_ENTRY_HEADER_BYTES, next_segment_id)
     nk_wal_finish_entry(entry, tag, ENTRY_ROLL, 0, _ROLL_BYTES)
@@ -320,14 +337,17 @@ cdef class WalAppender:
             WalStorageError when the disk refuses.
         max_record_entry_bytes: the largest record entry the hot path may write: the
             room ensure_record_room() keeps.
+        max_context_bytes: the largest context a record may carry.
         dir_fd: the directory holding the segments, fsynced after a roll.
     """
 
-    def __cinit__(self, roll, Py_ssize_t max_record_entry_bytes, int dir_fd):
+    def __cinit__(self, roll, Py_ssize_t max_record_entry_bytes, Py_ssize_t max_context_bytes,
+                  int dir_fd):
         self.lock = Mutex()
         self.sync_lock = Mutex()
         self._roll = roll
         self.max_record_entry_bytes = max_record_entry_bytes
+        self.max_context_bytes = max_context_bytes
         self._dir_fd = dir_fd
         self._unsynced = []
 
@@ -419,6 +439,115 @@ cdef class WalAppender:
         self._counts[kind] += 1
         self._appended_bytes += <uint64_t>n
         return self._start + <uint64_t>self._pos
+
+    # -- the accumulator's appends ------------------------------------------------------
+
+    cdef Py_ssize_t append_to_batch(self, RecordBatchBuilder builder, object key,
+                                    object value, object headers, int64_t timestamp_ms,
+                                    uint64_t batch_id, object topic, int32_t partition,
+                                    object context) except -3:
+        # Room for any record first, so that the entry of a record the batch took can
+        # always be written: a record is in both or in neither.  The entry holds the
+        # record's bytes as the builder encoded them.
+        cdef Py_ssize_t topic_len, context_len = -1, before, index
+        cdef const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+        cdef const char *context_bytes = NULL
+        if topic_len > MAX_TOPIC_BYTES:
+            raise ValueError(f"topic {topic!r} is {topic_len} bytes long: the WAL takes "
+                             f"topics of at most {MAX_TOPIC_BYTES}")
+        if context is not None:
+            context_bytes = PyBytes_AS_STRING(context)
+            context_len = PyBytes_GET_SIZE(context)
+            if context_len > self.max_context_bytes:
+                raise ValueError(f"context of {context_len} bytes exceeds "
+                                 f"{self.max_context_bytes}")
+        self.lock.take()
+        try:
+            if self.ensure_record_room():
+                return -2
+            before = builder._pos_bytes
+            index = builder._append_objects(key, value, headers, timestamp_ms, -1)
+            if index >= 0:
+                self.put_record(batch_id, <int32_t>index, <const unsigned char *>topic_utf8,
+                                topic_len, partition, timestamp_ms,
+                                builder._data + before, builder._pos_bytes - before,
+                                <const unsigned char *>context_bytes, context_len)
+            return index
+        finally:
+            self.lock.give()
+
+    def append_rows_to(self, RecordBatchBuilder builder not None, append, Py_ssize_t start,
+                       uint64_t batch_id, str topic, int32_t partition):
+        """send_batch()'s bulk path: append(builder, start) -> rows appended, and an entry
+        for each record it put into builder -- those before a refused row too.
+
+        Raises:
+            WalFullError: the log is at its bound for records (nothing appended).
+            What append raises, once the records it appended are logged.
+        """
+        cdef Py_ssize_t topic_len, before
+        cdef int32_t first
+        cdef const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+        if topic_len > MAX_TOPIC_BYTES:
+            raise ValueError(f"topic {topic!r} is {topic_len} bytes long: the WAL takes "
+                             f"topics of at most {MAX_TOPIC_BYTES}")
+        self.lock.take()
+        try:
+            if self.ensure_record_room():
+                raise WalFullError("the WAL is at its bound (wal_max_bytes): no room for "
+                                   "records")
+            before = builder._pos_bytes
+            first = builder._record_count
+            try:
+                return append(builder, start)
+            finally:
+                self._log_appended(builder, before, first, batch_id, topic_utf8, topic_len,
+                                   partition)
+        finally:
+            self.lock.give()
+
+    cdef int _log_appended(self, RecordBatchBuilder builder, Py_ssize_t start,
+                           int32_t first_index, uint64_t batch_id, const char *topic,
+                           Py_ssize_t topic_len, int32_t partition) except -1:
+        # With `lock` held: an entry for each record the builder holds from offset start
+        # on.  Records are read by their own framing: length varint, attributes, then
+        # the timestamp delta against the batch's first timestamp.  These entries never
+        # wait for room (the bulk call was admitted as a whole, and is one batch at
+        # most): they may take the log past its bound for records, as control entries.
+        cdef const unsigned char *p = builder._data + start
+        cdef const unsigned char *end = builder._data + builder._pos_bytes
+        cdef const unsigned char *body
+        cdef uint64_t body_bytes, ts_zigzag
+        cdef int32_t index = first_index
+        cdef Py_ssize_t record_bytes
+        while p < end:
+            body = _read_uvarint(p, end, &body_bytes)
+            body_bytes >>= 1  # a length is never negative: its zigzag is twice it
+            if body == NULL or body_bytes > <uint64_t>(end - body) or body_bytes < 2 or \
+                    _read_uvarint(body + 1, body + body_bytes, &ts_zigzag) == NULL:
+                raise RuntimeError("a record the builder wrote does not parse")
+            record_bytes = (body - p) + <Py_ssize_t>body_bytes
+            self.ensure(NK_WAL_ENTRY_HEADER_BYTES + _RECORD_FIXED_BYTES + topic_len
+                        + record_bytes, True)
+            self.put_record(batch_id, index, <const unsigned char *>topic, topic_len,
+                            partition, builder._first_timestamp_ms
+                            + <int64_t>((ts_zigzag >> 1) ^ (0 - (ts_zigzag & 1))),
+                            p, record_bytes, NULL, -1)
+            p += record_bytes
+            index += 1
+        return 0
+
+    cdef int sync_appended(self) except -1:
+        cdef uint64_t position
+        self.lock.take()
+        position = self._start + <uint64_t>self._pos
+        self.lock.give()
+        self.sync_to(position)
+        return 0
+
+    def sync_appended_entries(self):
+        """Returns once everything appended so far is on disk (fsync "always")."""
+        self.sync_appended()
 
     # -- Python's appends: each takes the lock ------------------------------------------
 

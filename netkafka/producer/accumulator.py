@@ -44,6 +44,7 @@ import functools
 import heapq
 import itertools
 import logging
+import struct
 import threading
 import time
 import traceback
@@ -56,12 +57,15 @@ from netkafka.record._batch import RecordBatchBuilder, pool_buffer_size_bytes
 from netkafka.record._pool import BufferPool
 from netkafka.errors import (BackpressureTimeoutError, BufferPoolExhausted, KafkaTimeoutError,
                              ProducerClosedError, RecordDroppedError, UndeliveredRecordsError)
+from netkafka.producer.wal import OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED
 
 _log = logging.getLogger("netkafka.producer.accumulator")
 
 
 # How many errors of fire-and-forget records flush() names (the count is exact).
 FIRST_ERRORS_KEPT = 5
+# A sealed RecordBatch v2's CRC32C and attributes, at offset 17: what a SEAL entry keeps.
+_CRC_AND_ATTRIBUTES = struct.Struct(">Ih")
 
 
 class RecordAccumulator(AccumulatorCore):
@@ -89,11 +93,15 @@ class RecordAccumulator(AccumulatorCore):
             None (batches carry no producer id).
         stats: the ProducerMetrics that hears of batches handed over and failed
             (metrics.py), or None.
+        wal: the WriteAheadLog records are logged in, or None.  Batches get an id
+            there when opened, a SEAL entry when sealed and a DONE entry when
+            acknowledged or failed -- except those failed by close() or spooled,
+            which the log keeps for the next producer.
     """
 
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
-                 delivery_timeout_ms, backoff, idempotence=None, stats=None):
+                 delivery_timeout_ms, backoff, idempotence=None, stats=None, wal=None):
         codec = None if compression_type in (None, "none") else compression_type
         self._sender = sender  # immutable
         self._topic_waiter = topic_waiter  # immutable
@@ -116,18 +124,25 @@ class RecordAccumulator(AccumulatorCore):
         # flush(), and the first few errors (FIRST_ERRORS_KEPT).
         self._untracked_failed = 0
         self._untracked_errors = []
+        self._wal = wal  # immutable; thread-safe
+        # Guarded by _state_lock: from close() on, failed batches stay in the WAL.
+        self._wal_keeps_failures = False
+        if wal is not None:
+            self.wal = wal.appender
+            self.wal_always = wal.fsync == "always"
         self._linger = _LingerTimer(self)
 
     # ------------------------------------------------------------------
     # send() threads: what the hot path (AccumulatorCore._append) leaves to us.
 
     def _append_cold(self, topic, partition, chosen, key, value, headers, timestamp_ms,
-                     track, retired):
+                     track, context, retired):
         """The append for anything but a record into an open batch with room: an
         unknown topic or partition, a new or full batch, a closed accumulator.
         chosen: the partition the core picked, -1 if it did not get that far; track:
-        what to return (the core's TRACK_*: a future, or the Batch); retired: the
-        queue whose full batch the core moved to the ready queue, or None."""
+        what to return (the core's TRACK_*: a future, or the Batch); context: the
+        record's, for the WAL; retired: the queue whose full batch the core moved to
+        the ready queue, or None."""
         if retired is not None:
             queue = retired
         else:
@@ -139,11 +154,11 @@ class RecordAccumulator(AccumulatorCore):
                 # The topic, or this partition of it, is not in the table yet: wait
                 # for metadata (or a clear error), then start again.
                 self._topic_waiter(topic, None if chosen < 0 else chosen)
-                return self.append_tracked(topic, partition, key, value, headers,
-                                           timestamp_ms, track)
+                return self.append_once(topic, partition, key, value, headers,
+                                        timestamp_ms, track, context)
             with self.lock:
                 appended = self.try_append_locked(queue, key, value, headers, timestamp_ms,
-                                                  track)
+                                                  track, context)
                 if appended is not None:
                     return appended  # another thread opened a batch meanwhile
                 if queue.open is not None:
@@ -162,9 +177,10 @@ class RecordAccumulator(AccumulatorCore):
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
             with self.lock:
                 queue = self.queue_locked(topic, chosen)
-        return self._append_to_new_batch(queue, key, value, headers, timestamp_ms, track)
+        return self._append_to_new_batch(queue, key, value, headers, timestamp_ms, track,
+                                         context)
 
-    def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms, track):
+    def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms, track, context):
         deadline = time.monotonic() + self._max_block_ms / 1000
         size_bytes = 0  # 0: a pool-sized buffer; more for a record larger than that
         buffer = None
@@ -176,7 +192,7 @@ class RecordAccumulator(AccumulatorCore):
                         raise ProducerClosedError("send() after close(): the producer is closed")
                     # Another thread may have opened a batch meanwhile.
                     appended = self.try_append_locked(queue, key, value, headers,
-                                                      timestamp_ms, track)
+                                                      timestamp_ms, track, context)
                     if appended is not None:
                         return appended
                     if queue.open is not None:
@@ -188,7 +204,7 @@ class RecordAccumulator(AccumulatorCore):
                         batch, buffer = self._open_locked(queue, buffer), None
                         try:
                             appended = self.try_append_locked(queue, key, value, headers,
-                                                              timestamp_ms, track)
+                                                              timestamp_ms, track, context)
                         except errors.BufferPoolExhausted:
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
@@ -209,6 +225,31 @@ class RecordAccumulator(AccumulatorCore):
         finally:
             if buffer is not None:
                 buffer.release()  # taken but not used (closed, or a batch appeared)
+
+    def _append_when_wal_has_room(self, topic, partition, key, value, headers, timestamp_ms,
+                                  track, context):
+        """The append once the WAL has room for records again: the backoff strategy
+        waits for acknowledgements to free segments (block, park), or refuses the
+        record (drop), within max_block_ms."""
+        deadline = time.monotonic() + self._max_block_ms / 1000
+        room = _WalRoom(self._wal)
+        while True:
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                if not room.has_room():
+                    self._backoff.wait_for_room(room, remaining_ms)
+            except RecordDroppedError:
+                with self._state_lock:
+                    self._metrics["records_dropped"] += 1
+                raise
+            try:
+                return self.append_once(topic, partition, key, value, headers, timestamp_ms,
+                                        track, context)
+            except errors.WalFullError:
+                if time.monotonic() >= deadline:
+                    raise BackpressureTimeoutError(
+                        f"no room for a record within max_block_ms={self._max_block_ms} "
+                        f"({room.describe()})") from None
 
     # ------------------------------------------------------------------
     # send_batch(): rows in bulk (the caller's thread).
@@ -287,7 +328,9 @@ class RecordAccumulator(AccumulatorCore):
                 while start < count and queue.open is batch and not self.closed:
                     before = builder.record_count
                     try:
-                        start += rows.append_to(builder, start)
+                        start += self._append_rows_to(rows, start, batch, queue)
+                    except errors.WalFullError:
+                        break  # the next row waits for room, on the per-record path
                     except (TypeError, ValueError) as exc:
                         # Row `start + appended` was refused, the ones before it taken.
                         start += builder.record_count - before
@@ -305,6 +348,14 @@ class RecordAccumulator(AccumulatorCore):
                     outcome.appended(rows, batch.result, first, run_start, start - run_start)
             if retired:
                 self._drain(queue)
+
+    def _append_rows_to(self, rows, start, batch, queue):
+        """With the lock held: rows from start on into batch while it has room (and,
+        with a WAL, their entries into the log); how many went in."""
+        if self._wal is None:
+            return rows.append_to(batch.builder, start)
+        return self.wal.append_rows_to(batch.builder, rows.append_to, start, batch.wal_id,
+                                       queue.topic, queue.partition)
 
     def _wait_for_memory(self, size_bytes, deadline):
         """A buffer of size_bytes (0: the pool's size) once the backoff strategy
@@ -329,6 +380,8 @@ class RecordAccumulator(AccumulatorCore):
         builder = RecordBatchBuilder(buffer, self._batch_size, self._max_request_size,
                                      self._compressor)
         batch = Batch(builder, BatchResult(queue.topic, queue.partition), time.monotonic_ns())
+        if self._wal is not None:
+            batch.wal_id = self._wal.open_batch()
         queue.open = batch
         with self._state_lock:
             self._incomplete.add(batch.result)
@@ -340,6 +393,8 @@ class RecordAccumulator(AccumulatorCore):
         batch, queue.open = queue.open, None
         with self._state_lock:
             self._incomplete.discard(batch.result)
+        if self._wal is not None:
+            self._wal.discard_batch(batch.wal_id)
         batch.builder.mark_failed()
         batch.builder.release()
 
@@ -395,6 +450,14 @@ class RecordAccumulator(AccumulatorCore):
             uncompressed_bytes = builder.size_bytes
             view = builder.seal()
             sealed_bytes = view.nbytes
+            if self._wal is not None:
+                # Before the sender has it: a batch that may be in the broker's log is
+                # never unknown to the WAL (with fsync "always", on disk first).
+                batch_crc, attributes = _CRC_AND_ATTRIBUTES.unpack_from(view, 17)
+                self._wal.log_seal(batch.wal_id, queue.topic, queue.partition,
+                                   builder.producer_id, builder.producer_epoch,
+                                   builder.base_sequence, record_count, attributes,
+                                   batch_crc, sealed_bytes)
             # Counted before the sender has it: an I/O thread may complete it
             # before send() returns, and no one must see it done but not sent.
             self._count_sent(1, record_count, view.nbytes)
@@ -402,10 +465,14 @@ class RecordAccumulator(AccumulatorCore):
             # The builder itself: with idempotence the sender may re-stamp it.
             self._sender.send(queue.topic, queue.partition, builder, record_count,
                               created_ns=batch.created_ns,
-                              on_done=functools.partial(self._on_delivered, batch, view))
+                              on_done=functools.partial(self._on_delivered, batch, view),
+                              wal_id=batch.wal_id)
         except Exception as exc:  # noqa: BLE001 -- the batch's futures carry it
             if counted:  # the sender refused it: not sent after all
                 self._count_sent(-1, -record_count, -view.nbytes)
+            # Done in the WAL before its sequences go to the next batch: a replay must
+            # never send this one and that one under the same sequences.
+            self._log_outcome(batch, exc)
             if builder.producer_id >= 0:
                 # Numbered but never sent: its sequences are the partition's next.
                 self._idempotence.release_sequence(
@@ -432,9 +499,28 @@ class RecordAccumulator(AccumulatorCore):
         else:
             self._complete(batch, view, error=error)
 
+    def _log_outcome(self, batch, error):
+        """The batch's DONE entry, once: acknowledged, or failed for good -- a failure
+        from close() on is not (the next producer on the WAL replays the batch)."""
+        if self._wal is None or not batch.wal_id:
+            return
+        with self._state_lock:
+            keep = error is not None and self._wal_keeps_failures
+        if not keep:
+            self._wal.log_done(batch.wal_id, OUTCOME_ACKNOWLEDGED if error is None
+                               else OUTCOME_FAILED)
+        batch.wal_id = 0
+
+    def keep_failures_in_wal(self):
+        """From now on (close()), batches that fail stay in the WAL, to be replayed."""
+        with self._state_lock:
+            self._wal_keeps_failures = True
+
     def _complete(self, batch, view, base_offset=-1, log_append_time_ms=-1, error=None):
-        """Memory back to the pool first (a send() may be waiting for it), then the
+        """The WAL's DONE entry first (what the application learns next must not be
+        replayed), memory back to the pool (a send() may be waiting for it), then the
         futures, then flush()'s set."""
+        self._log_outcome(batch, error)
         builder = batch.builder
         if error is None:
             builder.mark_acknowledged()
@@ -597,6 +683,25 @@ class _PoolRoom:
     def describe(self):
         return (f"the producer's buffer pool ({self.pool.available_bytes} of "
                 f"{self.pool.total_bytes} bytes free, buffer_memory)")
+
+
+class _WalRoom:
+    """The WAL as a backoff target (backoff.py's Backpressured protocol): room for a
+    record once acknowledged segments are reclaimed."""
+
+    __slots__ = ("wal",)
+
+    def __init__(self, wal):
+        self.wal = wal
+
+    def has_room(self):
+        return self.wal.has_room_for_records()
+
+    def wait_for_room(self, timeout_s):
+        return self.wal.wait_for_room(timeout_s)
+
+    def describe(self):
+        return self.wal.describe_room()
 
 
 class _LingerTimer:

@@ -47,6 +47,7 @@ from netkafka.client.metadata import Metadata
 from netkafka.producer.metrics import ProducerMetrics
 from netkafka.producer.partitioner import make_partitioner
 from netkafka.producer.sender import Sender
+from netkafka.producer.wal import WriteAheadLog
 
 _log = logging.getLogger("netkafka.producer.producer")
 _BYTES_TYPES = (bytes, bytearray, memoryview)
@@ -104,7 +105,18 @@ class Producer(ProducerCore):
         and in a forked child on first use."""
         config = self.config
         backoff = backoff_strategy(config.backoff)
-        pool = IOPool(config.connection_config(), io_threads=config.io_threads)
+        # First: a WAL that cannot be opened (another producer has it, a bad directory)
+        # fails the producer before any thread starts.
+        wal = None if config.wal_dir is None else WriteAheadLog(
+            config.wal_dir, fsync=config.wal_fsync,
+            fsync_interval_ms=config.wal_fsync_interval_ms, max_bytes=config.wal_max_bytes,
+            max_record_bytes=config.max_request_size)
+        try:
+            pool = IOPool(config.connection_config(), io_threads=config.io_threads)
+        except BaseException:
+            if wal is not None:
+                wal.close()
+            raise
         stats = ProducerMetrics()
         try:
             metadata = Metadata(pool, config.bootstrap_servers,
@@ -112,7 +124,7 @@ class Producer(ProducerCore):
                                 retry_backoff_ms=config.retry_backoff_ms)
             idempotence = (ProducerIdManager(pool, metadata,
                                              retry_backoff_ms=config.retry_backoff_ms,
-                                             max_block_ms=config.max_block_ms)
+                                             max_block_ms=config.max_block_ms, wal=wal)
                            if config.enable_idempotence else None)
             sender = Sender(pool, metadata, acks=config.acks,
                             max_block_ms=config.max_block_ms, backoff=backoff,
@@ -128,10 +140,13 @@ class Producer(ProducerCore):
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
-                idempotence=idempotence, stats=stats)
+                idempotence=idempotence, stats=stats, wal=wal)
         except BaseException:
             pool.close()
+            if wal is not None:
+                wal.close()
             raise
+        self._wal = wal
         self._pool, self._metadata, self._sender = pool, metadata, sender
         self._idempotence, self._accumulator = idempotence, accumulator
         self._stats = stats
@@ -304,11 +319,19 @@ class Producer(ProducerCore):
             self._accumulator.close(timeout)
         except KafkaTimeoutError:
             pass  # what is left fails below
+        kept = ""
+        if self._wal is not None:
+            # What fails from here on stays in the WAL: the next producer replays it.
+            self._accumulator.keep_failures_in_wal()
+            kept = (f"; the record is kept in the write-ahead log at {self._wal.directory} "
+                    f"and replayed by the next producer that opens it")
         self._sender.close(_remaining_s(deadline))
         self._metadata.close()
         self._accumulator.fail_incomplete(ProducerClosedError(
-            "the producer was closed before the record was delivered"))
+            "the producer was closed before the record was delivered" + kept))
         self._pool.close()
+        if self._wal is not None:
+            self._wal.close()
 
     def _refuse_on_io_thread(self, what):
         if self._pool.on_io_thread():
@@ -321,6 +344,18 @@ class Producer(ProducerCore):
 
     def __exit__(self, *exc_info):
         self.close()
+
+    def sync_wal(self):
+        """Returns once every record logged so far is on disk (whatever wal_fsync says).
+
+        Raises:
+            KafkaError: the producer has no write-ahead log (wal_dir).
+            WalStorageError: the sync failed.
+        """
+        self._start_if_forked()
+        if self._wal is None:
+            raise errors.KafkaError("sync_wal() needs a write-ahead log: set wal_dir")
+        self._wal.sync()
 
     def partitions_for(self, topic):
         """The set of the topic's partition ids (waits up to max_block_ms for them)."""
@@ -355,6 +390,8 @@ class Producer(ProducerCore):
         groups["producer-metrics"]["buffer-total-bytes"] = own["buffer_total_bytes"]
         groups["producer-metrics"]["buffer-available-bytes"] = own["buffer_available_bytes"]
         groups["netkafka"] = own
+        if self._wal is not None:
+            groups["netkafka-wal"] = self._wal.metrics()
         return groups
 
     # ------------------------------------------------------------------

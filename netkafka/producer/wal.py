@@ -64,6 +64,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from netkafka._validate import check_choice, check_int
 from netkafka.errors import (WalCorruptError, WalError, WalLockedError, WalStorageError,
                              WalVersionError)
 from netkafka.producer import _wal
@@ -203,22 +204,17 @@ class WriteAheadLog:
     def __init__(self, directory, *, fsync="interval", fsync_interval_ms=10,
                  max_bytes=DEFAULT_MAX_BYTES, segment_bytes=None,
                  max_record_bytes=1 << 20, max_context_bytes=DEFAULT_MAX_CONTEXT_BYTES):
-        if fsync not in FSYNC_MODES:
-            raise ValueError(f"wal_fsync must be one of {', '.join(FSYNC_MODES)}, "
-                             f"got {fsync!r}")
-        _check_int("wal_fsync_interval_ms", fsync_interval_ms, 1)
-        _check_int("wal_max_bytes", max_bytes, 1)
-        _check_int("max_record_bytes", max_record_bytes, 1)
-        _check_int("max_context_bytes", max_context_bytes, 0)
-        if max_context_bytes > _wal.CONTEXT_LIMIT_BYTES:
-            raise ValueError(f"max_context_bytes must be at most {_wal.CONTEXT_LIMIT_BYTES}, "
-                             f"got {max_context_bytes}")
+        check_choice("wal_fsync", fsync, FSYNC_MODES)
+        check_int("wal_fsync_interval_ms", fsync_interval_ms, 1)
+        check_int("wal_max_bytes", max_bytes, 1)
+        check_int("max_record_bytes", max_record_bytes, 1)
+        check_int("max_context_bytes", max_context_bytes, 0, _wal.CONTEXT_LIMIT_BYTES)
         max_entry = (_wal.RECORD_OVERHEAD_BYTES + _wal.TOPIC_LIMIT_BYTES + max_context_bytes
                      + max_record_bytes)
         smallest = _wal.HEADER_BYTES + max_entry + _wal.ROLL_ENTRY_BYTES
         if segment_bytes is None:
             segment_bytes = max(smallest, min(DEFAULT_SEGMENT_BYTES, max_bytes // 3))
-        _check_int("wal_segment_bytes", segment_bytes, smallest)
+        check_int("wal_segment_bytes", segment_bytes, smallest)
         if max_bytes < 3 * segment_bytes:
             raise ValueError(
                 f"wal_max_bytes={max_bytes} must hold at least three segments of "
@@ -242,6 +238,8 @@ class WriteAheadLog:
         self._counts = collections.Counter()  # lock
         self._work = threading.Condition()  # wakes the housekeeping thread
         self._closing = False  # guarded by _work
+        self._room = threading.Condition()  # notified when segments are reclaimed
+        self._room_changes = 0  # guarded by _room: reclaims and spares made so far
 
         _makedirs(self.directory)
         self._lock_fd = _lock_directory(self.directory)
@@ -250,7 +248,8 @@ class WriteAheadLog:
             self._dir_fd = _os_call("cannot open WAL directory", self.directory, os.open,
                                     self.directory, os.O_RDONLY | os.O_DIRECTORY)
             self.max_record_entry_bytes = max_entry  # immutable
-            self._appender = WalAppender(self._roll_locked, max_entry, self._dir_fd)
+            self._appender = WalAppender(self._roll_locked, max_entry, max_context_bytes,
+                                         self._dir_fd)
             self._recovery = self._recover()
         except BaseException:
             self._release_files()
@@ -328,6 +327,55 @@ class WriteAheadLog:
                     and self._reclaimable_locked())
         if wake:
             self._wake()
+
+    # ------------------------------------------------------------------
+    # Room for records (the producer's backoff waits on it).
+
+    def has_room_for_records(self):
+        """Whether an append of a record would find room now (not WalFullError).
+        Segments that hold nothing live any more are reclaimed first, here: room that
+        only waits for the housekeeping thread is room."""
+        appender = self._appender
+        if appender.room_bytes >= appender.max_record_entry_bytes:
+            return True
+        needed = _wal.HEADER_BYTES + appender.max_record_entry_bytes + _wal.ROLL_ENTRY_BYTES
+        for attempt in range(2):
+            with appender.lock:
+                if ((self._spare is not None and self._spare.size_bytes >= needed)
+                        or self._total_bytes + max(self.segment_bytes, needed)
+                        <= self._record_limit_bytes):
+                    return True
+                reclaimable = self._reclaimable_locked()
+            if attempt or not reclaimable:
+                return False
+            self.reclaim()
+
+    def wait_for_room(self, timeout_s):
+        """Waits up to timeout_s for reclaiming to make room for records; True if
+        there is room now."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._room:
+                seen = self._room_changes
+            if self.has_room_for_records():
+                return True
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return False
+            self._wake()
+            with self._room:
+                self._room.wait_for(lambda: self._room_changes != seen, remaining_s)
+
+    def _room_changed(self):
+        with self._room:
+            self._room_changes += 1
+            self._room.notify_all()
+
+    def describe_room(self):
+        with self._appender.lock:
+            return (f"the WAL at {self.directory} (wal_max_bytes={self.max_bytes}, "
+                    f"{self._total_bytes} bytes of segments, {len(self._live)} batches "
+                    f"not acknowledged)")
 
     # ------------------------------------------------------------------
     # Durability.
@@ -453,6 +501,7 @@ class WriteAheadLog:
                 self._delete(segment)
         if victims:
             appender.mark_directory_changed()
+            self._room_changed()
         return len(victims)
 
     def _recycle(self, segment):
@@ -502,6 +551,7 @@ class WriteAheadLog:
         with self._appender.lock:
             self._spare = spare
             self._counts["spares_created"] += 1
+        self._room_changed()
 
     # ------------------------------------------------------------------
     # Closing.
@@ -732,11 +782,6 @@ class WriteAheadLog:
 
 # ----------------------------------------------------------------------
 # Files.
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
 
 def _os_call(what, path, fn, *args):
     try:
