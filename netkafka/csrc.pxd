@@ -30,6 +30,10 @@ cdef extern from "varint.h" nogil:
     # (lengths, offset deltas): their zigzag is twice the value, no sign to fold in.
     int nk_uvarint64_size(uint64_t u)
     unsigned char *nk_write_uvarint64(unsigned char *p, uint64_t u)
+    # Reads back an unsigned varint of netkafka's own writing, bounded by end: the
+    # pointer past it, or NULL if it runs to end (or past 10 bytes).
+    const unsigned char *nk_read_uvarint64(const unsigned char *p, const unsigned char *end,
+                                           uint64_t *value)
     unsigned char *nk_store_be16(unsigned char *p, int16_t v)
     unsigned char *nk_store_be32(unsigned char *p, int32_t v)
     unsigned char *nk_store_be64(unsigned char *p, int64_t v)

@@ -49,7 +49,7 @@ from posix.unistd cimport fsync, sysconf, _SC_PAGESIZE
 from netkafka.producer._mutex cimport Mutex
 from netkafka.record._batch cimport RecordBatchBuilder
 from netkafka.csrc cimport (
-    NK_WAL_ENTRY_END, NK_WAL_ENTRY_HEADER_BYTES, NK_WAL_ENTRY_TORN, NK_WAL_ENTRY_VALID,
+    nk_read_uvarint64, NK_WAL_ENTRY_END, NK_WAL_ENTRY_HEADER_BYTES, NK_WAL_ENTRY_TORN, NK_WAL_ENTRY_VALID,
     nk_wal_check_entry, nk_wal_finish_entry, nk_wal_get16, nk_wal_get32, nk_wal_get64,
     nk_wal_put16, nk_wal_put32, nk_wal_put64, nk_wal_put_bytes,
 )
@@ -186,22 +186,6 @@ cdef class MappedSegment:
         if rc != 0:
             raise _os_error("cannot sync WAL segment", self.path, code)
         return 0
-
-
-cdef inline const unsigned char *_read_uvarint(const unsigned char *p,
-                                               const unsigned char *end,
-                                               uint64_t *value) noexcept:
-    # An unsigned base-128 varint at p, before end; NULL if it runs past end or 10 bytes.
-    cdef uint64_t result = 0
-    cdef int shift = 0
-    while p < end and shift < 70:
-        result |= <uint64_t>(p[0] & 0x7F) << shift
-        if p[0] < 0x80:
-            value[0] = result
-            return p + 1
-        p += 1
-        shift += 7
-    return NULL
 
 
 cdef inline void _put_roll(unsigned char *entry, uint32_t tag, uint64_t next_segment_id) noexcept:
@@ -521,10 +505,10 @@ cdef class WalAppender:
         cdef int32_t index = first_index
         cdef Py_ssize_t record_bytes
         while p < end:
-            body = _read_uvarint(p, end, &body_bytes)
+            body = nk_read_uvarint64(p, end, &body_bytes)
             body_bytes >>= 1  # a length is never negative: its zigzag is twice it
             if body == NULL or body_bytes > <uint64_t>(end - body) or body_bytes < 2 or \
-                    _read_uvarint(body + 1, body + body_bytes, &ts_zigzag) == NULL:
+                    nk_read_uvarint64(body + 1, body + body_bytes, &ts_zigzag) == NULL:
                 raise RuntimeError("a record the builder wrote does not parse")
             record_bytes = (body - p) + <Py_ssize_t>body_bytes
             self.ensure(NK_WAL_ENTRY_HEADER_BYTES + _RECORD_FIXED_BYTES + topic_len

@@ -500,16 +500,37 @@ class RecordAccumulator(AccumulatorCore):
             self._complete(batch, view, error=error)
 
     def _log_outcome(self, batch, error):
-        """The batch's DONE entry, once: acknowledged, or failed for good -- a failure
-        from close() on is not (the next producer on the WAL replays the batch)."""
-        if self._wal is None or not batch.wal_id:
+        """The batch's DONE entry, once."""
+        wal_id, batch.wal_id = batch.wal_id, 0
+        self.log_wal_outcome(wal_id, error)
+
+    def log_wal_outcome(self, wal_id, error):
+        """Any thread: a batch's DONE entry in the WAL, acknowledged or failed for good
+        -- but a failure from close() on is not logged: the next producer on the WAL
+        replays the batch."""
+        if self._wal is None or not wal_id:
             return
         with self._state_lock:
             keep = error is not None and self._wal_keeps_failures
         if not keep:
-            self._wal.log_done(batch.wal_id, OUTCOME_ACKNOWLEDGED if error is None
+            self._wal.log_done(wal_id, OUTCOME_ACKNOWLEDGED if error is None
                                else OUTCOME_FAILED)
-        batch.wal_id = 0
+
+    @property
+    def compressor(self):
+        """The Compressor every batch is sealed with, or None (thread-safe)."""
+        return self._compressor
+
+    @property
+    def buffer_pool(self):
+        """The BufferPool batches take their memory from (thread-safe)."""
+        return self._pool
+
+    @property
+    def wal_keeps_failures(self):
+        """Whether a batch that fails now stays in the WAL (close() has begun)."""
+        with self._state_lock:
+            return self._wal_keeps_failures
 
     def keep_failures_in_wal(self):
         """From now on (close()), batches that fail stay in the WAL, to be replayed."""

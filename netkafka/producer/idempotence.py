@@ -176,6 +176,31 @@ class ProducerIdManager:
             state = self._partitions[key] = _PartitionSequence(*stamp)
             return self._number_locked(state, record_count)
 
+    def adopt(self, topic, partition, producer_id, epoch, next_sequence):
+        """The partition goes on under a dead producer's stamp (the WAL's replay): its
+        batches are numbered under producer_id and epoch from next_sequence on.  Called
+        before any batch of it is numbered, after fetch_producer_id(): a partition
+        that has to start over takes this producer's own id.
+
+        Raises:
+            KafkaError: the partition has a stamp already.
+        """
+        key = (topic, partition)
+        with self._lock:
+            if key in self._partitions:
+                raise errors.KafkaError(f"{topic}-{partition} is numbered already: it "
+                                        f"cannot adopt producer id {producer_id}")
+            state = self._partitions[key] = _PartitionSequence(producer_id, epoch)
+            state.next_sequence = next_sequence
+
+    def fetch_producer_id(self):
+        """This producer's own (producer id, epoch), asked for now if it has none yet.
+
+        Raises:
+            KafkaTimeoutError: no producer id within max_block_ms.
+        """
+        return self._producer_id(time.monotonic() + self._max_block_s)
+
     def release_sequence(self, topic, partition, producer_id, epoch, base_sequence,
                          record_count):
         """A batch next_sequence() numbered never reached the Sender: its sequences

@@ -47,6 +47,7 @@ from netkafka.client.metadata import Metadata
 from netkafka.producer.metrics import ProducerMetrics
 from netkafka.producer.partitioner import make_partitioner
 from netkafka.producer.sender import Sender
+from netkafka.producer.replay import Replay, ReplayReport
 from netkafka.producer.wal import WriteAheadLog
 
 _log = logging.getLogger("netkafka.producer.producer")
@@ -77,10 +78,25 @@ class Producer(ProducerCore):
     batch_size and linger_ms (1 MiB and 5 ms, librdkafka's defaults, are several
     times faster than these).
 
+    With wal_dir (a directory, one producer at a time), every record is logged in a
+    write-ahead log before send(), produce() or send_batch() returns
+    (producer/wal.py): wal_fsync 'never' (the OS writes it back), 'interval' (a sync
+    every wal_fsync_interval_ms, default 10) or 'always' (the call returns once it is
+    on disk); wal_max_bytes (default 1 GiB) bounds the directory, the backoff
+    strategy applying when it is full.  A producer opened on the directory of one
+    that died replays what it left before it returns (producer/replay.py): what was
+    sealed is sent again byte-identical under its old producer id, epoch and
+    sequences, so the broker drops what it has; on_replay(context, metadata_or_error)
+    hears of each of those records, and replay() reports the whole.
+
     Raises:
         TypeError: an unknown keyword argument (named).
         ValueError: a bad value (the key and what it allows are named).
         NotImplementedError: TLS or SASL settings.
+        WalError: the write-ahead log cannot be opened (in use, another format
+            version, the directory not writable).
+        KafkaError: the replay of a WAL could not hand its batches over (the WAL keeps
+            them for the next try).
     """
 
     def __init__(self, **configs):
@@ -99,6 +115,39 @@ class Producer(ProducerCore):
         atexit.register(self._exit_hook)
         with _live_lock:
             _live_producers.add(self)
+        self._replay = None  # immutable once set: the Replay of what the WAL held
+        if self._wal is not None and self._wal.recovery().batches:
+            try:
+                self._replay = self._replay_wal()
+            except BaseException:
+                self.close(0)
+                raise
+
+    def _replay_wal(self):
+        """Hands what a dead producer left in the WAL to the sender: before any new
+        record, so that in each partition the new ones follow."""
+        config = self.config
+        return Replay(self._wal.recovery(), accumulator=self._accumulator,
+                      sender=self._sender, idempotence=self._idempotence,
+                      metadata=self._metadata, pool=self._pool, wal=self._wal,
+                      on_replay=config.on_replay, max_block_ms=config.max_block_ms,
+                      max_request_size=config.max_request_size).start()
+
+    def replay(self, timeout=None):
+        """What replaying the WAL came to: a ReplayReport (records, deduplicated,
+        resent, reencoded, possibly_duplicated, failed, pending,
+        batches_not_byte_identical), once every replayed record is done or timeout
+        seconds have passed (then pending says how many are not).  All zeros when
+        the WAL held nothing to replay.
+
+        Raises:
+            KafkaError: the producer has no write-ahead log (wal_dir).
+        """
+        if self._wal is None:
+            raise errors.KafkaError("replay() needs a write-ahead log: set wal_dir")
+        if self._replay is None:
+            return ReplayReport(*(0 for _ in ReplayReport._fields))
+        return self._replay.report(timeout)
 
     def _start(self):
         """Builds the I/O threads, metadata, sender and accumulator: in __init__,
@@ -392,6 +441,8 @@ class Producer(ProducerCore):
         groups["netkafka"] = own
         if self._wal is not None:
             groups["netkafka-wal"] = self._wal.metrics()
+            if self._replay is not None:
+                groups["netkafka-wal"].update(self._replay.metrics())
         return groups
 
     # ------------------------------------------------------------------

@@ -584,6 +584,12 @@ class WriteAheadLog:
                     os.close(segment.fd)
             self._release_files()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
     def _release_files(self):
         if self._dir_fd >= 0:
             os.close(self._dir_fd)

@@ -7,6 +7,7 @@ first flexible version), its request encoder and its response decoder:
     metadata.py          Metadata
     produce.py           Produce (its answer decoded natively by _produce.pyx)
     init_producer_id.py  InitProducerId
+    describe_producers.py  DescribeProducers (what a leader knows of a producer id)
 
 and what they share:
 

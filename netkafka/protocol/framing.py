@@ -41,6 +41,7 @@ class ApiKey(enum.IntEnum):
     METADATA = 3
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    DESCRIBE_PRODUCERS = 61
 
     @property
     def kafka_name(self):

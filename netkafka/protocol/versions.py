@@ -6,11 +6,13 @@ and one entry here.  negotiate_versions picks, from a broker's ApiVersions
 answer, the highest version both sides speak.
 """
 from netkafka.errors import IncompatibleBrokerError, error_for_code
-from netkafka.protocol import api_versions, init_producer_id, metadata, produce
+from netkafka.protocol import (api_versions, describe_producers, init_producer_id, metadata,
+                               produce)
 from netkafka.protocol.framing import ApiKey, api_name
 
 # Every API netkafka speaks.
-APIS = (produce.API, metadata.API, api_versions.API, init_producer_id.API)
+APIS = (produce.API, metadata.API, api_versions.API, init_producer_id.API,
+        describe_producers.API)
 
 # {ApiKey: (lowest, highest) version netkafka encodes and decodes}.
 SUPPORTED_VERSIONS = {api.key: api.versions for api in APIS}
