@@ -8,7 +8,7 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all venv build kafka spark-kafka demo test bench report clean
+.PHONY: all venv build kafka spark-kafka demo test bench report clean wal-kill
 
 all: test
 
@@ -71,6 +71,14 @@ demo: build kafka
 test: build kafka
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests
+
+# The write-ahead log's kill harness at length (tests/test_wal_kill.py): a producer at
+# steady load SIGKILLed 200 times with wal_fsync='always' (and 50 with 'interval'),
+# restarted on its WAL each time; then every returned send must be in the topic
+# exactly once, in per-partition order.  `make test` runs it with 20 (and 5).
+WAL_KILLS ?= 200
+wal-kill: build kafka
+	NETKAFKA_WAL_KILLS=$(WAL_KILLS) $(PY) -m pytest tests/test_wal_kill.py -k killed_again
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the
 # terminal, and pytest-benchmark's JSON numbered under .benchmarks/ (make report reads the

@@ -15,7 +15,8 @@ import threading
 import pytest
 
 from netkafka import Producer, RecordMetadata
-from netkafka.producer.wal import WriteAheadLog
+from netkafka.producer.replay import _appended
+from netkafka.producer.wal import Seal, WriteAheadLog
 from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.testing.admin import create_topic
@@ -205,3 +206,22 @@ def test_append_encoded_refuses_a_record_that_does_not_belong_there():
     builder.append_encoded(records[0], 1000)
     with pytest.raises(ValueError, match="timestamp delta 1; .* has 1 and 5"):
         builder.append_encoded(records[1], 1005)
+
+
+@pytest.mark.parametrize("last, expected", [
+    (-1, [False, False, False]),    # nothing from this producer id appended
+    (99, [False, False, False]),    # the broker's last is the batch before the first
+    (104, [True, False, False]),    # the first batch (100..104) is in
+    (109, [True, True, False]),
+    (117, [True, True, True]),
+])
+def test_which_sealed_batches_the_broker_has(last, expected):
+    seals = [Seal(7, 0, base, count, 0, 0, 0) for base, count in ((100, 5), (105, 5), (110, 8))]
+    assert [_appended(seal, last, 100) for seal in seals] == expected
+
+
+def test_which_sealed_batches_the_broker_has_across_the_sequence_wrap():
+    limit = 2**31
+    seals = [Seal(7, 0, limit - 3, 5, 0, 0, 0), Seal(7, 0, 2, 4, 0, 0, 0)]
+    assert [_appended(s, 1, limit - 3) for s in seals] == [True, False]
+    assert [_appended(s, limit - 4, limit - 3) for s in seals] == [False, False]

@@ -176,8 +176,7 @@ class Replay:
             appended = []
         else:
             appended = [b for b in sealed
-                        if _before_or_at(_last_sequence_of(b.seal), known,
-                                         sealed[0].seal.base_sequence)]
+                        if _appended(b.seal, known, sealed[0].seal.base_sequence)]
         after = sealed[len(appended):]
         last = sealed[-1].seal
         self._idempotence.adopt(
@@ -365,15 +364,18 @@ def _consecutive(sealed):
     return True
 
 
-def _last_sequence_of(seal):
-    return (seal.base_sequence + seal.record_count - 1) % _SEQUENCE_LIMIT
-
-
-def _before_or_at(sequence, last, origin):
-    """sequence <= last, both counted from origin (sequences wrap at 2**31)."""
+def _appended(seal, last, origin):
+    """Whether the broker, whose last sequence appended is `last`, has the batch:
+    sequences counted from origin, the first sealed batch's (they wrap at 2**31).  A
+    last sequence behind origin -- the broker has none of the sealed batches -- is
+    more than half the sequence space away from it."""
     if last < 0:
         return False
-    return (sequence - origin) % _SEQUENCE_LIMIT <= (last - origin) % _SEQUENCE_LIMIT
+    ahead = (last - origin) % _SEQUENCE_LIMIT
+    if ahead >= _SEQUENCE_LIMIT // 2:
+        return False
+    end = (seal.base_sequence + seal.record_count - 1 - origin) % _SEQUENCE_LIMIT
+    return end <= ahead
 
 
 def _metadata(batch, record, base_offset, log_append_time_ms):
