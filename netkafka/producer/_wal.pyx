@@ -42,7 +42,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.errno cimport errno
 from libc.stdint cimport UINT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, strerror
-from posix.mman cimport MAP_FAILED, MAP_POPULATE, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE
+from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE
 from posix.mman cimport mmap, msync, munmap
 from posix.unistd cimport fsync, sysconf, _SC_PAGESIZE
 
@@ -83,6 +83,13 @@ SCAN_TORN = NK_WAL_ENTRY_TORN
 
 cdef Py_ssize_t _PAGE_BYTES = sysconf(_SC_PAGESIZE)
 
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void *addr, size_t length, int advice)
+
+cdef enum:
+    # Linux's, from 5.14: fault every page in for writing (a write fault, without a write).
+    _MADV_POPULATE_WRITE = 23
+
 
 cdef object _os_error(str what, object path, int code):
     return WalStorageError(f"{what} {path}: {strerror(code).decode()}", errno=code)
@@ -100,23 +107,20 @@ cdef class MappedSegment:
         fd: the open file (read-write); the caller keeps it and closes it.
         size_bytes: the file's length.
         path: the file's path, for error messages.
-        populate: fault every page in now (MAP_POPULATE), so that appends later do not
-            take a page fault each time they reach a new page.
 
     Raises:
         WalStorageError: mmap failed (names the file and the OS's reason).
     """
 
-    def __cinit__(self, int fd, Py_ssize_t size_bytes, path, bint populate=False):
+    def __cinit__(self, int fd, Py_ssize_t size_bytes, path):
         cdef void *p
-        cdef int flags = MAP_SHARED | (MAP_POPULATE if populate else 0)
         cdef int code = 0
         if size_bytes < SEGMENT_HEADER_BYTES + _ROLL_ENTRY_BYTES:
             raise ValueError(f"a segment of {size_bytes} bytes has no room for entries")
         self.path = path
         self.size_bytes = size_bytes
         with nogil:
-            p = mmap(NULL, <size_t>size_bytes, PROT_READ | PROT_WRITE, flags, fd, 0)
+            p = mmap(NULL, <size_t>size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
             if p == MAP_FAILED:
                 code = errno
         if p == MAP_FAILED:
@@ -160,6 +164,20 @@ cdef class MappedSegment:
             memcpy(self._base + offset, view.buf, view.len)
         finally:
             PyBuffer_Release(&view)
+
+    def prefault(self, Py_ssize_t start=0):
+        """Maps the pages from offset start on writable now (madvise
+        MADV_POPULATE_WRITE), so that appends reaching them later take no page fault
+        -- a fault per page cost more than the rest of an append.  The contents do not
+        change.  False where the kernel lacks it (before Linux 5.14): appends fault as
+        they go, that is all."""
+        cdef Py_ssize_t aligned = start - start % _PAGE_BYTES
+        cdef int rc
+        self._check_range(aligned, 0)
+        with nogil:
+            rc = madvise(self._base + aligned, <size_t>(self.size_bytes - aligned),
+                         _MADV_POPULATE_WRITE)
+        return rc == 0
 
     def write_roll(self, Py_ssize_t offset, uint64_t next_segment_id):
         """Ends this segment's log at offset with a ROLL entry naming the next segment:

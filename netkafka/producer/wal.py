@@ -421,7 +421,7 @@ class WriteAheadLog:
                 # Only control entries get here: they complete batches, which frees
                 # the log, so they may pass the bound rather than wait on it.
                 self._counts["segments_over_bound"] += 1
-            segment = _create_segment(path, size, populate=False)
+            segment = _create_segment(path, size)
             self._total_bytes += size
             self._write_header(segment.mapped, segment_id)
             self._counts["segments_created"] += 1
@@ -458,8 +458,12 @@ class WriteAheadLog:
                     self._work.wait(self._fsync_interval_s)
                 if self._closing:
                     return
-            first = False
             try:
+                if first:
+                    # The first segment was made on the opening thread, unfaulted: its
+                    # pages now, behind the appends, rather than one fault each in them.
+                    self._appender.active_segment.prefault()
+                first = False
                 if self.fsync == "interval":
                     self._appender.sync()
                 self.reclaim()
@@ -509,8 +513,8 @@ class WriteAheadLog:
         spare_path = os.path.join(self.directory, SPARE_NAME)
         try:
             if segment.mapped is None:
-                segment.mapped = MappedSegment(segment.fd, segment.size_bytes, spare_path,
-                                               populate=True)
+                segment.mapped = MappedSegment(segment.fd, segment.size_bytes, spare_path)
+            segment.mapped.prefault()
             os.rename(segment.path, spare_path)
         except (OSError, WalError) as exc:
             _log.warning("WAL %s: cannot recycle %s (%s); deleting it", self.directory,
@@ -543,7 +547,8 @@ class WriteAheadLog:
             self._total_bytes += self.segment_bytes  # claimed before the file exists
         try:
             spare = _create_segment(os.path.join(self.directory, SPARE_NAME),
-                                    self.segment_bytes, populate=True)
+                                    self.segment_bytes)
+            spare.mapped.prefault()
         except BaseException:
             with self._appender.lock:
                 self._total_bytes -= self.segment_bytes
@@ -844,7 +849,7 @@ def _remove_segment_file(segment):
         pass
 
 
-def _create_segment(path, size_bytes, populate):
+def _create_segment(path, size_bytes):
     """A new segment file of size_bytes, its blocks allocated (a write through the
     mapping can then not fail for lack of space: mmap would answer that with SIGBUS),
     mapped.  The header is the caller's to write.
@@ -861,7 +866,7 @@ def _create_segment(path, size_bytes, populate):
             what = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
             raise WalStorageError(f"cannot allocate {size_bytes} bytes for WAL segment "
                                   f"{path}: {what}", errno=exc.errno) from None
-        mapped = MappedSegment(fd, size_bytes, path, populate=populate)
+        mapped = MappedSegment(fd, size_bytes, path)
     except BaseException:
         os.close(fd)
         try:
