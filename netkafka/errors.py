@@ -720,3 +720,10 @@ class WalStorageError(WalError):
     def __init__(self, message, errno=None):
         super().__init__(message)
         self.errno = errno
+
+
+class RecordSpooledError(WalError):
+    """on_delivery_timeout='spool': the record's delivery timed out, and the record is
+    kept in the write-ahead log and sent again when the cluster answers (by this
+    producer, or by the next one that opens the WAL).  Its future fails with this; the
+    delivery error it stands for is its __cause__."""

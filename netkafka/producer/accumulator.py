@@ -97,11 +97,17 @@ class RecordAccumulator(AccumulatorCore):
             there when opened, a SEAL entry when sealed and a DONE entry when
             acknowledged or failed -- except those failed by close() or spooled,
             which the log keeps for the next producer.
+        spool: with a WAL, whether a batch whose delivery timed out is spooled (its
+            futures fail with RecordSpooledError, it stays in the WAL and goes to the
+            sender again, every retry_backoff_ms, until the cluster takes it) rather
+            than failed (on_delivery_timeout='spool').
+        retry_backoff_ms: the spool's pace.
     """
 
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
-                 delivery_timeout_ms, backoff, idempotence=None, stats=None, wal=None):
+                 delivery_timeout_ms, backoff, idempotence=None, stats=None, wal=None,
+                 spool=False, retry_backoff_ms=100):
         codec = None if compression_type in (None, "none") else compression_type
         self._sender = sender  # immutable
         self._topic_waiter = topic_waiter  # immutable
@@ -130,6 +136,7 @@ class RecordAccumulator(AccumulatorCore):
         if wal is not None:
             self.wal = wal.appender
             self.wal_always = wal.fsync == "always"
+        self._spool = _Spool(self, retry_backoff_ms) if spool and wal is not None else None
         self._linger = _LingerTimer(self)
 
     # ------------------------------------------------------------------
@@ -448,16 +455,9 @@ class RecordAccumulator(AccumulatorCore):
                 builder.set_producer_state(*self._idempotence.next_sequence(
                     queue.topic, queue.partition, record_count))
             uncompressed_bytes = builder.size_bytes
-            view = builder.seal()
+            view = self._seal_and_log(batch, builder, queue.topic, queue.partition,
+                                      record_count)
             sealed_bytes = view.nbytes
-            if self._wal is not None:
-                # Before the sender has it: a batch that may be in the broker's log is
-                # never unknown to the WAL (with fsync "always", on disk first).
-                batch_crc, attributes = _CRC_AND_ATTRIBUTES.unpack_from(view, 17)
-                self._wal.log_seal(batch.wal_id, queue.topic, queue.partition,
-                                   builder.producer_id, builder.producer_epoch,
-                                   builder.base_sequence, record_count, attributes,
-                                   batch_crc, sealed_bytes)
             # Counted before the sender has it: an I/O thread may complete it
             # before send() returns, and no one must see it done but not sent.
             self._count_sent(1, record_count, view.nbytes)
@@ -485,6 +485,18 @@ class RecordAccumulator(AccumulatorCore):
             self._stats.batch_sent(queue.topic, record_count, uncompressed_bytes,
                                    sealed_bytes, age_ns / 1e6)
 
+    def _seal_and_log(self, batch, builder, topic, partition, record_count):
+        """Seals the batch and returns its view; with a WAL, logs its SEAL entry before
+        the sender has it: a batch that may be in the broker's log is never unknown to
+        the WAL (with fsync "always", on disk first)."""
+        view = builder.seal()
+        if self._wal is not None:
+            batch_crc, attributes = _CRC_AND_ATTRIBUTES.unpack_from(view, 17)
+            self._wal.log_seal(batch.wal_id, topic, partition, builder.producer_id,
+                               builder.producer_epoch, builder.base_sequence, record_count,
+                               attributes, batch_crc, view.nbytes)
+        return view
+
     def _count_sent(self, batches, records, nbytes):
         with self._state_lock:
             self._metrics["batches_sent"] += batches
@@ -501,20 +513,21 @@ class RecordAccumulator(AccumulatorCore):
 
     def _log_outcome(self, batch, error):
         """The batch's DONE entry, once."""
-        wal_id, batch.wal_id = batch.wal_id, 0
-        self.log_wal_outcome(wal_id, error)
+        if self.log_wal_outcome(batch.wal_id, error):
+            batch.wal_id = 0
 
     def log_wal_outcome(self, wal_id, error):
         """Any thread: a batch's DONE entry in the WAL, acknowledged or failed for good
-        -- but a failure from close() on is not logged: the next producer on the WAL
-        replays the batch."""
+        -- but a failure from close() on, or a delivery timeout with the spool on, is
+        not logged: the batch is sent again.  Returns whether it was logged."""
         if self._wal is None or not wal_id:
-            return
+            return False
         with self._state_lock:
-            keep = error is not None and self._wal_keeps_failures
+            keep = error is not None and (self._wal_keeps_failures or self._spools(error))
         if not keep:
             self._wal.log_done(wal_id, OUTCOME_ACKNOWLEDGED if error is None
                                else OUTCOME_FAILED)
+        return not keep
 
     @property
     def compressor(self):
@@ -540,7 +553,11 @@ class RecordAccumulator(AccumulatorCore):
     def _complete(self, batch, view, base_offset=-1, log_append_time_ms=-1, error=None):
         """The WAL's DONE entry first (what the application learns next must not be
         replayed), memory back to the pool (a send() may be waiting for it), then the
-        futures, then flush()'s set."""
+        futures, then flush()'s set.  A delivery timeout with the spool on keeps the
+        batch instead (_spool_batch)."""
+        if error is not None and self._spools(error):
+            self._spool_batch(batch, view, error)
+            return
         self._log_outcome(batch, error)
         builder = batch.builder
         if error is None:
@@ -572,6 +589,96 @@ class RecordAccumulator(AccumulatorCore):
                     self._stats.batch_failed(batch.result.topic, builder.record_count)
                 if batch.untracked_records:
                     self._count_untracked_locked(batch.untracked_records, error)
+
+    # ------------------------------------------------------------------
+    # The spool (on_delivery_timeout='spool').
+
+    def _spools(self, error):
+        return self._spool is not None and isinstance(error, KafkaTimeoutError)
+
+    def _spool_batch(self, batch, view, error):
+        """A batch whose delivery timed out: its futures fail with RecordSpooledError,
+        and it stays -- its records in the WAL, its bytes in memory -- for the spool
+        to send again."""
+        spooled = errors.RecordSpooledError(
+            f"{error}; the record is kept in the write-ahead log at {self._wal.directory} "
+            f"and sent again when the cluster answers")
+        spooled.__cause__ = error
+        traceback.clear_frames(error.__traceback__)
+        batch.result.fail(spooled)
+        with self._state_lock:
+            self._incomplete.discard(batch.result)
+            self._metrics["records_spooled"] += batch.builder.record_count
+        self._spool.keep(batch, view)
+
+    def seal_spooled(self, batch, view):
+        """The spool thread: batch's sealed view, sealing (and SEAL-logging) it if it
+        timed out before it was."""
+        if view is not None:
+            return view
+        builder = batch.builder
+        return self._seal_and_log(batch, builder, batch.result.topic, batch.result.partition,
+                                  builder.record_count)
+
+    def resend_spooled(self, batch, view):
+        """The spool thread: the sealed batch to the sender again, numbered anew (its
+        old stamp timed out with the partition, which started over).  Raises what the
+        sender raises; the sequences go back then, and the spool tries again later."""
+        builder = batch.builder
+        topic, partition = batch.result.topic, batch.result.partition
+        count = builder.record_count
+        if self._idempotence is not None:
+            builder.rewrite_producer_state(*self._idempotence.next_sequence(
+                topic, partition, count))
+            (batch_crc,) = struct.unpack_from(">I", view, 17)
+            self._wal.log_restamp(batch.wal_id, builder.producer_id, builder.producer_epoch,
+                                  builder.base_sequence, batch_crc)
+        try:
+            self._sender.send(topic, partition, builder, count,
+                              on_done=functools.partial(self._on_spool_delivered, batch,
+                                                        view),
+                              wal_id=batch.wal_id)
+        except BaseException:
+            if builder.producer_id >= 0:
+                self._idempotence.release_sequence(topic, partition, builder.producer_id,
+                                                   builder.producer_epoch,
+                                                   builder.base_sequence, count)
+            raise
+
+    def _on_spool_delivered(self, batch, view, result, error):
+        """A spooled batch's outcome (an I/O thread): delivered, timed out again (kept
+        again), or failed for good.  Its futures heard of it already."""
+        if error is not None and self._spools(error):
+            self._spool.keep(batch, view)
+            return
+        self._log_outcome(batch, error)
+        builder = batch.builder
+        if error is None:
+            builder.mark_acknowledged()
+        else:
+            builder.mark_failed()
+            _log.error("a spooled batch of %d records to %s-%d failed for good: %s",
+                       builder.record_count, batch.result.topic, batch.result.partition,
+                       error)
+        view.release()
+        try:
+            builder.release()
+        except BufferError:
+            pass  # a request still holds the bytes: they go back when it lets go
+        with self._state_lock:
+            self._metrics["records_spool_delivered" if error is None
+                          else "records_spool_failed"] += builder.record_count
+
+    def release_spooled(self, batch, view):
+        """close(): a batch still spooled is kept in the WAL (no DONE entry), its memory
+        given back."""
+        if view is not None:
+            view.release()
+        batch.builder.mark_failed()
+        try:
+            batch.builder.release()
+        except BufferError:
+            pass
 
     def count_untracked_failure(self, error):
         """Any thread: a fire-and-forget record refused before it reached a batch
@@ -633,13 +740,16 @@ class RecordAccumulator(AccumulatorCore):
 
     def close(self, timeout_s=None):
         """Refuses further records, flushes for up to timeout_s (None: until done),
-        stops the linger thread.  What is left is failed by fail_incomplete()."""
+        stops the linger thread and the spool.  What is left is failed by
+        fail_incomplete()."""
         with self.lock:
             self.closed = True
         try:
             self.flush(timeout_s)
         finally:
             self._linger.stop()
+            if self._spool is not None:
+                self._spool.stop()
 
     def fail_incomplete(self, error):
         """Fails every batch not handed over yet: the end of close()."""
@@ -664,7 +774,9 @@ class RecordAccumulator(AccumulatorCore):
     def metrics(self):
         """Counters: batches_created, batches_sent, records_sent, bytes_sent,
         records_acknowledged, records_failed, records_dropped (refused for lack of
-        memory, backoff='drop'), records_untracked_failed (those of records_failed
+        memory, backoff='drop'), with the spool records_spooled (delivery timed out,
+        kept), records_spool_delivered, records_spool_failed (for good) and
+        spool_batches (waiting now), records_untracked_failed (those of records_failed
         sent with no future: produce()); batches_incomplete; buffer_total_bytes and
         buffer_available_bytes."""
         with self._state_lock:
@@ -674,6 +786,10 @@ class RecordAccumulator(AccumulatorCore):
                     "records_acknowledged", "records_failed", "records_dropped",
                     "records_untracked_failed"):
             snapshot.setdefault(key, 0)
+        if self._spool is not None:
+            for key in ("records_spooled", "records_spool_delivered", "records_spool_failed"):
+                snapshot.setdefault(key, 0)
+            snapshot["spool_batches"] = self._spool.pending
         snapshot["buffer_total_bytes"] = self._pool.total_bytes
         snapshot["buffer_available_bytes"] = self._pool.available_bytes
         return snapshot
@@ -723,6 +839,74 @@ class _WalRoom:
 
     def describe(self):
         return self.wal.describe_room()
+
+
+class _Spool:
+    """on_delivery_timeout='spool': batches whose delivery timed out, handed to the
+    sender again one by one by the "netkafka-spool" thread; when the sender refuses one
+    (no leader within max_block_ms: the cluster is still away) the thread waits
+    retry_backoff_ms and tries again.  Their records stay in the WAL throughout: a
+    producer that stops meanwhile leaves them to the next one's replay."""
+
+    def __init__(self, accumulator, retry_backoff_ms):
+        self._accumulator = accumulator  # immutable
+        self._pause_s = max(retry_backoff_ms, 1) / 1000  # immutable
+        self._cond = threading.Condition(threading.Lock())
+        self._batches = collections.deque()  # guarded by _cond: (Batch, sealed view or None)
+        self._stopping = False  # guarded by _cond
+        self._thread = threading.Thread(target=self._run, name="netkafka-spool", daemon=True)
+        self._thread.start()
+
+    @property
+    def pending(self):
+        """Batches waiting to be sent again."""
+        with self._cond:
+            return len(self._batches)
+
+    def keep(self, batch, view):
+        """Any thread: batch waits to be sent again."""
+        with self._cond:
+            if self._stopping:
+                stopped = True
+            else:
+                stopped = False
+                self._batches.append((batch, view))
+                self._cond.notify()
+        if stopped:
+            self._accumulator.release_spooled(batch, view)
+
+    def stop(self, timeout_s=5.0):
+        """Stops the thread; what is still spooled stays in the WAL."""
+        with self._cond:
+            self._stopping = True
+            leftovers = list(self._batches)
+            self._batches.clear()
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        for batch, view in leftovers:
+            self._accumulator.release_spooled(batch, view)
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while not self._batches and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                batch, view = self._batches.popleft()
+            try:
+                view = self._accumulator.seal_spooled(batch, view)
+                self._accumulator.resend_spooled(batch, view)
+            except Exception as exc:  # noqa: BLE001 -- the cluster is away: try later
+                _log.debug("spooled batch not taken yet: %s", exc)
+                with self._cond:
+                    stopping = self._stopping
+                    if not stopping:
+                        self._batches.appendleft((batch, view))
+                        self._cond.wait(self._pause_s)
+                if stopping:
+                    self._accumulator.release_spooled(batch, view)
 
 
 class _LingerTimer:

@@ -189,7 +189,9 @@ class Producer(ProducerCore):
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
-                idempotence=idempotence, stats=stats, wal=wal)
+                idempotence=idempotence, stats=stats, wal=wal,
+                spool=config.on_delivery_timeout == "spool",
+                retry_backoff_ms=config.retry_backoff_ms)
         except BaseException:
             pool.close()
             if wal is not None:
