@@ -20,6 +20,14 @@
     |                           RuntimeError)
     +-- BufferPoolExhausted     the buffer pool has no room for a record's batch now
     +-- CompressionError        a codec library failed to compress (also a RuntimeError)
+    +-- WalError                the write-ahead log (wal_dir); the message names the
+    |   |                       directory or file
+    |   +-- WalLockedError      another producer has the directory open
+    |   +-- WalVersionError     a segment of another format version
+    |   +-- WalCorruptError     a file that is no segment, an entry that does not parse
+    |   +-- WalFullError        wal_max_bytes reached (the backoff strategy waits on it)
+    |   +-- WalStorageError     the OS refused: disk full, permission, I/O error
+    |   +-- RecordSpooledError  delivery timed out; the record is kept and sent again
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 

@@ -63,6 +63,33 @@ def test_a_second_producer_on_the_directory_is_refused(kafka_broker, tmp_path):
             producer(kafka_broker, tmp_path)
 
 
+def test_a_forked_child_cannot_use_its_parents_wal_and_says_so(tmp_path):
+    p = Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path), max_block_ms=500)
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: reports through the pipe, never returns to pytest
+            try:
+                os.close(read_end)
+                try:
+                    p.send("t", b"x")
+                    outcome = b"sent"
+                except Exception as exc:  # noqa: BLE001 -- reported to the parent
+                    outcome = f"{type(exc).__name__}: {exc}".encode()
+                os.write(write_end, outcome)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        os.waitpid(pid, 0)
+        with os.fdopen(read_end, "rb") as pipe:
+            outcome = pipe.read().decode()
+    finally:
+        p.close(0)
+    assert outcome.startswith(f"WalLockedError: WAL directory {tmp_path} is in use by "
+                              f"another producer (pid {os.getpid()}) -- this process's "
+                              f"parent"), outcome
+
+
 def test_context_needs_a_wal_and_is_bounded(kafka_broker, topic_name, tmp_path):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
     with Producer(bootstrap_servers=kafka_broker.bootstrap) as plain:

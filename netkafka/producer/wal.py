@@ -823,9 +823,11 @@ def _lock_directory(directory):
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
         os.close(fd)
+        forked = (" -- this process's parent: a producer inherited across os.fork() "
+                  "cannot use its parent's WAL" if holder == str(os.getppid()) else "")
         raise WalLockedError(
-            f"WAL directory {directory} is in use by another producer (pid {holder}): one "
-            f"producer per directory") from None
+            f"WAL directory {directory} is in use by another producer (pid {holder}){forked}:"
+            f" one producer per directory") from None
     except OSError as exc:
         os.close(fd)
         raise WalStorageError(f"cannot lock {path}: {exc.strerror}", errno=exc.errno) from None
