@@ -1,7 +1,7 @@
 # The write-ahead log's native half: entries into memory-mapped segments.  Layout,
 # positions and locking: _wal.pyx; the files around it: wal.py.
 
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from netkafka.producer._mutex cimport Mutex
 from netkafka.record._batch cimport RecordBatchBuilder
@@ -98,3 +98,5 @@ cdef class WalAppender:
     cdef void _install(self, MappedSegment segment, uint64_t start_position) noexcept
     cdef int _roll_over(self, Py_ssize_t n, bint control) except -1
     cdef uint64_t _advance(self, int kind, Py_ssize_t n) noexcept
+    cdef unsigned char *_start_entry(self, Py_ssize_t payload_bytes) except NULL
+    cdef uint64_t _finish_entry(self, int kind, uint8_t flags, Py_ssize_t payload_bytes) noexcept

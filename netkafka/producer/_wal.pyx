@@ -206,6 +206,15 @@ cdef class MappedSegment:
         return 0
 
 
+cdef const char *_topic_utf8(object topic, Py_ssize_t *length) except NULL:
+    # A topic's UTF-8 (cached in the str), refused past the length an entry holds.
+    cdef const char *utf8 = PyUnicode_AsUTF8AndSize(topic, length)
+    if length[0] > MAX_TOPIC_BYTES:
+        raise ValueError(f"topic {topic!r} is {length[0]} bytes long: the WAL takes topics "
+                         f"of at most {MAX_TOPIC_BYTES}")
+    return utf8
+
+
 cdef inline void _put_roll(unsigned char *entry, uint32_t tag, uint64_t next_segment_id) noexcept:
     nk_wal_put64(entry + NK_WAL_ENTRY_HEADER_BYTES, next_segment_id)
     nk_wal_finish_entry(entry, tag, ENTRY_ROLL, 0, _ROLL_BYTES)
@@ -414,8 +423,7 @@ cdef class WalAppender:
                              int32_t partition, int64_t timestamp_ms,
                              const unsigned char *record, Py_ssize_t record_len,
                              const unsigned char *context, Py_ssize_t context_len) noexcept:
-        cdef unsigned char *entry = self._base + self._pos
-        cdef unsigned char *p = entry + NK_WAL_ENTRY_HEADER_BYTES
+        cdef unsigned char *p = self._base + self._pos + NK_WAL_ENTRY_HEADER_BYTES
         cdef uint8_t flags = 0
         cdef Py_ssize_t payload
         if context_len < 0:
@@ -433,8 +441,7 @@ cdef class WalAppender:
         p = nk_wal_put_bytes(p, topic, <size_t>topic_len)
         p = nk_wal_put_bytes(p, context, <size_t>context_len)
         nk_wal_put_bytes(p, record, <size_t>record_len)
-        nk_wal_finish_entry(entry, self._tag, ENTRY_RECORD, flags, <uint32_t>payload)
-        return self._advance(ENTRY_RECORD, NK_WAL_ENTRY_HEADER_BYTES + payload)
+        return self._finish_entry(ENTRY_RECORD, flags, payload)
 
     cdef uint64_t _advance(self, int kind, Py_ssize_t n) noexcept:
         self._pos += n
@@ -452,11 +459,8 @@ cdef class WalAppender:
         # always be written: a record is in both or in neither.  The entry holds the
         # record's bytes as the builder encoded them.
         cdef Py_ssize_t topic_len, context_len = -1, before, index
-        cdef const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+        cdef const char *topic_utf8 = _topic_utf8(topic, &topic_len)
         cdef const char *context_bytes = NULL
-        if topic_len > MAX_TOPIC_BYTES:
-            raise ValueError(f"topic {topic!r} is {topic_len} bytes long: the WAL takes "
-                             f"topics of at most {MAX_TOPIC_BYTES}")
         if context is not None:
             context_bytes = PyBytes_AS_STRING(context)
             context_len = PyBytes_GET_SIZE(context)
@@ -489,10 +493,7 @@ cdef class WalAppender:
         """
         cdef Py_ssize_t topic_len, before
         cdef int32_t first
-        cdef const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len)
-        if topic_len > MAX_TOPIC_BYTES:
-            raise ValueError(f"topic {topic!r} is {topic_len} bytes long: the WAL takes "
-                             f"topics of at most {MAX_TOPIC_BYTES}")
+        cdef const char *topic_utf8 = _topic_utf8(topic, &topic_len)
         self.lock.take()
         try:
             if self.ensure_record_room():
@@ -567,11 +568,9 @@ cdef class WalAppender:
         """
         cdef Py_buffer rec, ctx
         cdef Py_ssize_t topic_len, context_len = -1, n
-        cdef const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+        cdef const char *topic_utf8 = _topic_utf8(topic, &topic_len)
         cdef uint64_t position
         cdef int full
-        if topic_len > MAX_TOPIC_BYTES:
-            raise ValueError(f"topic of {topic_len} bytes exceeds {MAX_TOPIC_BYTES}")
         PyObject_GetBuffer(record, &rec, PyBUF_SIMPLE)
         try:
             if context is not None:
@@ -611,17 +610,11 @@ cdef class WalAppender:
                     int16_t attributes, uint32_t batch_crc, uint32_t batch_bytes):
         """Appends a SEAL entry (never refused for room); returns the position after it."""
         cdef Py_ssize_t topic_len
-        cdef const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+        cdef const char *topic_utf8 = _topic_utf8(topic, &topic_len)
         cdef Py_ssize_t payload = _SEAL_FIXED_BYTES + topic_len
-        cdef unsigned char *entry
         cdef unsigned char *p
-        if topic_len > MAX_TOPIC_BYTES:
-            raise ValueError(f"topic of {topic_len} bytes exceeds {MAX_TOPIC_BYTES}")
-        self.lock.take()
-        try:
-            self.ensure(NK_WAL_ENTRY_HEADER_BYTES + payload, True)
-            entry = self._base + self._pos
-            p = entry + NK_WAL_ENTRY_HEADER_BYTES
+        with self.lock:
+            p = self._start_entry(payload)
             p = nk_wal_put64(p, batch_id)
             p = nk_wal_put64(p, <uint64_t>producer_id)
             p = nk_wal_put32(p, <uint32_t>partition)
@@ -633,81 +626,66 @@ cdef class WalAppender:
             p = nk_wal_put32(p, batch_bytes)
             p = nk_wal_put16(p, <uint16_t>topic_len)
             nk_wal_put_bytes(p, topic_utf8, <size_t>topic_len)
-            nk_wal_finish_entry(entry, self._tag, ENTRY_SEAL, 0, <uint32_t>payload)
-            return self._advance(ENTRY_SEAL, NK_WAL_ENTRY_HEADER_BYTES + payload)
-        finally:
-            self.lock.give()
+            return self._finish_entry(ENTRY_SEAL, 0, payload)
 
     def append_restamp(self, uint64_t batch_id, int64_t producer_id, int16_t producer_epoch,
                        int32_t base_sequence, uint32_t batch_crc):
         """Appends a RESTAMP entry; returns the position after it."""
-        cdef unsigned char *entry
         cdef unsigned char *p
-        self.lock.take()
-        try:
-            self.ensure(NK_WAL_ENTRY_HEADER_BYTES + _RESTAMP_BYTES, True)
-            entry = self._base + self._pos
-            p = entry + NK_WAL_ENTRY_HEADER_BYTES
+        with self.lock:
+            p = self._start_entry(_RESTAMP_BYTES)
             p = nk_wal_put64(p, batch_id)
             p = nk_wal_put64(p, <uint64_t>producer_id)
             p = nk_wal_put32(p, <uint32_t>base_sequence)
             p = nk_wal_put16(p, <uint16_t>producer_epoch)
             p = nk_wal_put16(p, 0)
             nk_wal_put32(p, batch_crc)
-            nk_wal_finish_entry(entry, self._tag, ENTRY_RESTAMP, 0, _RESTAMP_BYTES)
-            return self._advance(ENTRY_RESTAMP, NK_WAL_ENTRY_HEADER_BYTES + _RESTAMP_BYTES)
-        finally:
-            self.lock.give()
+            return self._finish_entry(ENTRY_RESTAMP, 0, _RESTAMP_BYTES)
 
     def append_done(self, uint64_t batch_id, uint32_t outcome):
         """Appends a DONE entry; returns the position after it."""
-        cdef unsigned char *entry
-        self.lock.take()
-        try:
-            self.ensure(NK_WAL_ENTRY_HEADER_BYTES + _DONE_BYTES, True)
-            entry = self._base + self._pos
-            nk_wal_put32(nk_wal_put64(entry + NK_WAL_ENTRY_HEADER_BYTES, batch_id), outcome)
-            nk_wal_finish_entry(entry, self._tag, ENTRY_DONE, 0, _DONE_BYTES)
-            return self._advance(ENTRY_DONE, NK_WAL_ENTRY_HEADER_BYTES + _DONE_BYTES)
-        finally:
-            self.lock.give()
+        with self.lock:
+            nk_wal_put32(nk_wal_put64(self._start_entry(_DONE_BYTES), batch_id), outcome)
+            return self._finish_entry(ENTRY_DONE, 0, _DONE_BYTES)
+
+    cdef unsigned char *_start_entry(self, Py_ssize_t payload_bytes) except NULL:
+        # With `lock` held: room for a control entry (never refused), and where its
+        # payload goes; _finish_entry completes it.
+        self.ensure(NK_WAL_ENTRY_HEADER_BYTES + payload_bytes, True)
+        return self._base + self._pos + NK_WAL_ENTRY_HEADER_BYTES
+
+    cdef uint64_t _finish_entry(self, int kind, uint8_t flags,
+                                Py_ssize_t payload_bytes) noexcept:
+        # The entry at _pos, its payload written: framed (csrc/wal_entry.h) and counted;
+        # returns the log position after it.
+        nk_wal_finish_entry(self._base + self._pos, self._tag, <uint8_t>kind, flags,
+                            <uint32_t>payload_bytes)
+        return self._advance(kind, NK_WAL_ENTRY_HEADER_BYTES + payload_bytes)
 
     # -- positions and syncs -------------------------------------------------------------
 
     @property
     def position(self):
         """The log position after the last entry appended."""
-        self.lock.take()
-        try:
+        with self.lock:
             return self._start + <uint64_t>self._pos
-        finally:
-            self.lock.give()
 
     @property
     def durable_position(self):
         """Every entry ending at or below this log position is on disk."""
-        self.lock.take()
-        try:
+        with self.lock:
             return self._durable
-        finally:
-            self.lock.give()
 
     @property
     def room_bytes(self):
         """Bytes left for entries in the active segment."""
-        self.lock.take()
-        try:
+        with self.lock:
             return max(0, self._limit - self._pos)
-        finally:
-            self.lock.give()
 
     @property
     def active_segment(self):
-        self.lock.take()
-        try:
+        with self.lock:
             return self._active
-        finally:
-            self.lock.give()
 
     def sync(self):
         """Everything appended so far is on disk when this returns."""

@@ -560,21 +560,11 @@ class RecordAccumulator(AccumulatorCore):
             return
         self._log_outcome(batch, error)
         builder = batch.builder
-        if error is None:
-            builder.mark_acknowledged()
-        else:
-            builder.mark_failed()
+        if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
             # not keep views of the batch (and so its memory) alive with it.
             traceback.clear_frames(error.__traceback__)
-        if view is not None:
-            view.release()
-        try:
-            builder.release()
-        except BufferError:
-            # A request on an I/O thread still holds a view of the bytes; the buffers
-            # go back to the pool when that view goes (PooledBuffer.__dealloc__).
-            pass
+        release_batch(builder, view, error is None)
         if error is None:
             batch.result.succeed(base_offset, log_append_time_ms)
         else:
@@ -653,18 +643,11 @@ class RecordAccumulator(AccumulatorCore):
             return
         self._log_outcome(batch, error)
         builder = batch.builder
-        if error is None:
-            builder.mark_acknowledged()
-        else:
-            builder.mark_failed()
+        if error is not None:
             _log.error("a spooled batch of %d records to %s-%d failed for good: %s",
                        builder.record_count, batch.result.topic, batch.result.partition,
                        error)
-        view.release()
-        try:
-            builder.release()
-        except BufferError:
-            pass  # a request still holds the bytes: they go back when it lets go
+        release_batch(builder, view, error is None)
         with self._state_lock:
             self._metrics["records_spool_delivered" if error is None
                           else "records_spool_failed"] += builder.record_count
@@ -672,13 +655,7 @@ class RecordAccumulator(AccumulatorCore):
     def release_spooled(self, batch, view):
         """close(): a batch still spooled is kept in the WAL (no DONE entry), its memory
         given back."""
-        if view is not None:
-            view.release()
-        batch.builder.mark_failed()
-        try:
-            batch.builder.release()
-        except BufferError:
-            pass
+        release_batch(batch.builder, view, False)
 
     def count_untracked_failure(self, error):
         """Any thread: a fire-and-forget record refused before it reached a batch
@@ -793,6 +770,22 @@ class RecordAccumulator(AccumulatorCore):
         snapshot["buffer_total_bytes"] = self._pool.total_bytes
         snapshot["buffer_available_bytes"] = self._pool.available_bytes
         return snapshot
+
+
+def release_batch(builder, view, acknowledged):
+    """A batch is done: its state says so, its view (if any) goes, and its memory back
+    to the pool -- unless a request on an I/O thread still holds a view of the bytes:
+    then the buffers go back when that view goes (PooledBuffer.__dealloc__)."""
+    if acknowledged:
+        builder.mark_acknowledged()
+    else:
+        builder.mark_failed()
+    if view is not None:
+        view.release()
+    try:
+        builder.release()
+    except BufferError:
+        pass
 
 
 class _PoolRoom:

@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 from netkafka import errors
 from netkafka.producer._futures import RecordMetadata
+from netkafka.producer.accumulator import release_batch
 from netkafka.protocol.describe_producers import (
     API as DESCRIBE_PRODUCERS, decode_describe_producers_response,
     encode_describe_producers_request,
@@ -252,9 +253,7 @@ class Replay:
             self._sender.send(batch.topic, batch.partition, builder, record_count,
                               on_done=on_done, wal_id=batch.batch_id)
         except BaseException:
-            view.release()
-            builder.mark_failed()
-            builder.release()
+            release_batch(builder, view, False)
             raise
 
     def _rebuild(self, batch, kind):
@@ -290,15 +289,7 @@ class Replay:
             # over: the batch was written under a new one, perhaps a second time.
             kind = _AT_LEAST_ONCE
         self._accumulator.log_wal_outcome(batch.batch_id, error)
-        if error is None:
-            builder.mark_acknowledged()
-        else:
-            builder.mark_failed()
-        view.release()
-        try:
-            builder.release()
-        except BufferError:
-            pass  # a request still holds the bytes: they go back when it lets go
+        release_batch(builder, view, error is None)
         if error is None:
             self._finish(batch, kind, result.base_offset, result.log_append_time_ms)
         elif not self._accumulator.wal_keeps_failures:
