@@ -159,6 +159,17 @@ def test_always_returns_with_the_record_on_disk(kafka_broker, topic_name, tmp_pa
         p.flush(30)
 
 
+def test_send_batch_with_always_returns_with_every_row_on_disk(kafka_broker, topic_name,
+                                                                tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    with producer(kafka_broker, tmp_path, wal_fsync="always", linger_ms=10_000) as p:
+        appender = p._wal.appender
+        p.send_batch(topic_name, [b"row-%d" % i for i in range(500)])
+        assert appender.durable_position == appender.position
+        assert p.metrics()["netkafka-wal"]["records_logged"] == 500
+        p.flush(30)
+
+
 def test_sync_wal_puts_what_was_logged_on_disk(kafka_broker, topic_name, tmp_path):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
     with producer(kafka_broker, tmp_path, wal_fsync="never", linger_ms=1000) as p:

@@ -169,8 +169,9 @@ cdef class MappedSegment:
         """Maps the pages from offset start on writable now (madvise
         MADV_POPULATE_WRITE), so that appends reaching them later take no page fault
         -- a fault per page cost more than the rest of an append.  The contents do not
-        change.  False where the kernel lacks it (before Linux 5.14): appends fault as
-        they go, that is all."""
+        change, but the pages count as written: the OS writes them back like entries.
+        False where the kernel lacks it (before Linux 5.14): appends fault as they go,
+        that is all."""
         cdef Py_ssize_t aligned = start - start % _PAGE_BYTES
         cdef int rc
         self._check_range(aligned, 0)

@@ -277,8 +277,11 @@ class Producer(ProducerCore):
         self._start_if_forked()
         if self._key_serializer is not None or self._value_serializer is not None:
             values, keys = self._serialize_rows(topic, values, keys)
-        return send_batch(self._accumulator, topic, values, keys, headers, partitions,
-                          timestamps_ms)
+        result = send_batch(self._accumulator, topic, values, keys, headers, partitions,
+                            timestamps_ms)
+        if self._accumulator.wal_always:
+            self._wal.appender.sync_appended_entries()  # one sync for the call's rows
+        return result
 
     def _serialize_rows(self, topic, values, keys):
         for name, rows in (("values", values), ("keys", keys)):
