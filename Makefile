@@ -8,18 +8,34 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all venv build kafka spark-kafka demo test bench report clean wal-kill
+.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean wal-kill
 
 all: test
+
+# MIT Kerberos from the OS packages: the KDC the GSSAPI tests start (tests/test_sasl_gssapi.py,
+# part of `make test`: one KDC and one broker, about 25 s) and the headers the gssapi package
+# (the test extra) builds against.  apt-get runs only when a package is missing.
+KERBEROS_PACKAGES := krb5-kdc krb5-admin-server libkrb5-dev krb5-user
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+kerberos:
+	@missing=$$(for package in $(KERBEROS_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q "ok installed" || echo $$package; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "apt-get: installing" $$missing; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
 
 # Virtual environment with the package's and the tests' dependencies.  The
 # package itself is installed editable, without build isolation, so that
 # `make build` can recompile the native modules in place.
-$(VENV_STAMP): pyproject.toml setup.py
+VENV_EXTRA ?= test
+$(VENV_STAMP): pyproject.toml setup.py | kerberos
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0"
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(VENV_EXTRA)]"
 	touch $@
 
 venv: $(VENV_STAMP)
@@ -67,10 +83,69 @@ demo: build kafka
 	$(PY) -m netkafka.tools.demo $(DEMO_ARGS)
 
 # lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
-# the run before any broker starts.
-test: build kafka
+# the run before any broker starts; then mypy --strict on examples/ and tests/typing/ as a
+# user's type checker reads the stubs (pyproject.toml's [tool.mypy]).
+test: kerberos build kafka
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest tests
+	$(MAKE) test-versions
+
+# The other supported Pythons (requires-python >= 3.10): each gets a venv .venv-X.Y with
+# the package's dependencies and the test-core extra, builds the native modules in place
+# for its own ABI, and runs the core subset (CORE_TESTS: native encoder, CRC, protocol,
+# real-broker round trips) against its own broker.  The interpreters come from pyenv
+# (the CI machine's image has these versions); a missing one fails the run naming it.
+PYENV_ROOT ?= /root/.pyenv
+OTHER_PYTHONS ?= 3.10.13 3.12.1 3.13.0
+CORE_TESTS ?= tests/test_records.py tests/test_crc32c.py tests/test_protocol.py \
+	tests/test_producer.py
+CORE_SELECT ?= round_trip or keyed or every_acks or callbacks or serializers or \
+	kafka_python or not test_producer
+test-versions: kafka
+	@for version in $(OTHER_PYTHONS); do \
+		python=$(PYENV_ROOT)/versions/$$version/bin/python; \
+		test -x $$python || { echo "Python $$version is missing: $$python not found" \
+			"(pyenv install $$version, or set OTHER_PYTHONS / PYENV_ROOT)"; exit 1; }; \
+	done
+	@for version in $(OTHER_PYTHONS); do \
+		venv=.venv-$${version%.*}; \
+		echo "== Python $$version: $(CORE_TESTS) in $$venv"; \
+		if [ ! -f $$venv/.installed ] || [ pyproject.toml -nt $$venv/.installed ]; then \
+			$(PYENV_ROOT)/versions/$$version/bin/python -m venv $$venv && \
+			$$venv/bin/python -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" \
+				$$($(PY) -c "$$CORE_REQUIREMENTS") && touch $$venv/.installed || exit 1; \
+		fi; \
+		$$venv/bin/python setup.py --quiet build_ext --inplace || exit 1; \
+		$$venv/bin/python -m pytest -q $(CORE_TESTS) -k "$(CORE_SELECT)" || exit 1; \
+	done
+
+# The requirements of the core subset: the package's and the test-core extra's, installed
+# without building netkafka a second time (each venv compiles it in place once).
+define CORE_REQUIREMENTS
+import tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print(" ".join(project["dependencies"] + project["optional-dependencies"]["test-core"]))
+endef
+export CORE_REQUIREMENTS
+
+# The faults of tests/test_chaos.py (SIGKILL, rolling restart, SIGSTOP, black hole on the
+# three-node cluster), each run CHAOS_ROUNDS times: a race may show in one run of several.
+# `make test` runs each once.
+CHAOS_ROUNDS ?= 5
+chaos: build kafka
+	NETKAFKA_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(PY) -m pytest tests/test_chaos.py
+
+# The soak run (netkafka/testing/soak.py): SOAK_RATE records/s for SOAK_MINUTES while the
+# broker restarts every SOAK_RESTART_MINUTES; RSS, open files and threads every minute; fails
+# if any grows after the first restart (the rule is in the module's docstring) or a record
+# is lost.
+SOAK_MINUTES ?= 30
+SOAK_RESTART_MINUTES ?= 5
+SOAK_RATE ?= 1000
+soak: build kafka
+	$(PY) -m netkafka.testing.soak --minutes $(SOAK_MINUTES) \
+		--restart-every-minutes $(SOAK_RESTART_MINUTES) --rate $(SOAK_RATE)
 
 # The write-ahead log's kill harness at length (tests/test_wal_kill.py): a producer at
 # steady load SIGKILLed 200 times with wal_fsync='always' (and 50 with 'interval'),
@@ -96,5 +171,7 @@ BENCH_JSON ?= $(lastword $(sort $(wildcard .benchmarks/*/*.json)))
 report: $(VENV_STAMP)
 	$(PY) bench/report.py $(BENCH_JSON) --out docs --readme README.md
 
+# setup.py's clean removes its build directory (NETKAFKA_BUILD_DIR, outside the tree).
 clean:
 	find netkafka \( -name "*.so" -o -name "*.c" -o -name "*.html" \) -delete; rm -rf build
+	$(PY) setup.py --quiet clean --all

@@ -8,17 +8,35 @@ in ``csrc/``.  Switches are environment variables, read once:
                             Cython bounds and wraparound checks on
     NETKAFKA_SANITIZE=LIST  e.g. "address,undefined": compile and link with
                             -fsanitize=LIST (load libasan first: see README)
-    NETKAFKA_ANNOTATE=1     write Cython's HTML annotation next to each .pyx
+    NETKAFKA_ANNOTATE=1     write Cython's HTML annotation next to each generated
+                            .c file (in the build directory, below)
     NETKAFKA_MODULES=a,b    build only these modules (e.g. "_crc"): a quick
                             rebuild of the one module being worked on
+    NETKAFKA_BUILD_DIR=DIR  where build products go (default: a directory under the
+                            system's temp directory named after this checkout)
 
 The default build is optimised (-O3) and keeps the checks out of hot loops.
+
+Nothing but the compiled modules (``--inplace``) is written into the source tree: the
+C that Cython generates, setuptools' build/ and its egg-info all go to the build
+directory, so `pip install .` and `python -m build` leave a checkout as they found it
+(tests/test_install.py checks).  Cython runs as a step of build_ext, not when this file
+is read, so the sdist carries the .pyx/.pxd sources and never generated C.
 """
 import glob
+import hashlib
 import os
+import sys
+import tempfile
 
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD_DIR = os.environ.get("NETKAFKA_BUILD_DIR") or os.path.join(
+    tempfile.gettempdir(), "netkafka-build",
+    hashlib.sha256(HERE.encode()).hexdigest()[:16])
+os.makedirs(BUILD_DIR, exist_ok=True)
 
 DEBUG = os.environ.get("NETKAFKA_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("NETKAFKA_SANITIZE", "").strip()
@@ -27,6 +45,15 @@ ANNOTATE = os.environ.get("NETKAFKA_ANNOTATE", "") not in ("", "0")
 ONLY = {m for m in os.environ.get("NETKAFKA_MODULES", "").split(",") if m}
 
 CSRC = sorted(glob.glob("csrc/*.c"))
+PYX = sorted(glob.glob("netkafka/**/*.pyx", recursive=True))
+# A tree without its sources (e.g. an sdist that left them out) would otherwise
+# "succeed" as a wheel with no native module in it, which then fails at import.
+if not PYX or not CSRC:
+    raise SystemExit(f"setup.py: no {'netkafka/**/*.pyx' if not PYX else 'csrc/*.c'} "
+                     f"under {HERE}: nothing to compile (is this a complete source tree?)")
+unknown = ONLY - {os.path.splitext(os.path.basename(pyx))[0] for pyx in PYX}
+if unknown:
+    raise SystemExit(f"setup.py: NETKAFKA_MODULES names no module: {sorted(unknown)}")
 
 compile_args = ["-std=c11", "-Wall", "-Wno-unused-function"]
 link_args = []
@@ -71,16 +98,31 @@ def extension(pyx):
     )
 
 
+class cythonize_then_build_ext(build_ext):
+    """Cythonizes into the build directory when extensions are built, and only then."""
+
+    def finalize_options(self):
+        from Cython.Build import cythonize
+        # Before setuptools finalizes: it prepares the Extension objects cythonize returns.
+        self.distribution.ext_modules = cythonize(
+            self.distribution.ext_modules,
+            compiler_directives=directives,
+            annotate=ANNOTATE,
+            # One per interpreter, so that builds for several Pythons may run at once.
+            build_dir=os.path.join(BUILD_DIR, "cython-" + sys.implementation.cache_tag),
+            # A debug build must never reuse optimised C from an earlier run.
+            force=DEBUG or bool(SANITIZE),
+        )
+        super().finalize_options()
+
+
 setup(
-    ext_modules=cythonize(
-        [
-            extension(pyx)
-            for pyx in sorted(glob.glob("netkafka/**/*.pyx", recursive=True))
-            if not ONLY or module_name(pyx) in ONLY
-        ],
-        compiler_directives=directives,
-        annotate=ANNOTATE,
-        # A debug build must never reuse optimised C from an earlier run.
-        force=DEBUG or bool(SANITIZE),
-    ),
+    ext_modules=[extension(pyx) for pyx in PYX if not ONLY or module_name(pyx) in ONLY],
+    cmdclass={"build_ext": cythonize_then_build_ext},
+    options={
+        "build": {"build_base": BUILD_DIR},
+        "egg_info": {"egg_base": BUILD_DIR},
+        # Every core: an sdist's install compiles 14 modules, each with csrc/.
+        "build_ext": {"parallel": os.cpu_count() or 1},
+    },
 )

@@ -10,6 +10,7 @@ additions it does not need:
                 client_ns_per_record, broker_ns_per_record
                 also: rounds, load_1m, others_cores, round_seconds, round_client_cpu_s,
                 round_broker_cpu_s
+    throughput_tls  the same over TLS (bench/test_bench_tls.py), a table of its own
     latency     suite, client, mode, rate, records, p50_ms, p99_ms, max_ms,
                 client_ns_per_record, broker_ns_per_record
                 also: record_size, acks, linger_ms, load_1m, others_cores
@@ -32,19 +33,21 @@ import rounds
 RESULTS = []
 
 
-def record_throughput(benchmark, settings: "peers.Settings", measured: dict) -> None:
-    """measured: {(client, mode): [rounds.Round, ...]}, as rounds.alternate() returns it."""
+def record_throughput(benchmark, settings: "peers.Settings", measured: dict,
+                      suite: str = "throughput") -> None:
+    """measured: {(client, mode): [rounds.Round, ...]}, as rounds.alternate() returns it;
+    suite: "throughput", or "throughput_tls" for rows over the secured broker's TLS."""
     rows = []
     for (client, mode), client_rounds in measured.items():
         costs = rounds.summary(client_rounds)
         rows.append({
-            "suite": "throughput", "client": client, "mode": mode,
+            "suite": suite, "client": client, "mode": mode,
             "record_size": settings.record_size, "acks": settings.acks,
             "compression": settings.compression, "batch_size": settings.batch_size,
             "linger_ms": settings.linger_ms, **costs,
             "mb_per_s": round(peers.mb_per_s(costs["msgs_per_s"], settings.record_size), 2),
         })
-    benchmark.extra_info.update({"suite": "throughput", "clients": rows})
+    benchmark.extra_info.update({"suite": suite, "clients": rows})
     RESULTS.extend(rows)
 
 

@@ -33,7 +33,7 @@ import string
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 MiB = 1 << 20
 BATCH_SIZE = MiB  # librdkafka's default batch.size, rounded to a power of two
@@ -110,11 +110,13 @@ class _Runner:
 
 
 class NetkafkaRunner(_Runner):
-    """netkafka's Producer; mode "send", "produce", "send_batch" or "send_batch_arrow"."""
+    """netkafka's Producer; mode "send", "produce", "send_batch" or "send_batch_arrow";
+    security: further Producer keywords (TLS, SASL)."""
 
     MODES = ("send", "produce", "send_batch", "send_batch_arrow")
 
-    def __init__(self, bootstrap: str, settings: Settings, mode: str = "send"):
+    def __init__(self, bootstrap: str, settings: Settings, mode: str = "send",
+                 security: Optional[Mapping] = None):
         from netkafka import Producer
 
         if mode not in self.MODES:
@@ -124,7 +126,7 @@ class NetkafkaRunner(_Runner):
         self._producer = Producer(
             bootstrap_servers=bootstrap, acks=settings.python_acks,
             compression_type=settings.python_compression,
-            batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+            batch_size=settings.batch_size, linger_ms=settings.linger_ms, **(security or {}))
 
     def prepare(self, values):
         if self.mode != "send_batch_arrow":
@@ -153,11 +155,13 @@ class NetkafkaRunner(_Runner):
 
 
 class ConfluentRunner(_Runner):
-    """confluent-kafka's Producer; mode "error_only" or "callback"."""
+    """confluent-kafka's Producer; mode "error_only" or "callback"; security: further
+    settings (TLS, SASL), librdkafka's names."""
 
     MODES = ("error_only", "callback")
 
-    def __init__(self, bootstrap: str, settings: Settings, mode: str = "error_only"):
+    def __init__(self, bootstrap: str, settings: Settings, mode: str = "error_only",
+                 security: Optional[Mapping] = None):
         from confluent_kafka import Producer
 
         if mode not in self.MODES:
@@ -169,6 +173,7 @@ class ConfluentRunner(_Runner):
             "enable.idempotence": settings.idempotent,
             "compression.type": settings.compression,
             "batch.size": settings.batch_size, "linger.ms": settings.linger_ms,
+            **(security or {}),
         }
         if mode == "error_only":
             config["on_delivery"] = self._on_delivery
@@ -369,20 +374,23 @@ class JavaProducerPerformance:
 
 def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Settings,
                records: int, broker_pids: Sequence[int], payload_dir: Path,
-               cleanup: contextlib.ExitStack):
+               cleanup: contextlib.ExitStack, security: Optional[Mapping] = None):
     """A client as a contestant whose rounds send `records` values of settings.record_size
-    to topic: a Python runner made now (closed by cleanup), with its values prepared
-    outside the rounds, or ProducerPerformance with --warmup-records of half the count,
-    its payload file written into payload_dir."""
+    to topic: a Python runner made now (closed by cleanup; security: its further
+    settings), with its values prepared outside the rounds, or ProducerPerformance with
+    --warmup-records of half the count, its payload file written into payload_dir."""
     # Imported here: bench/memory_probe.py imports this module, and counts what it loads.
     import rounds
 
     if client == "java":
+        if security:
+            raise ValueError("the Java contestant takes no security settings here")
         java = JavaProducerPerformance(
             bootstrap, settings, write_payload_file(payload_dir / "payloads",
                                                     settings.record_size))
         return rounds.JavaContestant(java, topic, records, records // 2, broker_pids)
-    runner = PYTHON_CLIENTS[client](bootstrap, settings, mode)
+    runner = PYTHON_CLIENTS[client](bootstrap, settings, mode, **(
+        {"security": security} if security else {}))
     cleanup.callback(runner.close)
     values = runner.prepare(values_for(settings.record_size, records))
     return rounds.Contestant(lambda: runner.run(topic, values), records, broker_pids)

@@ -151,8 +151,8 @@ def _is_java(row):
     return row["client"] == JAVA
 
 
-def throughput_lines(rows):
-    lines = ["## Throughput", "",
+def throughput_lines(rows, title="Throughput"):
+    lines = [f"## {title}", "",
              "Each round ends when every record is acknowledged; the clients' rounds "
              "alternate, and records/s and CPU per record are medians over a client's rounds. "
              " CPU per record (ns): the client's process, every thread, and the broker's.  "
@@ -267,8 +267,12 @@ HEADLINE_INTRO = (
     "record than the client, on cores the two share), records/s follows the broker's share of "
     "the cores, and the client's CPU per record is what the client controls; elsewhere, "
     "records/s.")
-SECTIONS = {"throughput": throughput_lines, "latency": latency_lines, "memory": memory_lines,
-            "spark": spark_lines}
+def throughput_tls_lines(rows):
+    return throughput_lines(rows, "Throughput over TLS (the secured broker's SSL listener)")
+
+
+SECTIONS = {"throughput": throughput_lines, "throughput_tls": throughput_tls_lines,
+            "latency": latency_lines, "memory": memory_lines, "spark": spark_lines}
 
 
 def report_markdown(suites, facts, chart_name):

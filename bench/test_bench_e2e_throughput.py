@@ -139,20 +139,37 @@ def test_throughput(benchmark, kafka_broker, broker_pids, topic_name, tmp_path, 
     settings = peers.Settings(SIZES[size], ACKS[acks], compression, batch_size, linger_ms)
     benchmark.group = (f"throughput {size} acks={settings.acks} {compression} "
                        f"batch={batch_size} linger={linger_ms}")
-    bootstrap = kafka_broker.bootstrap
+    run_cell(benchmark, settings, clients, kafka_broker.bootstrap, kafka_broker.bootstrap,
+             broker_pids, topic_name, tmp_path)
+
+
+def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pids, topic_name,
+             payload_dir, security=None, suite="throughput"):
+    """One cell: a topic and a contestant per (client, mode) of clients, their rounds
+    alternated and recorded, then every topic checked to hold every record its client sent.
+
+    Args:
+        bootstrap: where the clients send; admin_bootstrap: where topics are made, counted
+            and deleted (a secured broker's PLAINTEXT listener).
+        security: {client: its further settings} (TLS, SASL) for the Python clients.
+        suite: the rows' suite (e2e_results.record_throughput).
+    """
+    security = security or {}
     with contextlib.ExitStack() as stack:  # runners closed, then topics deleted
         topics, contestants = {}, {}
         for client, mode in clients:
             topic = topics[client, mode] = f"{topic_name}-{client}-{mode}"
-            create_topic(bootstrap, topic, partitions=PARTITIONS)
-            stack.callback(peers.delete_topic, bootstrap, topic)
+            create_topic(admin_bootstrap, topic, partitions=PARTITIONS)
+            stack.callback(peers.delete_topic, admin_bootstrap, topic)
             records = records_per_round((client, mode), settings.record_size)
-            if batch_size != peers.BATCH_SIZE:  # small batches: a fraction of the large-batch rate
+            if settings.batch_size != peers.BATCH_SIZE:  # small batches: a fraction of the rate
                 records //= 5
-            contestants[client, mode] = peers.contestant(client, mode, bootstrap, topic, settings,
-                                                         records, broker_pids, tmp_path, stack)
+            contestants[client, mode] = peers.contestant(
+                client, mode, bootstrap, topic, settings, records, broker_pids, payload_dir,
+                stack, security.get(client))
         measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
                                       iterations=1)
-        e2e_results.record_throughput(benchmark, settings, measured)
+        e2e_results.record_throughput(benchmark, settings, measured, suite)
         for key, contestant in contestants.items():
-            assert peers.acknowledged_records(bootstrap, topics[key]) == contestant.records_sent
+            assert (peers.acknowledged_records(admin_bootstrap, topics[key])
+                    == contestant.records_sent)

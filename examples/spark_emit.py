@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import uuid
+from typing import Optional
 
 from pyspark.sql import SparkSession
 
@@ -24,7 +25,7 @@ from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
 
-def main(argv=None):
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("NETKAFKA_BOOTSTRAP"),
                         help="host:port of the broker (default: $NETKAFKA_BOOTSTRAP)")
@@ -69,6 +70,7 @@ def main(argv=None):
             mapped = (rows.mapInArrow(emit, emit.schema) if args.path == "arrow"
                       else rows.mapInPandas(emit, emit.schema))
             totals = mapped.groupBy().sum("delivered", "failed").first()
+            assert totals is not None  # a global aggregate always has its one row
             delivered, failed = totals[0] or 0, totals[1] or 0
         seconds = time.perf_counter() - started
     finally:

@@ -5,12 +5,18 @@ from netkafka._version import __version__
 _NATIVE = load_native_modules()
 
 from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after the native check
-                             KafkaConnectionError, KafkaError, KafkaTimeoutError,
-                             ProducerClosedError, RecordDroppedError, RecordSpooledError,
-                             SentBeforeForkError, SerializationError, UndeliveredRecordsError,
-                             WalError)
+                             KafkaConfigurationError, KafkaConnectionError, KafkaError,
+                             KafkaTimeoutError, ProducerClosedError, RecordDroppedError,
+                             RecordSpooledError, SentBeforeForkError, SerializationError,
+                             UndeliveredRecordsError, WalError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
-from netkafka.producer._futures import FutureRecordMetadata, RecordMetadata  # noqa: E402
+from netkafka.producer._futures import (FutureRecordMetadata, RecordMetadata,  # noqa: E402
+                                        TopicPartition)
+from netkafka.producer.interceptors import ProducerRecord  # noqa: E402
+# kafka-python 3 exports its serializers from the package: `from kafka import
+# JsonSerializer` becomes `from netkafka import JsonSerializer`.
+from netkafka.serializer import (DefaultSerializer, Deserializer,  # noqa: E402
+                                 JsonSerializer, Serializer)
 from netkafka.record._columns import BinaryColumn  # noqa: E402
 from netkafka.producer.producer import KafkaProducer, Producer  # noqa: E402
 from netkafka.producer.replay import ReplayReport  # noqa: E402
@@ -19,19 +25,26 @@ __all__ = [
     "BackpressureTimeoutError",
     "BatchSendResult",
     "BinaryColumn",
+    "DefaultSerializer",
+    "Deserializer",
     "FutureRecordMetadata",
+    "JsonSerializer",
     "KafkaConnectionError",
+    "KafkaConfigurationError",
     "KafkaError",
     "KafkaProducer",
     "KafkaTimeoutError",
     "Producer",
     "ProducerClosedError",
+    "ProducerRecord",
     "RecordDroppedError",
     "RecordMetadata",
     "RecordSpooledError",
     "ReplayReport",
     "SentBeforeForkError",
     "SerializationError",
+    "Serializer",
+    "TopicPartition",
     "UndeliveredRecordsError",
     "WalError",
 ]

@@ -8,22 +8,30 @@ settings (wal_dir, wal_fsync, wal_fsync_interval_ms, wal_max_bytes, on_replay,
 on_delivery_timeout).  A keyword may be given Java's dotted way too (``wal.dir``).
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
-the key and what it allows; a security option (anything but PLAINTEXT) or a
-transactional id raises NotImplementedError until netkafka speaks TLS and SASL, and
-transactions.
+the key and what it allows (for the security settings SslConfigError or
+SaslConfigError, both ValueErrors); a transactional id raises NotImplementedError
+until netkafka has transactions.
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
-Producer through producer_keyword() and setting_from_text(): the Java client's
-dotted names and typed values, read one way for every tool.
+Producer through producer_setting(): the Java client's dotted names and typed
+values, read one way for every tool (and its PEM key and trust store settings,
+JAVA_TLS_SETTINGS, turned into kafka-python's).
 """
 import itertools
 import math
 import os
 import re
+import dataclasses
+import selectors
+import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
+from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
+from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
+from netkafka.errors import KafkaConfigurationError, SslConfigError
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -37,26 +45,30 @@ WAL_FSYNC_MODES = ("never", "interval", "always")
 DELIVERY_TIMEOUT_ACTIONS = ("fail", "spool")
 _client_ids = itertools.count(1)
 
-# kafka-python's security options, with the values that mean "not used".  Any other
-# value asks for TLS or SASL, which netkafka does not speak yet.
-SECURITY_OPTIONS = {
-    "security_protocol": "PLAINTEXT",
-    "ssl_context": None,
-    "ssl_check_hostname": True,
-    "ssl_cafile": None,
-    "ssl_certfile": None,
-    "ssl_keyfile": None,
-    "ssl_crlfile": None,
-    "ssl_password": None,
-    "ssl_ciphers": None,
-    "sasl_mechanism": None,
-    "sasl_plain_username": None,
-    "sasl_plain_password": None,
-    "sasl_kerberos_name": None,
-    "sasl_kerberos_service_name": "kafka",
-    "sasl_kerberos_domain_name": None,
-    "sasl_oauth_token_provider": None,
+# kafka-python's security settings and their defaults: the TLS ones are
+# netkafka.client.tls's, the SASL ones netkafka.client.sasl's.
+SECURITY_DEFAULTS = {"security_protocol": "PLAINTEXT", **SSL_DEFAULTS, **SASL_DEFAULTS}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# kafka-python 3 settings that are its own machinery: netkafka has its own network
+# client and one selector per I/O thread, so a replacement cannot be plugged in.
+# Given any value but these, they are refused (KafkaConfigurationError) saying so.
+PLUMBING_OPTIONS = {
+    "kafka_client": None,
+    "selector": selectors.DefaultSelector,
 }
+# kafka-python 3 settings netkafka accepts at their defaults only: another value
+# asks for something netkafka does not do, which ignoring would hide.
+UNSUPPORTED_OPTIONS = {
+    "metric_reporters": (),
+    "metrics_num_samples": 2,
+    "metrics_sample_window_ms": 30000,
+    "proxy_url": None,
+    "socks5_proxy": None,
+}
+# KIP-390's per-codec levels (the Java client's compression.<codec>.level).
+CODEC_LEVEL_OPTIONS = {"gzip": "compression_gzip_level", "lz4": "compression_lz4_level",
+                       "zstd": "compression_zstd_level"}
+CLIENT_DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
 # kafka-python's transaction options, with the values that mean "no transactions".
 TRANSACTION_OPTIONS = {
     "transactional_id": None,
@@ -65,8 +77,43 @@ TRANSACTION_OPTIONS = {
 
 
 @dataclass(frozen=True)
-class ProducerConfig:
-    """Every setting of a Producer, validated.  Immutable."""
+class ProducerConfig(Mapping):
+    """Every setting of a Producer, validated.  Immutable.
+
+    Read as attributes (``config.acks``) or, as kafka-python's
+    ``KafkaProducer.config`` dict, by key (``config['acks']``, ``dict(config)``):
+    every kafka-python 3 setting is a key, with the value in use (acks as -1/0/1).
+
+    kafka-python 3 settings accepted and what becomes of them:
+
+    ================================== =============================================
+    setting                            in netkafka
+    ================================== =============================================
+    allow_auto_create_topics           honoured (Metadata requests ask for it)
+    receive_message_max_bytes          honoured: a larger response is refused
+    socket_options                     honoured: setsockopt() on every broker socket
+    socket_connection_setup_timeout_ms honoured: bound on connect + handshakes
+    metrics_enabled                    honoured: False makes metrics() return None
+    client_dns_lookup                  checked, not honoured: the first address of
+                                       a name is used (both modes agree on that)
+    bootstrap_timeout_ms               checked, not honoured: __init__ does not
+                                       connect; the first send() waits up to
+                                       max_block_ms for metadata instead
+    api_version                        honoured (below (0, 11): legacy formats)
+    metric_reporters, metrics_num_     default only: netkafka's metrics keep
+    samples, metrics_sample_window_ms  kafka-python's 2 x 30 s window and have no
+                                       reporters (another value: NotImplementedError)
+    proxy_url, socks5_proxy            None only (no proxy support:
+                                       NotImplementedError)
+    kafka_client, selector             refused unless default
+                                       (KafkaConfigurationError): kafka-python's own
+                                       network machinery, which netkafka replaces
+    ================================== =============================================
+
+    netkafka's own: io_threads, high_watermark_bytes, low_watermark_bytes,
+    backoff, interceptors, compression_level (and the Java client's per-codec
+    compression_gzip_level / compression_lz4_level / compression_zstd_level).
+    """
 
     bootstrap_servers: object = "localhost:9092"
     client_id: object = None  # None: "netkafka-producer-<n>"
@@ -95,13 +142,36 @@ class ProducerConfig:
     connections_max_idle_ms: int = 540000
     reconnect_backoff_ms: int = 50
     reconnect_backoff_max_ms: int = 1000  # the Java client's (kafka-python: 30000)
-    # kafka-python pins the protocol version with this; netkafka negotiates every
-    # API's version with the broker (ApiVersions), so the value is checked and unused.
+    # As kafka-python: None or 'auto' negotiates every API's version with the broker
+    # (ApiVersions); a tuple below (0, 11) pins legacy Produce and message sets
+    # (legacy_produce()); a higher one is checked and versions are negotiated.
     api_version: object = None
+    allow_auto_create_topics: object = True
+    client_dns_lookup: object = "use_all_dns_ips"
+    receive_message_max_bytes: int = 100_000_000
+    socket_options: object = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+    # Not a kafka-python 3 producer setting (its network manager's); the Java name.
+    socket_connection_setup_timeout_ms: int = ConnectionConfig.connect_timeout_ms
+    bootstrap_timeout_ms: int = 30000
+    metrics_enabled: object = True
+    # Java's ProducerInterceptor: objects with on_send(record) and
+    # on_acknowledgement(metadata, exception); see netkafka/producer/interceptors.py.
+    interceptors: object = ()
+    # KIP-390: the codec's level; None its default.  The per-codec ones are the Java
+    # client's names; compression_level applies to whichever codec is chosen.
+    compression_level: object = None
+    compression_gzip_level: object = None
+    compression_lz4_level: object = None
+    compression_zstd_level: object = None
     io_threads: int = 1
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+    # security_protocol and the ssl_* / sasl_* settings given (SECURITY_DEFAULTS
+    # names; missing ones take its defaults), as Producer(**kwargs) takes them one
+    # by one.  Checked at construction; the SSLContext is built then, once.  Not in
+    # the repr: it holds passwords.
+    security: object = dataclasses.field(default=None, repr=False)
     # The write-ahead log (producer/wal.py): None, or the directory every record is
     # logged in before send() returns, and replayed from by the next producer.
     wal_dir: object = None
@@ -117,18 +187,26 @@ class ProducerConfig:
 
         Raises:
             TypeError: an unknown keyword (named).
-            ValueError: a bad value (key and allowed values named).
-            NotImplementedError: a TLS or SASL setting.
+            ValueError: a bad value (key and allowed values named); SslConfigError
+                and SaslConfigError for the security settings.
+            NotImplementedError: a transaction setting.
         """
         fields = cls.__dataclass_fields__
         settings = {}
+        security = {}
         for name, value in kwargs.items():
             if "." in name:
                 name = producer_keyword(name)
-            if name in SECURITY_OPTIONS:
-                _check_security_option(name, value)
+            if name in SECURITY_DEFAULTS:
+                security[name] = value
+            elif name == "security":
+                raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             elif name in TRANSACTION_OPTIONS:
                 _check_transaction_option(name, value)
+            elif name in PLUMBING_OPTIONS:
+                _check_plumbing_option(name, value)
+            elif name in UNSUPPORTED_OPTIONS:
+                _check_unsupported_option(name, value)
             elif name not in fields:
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             else:
@@ -138,7 +216,7 @@ class ProducerConfig:
             # so settings it cannot work with quietly turn the default off (asked for
             # explicitly, they are an error).
             settings["enable_idempotence"] = False
-        return cls(**settings)
+        return cls(**settings, security=security)
 
     def __post_init__(self):
         _check_bootstrap(self.bootstrap_servers)
@@ -148,8 +226,10 @@ class ProducerConfig:
             raise ValueError(f"client_id must be a str or None, got {self.client_id!r}")
         for name in ("key_serializer", "value_serializer"):
             value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise ValueError(f"{name} must be a callable (data) -> bytes or None, "
+            if value is not None and not callable(value) and not callable(
+                    getattr(value, "serialize", None)):
+                raise ValueError(f"{name} must be a Serializer (serialize(topic, headers, "
+                                 f"data) -> bytes), a callable (data) -> bytes or None, "
                                  f"got {value!r}")
         object.__setattr__(self, "acks", acks_value(self.acks))
         check_choice("compression_type", self.compression_type, COMPRESSION_TYPES)
@@ -186,17 +266,25 @@ class ProducerConfig:
         check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
         check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
         check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
-        if self.api_version is not None and not (
-                isinstance(self.api_version, tuple)
-                and all(isinstance(p, int) for p in self.api_version)):
-            raise ValueError(f"api_version must be None or a tuple of ints such as "
-                             f"(2, 8, 0), got {self.api_version!r}")
+        object.__setattr__(self, "api_version", api_version_value(self.api_version))
+        self._check_legacy()
+        check_choice("allow_auto_create_topics", self.allow_auto_create_topics, (True, False))
+        check_choice("metrics_enabled", self.metrics_enabled, (True, False))
+        check_choice("client_dns_lookup", self.client_dns_lookup, CLIENT_DNS_LOOKUPS)
+        check_int("receive_message_max_bytes", self.receive_message_max_bytes, 4)
+        check_int("socket_connection_setup_timeout_ms",
+                  self.socket_connection_setup_timeout_ms, 1)
+        check_int("bootstrap_timeout_ms", self.bootstrap_timeout_ms, 0)
+        _check_socket_options(self.socket_options)
+        _check_interceptors(self.interceptors)
+        self._check_compression_levels()
         check_int("io_threads", self.io_threads, 1)
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_idempotence()
         self._check_wal()
+        self._check_security()
 
     def _check_wal(self):
         # The sizes that depend on each other (segments within wal_max_bytes) are the
@@ -210,11 +298,54 @@ class ProducerConfig:
         if self.on_replay is not None and not callable(self.on_replay):
             raise ValueError(f"on_replay must be a callable (context, metadata_or_error) or "
                              f"None, got {self.on_replay!r}")
+        if self.wal_dir is not None and self.legacy_magic is not None:
+            raise KafkaConfigurationError(
+                f"wal_dir needs RecordBatch v2 (Kafka 0.11+): api_version={self.api_version} "
+                f"writes message format v{self.legacy_magic}, which the WAL cannot replay")
         if self.wal_dir is None:
             for name, unset in (("on_replay", None), ("on_delivery_timeout", "fail")):
                 if getattr(self, name) != unset:
-                    raise ValueError(f"{name}={getattr(self, name)!r} needs wal_dir: the "
-                                     f"records it is about are kept in the write-ahead log")
+                    raise KafkaConfigurationError(
+                        f"{name}={getattr(self, name)!r} needs wal_dir: the records it is "
+                        f"about are kept in the write-ahead log")
+
+    def _check_security(self):
+        security = dict(self.security or {})
+        object.__setattr__(self, "security", security)
+        protocol = security.get("security_protocol", "PLAINTEXT")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise SslConfigError(f"security_protocol={protocol!r} is not one of "
+                                 f"{', '.join(SECURITY_PROTOCOLS)}")
+        check_sasl_settings(security, protocol)
+        # Built once here: a bad file or password is refused now, naming the setting,
+        # and every connection shares the context (and its loaded certificates).
+        object.__setattr__(self, "_ssl_context", build_ssl_context(security, protocol))
+
+    @property
+    def security_protocol(self):
+        return self.security.get("security_protocol", "PLAINTEXT")
+
+    def _check_legacy(self):
+        if self.legacy_magic is None:
+            return
+        if self.compression_type == "zstd":
+            raise ValueError(f"compression_type='zstd' needs RecordBatch v2 (Kafka 2.1+); "
+                             f"api_version={self.api_version} writes message format "
+                             f"v{self.legacy_magic}")
+        if self.compression_type == "lz4" and self.api_version < (0, 8, 2):
+            raise ValueError(f"compression_type='lz4' needs Kafka 0.8.2+; "
+                             f"api_version={self.api_version}")
+        if self.enable_idempotence:
+            raise ValueError(f"enable_idempotence=True needs RecordBatch v2 (Kafka 0.11+); "
+                             f"api_version={self.api_version} writes message format "
+                             f"v{self.legacy_magic}, which has no producer id or sequence")
+
+    @property
+    def legacy_magic(self):
+        """0 or 1: the message format an api_version below (0, 11) writes; None
+        for RecordBatch v2 (negotiated)."""
+        legacy = legacy_produce(self.api_version)
+        return None if legacy is None else legacy[1]
 
     def _check_idempotence(self):
         if not self.enable_idempotence:
@@ -222,13 +353,61 @@ class ProducerConfig:
         # The Java client's requirements: without them sequence numbers cannot keep
         # retries free of duplicates and reordering.
         if self.acks != -1:
-            raise ValueError(f"enable_idempotence=True needs acks='all', got acks={self.acks}")
+            raise KafkaConfigurationError(
+                f"enable_idempotence=True needs acks='all', got acks={self.acks}")
         if self.max_in_flight_requests_per_connection > 5:
-            raise ValueError(
+            raise KafkaConfigurationError(
                 f"enable_idempotence=True needs max_in_flight_requests_per_connection <= 5, "
                 f"got {self.max_in_flight_requests_per_connection}")
         if self.retries == 0:
-            raise ValueError("enable_idempotence=True needs retries > 0, got 0")
+            raise KafkaConfigurationError("enable_idempotence=True needs retries > 0, got 0")
+
+    def _check_compression_levels(self):
+        # The codec's own range is checked by the Compressor (record/_compression).
+        for name in ("compression_level", *CODEC_LEVEL_OPTIONS.values()):
+            level = getattr(self, name)
+            if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+                raise ValueError(f"{name} must be an int or None, got {level!r}")
+        if self.compression_level is None:
+            return
+        if self.compression_type not in CODEC_LEVEL_OPTIONS:
+            raise KafkaConfigurationError(
+                f"compression_level={self.compression_level} needs compression_type gzip, "
+                f"lz4 or zstd (KIP-390), got {self.compression_type!r}")
+        own = getattr(self, CODEC_LEVEL_OPTIONS[self.compression_type])
+        if own is not None and own != self.compression_level:
+            raise KafkaConfigurationError(
+                f"compression_level={self.compression_level} and "
+                f"{CODEC_LEVEL_OPTIONS[self.compression_type]}={own} disagree")
+
+    @property
+    def effective_compression_level(self):
+        """The level of compression_type's codec: compression_level, else the
+        codec's own compression_<codec>_level, else None (the codec's default)."""
+        if self.compression_level is not None:
+            return self.compression_level
+        option = CODEC_LEVEL_OPTIONS.get(self.compression_type)
+        return None if option is None else getattr(self, option)
+
+    # kafka-python's config dict: every setting by name.
+
+    def __getitem__(self, name):
+        if name in SECURITY_DEFAULTS:
+            return self.security.get(name, SECURITY_DEFAULTS[name])
+        if name in self.__dataclass_fields__ and name not in _NOT_SETTINGS:
+            return getattr(self, name)
+        if name in _OPTIONS_AT_DEFAULT:
+            return _OPTIONS_AT_DEFAULT[name]
+        raise KeyError(name)
+
+    def __iter__(self):
+        yield from (name for name in self.__dataclass_fields__ if name not in _NOT_SETTINGS)
+        yield from SECURITY_DEFAULTS
+        yield from _OPTIONS_AT_DEFAULT
+
+    def __len__(self):
+        return (len(self.__dataclass_fields__) - len(_NOT_SETTINGS) + len(SECURITY_DEFAULTS)
+                + len(_OPTIONS_AT_DEFAULT))
 
     @property
     def codec(self):
@@ -250,17 +429,82 @@ class ProducerConfig:
             connections_max_idle_ms=self.connections_max_idle_ms,
             high_watermark_bytes=self.high_watermark_bytes,
             low_watermark_bytes=self.low_watermark_bytes,
+            max_response_bytes=self.receive_message_max_bytes,
+            connect_timeout_ms=self.socket_connection_setup_timeout_ms,
+            socket_options=tuple(tuple(option) for option in self.socket_options),
+            produce_version=(None if legacy_produce(self.api_version) is None
+                             else legacy_produce(self.api_version)[0]),
+            security_protocol=self.security_protocol,
+            ssl_context=self._ssl_context,
+            sasl_settings=({name: self.security.get(name, default)
+                            for name, default in SASL_DEFAULTS.items()}
+                           if self.security_protocol in SASL_PROTOCOLS else None),
         )
 
 
+# The settings a ProducerConfig holds only at their defaults (others are refused),
+# as its mapping shows them.
+_OPTIONS_AT_DEFAULT = {**TRANSACTION_OPTIONS, **PLUMBING_OPTIONS, **UNSUPPORTED_OPTIONS}
+# Fields that are not settings of their own: `security` holds the security settings
+# given, which the mapping shows one by one.
+_NOT_SETTINGS = frozenset({"security"})
 # Every setting a Producer takes, by keyword, with its default.
 _SETTING_DEFAULTS = {**{name: field.default
-                        for name, field in ProducerConfig.__dataclass_fields__.items()},
-                     **SECURITY_OPTIONS, **TRANSACTION_OPTIONS}
+                        for name, field in ProducerConfig.__dataclass_fields__.items()
+                        if name not in _NOT_SETTINGS},
+                     **SECURITY_DEFAULTS, **_OPTIONS_AT_DEFAULT}
 # Settings whose text is read as a number though their default is not one: acks
-# ('all' or a number), and the socket buffers (None keeps the OS default).
-_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes"})
+# ('all' or a number), the socket buffers (None keeps the OS default) and the
+# compression levels (None: the codec's default).
+_NUMBERS_WITHOUT_INT_DEFAULT = frozenset({"acks", "send_buffer_bytes", "receive_buffer_bytes",
+                                          "compression_level", *CODEC_LEVEL_OPTIONS.values()})
 _WHOLE_NUMBER = re.compile(r"\s*-?\d+\s*")
+
+# The Java client's TLS settings for PEM files, as kafka-python's: Java name ->
+# (keyword, {text: value} for a setting whose text means something else, or None).
+# A store type only confirms that the files are PEM, which is all netkafka reads
+# (keyword None: nothing to set).  ssl.keystore.location is a PEM file holding the
+# private key and the certificate chain, which is what ssl_certfile may be.
+JAVA_TLS_SETTINGS = {
+    "ssl.truststore.location": ("ssl_cafile", None),
+    "ssl.keystore.location": ("ssl_certfile", None),
+    "ssl.key.password": ("ssl_password", None),
+    "ssl.endpoint.identification.algorithm": ("ssl_check_hostname",
+                                              {"https": True, "": False}),
+    "ssl.truststore.type": (None, {"PEM": None}),
+    "ssl.keystore.type": (None, {"PEM": None}),
+}
+
+
+def producer_setting(name, value, origin=None):
+    """The Producer keyword argument a setting given by name stands for, as a dict:
+    {keyword: value}, or {} for a Java setting that only confirms what netkafka does
+    (ssl.truststore.type=PEM).  Names are read by producer_keyword, values by
+    setting_from_text; the Java TLS settings (JAVA_TLS_SETTINGS) become kafka-python's.
+
+    Raises:
+        TypeError: not a setting of Producer (named).
+        ValueError: a value the setting cannot take (named as origin=value).
+    """
+    java = JAVA_TLS_SETTINGS.get(name.strip().lower())
+    if java is None:
+        keyword = producer_keyword(name, origin)
+        return {keyword: setting_from_text(keyword, value, origin or name)}
+    keyword, meanings = java
+    if meanings is not None:
+        text = value.strip() if isinstance(value, str) else value
+        # Read as Java reads them: store types and the algorithm in any case.
+        if isinstance(text, str):
+            key = text.upper() if keyword is None else text.lower()
+        else:
+            key = text
+        if key not in meanings:
+            allowed = " or ".join(repr(text) for text in meanings)
+            hint = (": netkafka reads PEM files; convert a JKS or PKCS12 store with "
+                    "keytool and openssl" if keyword is None else "")
+            raise ValueError(f"{origin or name}={value!r}: must be {allowed}{hint}")
+        value = meanings[key]
+    return {} if keyword is None else {keyword: value}
 
 
 def producer_keyword(name, origin=None):
@@ -315,9 +559,52 @@ def setting_from_text(keyword, value, origin=None):
     return value
 
 
+def api_version_value(api_version):
+    """api_version as kafka-python reads it: None or 'auto' (negotiate), a tuple of
+    ints, or (deprecated there) a dotted str such as '0.10.1'.  Returns None or
+    the tuple.
+
+    Raises:
+        ValueError: anything else (named).
+    """
+    if api_version is None or api_version == "auto":
+        return None
+    value = api_version
+    if isinstance(value, str):
+        try:
+            value = tuple(int(part) for part in value.split("."))
+        except ValueError:
+            value = None
+    if (isinstance(value, tuple) and value
+            and all(type(part) is int and part >= 0 for part in value)):
+        return value
+    raise ValueError(f"api_version must be None, 'auto' or a tuple of ints such as "
+                     f"(0, 10, 1), got {api_version!r}")
+
+
+def legacy_produce(api_version):
+    """(Produce version, message format) that an api_version below (0, 11) pins, as
+    kafka-python maps it: the highest Produce of that Kafka release, and magic 1
+    from 0.10 (timestamps), 0 before.  None for anything else (RecordBatch v2,
+    versions negotiated).  api_version as api_version_value() returns it."""
+    if api_version is None or api_version >= (0, 11):
+        return None
+    if api_version >= (0, 10):
+        return (2, 1)
+    if api_version >= (0, 9):
+        return (1, 0)
+    return (0, 0)
+
+
 def _conflicts_with_idempotence(settings):
-    """acks other than 'all', no retries, or more than 5 requests in flight."""
+    """acks other than 'all', no retries, more than 5 requests in flight, or an
+    api_version below (0, 11) (legacy message sets carry no producer id)."""
     # Bad values are left for __post_init__ to name.
+    try:
+        if legacy_produce(api_version_value(settings.get("api_version"))) is not None:
+            return True
+    except ValueError:
+        pass
     in_flight = settings.get("max_in_flight_requests_per_connection", 5)
     return (settings.get("acks", "all") not in ("all", -1)
             or settings.get("retries", 1) == 0
@@ -355,9 +642,37 @@ def _check_transaction_option(name, value):
         f"keeps retries free of duplicates); leave the transaction options unset")
 
 
-def _check_security_option(name, value):
-    if value == SECURITY_OPTIONS[name]:
+def _check_plumbing_option(name, value):
+    if value is PLUMBING_OPTIONS[name]:
+        return
+    raise KafkaConfigurationError(
+        f"{name}={value!r} does not apply to netkafka: it replaces kafka-python's network "
+        f"client and selector with its own I/O threads (each with its own selector); "
+        f"leave {name} unset")
+
+
+def _check_unsupported_option(name, value):
+    default = UNSUPPORTED_OPTIONS[name]
+    if value == default or (default == () and value == []):
         return
     raise NotImplementedError(
-        f"{name}={value!r}: netkafka speaks PLAINTEXT only for now (no TLS or SASL); "
-        f"leave the security options at their defaults")
+        f"{name}={value!r}: netkafka supports only {default!r} (see ProducerConfig's "
+        f"table of kafka-python settings)")
+
+
+def _check_socket_options(options):
+    if isinstance(options, (list, tuple)) and all(
+            isinstance(option, (list, tuple)) and len(option) == 3 for option in options):
+        return
+    raise ValueError(f"socket_options must be a list of (level, option, value) for "
+                     f"socket.setsockopt, got {options!r}")
+
+
+def _check_interceptors(interceptors):
+    if not isinstance(interceptors, (list, tuple)):
+        raise ValueError(f"interceptors must be a list of objects with on_send(record) and "
+                         f"on_acknowledgement(metadata, exception), got {interceptors!r}")
+    for interceptor in interceptors:
+        for method in ("on_send", "on_acknowledgement"):
+            if not callable(getattr(interceptor, method, None)):
+                raise ValueError(f"interceptor {interceptor!r} has no {method}() method")

@@ -5,11 +5,22 @@
     |                           connection they came on can no longer be trusted
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
     +-- KafkaConnectionError    a broker connection could not be made, or broke
+    +-- AuthenticationError     a broker refused this client's credentials (also the
+    |                           BrokerErrors SASL_AUTHENTICATION_FAILED and
+    |                           UNSUPPORTED_SASL_MECHANISM): not retried
+    |   +-- SslAuthenticationError  the TLS handshake failed (certificate, protocol)
+    +-- SslConfigError          a TLS or security_protocol setting is wrong (also a
+    |                           ValueError)
     +-- KafkaTimeoutError       a configured bound ran out (also a TimeoutError)
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
     +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
     +-- RecordDroppedError      the drop strategy refused a record
-    +-- ProducerClosedError     send() after close()
+    +-- IllegalStateError       a call the object's state does not allow
+    |   +-- ProducerClosedError send() after close()
+    +-- KafkaConfigurationError settings that cannot work together, or a
+    |                           kafka-python setting that has no meaning here
+    |                           (also a ValueError)
+    +-- IllegalArgumentError    a bad argument (also a ValueError)
     +-- UndeliveredRecordsError flush(): records sent with produce() failed
     +-- SentBeforeForkError     a forked child's copy of a record its parent sent
     +-- SerializationError      a serializer failed (also a ValueError)
@@ -37,6 +48,15 @@ Each BrokerError carries ``code``, ``name`` (Kafka's name for the code),
 retrying).  Both flags follow the Java client's exception hierarchy
 (RetriableException, InvalidMetadataException), so netkafka retries exactly
 where the Java producer does.
+
+kafka-python 3's names for the same errors are here too (KAFKA_PYTHON_NAMES
+lists them), so that ``from kafka.errors import X`` becomes ``from
+netkafka.errors import X``: each is the netkafka class meaning the same thing
+(``BrokerResponseError`` is BrokerError, ``MessageSizeTooLargeError`` is
+MessageTooLargeError, ``KafkaProtocolError`` is ProtocolError, ...).  Where
+kafka-python puts a class under RetriableError or InvalidMetadataError,
+netkafka says the same with the ``retriable`` and ``invalid_metadata`` flags,
+which follow the broker's code rather than the class.
 """
 
 
@@ -67,6 +87,28 @@ class KafkaConnectionError(KafkaError):
     invalid_metadata = True
 
 
+class AuthenticationError(KafkaError):
+    """A broker refused to authenticate this client: wrong credentials, or a SASL
+    mechanism its listener does not enable.  The message names the mechanism and the
+    broker.  Not retriable (as the Java client's AuthenticationException): waiting
+    for metadata raises it at once rather than after max_block_ms.  The connection
+    is still tried again after the reconnect backoff (credentials may be fixed)."""
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake with a broker failed: its certificate did not verify (the
+    message names the host and OpenSSL's reason), it refused ours, or the two sides
+    share no protocol version or cipher.  As the Java client's
+    SslAuthenticationException, an AuthenticationException: not fixed by waiting."""
+
+
+class SslConfigError(KafkaError, ValueError):
+    """A TLS setting is wrong or does not fit security_protocol: a file that cannot
+    be read or loaded, a wrong key password, ciphers OpenSSL does not know, TLS
+    settings with a protocol without TLS.  The message names the setting.  Raised
+    when the producer is built, before any connection."""
+
+
 class KafkaTimeoutError(KafkaError, TimeoutError):
     """Something did not happen within its configured bound; the message names
     the bound and what was waited for."""
@@ -89,7 +131,22 @@ class RecordDroppedError(KafkaError):
     """The drop strategy refused a record because its target was full."""
 
 
-class ProducerClosedError(KafkaError):
+class IllegalStateError(KafkaError):
+    """A call the object's current state does not allow (kafka-python's name)."""
+
+
+class KafkaConfigurationError(KafkaError, ValueError):
+    """Producer settings that cannot work together (enable_idempotence=True with
+    acks=1, say), or a kafka-python setting that has no meaning in netkafka
+    (kafka_client, selector); the message names the settings and why.  Also a
+    ValueError, which netkafka raised for these before."""
+
+
+class IllegalArgumentError(KafkaError, ValueError):
+    """A bad argument (kafka-python's name); also a ValueError."""
+
+
+class ProducerClosedError(IllegalStateError):
     """send() after close(): the record was not taken."""
 
 
@@ -488,7 +545,7 @@ class InvalidTimestampError(BrokerError):
     code = 32
 
 
-class UnsupportedSaslMechanismError(BrokerError):
+class UnsupportedSaslMechanismError(BrokerError, AuthenticationError):
     """The broker does not offer the requested SASL mechanism."""
 
     code = 33
@@ -572,7 +629,7 @@ class KafkaStorageError(BrokerError):
     code = 56
 
 
-class SaslAuthenticationFailedError(BrokerError):
+class SaslAuthenticationFailedError(BrokerError, AuthenticationError):
     """SASL authentication failed."""
 
     code = 58
@@ -688,6 +745,24 @@ class OAuthTokenError(KafkaError):
         self.url = url
         self.status = status
         self.retriable = url is not None and (status is None or status == 429 or status >= 500)
+
+
+# --- kafka-python 3's names (kafka.errors) for the classes above.
+
+BrokerResponseError = BrokerError
+KafkaProtocolError = ProtocolError
+UnknownError = UnknownServerError
+CorruptRecordError = CorruptMessageError
+NotLeaderForPartitionError = NotLeaderOrFollowerError
+NetworkExceptionError = NetworkError
+MessageSizeTooLargeError = MessageTooLargeError
+UnsupportedCodecError = CompressionError
+KAFKA_PYTHON_NAMES = (
+    "BrokerResponseError", "CorruptRecordError", "IllegalArgumentError", "IllegalStateError",
+    "KafkaConfigurationError", "KafkaConnectionError", "KafkaError", "KafkaProtocolError",
+    "KafkaTimeoutError", "MessageSizeTooLargeError", "NetworkExceptionError",
+    "NotLeaderForPartitionError", "UnknownError", "UnsupportedCodecError",
+)
 
 
 # -- The write-ahead log (wal_dir) --------------------------------------------------------

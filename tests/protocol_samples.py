@@ -16,11 +16,15 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceResponse as KpProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from netkafka.protocol.produce import PRODUCE_LEGACY_VERSIONS, PRODUCE_VERSIONS
 from netkafka.protocol.versions import SUPPORTED_VERSIONS
 
 CORRELATION_ID = 0x1234567
 
 ALL_VERSIONS = {api: range(low, high + 1) for api, (low, high) in SUPPORTED_VERSIONS.items()}
+# Produce as encoded and decoded: the negotiated versions and the legacy ones below them,
+# used only when api_version pins them.
+PRODUCE_ENCODED_VERSIONS = range(PRODUCE_LEGACY_VERSIONS[0], PRODUCE_VERSIONS[1] + 1)
 
 
 def kafka_python_response(cls, version, **fields):
@@ -71,7 +75,7 @@ def produce_response_fields(version):
 
 
 def assert_produce_response_equal(ours, theirs, version):
-    assert ours.throttle_time_ms == theirs.throttle_time_ms
+    assert ours.throttle_time_ms == (theirs.throttle_time_ms if version >= 1 else 0)
     assert len(ours.topics) == len(theirs.responses)
     for t, kt in zip(ours.topics, theirs.responses):
         if version >= 13:
@@ -81,7 +85,8 @@ def assert_produce_response_equal(ours, theirs, version):
         assert len(t.partitions) == len(kt.partition_responses)
         for p, kp in zip(t.partitions, kt.partition_responses):
             assert (p.partition, p.error_code, p.base_offset, p.log_append_time_ms) == (
-                kp.index, kp.error_code, kp.base_offset, kp.log_append_time_ms)
+                kp.index, kp.error_code, kp.base_offset,
+                kp.log_append_time_ms if version >= 2 else -1)
             assert p.log_start_offset == (kp.log_start_offset if version >= 5 else -1)
             if version >= 8:
                 assert p.error_message == kp.error_message
@@ -157,6 +162,17 @@ def api_versions_response_fields(version):
 
 def init_producer_id_response_fields(version):
     return dict(throttle_time_ms=1, error_code=0, producer_id=1 << 40, producer_epoch=7)
+
+
+def sasl_handshake_response_fields(version):
+    return dict(error_code=0, mechanisms=["PLAIN", "SCRAM-SHA-512"])
+
+
+def sasl_authenticate_response_fields(version):
+    fields = dict(error_code=0, error_message="no", auth_bytes=b"r=nonce,s=salt,i=4096")
+    if version >= 1:
+        fields["session_lifetime_ms"] = 3000
+    return fields
 
 
 def build_batch(records, base_timestamp_ms=None, producer_id=-1, producer_epoch=-1,

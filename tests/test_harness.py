@@ -17,8 +17,9 @@ from confluent_kafka import KafkaException, Producer
 
 from netkafka.errors import BrokerHarnessError
 from netkafka.testing.admin import broker_api_versions, create_topic
-from netkafka.testing.broker import (KAFKA_LINES, Cluster, Listener, _decode_metadata, free_ports,
-                                     jar_version, kafka_libs_dir, new_cluster_id, probe_metadata)
+from netkafka.testing.broker import (FAST_START_JVM_OPTIONS, KAFKA_LINES, Cluster, Listener,
+                                     _decode_metadata, free_ports, jar_version, kafka_libs_dir,
+                                     new_cluster_id, probe_metadata)
 from netkafka.testing.fixtures import ExternalBroker
 from netkafka.testing.reader import Record, read_topic
 
@@ -379,3 +380,21 @@ def test_probe_rejects_truncated_responses():
             _decode_metadata(response[:size], 1)
     with pytest.raises(BrokerHarnessError, match="correlation id"):
         _decode_metadata(response, 2)
+
+
+def test_stop_deletes_the_topic_data_in_a_given_directory_and_keeps_the_logs(tmp_path, topic_name):
+    # pytest keeps the last sessions' directories: without this, hundreds of MB of topic
+    # data stayed in the temp directory after each run.
+    cluster = Cluster(1, directory=tmp_path, jvm_options=FAST_START_JVM_OPTIONS)
+    cluster.start()
+    try:
+        create_topic(cluster.bootstrap, topic_name)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap})
+        producer.produce(topic_name, b"x" * 1000)
+        assert producer.flush(30) == 0
+        (node,) = cluster.nodes
+        assert any(node.data_dir.glob(f"{topic_name}-0/*.log"))
+    finally:
+        cluster.stop()
+    assert not node.data_dir.exists() and node.log_path.stat().st_size > 0
+    assert tmp_path.exists()

@@ -47,10 +47,10 @@ def check_topic(bootstrap, topic, delivered, failed=()):
     return values
 
 
-def test_batches_behind_a_refused_batch_are_restamped_and_delivered(kafka_broker, topic_name):
-    create_topic(kafka_broker.bootstrap, topic_name,
+def test_batches_behind_a_refused_batch_are_restamped_and_delivered(core_broker, topic_name):
+    create_topic(core_broker.bootstrap, topic_name,
                  config={"max.message.bytes": str(MAX_MESSAGE_BYTES)})
-    with Producer(bootstrap_servers=kafka_broker.bootstrap, batch_size=1024,
+    with Producer(bootstrap_servers=core_broker.bootstrap, batch_size=1024,
                   linger_ms=0, max_in_flight_requests_per_connection=5) as p:
         first = p.send(topic_name, b"first")
         first.get(30)
@@ -72,7 +72,7 @@ def test_batches_behind_a_refused_batch_are_restamped_and_delivered(kafka_broker
     # and were re-stamped with the queued ones.
     assert metrics.get("sender_errors.OUT_OF_ORDER_SEQUENCE_NUMBER", 0) > 0, \
         "no batch was in flight behind the refused one: test proves less than it says"
-    check_topic(kafka_broker.bootstrap, topic_name, [(b"first", first)] + before + after)
+    check_topic(core_broker.bootstrap, topic_name, [(b"first", first)] + before + after)
 
 
 EARLY = [b"early-%d" % i for i in range(5)]

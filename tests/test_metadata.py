@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import ElectionType, TopicPartition
 
 from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
-from netkafka import errors
+from netkafka import Producer, errors
 from netkafka.client.connection import ConnectionConfig
 from netkafka.errors import KafkaTimeoutError
 from netkafka.client.io_pool import IOPool
@@ -204,3 +204,26 @@ def test_connections_follow_the_partition_leader(failover_cluster, topic_name):
     read = read_topic(cluster.bootstrap, topic_name, expected_count=40)
     assert as_read(read) == [tuple(w) for b in batches for w in b.records]
     release_batches(batches)
+
+
+def test_a_killed_leader_is_replaced_though_the_first_refresh_still_names_it(
+        failover_cluster, topic_name):
+    """SIGKILL, unlike a clean stop, moves no leadership at once: the controller fences the
+    dead broker seconds later, so the refresh its dropped connection asks for still names it.
+    The failed reconnects must ask again until the new leader shows; before they did, the
+    batch waited for delivery_timeout_ms and failed (found by tests/test_chaos.py)."""
+    cluster = failover_cluster
+    metadata = create_topic(cluster.bootstrap, topic_name, partitions=1, replication_factor=3,
+                            config={"min.insync.replicas": "2"})
+    leader = metadata.topics[topic_name].partitions[0].leader
+    # No other connection times out and asks for metadata meanwhile: only the leader's
+    # connection fails.  metadata_max_age_ms stays far beyond the delivery timeout.
+    with Producer(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000,
+                  delivery_timeout_ms=60000, metadata_max_age_ms=300000,
+                  reconnect_backoff_max_ms=500) as producer:
+        producer.send(topic_name, b"before").get(30)
+        cluster.node(leader).kill()
+        after = producer.send(topic_name, b"after").get(55)
+    assert after.offset == 1
+    assert [r.value for r in read_topic(cluster.bootstrap, topic_name, expected_count=2)] == [
+        b"before", b"after"]

@@ -216,3 +216,11 @@ def test_console_script_is_declared():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, function = scripts["netkafka-perf"].partition(":")
     assert module == perf.__name__ and getattr(perf, function) is perf.main
+
+
+def test_properties_file_is_read_as_java_reads_it(tmp_path):
+    path = tmp_path / "producer.properties"
+    path.write_text("! comment\nbootstrap.servers = h1:9092,\\\n    h2:9092\n"
+                    "client.id: caf\\u00e9\nsasl.jaas.config a\\=b\n")
+    assert perf.read_properties(path) == [("bootstrap.servers", "h1:9092,h2:9092"),
+                                          ("client.id", "café"), ("sasl.jaas.config", "a=b")]

@@ -16,6 +16,7 @@ from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, Kafka
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError)
 from netkafka.config import COMPRESSION_TYPES
+from netkafka.errors import SaslConfigError, SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
@@ -34,11 +35,11 @@ def kafka_python_partition(key, num_partitions):
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_round_trip_is_byte_exact_for_every_codec(kafka_broker, topic_name, codec):
-    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+def test_round_trip_is_byte_exact_for_every_codec(core_broker, topic_name, codec):
+    create_topic(core_broker.bootstrap, topic_name, partitions=3)
     now_ms = int(time.time() * 1000)
     sent = []
-    with producer(kafka_broker.bootstrap, compression_type=codec, linger_ms=20) as p:
+    with producer(core_broker.bootstrap, compression_type=codec, linger_ms=20) as p:
         futures = []
         for i in range(3000):
             key = None if i % 7 == 0 else f"key-{i}".encode()
@@ -52,7 +53,7 @@ def test_round_trip_is_byte_exact_for_every_codec(kafka_broker, topic_name, code
             sent.append((key, value, headers, timestamp_ms))
         p.flush()
         metadata = [f.get(0) for f in futures]
-    records = read_topic(kafka_broker.bootstrap, topic_name, len(sent))
+    records = read_topic(core_broker.bootstrap, topic_name, len(sent))
     assert len(records) == len(sent)
     by_position = {(r.partition, r.offset): r for r in records}
     for (key, value, headers, timestamp_ms), meta in zip(sent, metadata):
@@ -86,16 +87,16 @@ def test_metadata_offsets_are_the_consumed_offsets_per_partition(kafka_broker, t
         assert offsets == list(range(len(offsets)))
 
 
-def test_keyed_records_land_where_kafka_python_murmur2_puts_them(kafka_broker, topic_name):
+def test_keyed_records_land_where_kafka_python_murmur2_puts_them(core_broker, topic_name):
     partitions = 7
-    create_topic(kafka_broker.bootstrap, topic_name, partitions=partitions)
+    create_topic(core_broker.bootstrap, topic_name, partitions=partitions)
     keys = [f"user-{i}".encode() for i in range(2000)] + [b"", b"\x00\xff" * 9]
-    with producer(kafka_broker.bootstrap) as p:
+    with producer(core_broker.bootstrap) as p:
         futures = [p.send(topic_name, key=key, value=b"v") for key in keys]
         p.flush()
         placed = [f.get().partition for f in futures]
     assert placed == [kafka_python_partition(key, partitions) for key in keys]
-    records = read_topic(kafka_broker.bootstrap, topic_name, len(keys))
+    records = read_topic(core_broker.bootstrap, topic_name, len(keys))
     assert sorted((r.key, r.partition) for r in records) == sorted(
         (key, kafka_python_partition(key, partitions)) for key in keys)
 
@@ -139,9 +140,9 @@ def test_explicit_partition_and_partitions_for(kafka_broker, topic_name):
 
 
 @pytest.mark.parametrize("acks", [0, 1, "all"])
-def test_every_acks_setting_delivers(kafka_broker, topic_name, acks):
-    create_topic(kafka_broker.bootstrap, topic_name)
-    with producer(kafka_broker.bootstrap, acks=acks) as p:
+def test_every_acks_setting_delivers(core_broker, topic_name, acks):
+    create_topic(core_broker.bootstrap, topic_name)
+    with producer(core_broker.bootstrap, acks=acks) as p:
         futures = [p.send(topic_name, f"{acks}-{i}".encode()) for i in range(5000)]
         p.flush()
         metadata = [f.get(0) for f in futures]
@@ -149,7 +150,7 @@ def test_every_acks_setting_delivers(kafka_broker, topic_name, acks):
         assert {m.offset for m in metadata} == {-1}  # the broker says nothing
     else:
         assert [m.offset for m in metadata] == list(range(5000))
-    records = read_topic(kafka_broker.bootstrap, topic_name, 5000)
+    records = read_topic(core_broker.bootstrap, topic_name, 5000)
     assert [r.value for r in records] == [f"{acks}-{i}".encode() for i in range(5000)]
 
 
@@ -357,8 +358,9 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
     ({"backoff": "spin"}, ValueError, r"backoff must be 'block', 'drop', 'park' or an object"),
     ({"partitioner": "nope"}, ValueError, r"partitioner must be 'default', 'murmur2', "
-                                          r"'round_robin', 'broker_aware', a Partitioner "
-                                          r"or a callable, got 'nope'"),
+                                          r"'round_robin', 'broker_aware', a Partitioner, "
+                                          r"an object with partition\(\) or a callable, "
+                                          r"got 'nope'"),
     ({"io_threads": 0}, ValueError, r"io_threads must be an int >= 1, got 0"),
     ({"max_in_flight_requests_per_connection": "5"}, ValueError,
      r"max_in_flight_requests_per_connection must be an int >= 1, got '5'"),
@@ -366,12 +368,28 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"enable_idempotence=True needs acks='all'"),
     ({"delivery_timeout_ms": 1000}, ValueError,
      r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms"),
-    ({"value_serializer": "json"}, ValueError, r"value_serializer must be a callable"),
-    ({"security_protocol": "SSL"}, NotImplementedError, r"security_protocol='SSL'.*PLAINTEXT"),
-    ({"sasl_mechanism": "PLAIN"}, NotImplementedError, r"sasl_mechanism='PLAIN'"),
-    ({"ssl_cafile": "/ca.pem"}, NotImplementedError, r"ssl_cafile='/ca.pem'"),
+    ({"value_serializer": "json"}, ValueError, r"value_serializer must be a Serializer"),
+    ({"security_protocol": "TLS"}, SslConfigError, r"security_protocol='TLS' is not one of "
+                                                   r"PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({"sasl_mechanism": "PLAIN"}, SaslConfigError, r"sasl_mechanism is set but "
+                                                   r"security_protocol='PLAINTEXT'"),
+    ({"ssl_cafile": "/ca.pem"}, SslConfigError, r"ssl_cafile is set but "
+                                                r"security_protocol='PLAINTEXT' does not use TLS"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"}, netkafka.errors.SaslConfigError,
+     r"sasl_mechanism='PLAIN' needs sasl_plain_username"),
     ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
                                                         r"has no transactions yet"),
+    ({"api_version": "latest"}, ValueError,
+     r"api_version must be None, 'auto' or a tuple of ints such as \(0, 10, 1\), got 'latest'"),
+    ({"api_version": (0, -10)}, ValueError, r"api_version must be .*, got \(0, -10\)"),
+    ({"api_version": (0, 10), "enable_idempotence": True}, ValueError,
+     r"enable_idempotence=True needs RecordBatch v2 \(Kafka 0\.11\+\); api_version=\(0, 10\) "
+     r"writes message format v1"),
+    ({"api_version": (0, 9), "compression_type": "zstd"}, ValueError,
+     r"compression_type='zstd' needs RecordBatch v2 \(Kafka 2\.1\+\); api_version=\(0, 9\) "
+     r"writes message format v0"),
+    ({"api_version": (0, 8, 1), "compression_type": "lz4"}, ValueError,
+     r"compression_type='lz4' needs Kafka 0\.8\.2\+; api_version=\(0, 8, 1\)"),
 ])
 def test_bad_options_are_refused_naming_them(options, error, message):
     with pytest.raises(error, match=message):

@@ -28,6 +28,12 @@ from kafka.protocol.producer import (
     ProduceRequest as KpProduceRequest,
     ProduceResponse as KpProduceResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest as KpSaslAuthenticateRequest,
+    SaslAuthenticateResponse as KpSaslAuthenticateResponse,
+    SaslHandshakeRequest as KpSaslHandshakeRequest,
+    SaslHandshakeResponse as KpSaslHandshakeResponse,
+)
 
 from blocking_wire import BlockingWire
 from netkafka import errors
@@ -46,13 +52,20 @@ from netkafka.protocol.init_producer_id import (
 )
 from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 from netkafka.protocol.produce import decode_produce_response, encode_produce_request
+from netkafka.protocol.sasl_authenticate import (
+    SaslAuthenticateResponse, decode_sasl_authenticate_response, encode_sasl_authenticate_request,
+)
+from netkafka.protocol.sasl_handshake import (
+    SaslHandshakeResponse, decode_sasl_handshake_response, encode_sasl_handshake_request,
+)
 from netkafka.protocol.versions import APIS, SUPPORTED_VERSIONS, negotiate_versions
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from protocol_samples import (
     ALL_VERSIONS, CORRELATION_ID, api_versions_response_fields, assert_metadata_equal,
-    assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
+    PRODUCE_ENCODED_VERSIONS, assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
     kafka_python_response, metadata_response_fields, produce_response_fields,
+    sasl_authenticate_response_fields, sasl_handshake_response_fields,
 )
 
 CLIENT_ID = "netkafka-test"
@@ -180,7 +193,7 @@ def test_reader_takes_any_contiguous_buffer():
 
 def test_api_keys_and_names_agree_with_kafka_python():
     requests = (KpApiVersionsRequest, KpMetadataRequest, KpInitProducerIdRequest, KpProduceRequest,
-                KpDescribeProducersRequest)
+                KpSaslHandshakeRequest, KpSaslAuthenticateRequest, KpDescribeProducersRequest)
     assert {key: key.kafka_name for key in ApiKey} == {
         cls.API_KEY: cls.__name__.removesuffix("Request") for cls in requests}
     assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
@@ -247,7 +260,19 @@ def test_init_producer_id_request_matches_kafka_python(version, transactional_id
     assert ours == theirs
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.PRODUCE])
+def test_sasl_handshake_request_matches_kafka_python():
+    ours = encode_sasl_handshake_request(CORRELATION_ID, CLIENT_ID, 1, "SCRAM-SHA-256")
+    assert ours == kafka_python_request(KpSaslHandshakeRequest, 1, mechanism="SCRAM-SHA-256")
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.SASL_AUTHENTICATE])
+@pytest.mark.parametrize("auth_bytes", [b"", b"\0alice\0secret", bytes(range(256)) * 4])
+def test_sasl_authenticate_request_matches_kafka_python(version, auth_bytes):
+    ours = encode_sasl_authenticate_request(CORRELATION_ID, CLIENT_ID, version, auth_bytes)
+    assert ours == kafka_python_request(KpSaslAuthenticateRequest, version, auth_bytes=auth_bytes)
+
+
+@pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)
 def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
     batches = {("t1", 0): build_batch([(b"k", b"v0", [])], 1000),
                ("t1", 3): bytearray(build_batch([(None, b"v1", [("h", b"x")])], 2000)),
@@ -294,7 +319,8 @@ def test_produce_request_takes_a_slice_of_a_larger_buffer_without_copying():
 
 @pytest.mark.parametrize("kwargs, problem", [
     ({"acks": 2}, "acks must be 0, 1 or -1"),
-    ({"version": 2}, "Produce v2 is not supported"),
+    ({"version": -1}, "Produce v-1 is not supported"),
+    ({"version": 2, "transactional_id": "tx"}, "Produce v2 has no transactional id"),
     ({"version": 14}, "Produce v14 is not supported"),
     ({"version": 13}, "names topics by id"),
     ({"version": 13, "topic_ids": {"other": uuid.uuid4()}}, "needs the topic id of 't'"),
@@ -315,7 +341,7 @@ def test_produce_request_refuses_a_non_contiguous_batch():
 
 # --- decoders on kafka-python's encodings
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.PRODUCE])
+@pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)
 def test_produce_response_decoded_as_kafka_python_encodes_it(version):
     data = kafka_python_response(KpProduceResponse, version, **produce_response_fields(version))
     ours = decode_produce_response(data, version)
@@ -434,15 +460,42 @@ def test_describe_producers_response_decoded_as_kafka_python_encodes_it():
         PartitionProducers("alpha", 1, 6, "not the leader", ())]
 
 
-@pytest.mark.parametrize("decode, api", [
-    (decode_describe_producers_response, ApiKey.DESCRIBE_PRODUCERS),
-    (decode_produce_response, ApiKey.PRODUCE),
-    (decode_metadata_response, ApiKey.METADATA),
-    (decode_api_versions_response, ApiKey.API_VERSIONS),
-    (decode_init_producer_id_response, ApiKey.INIT_PRODUCER_ID),
+def test_sasl_handshake_response_decoded_as_kafka_python_encodes_it():
+    data = kafka_python_response(KpSaslHandshakeResponse, 1, **sasl_handshake_response_fields(1))
+    assert decode_sasl_handshake_response(data, 1) == SaslHandshakeResponse(
+        0, ("PLAIN", "SCRAM-SHA-512"))
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.SASL_AUTHENTICATE])
+def test_sasl_authenticate_response_decoded_as_kafka_python_encodes_it(version):
+    data = kafka_python_response(KpSaslAuthenticateResponse, version,
+                                 **sasl_authenticate_response_fields(version))
+    assert decode_sasl_authenticate_response(data, version) == SaslAuthenticateResponse(
+        0, "no", b"r=nonce,s=salt,i=4096", 3000 if version >= 1 else 0)
+
+
+@pytest.mark.parametrize("version, data", [
+    (0, struct.pack(">hhi", 0, -1, 100) + b"short"),  # auth bytes longer than the answer
+    (0, struct.pack(">hhi", 0, -1, -1)),  # null auth bytes
+    (2, b"\x00" + struct.pack(">h", 0) + b"\x00" + b"\xff\xff\xff\xff\x0f"),  # huge compact length
 ])
-def test_decoders_refuse_versions_they_do_not_know(decode, api):
-    low, high = SUPPORTED_VERSIONS[api]
+def test_sasl_authenticate_decoder_refuses_bad_auth_bytes(version, data):
+    with pytest.raises(errors.ProtocolError):
+        decode_sasl_authenticate_response(data, version)
+
+
+@pytest.mark.parametrize("decode, versions", [
+    # Produce decodes the legacy versions below the negotiated ones too.
+    (decode_produce_response, PRODUCE_ENCODED_VERSIONS),
+    (decode_describe_producers_response, ALL_VERSIONS[ApiKey.DESCRIBE_PRODUCERS]),
+    (decode_sasl_handshake_response, ALL_VERSIONS[ApiKey.SASL_HANDSHAKE]),
+    (decode_sasl_authenticate_response, ALL_VERSIONS[ApiKey.SASL_AUTHENTICATE]),
+    (decode_metadata_response, ALL_VERSIONS[ApiKey.METADATA]),
+    (decode_api_versions_response, ALL_VERSIONS[ApiKey.API_VERSIONS]),
+    (decode_init_producer_id_response, ALL_VERSIONS[ApiKey.INIT_PRODUCER_ID]),
+])
+def test_decoders_refuse_versions_they_do_not_know(decode, versions):
+    low, high = versions[0], versions[-1]
     with pytest.raises(ValueError, match="not supported"):
         decode(b"", high + 1)
     with pytest.raises(ValueError, match="not supported"):
@@ -477,6 +530,32 @@ def test_negotiation_picks_highest_common_version():
 def test_negotiation_fails_naming_the_brokers_range(ranges, expected):
     with pytest.raises(errors.IncompatibleBrokerError, match=expected):
         negotiate_versions(api_versions(ranges))
+
+
+# Kafka 3.9.2's and 4.4.0's Produce ranges as their ApiVersions answers give them: 4.x
+# still lists v0 though it refuses v0..v2.
+KAFKA_3_9_RANGES = {**KAFKA_4_RANGES, 0: (0, 11), 3: (0, 12)}
+
+
+@pytest.mark.parametrize("pinned", [0, 1, 2])
+def test_a_pinned_legacy_produce_version_is_used_where_the_broker_takes_it(pinned):
+    chosen = negotiate_versions(api_versions(KAFKA_3_9_RANGES), pinned)
+    assert chosen[ApiKey.PRODUCE] == pinned
+    assert chosen[ApiKey.METADATA] == 12  # the others are negotiated as ever
+    # A broker older than 0.11 (no Produce v3) is no obstacle then.
+    assert negotiate_versions(api_versions({0: (0, 2), 3: (0, 2)}), pinned)[
+        ApiKey.PRODUCE] == pinned
+
+
+@pytest.mark.parametrize("ranges, expected", [
+    (KAFKA_4_RANGES, r"needs Produce v2 \(legacy message sets\), but the broker is Kafka 4\.0 "
+                     r"or newer \(it offers Produce v13\), which refuses v0\.\.v2"),
+    ({0: (3, 11), 3: (0, 12)}, r"needs Produce v2 .* the broker supports Produce v3\.\.v11"),
+    ({3: (0, 12)}, r"needs Produce v2 .* the broker does not offer Produce"),
+])
+def test_a_pinned_legacy_produce_version_the_broker_refuses_fails_negotiation(ranges, expected):
+    with pytest.raises(errors.IncompatibleBrokerError, match=expected):
+        negotiate_versions(api_versions(ranges), 2)
 
 
 # --- error codes

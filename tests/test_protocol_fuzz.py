@@ -37,13 +37,18 @@ from kafka.protocol.producer import (
 
 from blocking_wire import BlockingWire
 from netkafka.errors import ProtocolError
-from netkafka.protocol import api_versions, init_producer_id, metadata, produce
+from kafka.protocol.sasl import SaslAuthenticateResponse as KpSaslAuthenticateResponse
+from kafka.protocol.sasl import SaslHandshakeResponse as KpSaslHandshakeResponse
+from netkafka.protocol import (
+    api_versions, init_producer_id, metadata, produce, sasl_authenticate, sasl_handshake,
+)
 from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
 from protocol_samples import (
     ALL_VERSIONS, api_versions_response_fields, assert_metadata_equal,
     assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
     kafka_python_response, metadata_response_fields, produce_response_fields,
+    sasl_authenticate_response_fields, sasl_handshake_response_fields,
 )
 
 FUZZ_EXAMPLES = int(os.environ.get("NETKAFKA_FUZZ_EXAMPLES", "300"))
@@ -66,12 +71,19 @@ DECODERS = {
                      KpApiVersionsResponse, api_versions_response_fields),
     "init_producer_id": (init_producer_id.decode_init_producer_id_response, ApiKey.INIT_PRODUCER_ID,
                          KpInitProducerIdResponse, init_producer_id_response_fields),
+    "sasl_handshake": (sasl_handshake.decode_sasl_handshake_response, ApiKey.SASL_HANDSHAKE,
+                       KpSaslHandshakeResponse, sasl_handshake_response_fields),
+    "sasl_authenticate": (sasl_authenticate.decode_sasl_authenticate_response,
+                          ApiKey.SASL_AUTHENTICATE, KpSaslAuthenticateResponse,
+                          sasl_authenticate_response_fields),
 }
 RESULT_TYPES = {
     "produce": produce.ProduceResponse,
     "metadata": metadata.MetadataResponse,
     "api_versions": api_versions.ApiVersionsResponse,
     "init_producer_id": init_producer_id.InitProducerIdResponse,
+    "sasl_handshake": sasl_handshake.SaslHandshakeResponse,
+    "sasl_authenticate": sasl_authenticate.SaslAuthenticateResponse,
 }
 
 # kafka-python's valid encodings, per (decoder, version): built once.

@@ -25,6 +25,7 @@ from pyspark import TaskContext, cloudpickle
 from pyspark.sql import SparkSession
 
 from netkafka import spark as nks
+from netkafka.errors import SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -399,8 +400,12 @@ def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
         nks.arrow_emitter("t", {"bootstrap.servers": "h:1", "linger.ms": "soon"})
     with pytest.raises(ValueError, match="acks must be"):
         nks.pandas_emitter("t", {"bootstrap.servers": "h:1", "acks": "some"})
-    with pytest.raises(NotImplementedError, match="PLAINTEXT"):
-        nks.partition_sink("t", {"bootstrap.servers": "h:1", "security.protocol": "SSL"})
+    with pytest.raises(SslConfigError, match="ssl_cafile is set but security_protocol="
+                                             "'PLAINTEXT' does not use TLS"):
+        nks.partition_sink("t", {"bootstrap.servers": "h:1", "ssl.truststore.location": "/ca"})
+    with pytest.raises(ValueError, match="ssl.keystore.type='JKS': must be 'PEM'"):
+        nks.partition_sink("t", {"bootstrap.servers": "h:1", "security.protocol": "SSL",
+                                 "ssl.keystore.type": "JKS"})
     with pytest.raises(TypeError, match="config must be None, a dict"):
         nks.partition_sink("t", "bootstrap.servers=h:1")
     with pytest.raises(TypeError, match="key must be a column name"):

@@ -8,12 +8,23 @@ connection keeps them in a FIFO and checks each answer against the oldest.
 
 Setup: from TCP connect to READY a connection passes, in this order,
 CONNECTING (TCP) -> TRANSPORT_HANDSHAKE (the transport's own, e.g. TLS; plain TCP
-has none) -> NEGOTIATING_VERSIONS (ApiVersions) -> AUTHENTICATING (SASL; none
-yet) -> READY.  _io_advance() is the one place that moves it along; a stage with
+has none) -> NEGOTIATING_VERSIONS (ApiVersions) -> AUTHENTICATING (SASL, on SASL_PLAINTEXT
+and SASL_SSL; others pass it at once) -> READY.  _io_advance() is the one place that moves it along; a stage with
 nothing to do passes at once.  Versions come before authentication because the
 SASL requests' versions are negotiated, and brokers answer one ApiVersions
 request before authentication for that reason.  connect_timeout_ms bounds the
 whole setup; a failure names the stage it happened in.
+
+SASL (client/sasl/ holds the mechanisms): SaslHandshake v1 names the mechanism,
+then SaslAuthenticate carries each of its messages.  A mechanism's prepare() may
+block (a token endpoint, a KDC), so it runs on a short-lived thread of its own
+that hands the mechanism back and wakes the I/O thread; PLAIN and SCRAM have
+nothing to prepare and start at once.  KIP-368: when the broker's last answer
+gives a session lifetime, the connection re-authenticates after 85-95% of it,
+while READY: a new mechanism is prepared while requests keep flowing; from its
+SaslHandshake until the exchange ends no new request is framed (the broker must
+see the exchange uninterrupted), but requests already in flight stay in flight
+and are answered in order, before the SASL answers.
 
 Write path (modelled on uvloop's stream transport): requests are framed into a
 queue of memoryviews -- the request header bytes and, for Produce, the sealed
@@ -39,16 +50,26 @@ import struct
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netkafka import errors
 from netkafka._validate import check_int
+from netkafka.client.tls import TLS_PROTOCOLS, TlsTransport
+from netkafka.client.sasl import (
+    SASL_PROTOCOLS, SaslMechanism, check_sasl_settings, create_mechanism,
+)
 from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 from netkafka.protocol.api_versions import (
     API_VERSIONS_VERSION, decode_api_versions_response, encode_api_versions_request,
 )
 from netkafka.protocol.framing import ApiKey, api_name
+from netkafka.protocol.sasl_authenticate import (
+    decode_sasl_authenticate_response, encode_sasl_authenticate_request,
+)
+from netkafka.protocol.sasl_handshake import (
+    decode_sasl_handshake_response, encode_sasl_handshake_request,
+)
 from netkafka.protocol.versions import SUPPORTED_VERSIONS, negotiate_versions
 
 _MiB = 1024 * 1024
@@ -64,7 +85,7 @@ DISCONNECTED = "disconnected"
 CONNECTING = "connecting"  # TCP connect in progress
 TRANSPORT_HANDSHAKE = "transport_handshake"  # the transport's handshake steps
 NEGOTIATING_VERSIONS = "negotiating_versions"  # ApiVersions sent, answer awaited
-AUTHENTICATING = "authenticating"  # SASL exchange (none yet: passed at once)
+AUTHENTICATING = "authenticating"  # SASL exchange (passed at once without SASL)
 READY = "ready"
 CLOSED = "closed"  # terminal: the pool shut down
 
@@ -115,6 +136,17 @@ class ConnectionConfig:
             before anything is allocated (a non-Kafka peer's first bytes
             read as a size are usually huge).  Default 100 MiB, the broker's
             own socket.request.max.bytes.
+        socket_options: (level, option, value) triples given to setsockopt()
+            on every broker socket before connect (kafka-python's
+            socket_options).  Default: TCP_NODELAY on.
+        produce_version: None negotiates Produce as every API; 0..2 pins that
+            legacy version (a producer's api_version below (0, 11)): a broker
+            that does not offer it fails the handshake (IncompatibleBrokerError).
+        security_protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+        ssl_context: the ssl.SSLContext of SSL and SASL_SSL connections (built
+            and checked by config.ProducerConfig), None without TLS.
+        sasl_settings: kafka-python's SASL settings (client.sasl.SASL_DEFAULTS
+            names), checked by config.ProducerConfig; None without SASL.
     """
 
     client_id: str = "netkafka"
@@ -129,8 +161,22 @@ class ConnectionConfig:
     high_watermark_bytes: int = 8 * _MiB
     low_watermark_bytes: int = 4 * _MiB
     max_response_bytes: int = 100 * _MiB
+    socket_options: tuple = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+    produce_version: object = None
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: object = None
+    sasl_settings: object = field(default=None, repr=False)  # holds passwords
+
+    @property
+    def uses_sasl(self):
+        """True when connections authenticate with SASL (SASL_PLAINTEXT, SASL_SSL)."""
+        return self.security_protocol in SASL_PROTOCOLS
 
     def __post_init__(self):
+        if self.uses_sasl != (self.sasl_settings is not None):
+            raise ValueError(f"security_protocol={self.security_protocol!r} needs "
+                             f"{'no ' if self.sasl_settings is not None else ''}sasl_settings")
+        check_sasl_settings(self.sasl_settings or {}, self.security_protocol)
         if not isinstance(self.client_id, str):
             raise ValueError(f"client_id must be a str, got {self.client_id!r}")
         for name in (
@@ -151,6 +197,10 @@ class ConnectionConfig:
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        check_int("produce_version", self.produce_version, 0, maximum=2, none_allowed=True)
+        if (self.ssl_context is not None) != (self.security_protocol in TLS_PROTOCOLS):
+            raise ValueError(f"security_protocol={self.security_protocol!r} needs "
+                             f"{'an' if self.ssl_context is None else 'no'} ssl_context")
 
 
 class Request:
@@ -238,7 +288,13 @@ class BrokerConnection:
         self._api_versions = None
         self._last_error = None  # guarded by _lock: why the last connection ended
         self._stats = {"connect_attempts": 0, "connections_ready": 0, "requests_sent": 0,
-                       "in_flight_peak": 0}  # guarded by _lock
+                       "in_flight_peak": 0, "reauthentications": 0,
+                       "in_flight_at_reauthentication": 0}  # guarded by _lock
+        # Guarded by _lock: the SASL mechanism whose prepare() runs on its own
+        # thread now (set by the I/O thread), and (mechanism, error) once it ends
+        # (set by that thread, only while it is still the one wanted).
+        self._sasl_preparing = None
+        self._sasl_prepared = None
 
         # Owned by the I/O thread.
         self._state = DISCONNECTED
@@ -261,6 +317,13 @@ class BrokerConnection:
         # a small answer costs one call, not one for its size and one for its body.
         self._rx = bytearray(_RX_BUFFER_BYTES)
         self._rx_len = 0
+        # SASL, owned by the I/O thread: the mechanism of the exchange under way
+        # (authentication or KIP-368 re-authentication), else None; whether its
+        # SaslHandshake went out (no other request is framed until it ends); when
+        # to re-authenticate (0: the broker set no session lifetime).
+        self._io_sasl = None
+        self._io_sasl_exchanging = False
+        self._io_reauth_at_ns = 0
 
     # ------------------------------------------------------------------
     # Any thread.
@@ -293,7 +356,10 @@ class BrokerConnection:
 
     def stats(self):
         """Counters: connect_attempts, connections_ready (handshakes done),
-        requests_sent, in_flight_peak (most requests outstanding at once)."""
+        requests_sent, in_flight_peak (most requests outstanding at once),
+        reauthentications (KIP-368 exchanges completed on a READY connection),
+        in_flight_at_reauthentication (requests awaiting answers when those
+        exchanges began, summed: they are answered, not dropped)."""
         with self._lock:
             return dict(self._stats)
 
@@ -416,6 +482,12 @@ class BrokerConnection:
                 count_failure=False)
         try:
             self._io_check_deadlines(now_ns)
+            if self._io_sasl is not None and not self._io_sasl_exchanging:
+                self._io_take_prepared(now_ns)
+            elif (self._state == READY and self._io_reauth_at_ns
+                    and now_ns >= self._io_reauth_at_ns):
+                self._io_reauth_at_ns = 0
+                self._io_start_sasl(now_ns)
             if self._state == DISCONNECTED:
                 if now_ns >= self._next_attempt_ns and self._io_has_work():
                     self._io_connect(now_ns)
@@ -443,6 +515,9 @@ class BrokerConnection:
             elif not self._write_queue and not self._io_has_work():
                 deadline = (self._last_activity_ns
                             + self.config.connections_max_idle_ms * 1_000_000)
+            if self._io_reauth_at_ns:
+                deadline = (self._io_reauth_at_ns if deadline is None
+                            else min(deadline, self._io_reauth_at_ns))
         with self._lock:
             if self._submitted:
                 oldest = min(r.deadline_ns for r in self._submitted)
@@ -498,7 +573,8 @@ class BrokerConnection:
         self._connect_deadline_ns = now_ns + self.config.connect_timeout_ms * 1_000_000
         try:
             transport, err = connect_tcp(host, port, self.config.send_buffer_bytes,
-                                         self.config.receive_buffer_bytes)
+                                         self.config.receive_buffer_bytes,
+                                         self.config.socket_options)
         except socket.gaierror as exc:
             self._io_fail(KafkaConnectionError(
                 f"cannot resolve {host}:{port} for {self._who()}: {exc}"), now_ns)
@@ -506,6 +582,8 @@ class BrokerConnection:
         except OSError as exc:
             self._io_fail(_as_kafka_error(exc, self), now_ns)
             return
+        if self.config.ssl_context is not None:
+            transport = TlsTransport(transport, self.config.ssl_context, host, f"{host}:{port}")
         self._transport = transport
         self._registered_events = 0
         self._queued_total = self._written_total = 0
@@ -537,8 +615,10 @@ class BrokerConnection:
         elif state == NEGOTIATING_VERSIONS:
             self._io_send_api_versions(API_VERSIONS_VERSION, now_ns)
         elif state == AUTHENTICATING:
-            # No SASL mechanism is configured (none exists yet): nothing to prove.
-            self._io_advance(now_ns)
+            if self.config.uses_sasl:
+                self._io_start_sasl(now_ns)
+            else:
+                self._io_advance(now_ns)
         else:
             with self._lock:
                 self._stats["connections_ready"] += 1
@@ -556,13 +636,19 @@ class BrokerConnection:
             self._io_advance(now_ns)
 
     def _io_send_api_versions(self, version, now_ns):
-        request = Request(
+        self._io_send_now(Request(
             ApiKey.API_VERSIONS,
             lambda cid, v: encode_api_versions_request(cid, self.config.client_id, v),
             decode_api_versions_response,
             self._io_on_api_versions,
-            api_version=version)
-        request.deadline_ns = self._connect_deadline_ns
+            api_version=version), now_ns)
+
+    def _io_send_now(self, request, now_ns):
+        """Frames and writes one of the connection's own requests (setup, SASL),
+        ahead of the in-flight limit: during setup it is due by the connect
+        deadline, on a READY connection (re-authentication) by request_timeout_ms."""
+        request.deadline_ns = (self._connect_deadline_ns if self._state != READY
+                               else now_ns + self.config.request_timeout_ms * 1_000_000)
         self._io_frame(request)
         self._io_flush(now_ns)
         if self._transport is not None:
@@ -583,12 +669,136 @@ class BrokerConnection:
                 self._io_send_api_versions(theirs[1], now_ns)
                 return
             # Raises for a broker without Produce v3 (IncompatibleBrokerError).
-            versions = negotiate_versions(response)
+            versions = negotiate_versions(response, self.config.produce_version)
             with self._lock:
                 self._api_versions = versions
             self._io_advance(now_ns)
         except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
             self._io_fail(_as_kafka_error(exc, self), now_ns)
+
+    # -- SASL
+
+    def _io_start_sasl(self, now_ns):
+        """Starts an exchange with a new mechanism: at once when it has nothing
+        to prepare, else once its prepare thread hands it back."""
+        with self._lock:
+            host = self._host
+        mechanism = create_mechanism(self.config.sasl_settings, host)
+        self._io_sasl = mechanism
+        if type(mechanism).prepare is SaslMechanism.prepare:
+            self._io_sasl_handshake(mechanism, now_ns)
+            return
+        with self._lock:
+            self._sasl_preparing = mechanism
+        threading.Thread(target=self._prepare_sasl, args=(mechanism,),
+                         name=f"netkafka-sasl-prepare-{self.node_id}", daemon=True).start()
+
+    def _prepare_sasl(self, mechanism):
+        """The prepare thread: runs the blocking part, hands the result over."""
+        error = None
+        try:
+            mechanism.prepare()
+        except Exception as exc:  # noqa: BLE001 -- handed to the I/O thread, which fails
+            error = exc
+        with self._lock:
+            if self._sasl_preparing is not mechanism:
+                return  # the connection ended meanwhile: nobody waits for it
+            self._sasl_preparing = None
+            self._sasl_prepared = (mechanism, error)
+        self._io_thread.wakeup()
+
+    def _io_take_prepared(self, now_ns):
+        with self._lock:
+            prepared, self._sasl_prepared = self._sasl_prepared, None
+        if prepared is None:
+            return
+        mechanism, error = prepared
+        if isinstance(error, errors.SaslAuthenticationFailedError):
+            raise self._sasl_failure(error)
+        if isinstance(error, errors.KafkaError):
+            raise error  # names its source itself (OAuthTokenError: the endpoint)
+        if error is not None:
+            raise errors.AuthenticationError(
+                f"{self._who()}: preparing {mechanism.name} failed: {error!r}") from error
+        self._io_sasl_handshake(mechanism, now_ns)
+
+    def _sasl_failure(self, error):
+        """A mechanism's SaslAuthenticationFailedError (which names the mechanism)
+        naming the broker too."""
+        return errors.SaslAuthenticationFailedError(f"{self._who()}: {error.message}")
+
+    def _io_sasl_handshake(self, mechanism, now_ns):
+        versions = self._api_versions
+        if (ApiKey.SASL_HANDSHAKE not in versions
+                or ApiKey.SASL_AUTHENTICATE not in versions):
+            raise errors.IncompatibleBrokerError(
+                f"{self._who()} lacks SaslHandshake v1 or SaslAuthenticate, which "
+                f"security_protocol={self.config.security_protocol!r} needs")
+        self._io_sasl_exchanging = True
+        if self._state == READY:
+            with self._lock:
+                self._stats["in_flight_at_reauthentication"] += len(self._in_flight)
+        client_id = self.config.client_id
+        self._io_send_now(Request(
+            ApiKey.SASL_HANDSHAKE,
+            lambda cid, v: encode_sasl_handshake_request(cid, client_id, v, mechanism.name),
+            decode_sasl_handshake_response,
+            lambda response, error: self._io_sasl_step(
+                self._io_on_sasl_handshake, mechanism, response, error)), now_ns)
+
+    def _io_send_sasl_bytes(self, mechanism, auth_bytes, now_ns):
+        client_id = self.config.client_id
+        self._io_send_now(Request(
+            ApiKey.SASL_AUTHENTICATE,
+            lambda cid, v: encode_sasl_authenticate_request(cid, client_id, v, auth_bytes),
+            decode_sasl_authenticate_response,
+            lambda response, error: self._io_sasl_step(
+                self._io_on_sasl_authenticate, mechanism, response, error)), now_ns)
+
+    def _io_sasl_step(self, handler, mechanism, response, error):
+        """Completion of a SASL request (inside _complete, which only logs: so a
+        failure here fails the connection)."""
+        if mechanism is not self._io_sasl:
+            return  # the connection ended: its failure already reported this
+        now_ns = time.monotonic_ns()
+        try:
+            if error is not None:
+                raise error
+            handler(mechanism, response, now_ns)
+        except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
+            self._io_fail(_as_kafka_error(exc, self), now_ns)
+
+    def _io_on_sasl_handshake(self, mechanism, response, now_ns):
+        if response.error_code:
+            raise errors.error_for_code(
+                response.error_code,
+                f"{self._who()} does not enable sasl_mechanism={mechanism.name!r} on this "
+                f"listener; it offers {', '.join(response.mechanisms) or 'none'}")
+        self._io_send_sasl_bytes(mechanism, mechanism.initial_response(), now_ns)
+
+    def _io_on_sasl_authenticate(self, mechanism, response, now_ns):
+        if response.error_code:
+            raise errors.error_for_code(
+                response.error_code,
+                f"{self._who()} refused {mechanism.name} authentication: "
+                f"{response.error_message or 'no reason given'}")
+        try:
+            out = mechanism.evaluate(response.auth_bytes)
+        except errors.SaslAuthenticationFailedError as exc:
+            raise self._sasl_failure(exc) from None
+        if out is not None:
+            self._io_send_sasl_bytes(mechanism, out, now_ns)
+            return
+        delay_ms = mechanism.reauthenticate_after_ms(response.session_lifetime_ms)
+        self._io_reauth_at_ns = 0 if delay_ms is None else now_ns + delay_ms * 1_000_000
+        self._io_sasl = None
+        self._io_sasl_exchanging = False
+        if self._state == READY:
+            with self._lock:
+                self._stats["reauthentications"] += 1
+            self._io_pump(now_ns)
+        else:
+            self._io_advance(now_ns)
 
     # -- writing
 
@@ -596,7 +806,8 @@ class BrokerConnection:
         """Frames submitted requests, then the request source's, while fewer
         than max_in_flight are outstanding; then writes."""
         limit = self.config.max_in_flight_requests_per_connection
-        while len(self._in_flight) < limit and self._state == READY:
+        while (len(self._in_flight) < limit and self._state == READY
+               and not self._io_sasl_exchanging):
             with self._lock:
                 request = self._submitted.popleft() if self._submitted else None
                 source = self._request_source
@@ -823,6 +1034,11 @@ class BrokerConnection:
         return int(capped * random.uniform(0.8, 1.2) * 1_000_000)
 
     def _io_close_transport(self):
+        self._io_sasl = None
+        self._io_sasl_exchanging = False
+        self._io_reauth_at_ns = 0
+        with self._lock:
+            self._sasl_preparing = self._sasl_prepared = None
         if self._transport is None:
             return
         if self._registered_events:

@@ -16,6 +16,7 @@ answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
 ``_changed``.
 """
+import copy
 import threading
 import time
 from typing import NamedTuple
@@ -158,6 +159,13 @@ class Metadata:
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
         self._errors = {}  # guarded by _lock: address -> last error there
+        # Guarded by _lock: an error that waiting cannot fix -- an authentication
+        # failure (a certificate, a password) or a broker netkafka cannot use at all
+        # (IncompatibleBrokerError, e.g. Kafka 4.x with a legacy api_version) --
+        # cleared when some broker answers a Metadata request.  The waits raise it at
+        # once rather than wait out max_block_ms (the Java client's metadata does the
+        # same with AuthenticationException).
+        self._fatal_error = None
         self._updates = 0  # guarded by _lock: answers received so far
         self._closed = False  # guarded by _lock
         self._listeners = []  # guarded by _lock: on_metadata(snapshot, moved)
@@ -214,10 +222,11 @@ class Metadata:
 
     def wait_for_bootstrap(self, timeout_s):
         """Blocks until the first answer; raises KafkaTimeoutError naming every
-        address tried and its error."""
+        address tried and its error, or IncompatibleBrokerError (wait_for_topic)."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while self._snapshot is None:
+                self._raise_fatal_error_locked()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise KafkaTimeoutError(
@@ -228,7 +237,8 @@ class Metadata:
 
     def wait_for_topic(self, topic, timeout_s):
         """The TopicInfo of topic once the cache has a leader for each of its
-        partitions; raises KafkaTimeoutError naming the topic and the reason."""
+        partitions; raises KafkaTimeoutError naming the topic and the reason, or
+        at once IncompatibleBrokerError once a broker turned out unusable."""
         self.add_topic(topic)
         deadline = time.monotonic() + timeout_s
         with self._changed:
@@ -237,6 +247,12 @@ class Metadata:
                 if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
+                self._raise_fatal_error_locked()
+                if info is not None and info.error_code == _TOPIC_AUTHORIZATION_FAILED:
+                    # As the Java client: the ACLs will not change by waiting.
+                    raise errors.TopicAuthorizationFailedError(
+                        f"topic {topic!r}: this principal may not Describe it (the metadata "
+                        "answer refuses it), so it cannot write to it either")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -295,8 +311,18 @@ class Metadata:
         pass
 
     def on_failure(self, conn, error, was_ready):
-        # A broker that dropped may have lost its leadership: look again.
-        if was_ready and conn.node_id >= 0:
+        if isinstance(error, errors.IncompatibleBrokerError):
+            with self._changed:
+                self._fatal_error = error
+                self._changed.notify_all()
+        # A broker that dropped, or that cannot be reached, may have lost its leadership:
+        # look again.  Failed connection attempts count too: a SIGKILLed leader is replaced
+        # only when the controller fences it, seconds later, so the refresh its dropped
+        # connection asked for may still name it -- and its batches would wait for it until
+        # delivery_timeout_ms.  A connection retries only while it has work, and refreshes
+        # are spaced by retry_backoff_ms: at most one per reconnect attempt (the Java client
+        # also asks again at every disconnect).
+        if conn.node_id >= 0:
             self.request_update()
 
     # ------------------------------------------------------------------
@@ -374,6 +400,7 @@ class Metadata:
             self._snapshot = snapshot
             self._updates += 1
             self._fetching = False
+            self._fatal_error = None  # some broker answers: waiting is not in vain
             self._last_attempt_ns = self._last_success_ns = now_ns
             self._next_candidate = 0
             # Again soon if someone asked while this fetch was out (a topic
@@ -397,6 +424,8 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = now_ns
             self._errors[conn.address] = str(error)
+            if isinstance(error, errors.AuthenticationError):
+                self._fatal_error = error
             self._need_update = True
             # The next address is tried at once while some address is untried
             # in this round; retry_backoff_ms applies after that.
@@ -410,10 +439,19 @@ class Metadata:
             return len(self._snapshot.brokers)
         return len(self._bootstrap)
 
+    def _raise_fatal_error_locked(self):
+        if self._fatal_error is not None:
+            # A copy per waiter: raising one instance in several threads would
+            # chain their tracebacks together.
+            raise copy.copy(self._fatal_error).with_traceback(None)
+
     def _describe_errors(self):
         if not self._errors:
             return "no answer yet"
         return "; ".join(f"{addr}: {err}" for addr, err in self._errors.items())
+
+
+_TOPIC_AUTHORIZATION_FAILED = errors.TopicAuthorizationFailedError.code
 
 
 def _snapshot_from(response):

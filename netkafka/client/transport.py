@@ -1,12 +1,12 @@
 """Transports: what carries a broker connection's bytes over its TCP socket.
 
 The connection (connection.py) frames requests and parses answers; its transport owns
-the socket and moves bytes, never blocking.  Today there is one, PlainTransport (in
-_transport.pyx, native so that a write costs no Python frame).  A TLS transport over
-``ssl.SSLObject`` + ``ssl.MemoryBIO`` keeps the same contract by holding a
-PlainTransport for the ciphertext; with kernel TLS the socket could stay a
-PlainTransport once the handshake has handed the keys to the kernel (``sendmsg`` and
-zero copy kept; to be measured).
+the socket and moves bytes, never blocking.  PlainTransport (in _transport.pyx, native
+so that a write costs no Python frame) carries PLAINTEXT and SASL_PLAINTEXT;
+tls.TlsTransport, ``ssl.SSLObject`` over ``ssl.MemoryBIO``s, keeps the same contract
+for SSL and SASL_SSL by holding a PlainTransport for the ciphertext.  Kernel TLS would
+let the socket stay a PlainTransport once the handshake handed the keys to the kernel
+(``sendmsg`` and zero copy kept): see tls.py for why it is not used.
 
 The contract, called only on the connection's I/O thread:
 
@@ -47,9 +47,10 @@ from netkafka.client._transport import IOV_MAX, PlainTransport
 __all__ = ["IOV_MAX", "PlainTransport", "connect_tcp"]
 
 
-def connect_tcp(host, port, send_buffer_bytes, receive_buffer_bytes):
+def connect_tcp(host, port, send_buffer_bytes, receive_buffer_bytes,
+                socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)):
     """Starts a non-blocking TCP connect; returns (PlainTransport, errno of
-    connect_ex).  Name resolution blocks: brokers are named by addresses or local
+    connect_ex).  socket_options: (level, option, value) triples for setsockopt().  Name resolution blocks: brokers are named by addresses or local
     names here, and a slow resolver would stall the calling I/O thread.
 
     Raises:
@@ -61,7 +62,8 @@ def connect_tcp(host, port, send_buffer_bytes, receive_buffer_bytes):
     sock = socket.socket(family, kind, proto)
     try:
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for level, option, value in socket_options:
+            sock.setsockopt(level, option, value)
         # Buffer sizes before connect(), so the window scale is negotiated for them.
         if send_buffer_bytes > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)

@@ -47,6 +47,8 @@ from netkafka.producer._mutex cimport Mutex
 from netkafka.producer._partitioner cimport Partitioner
 from netkafka.producer._wal cimport WalAppender
 from netkafka.record._batch cimport RecordBatchBuilder
+from netkafka.record._legacy cimport LegacyMessageSetBuilder
+from netkafka.record._pool cimport PooledBatch
 from netkafka.record._columns cimport checked_timestamp_ms
 from netkafka.csrc cimport (
     nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms,
@@ -67,7 +69,10 @@ cdef enum:
 @cython.final
 cdef class Batch:
     """An open or ready batch: its builder and the result its records' futures share."""
-    cdef readonly RecordBatchBuilder builder  # owned as _pool.pxd says (lock, then drainer)
+    # A RecordBatchBuilder, or a LegacyMessageSetBuilder (api_version below (0, 11));
+    # owned as _pool.pxd says (lock, then drainer).
+    cdef readonly PooledBatch builder
+    cdef readonly int legacy_magic            # immutable: the legacy builder's magic; -1 for v2
     cdef readonly BatchResult result          # thread-safe
     cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
     cdef public uint64_t wal_id               # its id in the WAL (0: no WAL); set when opened
@@ -75,8 +80,15 @@ cdef class Batch:
     # flush() to raise.  Accumulator's lock while open; read once completed.
     cdef readonly int untracked_records
 
-    def __cinit__(self, RecordBatchBuilder builder not None, BatchResult result not None,
+    def __cinit__(self, PooledBatch builder not None, BatchResult result not None,
                   int64_t created_ns):
+        if isinstance(builder, RecordBatchBuilder):
+            self.legacy_magic = -1
+        elif isinstance(builder, LegacyMessageSetBuilder):
+            self.legacy_magic = (<LegacyMessageSetBuilder>builder).magic
+        else:
+            raise TypeError(f"a Batch's builder is a RecordBatchBuilder or a "
+                            f"LegacyMessageSetBuilder, not {type(builder).__name__}")
         self.builder = builder
         self.result = result
         self.created_ns = created_ns
@@ -238,14 +250,23 @@ cdef class AccumulatorCore:
             return None
         if ts < 0:
             ts = nk_clock_now_ms(&self._clock)
-        if self.wal is None:
-            index = batch.builder._append_objects(key, value, headers, ts, -1)
-        else:
-            index = self.wal.append_to_batch(batch.builder, key, value, headers, ts,
-                                             batch.wal_id, queue.topic, queue.partition,
-                                             context)
+        if self.wal is not None:
+            # v2 only (a WAL needs RecordBatch v2: the config refuses a legacy format).
+            index = self.wal.append_to_batch(<RecordBatchBuilder>batch.builder, key, value,
+                                             headers, ts, batch.wal_id, queue.topic,
+                                             queue.partition, context)
             if index == -2:
                 raise WalFullError("the WAL is at wal_max_bytes")
+        elif batch.legacy_magic < 0:
+            index = (<RecordBatchBuilder>batch.builder)._append_objects(key, value, headers,
+                                                                        ts, -1)
+        elif batch.legacy_magic == 0:
+            # v0 has no timestamp field: as kafka-python, a given one is not
+            # written, and the record's metadata says -1 (none).
+            ts = -1
+            index = (<LegacyMessageSetBuilder>batch.builder).append(key, value, headers, None)
+        else:
+            index = (<LegacyMessageSetBuilder>batch.builder).append(key, value, headers, ts)
         if index < 0:
             return None
         if track == TRACK_COUNT:
@@ -363,8 +384,9 @@ cdef class ProducerCore:
     are Producer's.
     """
     cdef public AccumulatorCore _records   # the running accumulator, or None (above)
-    cdef public object _key_serializer     # callable or None
-    cdef public object _value_serializer   # callable or None
+    cdef public object _key_serializer     # Producer's serializer function or None
+    cdef public object _value_serializer   # Producer's serializer function or None
+    cdef public object _interceptors       # an InterceptorChain, or None when none is set
 
     def send(self, topic, value=None, key=None, headers=None, partition=None,
              timestamp_ms=None, context=None):
@@ -395,19 +417,32 @@ cdef class ProducerCore:
             RecordDroppedError: no memory and backoff='drop'.
             WalStorageError: the WAL's disk refused (full, unwritable, failed sync).
         """
+        if self._interceptors is not None:
+            return (<object>self)._send_intercepted(topic, value, key, headers, partition,
+                                                    timestamp_ms, True, context)
+        return self._append_record(topic, value, key, headers, partition, timestamp_ms,
+                                   TRACK_FUTURE, context)
+
+    cdef object _append_record(self, topic, value, key, headers, partition, timestamp_ms,
+                               int track, object context):
         cdef AccumulatorCore records = self._records
         if self._key_serializer is not None or self._value_serializer is not None:
-            key, value = (<object>self)._serialize_record(topic, key, value)
+            key, value, headers = (<object>self)._serialize_record(topic, key, value, headers)
         if records is None:
             records = (<object>self)._restarted()
         # Steps 2-5 of Producer's story are the accumulator's append: it comes back
         # to Producer._wait_for_partition() when metadata is missing, and asks the
         # partitioner's on_new_batch() when a record would open a new batch.
-        future = records._append(topic, partition, key, value, headers, timestamp_ms,
-                                 TRACK_FUTURE, context)
+        future = records._append(topic, partition, key, value, headers, timestamp_ms, track,
+                                 context)
         if records.wal_always:
             records.wal.sync_appended()
         return future
+
+    def _send_record(self, topic, value, key, headers, partition, timestamp_ms, context=None):
+        """send() past the interceptors: the intercepted path's way in."""
+        return self._append_record(topic, value, key, headers, partition, timestamp_ms,
+                                   TRACK_FUTURE, context)
 
     def produce(self, topic, value=None, key=None, headers=None, partition=None,
                 timestamp_ms=None, context=None):
@@ -428,11 +463,16 @@ cdef class ProducerCore:
             TypeError: an argument of the wrong type (named), as send().
         """
         cdef AccumulatorCore records = self._records
+        if self._interceptors is not None:
+            (<object>self)._send_intercepted(topic, value, key, headers, partition,
+                                             timestamp_ms, False, context)
+            return
         if records is None:
             records = (<object>self)._restarted()
         try:
             if self._key_serializer is not None or self._value_serializer is not None:
-                key, value = (<object>self)._serialize_record(topic, key, value)
+                key, value, headers = (<object>self)._serialize_record(topic, key, value,
+                                                                       headers)
             records._append(topic, partition, key, value, headers, timestamp_ms,
                             TRACK_COUNT, context)
             if records.wal_always:

@@ -12,6 +12,7 @@ cdef class BatchResult:
     # _event, which is set after).
     cdef readonly object topic                 # immutable
     cdef readonly int partition                # immutable
+    cdef readonly object topic_partition       # TopicPartition(topic, partition); immutable
     cdef readonly int64_t base_offset          # offset of the batch's first record; -1: unknown (acks=0)
     cdef readonly int64_t log_append_time_ms   # the broker's LogAppendTime, -1 for CreateTime topics
     cdef readonly object error                 # the exception that failed the batch, or None

@@ -32,22 +32,19 @@ TopicPartition = namedtuple("TopicPartition", ["topic", "partition"])
 
 
 class RecordMetadata(namedtuple("RecordMetadata", [
-        "topic", "partition", "offset", "timestamp", "serialized_key_size",
-        "serialized_value_size", "serialized_header_size"])):
-    """Where an acknowledged record landed.
+        "topic", "partition", "topic_partition", "offset", "timestamp", "checksum",
+        "serialized_key_size", "serialized_value_size", "serialized_header_size"])):
+    """Where an acknowledged record landed: kafka-python 3's fields in its order, so
+    that positional access means the same.
 
     offset is -1 with acks=0 (the broker says nothing).  timestamp is the record's
-    CreateTime, or the broker's LogAppendTime when the topic uses that.  The sizes
-    are of the serialized key, value and headers; -1 for a null key or value and for
-    no headers (kafka-python's conventions).
+    CreateTime, or the broker's LogAppendTime when the topic uses that.  checksum
+    is None: RecordBatch v2 records have no CRC of their own (kafka-python 3 says
+    None for them too).  The sizes are of the serialized key, value and headers;
+    -1 for a null key or value and for no headers (kafka-python's conventions).
     """
 
     __slots__ = ()
-
-    @property
-    def topic_partition(self):
-        """As kafka-python's RecordMetadata has it."""
-        return TopicPartition(self.topic, self.partition)
 
 
 cdef class BatchResult:
@@ -56,6 +53,7 @@ cdef class BatchResult:
     def __cinit__(self, topic, int partition):
         self.topic = topic
         self.partition = partition
+        self.topic_partition = TopicPartition(topic, partition)
         self.base_offset = -1
         self.log_append_time_ms = -1
         self._lock = Mutex()
@@ -193,6 +191,11 @@ cdef class FutureRecordMetadata:
     def is_done(self):
         return self._batch._is_done()
 
+    @property
+    def topic_partition(self):
+        """The TopicPartition the record went to (known before it is done)."""
+        return self._batch.topic_partition
+
     def succeeded(self):
         return self._batch._is_done() and self._batch.error is None
 
@@ -229,8 +232,9 @@ cdef class FutureRecordMetadata:
         cdef int64_t offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
         cdef int64_t timestamp = (batch.log_append_time_ms if batch.log_append_time_ms >= 0
                                   else self._timestamp_ms)
-        return RecordMetadata(batch.topic, batch.partition, offset, timestamp,
-                              self._key_size, self._value_size, self._header_size)
+        return RecordMetadata(batch.topic, batch.partition, batch.topic_partition, offset,
+                              timestamp, None, self._key_size, self._value_size,
+                              self._header_size)
 
     def __repr__(self):
         cdef BatchResult batch = self._batch

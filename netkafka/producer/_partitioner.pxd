@@ -6,3 +6,10 @@ cdef class Partitioner:
     cpdef int partition(self, topic, key_bytes, all_partitions,
                         available_partitions) except -1
     cpdef on_new_batch(self, topic, int prev_partition)
+
+
+cdef class CallablePartitioner(Partitioner):
+    cdef readonly object function  # the user's callable; immutable
+    cdef readonly str name         # how errors name it
+
+    cdef int _checked(self, topic, result, all_partitions) except -1

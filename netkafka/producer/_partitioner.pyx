@@ -322,8 +322,6 @@ cdef class CallablePartitioner(Partitioner):
     may run on any send() thread at once and is called again for a record after
     on_new_batch; its own state is its own to guard.
     """
-    cdef readonly object function  # the user's callable; immutable
-    cdef readonly str name         # how errors name it
 
     def __init__(self, function):
         if not callable(function):
@@ -333,7 +331,12 @@ cdef class CallablePartitioner(Partitioner):
 
     cpdef int partition(self, topic, key_bytes, all_partitions,
                         available_partitions) except -1:
-        result = self.function(key_bytes, all_partitions, available_partitions)
+        return self._checked(topic, self.function(key_bytes, all_partitions,
+                                                  available_partitions), all_partitions)
+
+    cdef int _checked(self, topic, result, all_partitions) except -1:
+        """result, if it is one of the topic's partitions; else an error naming
+        the function."""
         if isinstance(result, bool):
             chosen = None  # True / False are ints to Python, but never a partition
         else:
@@ -350,3 +353,68 @@ cdef class CallablePartitioner(Partitioner):
                 f"partitioner {self.name} returned partition {chosen} for topic {topic!r}, "
                 f"which is not one of its partitions {list(all_partitions)}")
         return chosen
+
+
+cdef class ObjectPartitioner(CallablePartitioner):
+    """A kafka-python 3 partitioner object: partition(topic, key, serialized_key,
+    value, serialized_value, cluster) and, if it has one, on_new_batch(topic,
+    cluster, prev_partition).
+
+    This path runs before the record is encoded and knows its serialized key only:
+    that goes as key and serialized_key, None as value and serialized_value.
+    cluster is a ClusterView of the record's topic.  The result is checked as a
+    callable's.
+    """
+    cdef object _on_new_batch  # the object's on_new_batch, or None; immutable
+    cdef Mutex _lock           # guards _views
+    cdef dict _views           # topic -> the ClusterView last given, for on_new_batch
+
+    def __init__(self, partitioner):
+        partition = getattr(partitioner, "partition", None)
+        if not callable(partition):
+            raise TypeError(f"a partitioner object needs a partition() method, "
+                            f"got {partitioner!r}")
+        super().__init__(partition)
+        self.name = f"{type(partitioner).__qualname__}.partition"
+        self._on_new_batch = getattr(partitioner, "on_new_batch", None)
+        self._lock = Mutex()
+        self._views = {}
+
+    cpdef int partition(self, topic, key_bytes, all_partitions,
+                        available_partitions) except -1:
+        view = ClusterView(topic, all_partitions, available_partitions)
+        if self._on_new_batch is not None:
+            self._lock.take()
+            self._views[topic] = view
+            self._lock.give()
+        return self._checked(topic, self.function(topic, key_bytes, key_bytes, None, None,
+                                                  view), all_partitions)
+
+    cpdef on_new_batch(self, topic, int prev_partition):
+        if self._on_new_batch is None:
+            return
+        self._lock.take()
+        view = self._views.get(topic)
+        self._lock.give()
+        if view is not None:
+            self._on_new_batch(topic, view, prev_partition)
+
+
+class ClusterView:
+    """What a kafka-python partitioner asks of its `cluster` argument, for one topic."""
+
+    __slots__ = ("_topic", "_all", "_available")
+
+    def __init__(self, topic, all_partitions, available_partitions):
+        self._topic = topic
+        self._all = all_partitions
+        self._available = available_partitions
+
+    def topics(self):
+        return {self._topic}
+
+    def partitions_for_topic(self, topic):
+        return set(self._all) if topic == self._topic else None
+
+    def available_partitions_for_topic(self, topic):
+        return set(self._available) if topic == self._topic else None

@@ -1,7 +1,8 @@
 """The record accumulator: records into per-partition batches, batches to the sender.
 
-Each (topic, partition) has at most one open batch, a RecordBatchBuilder over a
-buffer from the BufferPool; send() encodes its record straight into it.  A batch
+Each (topic, partition) has at most one open batch, a RecordBatchBuilder (or, with
+legacy_magic, a LegacyMessageSetBuilder: message format v0/v1) over a buffer from
+the BufferPool; send() encodes its record straight into it.  A batch
 leaves the open slot when it is full (the next record does not fit batch_size),
 when linger_ms has passed since it was opened, or on flush()/close().  It then waits
 in the partition's ready queue until a thread hands it over: seal (compress, header,
@@ -54,6 +55,7 @@ from netkafka.producer._accumulator import AccumulatorCore, Batch
 from netkafka.record._compression import Compressor
 from netkafka.producer._futures import BatchResult
 from netkafka.record._batch import RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._legacy import LegacyMessageSetBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.errors import (BackpressureTimeoutError, BufferPoolExhausted, KafkaTimeoutError,
                              ProducerClosedError, RecordDroppedError, UndeliveredRecordsError)
@@ -82,6 +84,7 @@ class RecordAccumulator(AccumulatorCore):
         max_request_size: bytes of the largest batch.
         compression_type: None or a codec name; every batch is compressed with one
             shared Compressor (when compressing does not pay: sent uncompressed).
+        compression_level: the codec's level (KIP-390), None for its default.
         buffer_memory: bound on the memory of all batches not yet completed.
         linger_ms: how long a batch below batch_size waits for more records.
         max_block_ms: bound on an append waiting for memory.
@@ -93,6 +96,8 @@ class RecordAccumulator(AccumulatorCore):
             None (batches carry no producer id).
         stats: the ProducerMetrics that hears of batches handed over and failed
             (metrics.py), or None.
+        legacy_magic: None (RecordBatch v2), or 0 / 1: batches are legacy message
+            sets of that format (api_version below (0, 11)); no idempotence then.
         wal: the WriteAheadLog records are logged in, or None.  Batches get an id
             there when opened, a SEAL entry when sealed and a DONE entry when
             acknowledged or failed -- except those failed by close() or spooled,
@@ -106,14 +111,19 @@ class RecordAccumulator(AccumulatorCore):
 
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
-                 delivery_timeout_ms, backoff, idempotence=None, stats=None, wal=None,
-                 spool=False, retry_backoff_ms=100):
+                 delivery_timeout_ms, backoff, idempotence=None, stats=None,
+                 compression_level=None, legacy_magic=None, wal=None, spool=False,
+                 retry_backoff_ms=100):
         codec = None if compression_type in (None, "none") else compression_type
+        if legacy_magic is not None and idempotence is not None:
+            raise ValueError("legacy message sets carry no producer id: no idempotence")
+        self._legacy_magic = legacy_magic  # immutable
         self._sender = sender  # immutable
         self._topic_waiter = topic_waiter  # immutable
         self._batch_size = batch_size  # immutable
         self._max_request_size = max_request_size  # immutable
-        self._compressor = None if codec is None else Compressor(codec)  # thread-safe
+        # Thread-safe.
+        self._compressor = None if codec is None else Compressor(codec, compression_level)
         buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
         # Thread-safe (its own mutex).
         self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size))
@@ -215,6 +225,8 @@ class RecordAccumulator(AccumulatorCore):
                         except errors.BufferPoolExhausted:
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
+                            # (The v2 bound also covers a legacy v0/v1 set of that
+                            # record, whose per-record overhead is smaller.)
                             size_bytes = RecordBatchBuilder.size_upper_bound_bytes(
                                 key, value, headers)
                             self._discard_open_locked(queue)
@@ -384,8 +396,12 @@ class RecordAccumulator(AccumulatorCore):
 
     def _open_locked(self, queue, buffer):
         """With the lock held: a new open batch for queue over buffer."""
-        builder = RecordBatchBuilder(buffer, self._batch_size, self._max_request_size,
-                                     self._compressor)
+        if self._legacy_magic is None:
+            builder = RecordBatchBuilder(buffer, self._batch_size, self._max_request_size,
+                                         self._compressor)
+        else:
+            builder = LegacyMessageSetBuilder(self._legacy_magic, buffer, self._batch_size,
+                                              self._max_request_size, self._compressor)
         batch = Batch(builder, BatchResult(queue.topic, queue.partition), time.monotonic_ns())
         if self._wal is not None:
             batch.wal_id = self._wal.open_batch()
@@ -473,7 +489,7 @@ class RecordAccumulator(AccumulatorCore):
             # Done in the WAL before its sequences go to the next batch: a replay must
             # never send this one and that one under the same sequences.
             self._log_outcome(batch, exc)
-            if builder.producer_id >= 0:
+            if self._idempotence is not None and builder.producer_id >= 0:
                 # Numbered but never sent: its sequences are the partition's next.
                 self._idempotence.release_sequence(
                     queue.topic, queue.partition, builder.producer_id,
@@ -662,6 +678,13 @@ class RecordAccumulator(AccumulatorCore):
         (produce() does not raise it): counted, and raised by flush()."""
         with self._state_lock:
             self._metrics["records_failed"] += 1
+            self._count_untracked_locked(1, error)
+
+    def count_untracked_delivery_failure(self, error):
+        """Any thread: a produce() record that went through interceptors (and so has
+        a future, whose batch counted it in records_failed) failed: raised by
+        flush() like other produce() failures."""
+        with self._state_lock:
             self._count_untracked_locked(1, error)
 
     def _count_untracked_locked(self, count, error):

@@ -32,6 +32,7 @@ are read from their BatchResults, which are thread-safe).
 """
 import time
 from array import array
+from typing import Optional
 
 from netkafka import errors
 from netkafka.producer._batch_send import (fill_rows, group_rows, keyed_partitions,
@@ -54,7 +55,7 @@ class BatchSendResult:
     partitions() and offsets() need the result done (get() first).
     """
 
-    def __init__(self, topic, record_count):
+    def __init__(self, topic: str, record_count: int) -> None:
         self.topic = topic
         self.record_count = record_count
         # Written by send_batch() before the result is returned, read-only after:
@@ -72,7 +73,7 @@ class BatchSendResult:
 
     # -- the caller's ---------------------------------------------------------------
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> bool:
         """True once every row's batch is done; False if timeout seconds passed."""
         if self._batches is None:
             self._batches = list({id(run[0]): run[0] for run in self._runs}.values())
@@ -81,7 +82,7 @@ class BatchSendResult:
         deadline = _now() + timeout
         return all(batch.wait(max(0.0, deadline - _now())) for batch in self._batches)
 
-    def get(self, timeout=None):
+    def get(self, timeout: Optional[float] = None) -> "BatchSendResult":
         """Waits until done and returns self; per-row failures do not raise here
         (read them from errors).
 
@@ -95,18 +96,18 @@ class BatchSendResult:
         return self
 
     @property
-    def done(self):
+    def done(self) -> bool:
         return self.wait(0)
 
     @property
-    def failed_count(self):
+    def failed_count(self) -> int:
         """How many rows failed (refused, or in a batch that failed)."""
         self._require_done("failed_count")
         return (sum(len(rows) for rows, _ in self._refused)
                 + sum(len(rows) for batch, _, rows in self._runs if batch.error is not None))
 
     @property
-    def errors(self):
+    def errors(self) -> list[tuple[int, BaseException]]:
         """[(row index, exception)] of every failed row, by row index."""
         self._require_done("errors")
         failed = [(rows, error) for rows, error in self._refused]
@@ -115,7 +116,7 @@ class BatchSendResult:
         return sorted(((row, error) for rows, error in failed for row in rows),
                       key=lambda pair: pair[0])
 
-    def partitions(self):
+    def partitions(self) -> "array[int]":
         """array('i'): each row's partition; -1 for a row refused before a batch."""
         self._require_done("partitions()")
         result = array("i", bytes(4 * self.record_count))
@@ -125,7 +126,7 @@ class BatchSendResult:
             fill_rows(result, rows, -1, 0)
         return result
 
-    def offsets(self):
+    def offsets(self) -> "array[int]":
         """array('q'): each row's offset in its partition; -1 for a failed row, and
         for every row with acks=0 (the broker says nothing)."""
         self._require_done("offsets()")

@@ -440,6 +440,13 @@ class ProducerIdManager:
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"InitProducerId to {conn.describe()} not answered in {timeout_s:.1f} s") from None
+        if response.error_code == errors.ClusterAuthorizationFailedError.code:
+            # Say which permission: the code alone does not.
+            raise errors.ClusterAuthorizationFailedError(
+                f"InitProducerId from {conn.describe()}: this principal may not have a "
+                "producer id: it needs IdempotentWrite on the cluster resource "
+                "(kafka-cluster), or Write on a topic (which also grants it since Kafka "
+                "3.0); grant one, or set enable_idempotence=False")
         if response.error_code:
             raise errors.error_for_code(response.error_code,
                                         f"InitProducerId from {conn.describe()}")

@@ -16,12 +16,15 @@ values onto them:
     a Partitioner instance  used as it is.
     a callable              kafka-python's `(key_bytes, all_partitions,
                             available_partitions) -> partition`, result checked.
+    another object with     kafka-python 3's Partitioner interface
+    partition()             (netkafka.partitioner), through ObjectPartitioner.
 """
 from netkafka._validate import check_choice
 from netkafka.producer._partitioner import (
     BrokerAwarePartitioner,
     CallablePartitioner,
     DefaultPartitioner,
+    ObjectPartitioner,
     Partitioner,
     RoundRobinPartitioner,
     default_partition,
@@ -32,6 +35,7 @@ __all__ = [
     "BrokerAwarePartitioner",
     "CallablePartitioner",
     "DefaultPartitioner",
+    "ObjectPartitioner",
     "Partitioner",
     "RoundRobinPartitioner",
     "default_partition",
@@ -46,7 +50,9 @@ def make_partitioner(spec="default", *, leaders_for=None):
     """The partitioner for the `partitioner=` option's value.
 
     Args:
-        spec: one of PARTITIONER_NAMES, a Partitioner, or a callable
+        spec: one of PARTITIONER_NAMES, a Partitioner, an object with kafka-python
+            3's partition(topic, key, serialized_key, value, serialized_value,
+            cluster), or a callable
             `(key_bytes, all_partitions, available_partitions) -> partition`.
             Default: 'default'.
         leaders_for: callable(topic) -> {partition: leader broker id}, the
@@ -58,9 +64,12 @@ def make_partitioner(spec="default", *, leaders_for=None):
     """
     if isinstance(spec, Partitioner):
         return spec
+    if not isinstance(spec, str) and callable(getattr(spec, "partition", None)):
+        return ObjectPartitioner(spec)
     if callable(spec):
         return CallablePartitioner(spec)
-    check_choice("partitioner", spec, PARTITIONER_NAMES, others=["a Partitioner", "a callable"])
+    check_choice("partitioner", spec, PARTITIONER_NAMES,
+                 others=["a Partitioner", "an object with partition()", "a callable"])
     if spec == "round_robin":
         return RoundRobinPartitioner()
     if spec == "broker_aware":

@@ -34,14 +34,15 @@ import time
 import weakref
 
 from netkafka import errors
-from netkafka.errors import (KafkaTimeoutError, ProducerClosedError, SentBeforeForkError,
-                             SerializationError)
+from netkafka.errors import (KafkaConfigurationError, KafkaTimeoutError, ProducerClosedError,
+                             SentBeforeForkError, SerializationError)
 from netkafka.producer._accumulator import ProducerCore
 from netkafka.producer.accumulator import RecordAccumulator
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.producer.batch_send import send_batch
 from netkafka.config import ProducerConfig
 from netkafka.producer.idempotence import ProducerIdManager
+from netkafka.producer.interceptors import InterceptorChain, ProducerRecord, failed_metadata
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata
 from netkafka.producer.metrics import ProducerMetrics
@@ -66,7 +67,10 @@ class Producer(ProducerCore):
     high_watermark_bytes / low_watermark_bytes (per-connection bounds on bytes
     queued for a broker; default 8 MiB / 4 MiB) and backoff ('block', 'park',
     'drop' or a strategy object: what send() does when memory or a connection is
-    full; default 'block', waiting up to max_block_ms).
+    full; default 'block', waiting up to max_block_ms), interceptors (Java's
+    ProducerInterceptor: netkafka/producer/interceptors.py) and compression_level
+    (KIP-390).  ProducerConfig's docstring tables the kafka-python 3 settings that
+    are accepted but not honoured.
 
     Defaults that matter: acks='all' with enable_idempotence=True, as the Java
     client and kafka-python 3 (acks 0 or 1, retries=0 or more than 5 requests in
@@ -91,8 +95,9 @@ class Producer(ProducerCore):
 
     Raises:
         TypeError: an unknown keyword argument (named).
-        ValueError: a bad value (the key and what it allows are named).
-        NotImplementedError: TLS or SASL settings.
+        ValueError: a bad value (the key and what it allows are named); a bad
+            security setting is an SslConfigError or SaslConfigError naming it.
+        NotImplementedError: transaction settings.
         WalError: the write-ahead log cannot be opened (in use, another format
             version, the directory not writable).
         KafkaError: the replay of a WAL could not hand its batches over (the WAL keeps
@@ -102,8 +107,11 @@ class Producer(ProducerCore):
     def __init__(self, **configs):
         config = ProducerConfig.from_kwargs(configs)
         self.config = config  # immutable
-        self._key_serializer = config.key_serializer  # immutable
-        self._value_serializer = config.value_serializer  # immutable
+        # Immutable: (topic, headers, data) -> bytes, for a Serializer or a callable.
+        self._key_serializer = _serializer_function(config.key_serializer)
+        self._value_serializer = _serializer_function(config.value_serializer)
+        self._interceptors = (InterceptorChain(config.interceptors) if config.interceptors
+                              else None)  # immutable; None keeps send() off its path
         self._max_block_s = config.max_block_ms / 1000  # immutable
         self._close_lock = threading.Lock()
         self._closed = False  # guarded by _close_lock; the accumulator refuses records itself
@@ -170,7 +178,8 @@ class Producer(ProducerCore):
         try:
             metadata = Metadata(pool, config.bootstrap_servers,
                                 metadata_max_age_ms=config.metadata_max_age_ms,
-                                retry_backoff_ms=config.retry_backoff_ms)
+                                retry_backoff_ms=config.retry_backoff_ms,
+                                allow_auto_topic_creation=config.allow_auto_create_topics)
             idempotence = (ProducerIdManager(pool, metadata,
                                              retry_backoff_ms=config.retry_backoff_ms,
                                              max_block_ms=config.max_block_ms, wal=wal)
@@ -186,11 +195,12 @@ class Producer(ProducerCore):
                 partitioner, sender, self._wait_for_partition,
                 batch_size=config.batch_size, max_request_size=config.max_request_size,
                 compression_type=config.compression_type,
+                compression_level=config.effective_compression_level,
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
-                idempotence=idempotence, stats=stats, wal=wal,
-                spool=config.on_delivery_timeout == "spool",
+                idempotence=idempotence, stats=stats, legacy_magic=config.legacy_magic,
+                wal=wal, spool=config.on_delivery_timeout == "spool",
                 retry_backoff_ms=config.retry_backoff_ms)
         except BaseException:
             pool.close()
@@ -210,13 +220,41 @@ class Producer(ProducerCore):
     # send() and produce() are ProducerCore's (in C, _accumulator.pyx): steps 1-5
     # above, with these hooks for what is not per-record work.
 
-    def _serialize_record(self, topic, key, value):
-        """Step 1 with serializers set: (key, value) serialized, key first."""
+    def _serialize_record(self, topic, key, value, headers):
+        """Step 1 with serializers set: (key, value, headers) serialized, key first.
+        A Serializer sees the headers list (kafka-python gives it one even when
+        send() got none) and may add to it."""
+        if headers is None:
+            headers = []
         if self._key_serializer is not None:
-            key = self._serialize(self._key_serializer, "key_serializer", topic, key)
+            key = self._serialize(self._key_serializer, "key_serializer", topic, headers, key)
         if self._value_serializer is not None:
-            value = self._serialize(self._value_serializer, "value_serializer", topic, value)
-        return key, value
+            value = self._serialize(self._value_serializer, "value_serializer", topic,
+                                    headers, value)
+        return key, value, headers or None
+
+    def _send_intercepted(self, topic, value, key, headers, partition, timestamp_ms,
+                          wants_future, context):
+        """send() (wants_future) and produce() with interceptors set: on_send, the
+        record as send() takes it, on_acknowledgement when it is done.  produce()'s
+        failures are counted for flush() as without interceptors.  context: the WAL's,
+        as given (interceptors do not see it)."""
+        chain = self._interceptors
+        record = chain.on_send(ProducerRecord(topic, value, key, headers, partition,
+                                              timestamp_ms))
+        try:
+            future = self._send_record(*record, context=context)
+        except Exception as exc:
+            chain.on_acknowledgement(failed_metadata(record.topic, record.partition), exc)
+            if wants_future or not self._counts_as_undelivered(exc):
+                raise
+            self._accumulator.count_untracked_failure(exc)
+            return None
+        chain.acknowledge_future(future)
+        if wants_future:
+            return future
+        future.add_errback(self._accumulator.count_untracked_delivery_failure)
+        return None
 
     def _restarted(self):
         """The accumulator of a forked child's own stack, started on first use."""
@@ -273,36 +311,55 @@ class Producer(ProducerCore):
             TypeError, ValueError: an argument of the wrong kind or length (named);
                 nothing was sent.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            NotImplementedError: api_version below (0, 11): the bulk path writes
+                RecordBatch v2 columns only; send() and produce() write legacy sets.
         """
+        if self.config.legacy_magic is not None:
+            raise NotImplementedError(
+                f"send_batch() writes RecordBatch v2 only; with api_version="
+                f"{self.config.api_version} (message format v{self.config.legacy_magic}) "
+                f"use send() or produce()")
         self._start_if_forked()
+        if self._interceptors is not None:
+            raise KafkaConfigurationError(
+                "send_batch() has no per-record step to call interceptors from; with "
+                "interceptors set, use send() or produce()")
         if self._key_serializer is not None or self._value_serializer is not None:
-            values, keys = self._serialize_rows(topic, values, keys)
+            values, keys, headers = self._serialize_rows(topic, values, keys, headers)
         result = send_batch(self._accumulator, topic, values, keys, headers, partitions,
                             timestamps_ms)
         if self._accumulator.wal_always:
             self._wal.appender.sync_appended_entries()  # one sync for the call's rows
         return result
 
-    def _serialize_rows(self, topic, values, keys):
+    def _serialize_rows(self, topic, values, keys, headers):
         for name, rows in (("values", values), ("keys", keys)):
             if rows is not None and not isinstance(rows, (list, tuple)):
                 raise TypeError(f"with a serializer set, {name} must be a list or tuple, "
                                 f"not {type(rows).__name__}")
+        for name, rows in (("keys", keys), ("headers", headers)):
+            if rows is not None and len(rows) != len(values):
+                raise ValueError(f"{name} has {len(rows)} rows, values {len(values)}")
         if keys is None and self._key_serializer is not None:
             keys = [None] * len(values)  # as send(), the serializer sees a null key
+        # Each row's headers as a list the serializers may add to, as send()'s.
+        row_headers = ([[] for _ in values] if headers is None
+                       else [[] if h is None else list(h) for h in headers])
         if self._value_serializer is not None:
-            values = [self._serialize(self._value_serializer, "value_serializer", topic, v)
-                      for v in values]
+            values = [self._serialize(self._value_serializer, "value_serializer", topic,
+                                      h, v) for v, h in zip(values, row_headers)]
         if self._key_serializer is not None:
-            keys = [self._serialize(self._key_serializer, "key_serializer", topic, k)
-                    for k in keys]
-        return values, keys
+            keys = [self._serialize(self._key_serializer, "key_serializer", topic, h, k)
+                    for k, h in zip(keys, row_headers)]
+        if headers is None and not any(row_headers):
+            return values, keys, None
+        return values, keys, [h or None for h in row_headers]
 
-    def _serialize(self, serializer, name, topic, data):
+    def _serialize(self, serializer, name, topic, headers, data):
         # As kafka-python, the serializer sees None too: it decides what a null
         # key or value becomes.
         try:
-            serialized = serializer(data)
+            serialized = serializer(topic, headers, data)
         except Exception as exc:
             raise SerializationError(
                 f"{name} {_name_of(serializer)} failed on a {type(data).__name__} for "
@@ -386,6 +443,16 @@ class Producer(ProducerCore):
         self._pool.close()
         if self._wal is not None:
             self._wal.close()
+        self._close_hooks()
+
+    def _close_hooks(self):
+        """close() of the Serializer objects and interceptors given, once."""
+        for serializer in (self.config.key_serializer, self.config.value_serializer):
+            close = getattr(serializer, "close", None)
+            if callable(getattr(serializer, "serialize", None)) and callable(close):
+                close()
+        if self._interceptors is not None:
+            self._interceptors.close()
 
     def _refuse_on_io_thread(self, what):
         if self._pool.on_io_thread():
@@ -416,8 +483,19 @@ class Producer(ProducerCore):
         self._start_if_forked()
         return set(self._metadata.wait_for_topic(topic, self._max_block_s).partitions)
 
-    def metrics(self):
-        """kafka-python's KafkaProducer.metrics(): {group: {name: value}}.
+    def bootstrap_connected(self):
+        """True once a broker has answered (kafka-python's: the bootstrap is
+        connected): netkafka has cluster metadata."""
+        self._start_if_forked()
+        return self._metadata.snapshot() is not None
+
+    def metrics(self, raw=False):
+        """kafka-python's KafkaProducer.metrics(): {group: {name: value}}; None
+        with metrics_enabled=False, as kafka-python.
+
+        raw=True gives the same values keyed by (group, name) pairs, flat:
+        kafka-python's raw form is its own KafkaMetric objects, which netkafka
+        does not have.
 
         Groups: "producer-metrics" (record-send-rate / -total, record-error-rate /
         -total, record-retry-rate / -total, byte-rate, batch-size-avg / -max,
@@ -435,6 +513,8 @@ class Producer(ProducerCore):
         partitions_restarted.
         """
         self._start_if_forked()
+        if not self.config.metrics_enabled:
+            return None
         own = self._accumulator.metrics()
         for name, value in self._sender.metrics().items():
             own["sender_" + name] = value
@@ -448,6 +528,9 @@ class Producer(ProducerCore):
             groups["netkafka-wal"] = self._wal.metrics()
             if self._replay is not None:
                 groups["netkafka-wal"].update(self._replay.metrics())
+        if raw:
+            return {(group, name): value for group, values in groups.items()
+                    for name, value in values.items()}
         return groups
 
     # ------------------------------------------------------------------
@@ -517,6 +600,22 @@ def _after_fork_in_child():
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _serializer_function(serializer):
+    """(topic, headers, data) -> bytes for a key_serializer / value_serializer: a
+    Serializer's serialize, or a plain callable's (data) -> bytes; None for none."""
+    if serializer is None:
+        return None
+    serialize = getattr(serializer, "serialize", None)
+    if callable(serialize):
+        return serialize
+
+    def serialize_data(topic, headers, data):
+        return serializer(data)
+
+    serialize_data.__qualname__ = _name_of(serializer)  # errors name the user's function
+    return serialize_data
 
 
 def _name_of(fn):

@@ -46,7 +46,7 @@ import time
 from typing import NamedTuple
 
 from netkafka import errors
-from netkafka.producer._futures import RecordMetadata
+from netkafka.producer._futures import RecordMetadata, TopicPartition
 from netkafka.producer.accumulator import release_batch
 from netkafka.protocol.describe_producers import (
     API as DESCRIBE_PRODUCERS, decode_describe_producers_response,
@@ -372,8 +372,9 @@ def _appended(seal, last, origin):
 def _metadata(batch, record, base_offset, log_append_time_ms):
     key_size, value_size, header_size = _serialized_sizes(record.record)
     return RecordMetadata(
-        batch.topic, batch.partition, -1 if base_offset < 0 else base_offset + record.index,
-        log_append_time_ms if log_append_time_ms >= 0 else record.timestamp_ms,
+        batch.topic, batch.partition, TopicPartition(batch.topic, batch.partition),
+        -1 if base_offset < 0 else base_offset + record.index,
+        log_append_time_ms if log_append_time_ms >= 0 else record.timestamp_ms, None,
         key_size, value_size, header_size)
 
 

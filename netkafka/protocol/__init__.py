@@ -7,7 +7,9 @@ first flexible version), its request encoder and its response decoder:
     metadata.py          Metadata
     produce.py           Produce (its answer decoded natively by _produce.pyx)
     init_producer_id.py  InitProducerId
-    describe_producers.py  DescribeProducers (what a leader knows of a producer id)
+    sasl_handshake.py    SaslHandshake, naming the SASL mechanism
+    sasl_authenticate.py SaslAuthenticate, one SASL message each way
+    describe_producers.py DescribeProducers, what a leader knows of a producer id
 
 and what they share:
 

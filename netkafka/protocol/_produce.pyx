@@ -15,10 +15,16 @@ from netkafka.protocol.framing import Node
 
 
 cdef enum:
-    # Produce versions this decoder knows: v3 is Kafka 4.x's floor (RecordBatch
-    # v2), v9 the first flexible one, v13 the first to name topics by id.
+    # Produce versions: v3 is the first to carry RecordBatch v2 (Kafka 0.11) and
+    # Kafka 4.x's floor, so the lowest negotiated; v0-v2 carry legacy message sets
+    # and are only used when api_version pins them (config.py); v9 the first
+    # flexible one, v13 the first to name topics by id.
+    PRODUCE_LEGACY_MIN_VERSION = 0
     PRODUCE_MIN_VERSION = 3
     PRODUCE_MAX_VERSION = 13
+    # v1 adds throttle_time_ms, v2 log_append_time_ms per partition.
+    _PRODUCE_THROTTLE_VERSION = 1
+    _PRODUCE_APPEND_TIME_VERSION = 2
     _PRODUCE_FLEXIBLE_VERSION = 9
     _PRODUCE_TOPIC_ID_VERSION = 13
     # Tag of CurrentLeader (per partition) and NodeEndpoints (top level) from v10.
@@ -28,6 +34,7 @@ cdef enum:
 
 # The same numbers for produce.py.
 PRODUCE_VERSIONS = (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION)
+PRODUCE_LEGACY_VERSIONS = (PRODUCE_LEGACY_MIN_VERSION, PRODUCE_MIN_VERSION - 1)
 PRODUCE_FLEXIBLE_VERSION = _PRODUCE_FLEXIBLE_VERSION
 PRODUCE_TOPIC_ID_VERSION = _PRODUCE_TOPIC_ID_VERSION
 
@@ -38,7 +45,7 @@ cdef class PartitionProduceResponse:
     cdef readonly int32_t partition           # the partition index
     cdef readonly int16_t error_code          # 0: the batch was written
     cdef readonly int64_t base_offset         # offset of the batch's first record (-1 on error)
-    cdef readonly int64_t log_append_time_ms  # broker time if the topic uses LogAppendTime, else -1
+    cdef readonly int64_t log_append_time_ms  # broker time if the topic uses LogAppendTime, else -1 (-1 before v2)
     cdef readonly int64_t log_start_offset    # the partition's log start offset (-1 before v5)
     cdef readonly tuple record_errors         # (batch_index, message or None) of records that failed the batch (v8+)
     cdef readonly object error_message        # the broker's words on error_code (v8+), or None
@@ -70,7 +77,7 @@ cdef class TopicProduceResponse:
 cdef class ProduceResponse:
     """A decoded Produce response."""
     cdef readonly list topics             # TopicProduceResponse, in the broker's order
-    cdef readonly int32_t throttle_time_ms  # time the broker throttled this client (quota)
+    cdef readonly int32_t throttle_time_ms  # time the broker throttled this client (quota); 0 in v0
     cdef readonly list node_endpoints     # Node of each new leader named by leader_id (v10+)
 
     def __repr__(self):
@@ -85,7 +92,7 @@ def decode_produce_response(data, int version):
     Args:
         data: the response after its correlation id (the connection has matched
             that), i.e. from the header's tagged fields (flexible versions) on.
-        version: the request's version, 3 to 13.
+        version: the request's version, 0 to 13.
 
     Returns:
         ProduceResponse.
@@ -93,16 +100,18 @@ def decode_produce_response(data, int version):
     Raises:
         ProtocolError: the bytes are not a valid response of that version.
     """
-    if not PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION:
+    if not PRODUCE_LEGACY_MIN_VERSION <= version <= PRODUCE_MAX_VERSION:
         raise ValueError(f"Produce v{version} is not supported "
-                         f"(v{PRODUCE_MIN_VERSION}..v{PRODUCE_MAX_VERSION})")
+                         f"(v{PRODUCE_LEGACY_MIN_VERSION}..v{PRODUCE_MAX_VERSION})")
     cdef bint flexible = version >= _PRODUCE_FLEXIBLE_VERSION
     cdef Reader r = Reader(data, flexible)
     if flexible:
         r.skip_tagged_fields()  # response header v1
 
     # Fewest bytes a partition answer / a topic answer takes at this version.
-    cdef Py_ssize_t min_partition = 4 + 2 + 8 + 8   # index, error, base offset, append time
+    cdef Py_ssize_t min_partition = 4 + 2 + 8       # index, error, base offset
+    if version >= _PRODUCE_APPEND_TIME_VERSION:
+        min_partition += 8                           # log append time
     if version >= 5:
         min_partition += 8                           # log start offset
     if version >= 8:
@@ -135,7 +144,8 @@ def decode_produce_response(data, int version):
             part.partition = r.read_int32()
             part.error_code = r.read_int16()
             part.base_offset = r.read_int64()
-            part.log_append_time_ms = r.read_int64()
+            part.log_append_time_ms = (r.read_int64()
+                                       if version >= _PRODUCE_APPEND_TIME_VERSION else -1)
             part.log_start_offset = r.read_int64() if version >= 5 else -1
             part.record_errors = _record_errors(r) if version >= 8 else ()
             part.error_message = r.nullable_string() if version >= 8 else None
@@ -147,7 +157,7 @@ def decode_produce_response(data, int version):
         if flexible:
             r.skip_tagged_fields()
         response.topics.append(topic)
-    response.throttle_time_ms = r.read_int32()
+    response.throttle_time_ms = r.read_int32() if version >= _PRODUCE_THROTTLE_VERSION else 0
     if flexible:
         _response_tagged_fields(r, response, version)
     r.expect_end()

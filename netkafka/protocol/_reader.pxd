@@ -60,6 +60,7 @@ cdef class Reader:
     cdef Py_ssize_t _length(self, bint int32_width, str what) except -2
     cpdef object nullable_string(self)
     cpdef str string(self)
+    cpdef bytes bytes_field(self)
     cpdef Py_ssize_t array_length(self, Py_ssize_t min_item_bytes) except -2
     cpdef Py_ssize_t required_array_length(self, Py_ssize_t min_item_bytes, str what) except -1
     cpdef list int32_array(self)

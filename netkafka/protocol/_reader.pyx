@@ -165,6 +165,18 @@ cdef class Reader:
             raise ProtocolError(f"null string at offset {at} where the field may not be null")
         return text
 
+    cpdef bytes bytes_field(self):
+        """A bytes field that may not be null (int32 length when not flexible), copied
+        out: SASL tokens, a few hundred bytes."""
+        cdef Py_ssize_t at = self._pos
+        cdef Py_ssize_t n = self._length(True, "bytes")
+        if n < 0:
+            raise ProtocolError(f"null bytes at offset {at} where the field may not be null")
+        self._need(n)
+        cdef bytes data = PyBytes_FromStringAndSize(<const char *>self._data + self._pos, n)
+        self._pos += n
+        return data
+
     cpdef Py_ssize_t array_length(self, Py_ssize_t min_item_bytes) except -2:
         """An array's element count, or -1 for a null array.
 

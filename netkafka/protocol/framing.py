@@ -39,8 +39,10 @@ class ApiKey(enum.IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    SASL_AUTHENTICATE = 36
     DESCRIBE_PRODUCERS = 61
 
     @property

@@ -7,18 +7,24 @@ which also holds the version numbers: its decoder needs them as C constants.
 import struct
 
 from netkafka.protocol._produce import (  # noqa: F401 -- the answer's decoder and type, for callers
-    PRODUCE_FLEXIBLE_VERSION, PRODUCE_TOPIC_ID_VERSION, PRODUCE_VERSIONS, ProduceResponse,
-    decode_produce_response,
+    PRODUCE_FLEXIBLE_VERSION, PRODUCE_LEGACY_VERSIONS, PRODUCE_TOPIC_ID_VERSION, PRODUCE_VERSIONS,
+    ProduceResponse, decode_produce_response,
 )
 from netkafka.protocol.framing import ZERO_UUID, ApiKey, ApiSpec, start_request
 
-# The numbers and why they are these: _produce.pyx.
+# The numbers and why they are these: _produce.pyx.  API's range is the negotiated
+# one (RecordBatch v2); the legacy versions below it are only ever pinned.
 API = ApiSpec(ApiKey.PRODUCE, *PRODUCE_VERSIONS, flexible_version=PRODUCE_FLEXIBLE_VERSION)
+# What the encoder writes: the negotiated range and the pinned legacy versions.
+_ENCODED = ApiSpec(ApiKey.PRODUCE, PRODUCE_LEGACY_VERSIONS[0], PRODUCE_VERSIONS[1],
+                   flexible_version=PRODUCE_FLEXIBLE_VERSION)
+# Produce v3 added the transactional id.
+_TRANSACTIONAL_ID_VERSION = PRODUCE_VERSIONS[0]
 
 
 def encode_produce_request(correlation_id, client_id, version, acks, timeout_ms, topic_data,
                            transactional_id=None, topic_ids=None):
-    """Encodes a Produce request (v3..v13) around the batches, without copying them.
+    """Encodes a Produce request (v0..v13) around the batches, without copying them.
 
     Args:
         correlation_id, client_id, version: as for every request.
@@ -26,8 +32,8 @@ def encode_produce_request(correlation_id, client_id, version, acks, timeout_ms,
         timeout_ms: how long the broker may wait for the replicas (acks=-1).
         topic_data: {topic name: [(partition, batch), ...]}; a batch is any
             contiguous buffer holding sealed RecordBatch bytes (one or more
-            batches of that partition).
-        transactional_id: the transactional id, or None.
+            batches of that partition) -- a legacy message set for v0..v2.
+        transactional_id: the transactional id, or None (always before v3).
         topic_ids: {topic name: uuid.UUID}; required from v13, which names
             topics by id (the ids come from Metadata v10+).
 
@@ -39,10 +45,13 @@ def encode_produce_request(correlation_id, client_id, version, acks, timeout_ms,
     """
     if acks not in (0, 1, -1):
         raise ValueError(f"acks must be 0, 1 or -1 (all), not {acks!r}")
-    w = start_request(API, version, correlation_id, client_id)
+    if version < _TRANSACTIONAL_ID_VERSION and transactional_id is not None:
+        raise ValueError(f"Produce v{version} has no transactional id (v3+)")
+    w = start_request(_ENCODED, version, correlation_id, client_id)
     if version >= PRODUCE_TOPIC_ID_VERSION and topic_ids is None:
         raise ValueError(f"Produce v{version} names topics by id: pass topic_ids")
-    w.nullable_string(transactional_id)
+    if version >= _TRANSACTIONAL_ID_VERSION:
+        w.nullable_string(transactional_id)
     w.int16(acks)
     w.int32(timeout_ms)
     w.array_length(len(topic_data))

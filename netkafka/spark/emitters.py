@@ -5,6 +5,8 @@ They send each input batch's columns through the worker's producer as they are
 the package's docstring.
 """
 import time
+from collections.abc import Mapping
+from typing import Any, Optional
 
 from netkafka._validate import check_choice
 from netkafka.spark.sink import (ROW_HEADER, Emission, Pending, producer_label,
@@ -16,9 +18,10 @@ _REPORTS = {"row": ROW_REPORT_SCHEMA, "batch": BATCH_REPORT_SCHEMA}
 _ON_ERROR = ("report", "raise")
 
 
-def arrow_emitter(topic, config=None, *, key=None, value="value", headers=None,
-                  partition=None, timestamp=None, provenance=False, report="batch",
-                  on_error="report"):
+def arrow_emitter(topic: str, config: Optional[Mapping[str, Any]] = None, *, key: Any = None,
+                  value: Any = "value", headers: Any = None, partition: Any = None,
+                  timestamp: Any = None, provenance: bool = False, report: str = "batch",
+                  on_error: str = "report") -> "_ArrowEmitter":
     """A function for df.mapInArrow(fn, fn.schema) that sends every row to topic
     and yields delivery reports.
 
@@ -48,9 +51,10 @@ def arrow_emitter(topic, config=None, *, key=None, value="value", headers=None,
                                    timestamp, provenance), report, on_error, pandas=False)
 
 
-def pandas_emitter(topic, config=None, *, key=None, value="value", headers=None,
-                   partition=None, timestamp=None, provenance=False, report="batch",
-                   on_error="report"):
+def pandas_emitter(topic: str, config: Optional[Mapping[str, Any]] = None, *, key: Any = None,
+                   value: Any = "value", headers: Any = None, partition: Any = None,
+                   timestamp: Any = None, provenance: bool = False, report: str = "batch",
+                   on_error: str = "report") -> "_ArrowEmitter":
     """arrow_emitter for df.mapInPandas(fn, fn.schema): pandas DataFrames in and
     out.  Columns are converted to pyarrow arrays (natively, by pyarrow); functions
     get the DataFrame and return a Series, array or list."""

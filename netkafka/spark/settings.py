@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pyspark import cloudpickle
 
-from netkafka.config import ProducerConfig, producer_keyword, setting_from_text
+from netkafka.config import ProducerConfig, producer_setting
 
 CONF_PREFIX = "spark.netkafka.producer."
 # Executors send in bulk: librdkafka's batch size and linger unless the
@@ -40,7 +40,9 @@ def producer_settings(config=None):
         config: None, a ProducerSettings (returned as is), or a dict of Producer
             keyword arguments; a Java-style dotted name (``bootstrap.servers``,
             ``linger.ms``) stands for its kafka-python name (``bootstrap_servers``,
-            ``linger_ms``).  Strings are read as the setting's type ("5", "true").
+            ``linger_ms``), and the Java client's PEM TLS settings
+            (``ssl.truststore.location``, ...) theirs (config.JAVA_TLS_SETTINGS).
+            Strings are read as the setting's type ("5", "true").
 
     The active Spark session's conf keys under CONF_PREFIX come first (names and
     values as above), then config overrides them, then SPARK_DEFAULTS fill in
@@ -49,24 +51,20 @@ def producer_settings(config=None):
     Raises:
         TypeError: an unknown setting (named, with where it came from).
         ValueError: a bad value, or no bootstrap servers at all.
-        NotImplementedError: TLS, SASL or transaction settings.
+        NotImplementedError: transaction settings.
     """
     if isinstance(config, ProducerSettings):
         return config
     if config is not None and not isinstance(config, Mapping):
         raise TypeError(f"config must be None, a dict of producer settings or a "
                         f"ProducerSettings, not {type(config).__name__}")
-    kwargs, origin = {}, {}
+    kwargs = {}
     for key, value in _spark_conf_items():
-        name = producer_keyword(key[len(CONF_PREFIX):], key)
-        kwargs[name], origin[name] = value, key
+        kwargs.update(producer_setting(key[len(CONF_PREFIX):], value, key))
     for key, value in (config or {}).items():
         if not isinstance(key, str):
             raise TypeError(f"config keys must be str, got {key!r}")
-        name = producer_keyword(key, key)
-        kwargs[name], origin[name] = value, key
-    for name, value in kwargs.items():
-        kwargs[name] = setting_from_text(name, value, origin[name])
+        kwargs.update(producer_setting(key, value, key))
     if "bootstrap_servers" not in kwargs:
         raise ValueError(f"no bootstrap servers for netkafka.spark: pass "
                          f"config={{'bootstrap_servers': 'host:port'}} or set "

@@ -17,6 +17,7 @@ import socket
 import threading
 from collections.abc import Mapping
 from operator import itemgetter
+from typing import Any, Optional
 
 from pyspark import TaskContext
 
@@ -150,8 +151,9 @@ class Pending:
 # foreachPartition
 
 
-def partition_sink(topic, config=None, *, key=None, value="value", headers=None,
-                   partition=None, timestamp=None, provenance=False):
+def partition_sink(topic: str, config: Optional[Mapping[str, Any]] = None, *, key: Any = None,
+                    value: Any = "value", headers: Any = None, partition: Any = None,
+                    timestamp: Any = None, provenance: bool = False) -> "_PartitionSink":
     """A function for df.foreachPartition(...) or rdd.foreachPartition(...) that
     sends every row to topic.
 

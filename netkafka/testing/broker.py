@@ -371,6 +371,9 @@ class Node:
         self.kafka_version = kafka_line(kafka_version).name  # whose jars run it: "4" or "3.9"
         # Port of each further listener (Listener.name -> port), beside the two above.
         self.listener_ports = dict(listener_ports or {})
+        # Listener.name -> the port clients are told instead of the listener's own: a proxy in
+        # front of it (netkafka.testing.proxy).  Set before the config is written (start()).
+        self.advertised_ports: dict[str, int] = {}
         self._process: Optional[subprocess.Popen] = None  # set when this process started it
         self.detached = False                   # True: may outlive this process (shell start)
 
@@ -415,15 +418,19 @@ class Node:
             inter_broker_listener: the listener brokers replicate over (advertised).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
+        bound = [f"{PLAINTEXT_LISTENER}://{self.bootstrap}"]
+        bound += [f"{listener.name}://{self.address(listener.name)}" for listener in listeners]
         advertised = [f"{PLAINTEXT_LISTENER}://{self.bootstrap}"]
-        advertised += [f"{listener.name}://{self.address(listener.name)}" for listener in listeners]
+        advertised += [f"{listener.name}://{HOST}:"
+                       f"{self.advertised_ports.get(listener.name, self.listener_ports[listener.name])}"
+                       for listener in listeners]
         protocols = [f"{PLAINTEXT_LISTENER}:PLAINTEXT", f"{CONTROLLER_LISTENER}:{controller_protocol}"]
         protocols += [f"{listener.name}:{listener.security_protocol}" for listener in listeners]
         config = {
             "process.roles": "broker,controller",
             "node.id": self.node_id,
             "controller.quorum.voters": voters,
-            "listeners": ",".join([*advertised, f"{CONTROLLER_LISTENER}://{HOST}:{self.controller_port}"]),
+            "listeners": ",".join([*bound, f"{CONTROLLER_LISTENER}://{HOST}:{self.controller_port}"]),
             "advertised.listeners": ",".join(advertised),
             "controller.listener.names": CONTROLLER_LISTENER,
             "inter.broker.listener.name": inter_broker_listener,
@@ -874,7 +881,9 @@ class Cluster:
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop every node (SIGTERM all at once, SIGKILL what is left after timeout_s).
 
-        Deletes the directory if the cluster made it itself.
+        Deletes the directory if the cluster made it itself; in a directory it was given
+        (pytest's, which keeps the last few sessions') it deletes each node's data (the
+        topics' logs: hundreds of MB after a test run) and keeps the server logs.
         """
         for node in self.nodes:
             node.terminate()
@@ -883,6 +892,9 @@ class Cluster:
             node.stop(max(0.0, deadline - time.monotonic()))
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+        elif not self.is_running():
+            for node in self.nodes:
+                shutil.rmtree(node.data_dir, ignore_errors=True)
 
     def to_state(self) -> dict:
         return {"cluster_id": self.cluster_id, "directory": str(self.directory),

@@ -19,9 +19,13 @@ from typing import Iterator, NamedTuple
 
 import pytest
 
-from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster, live_nodes
+from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster, Listener, live_nodes
+from netkafka.testing.proxy import TcpProxy, proxy_listener
 
 CLUSTER_NODES = 3
+# Every node of kafka_cluster also serves clients on this listener, through a TcpProxy of
+# its own (cluster_proxies) that a chaos test can black-hole: the node reachable but silent.
+PROXIED_LISTENER = Listener("PROXIED", "PLAINTEXT")
 # Longest topic name taken from a test's name; Kafka allows 249 characters.
 TOPIC_BASE_CHARS = 180
 
@@ -73,15 +77,48 @@ def kafka_broker_3_9(tmp_path_factory, kafka_jvm_options) -> Iterator:
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster(tmp_path_factory, kafka_jvm_options) -> Iterator[Cluster]:
+def kafka_cluster(_kafka_cluster_with_proxies) -> Cluster:
     """Three combined broker+controller nodes for the session (replication factor 3 possible).
 
     `.bootstrap` lists every node; `.nodes` give failover tests stop(), kill(), pause(),
     resume() and restart() of one node.  Tests that do so take failover_cluster instead,
     which brings every node back afterwards.
     """
-    yield from _running(Cluster(CLUSTER_NODES, directory=tmp_path_factory.mktemp("kafka-cluster"),
-                                jvm_options=kafka_jvm_options))
+    cluster, _ = _kafka_cluster_with_proxies
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def _kafka_cluster_with_proxies(tmp_path_factory, kafka_jvm_options) -> Iterator[tuple[Cluster, dict]]:
+    """kafka_cluster and the proxies of its nodes' PROXIED listener (see cluster_proxies)."""
+    cluster = Cluster(CLUSTER_NODES, directory=tmp_path_factory.mktemp("kafka-cluster"),
+                      jvm_options=kafka_jvm_options, listeners=[PROXIED_LISTENER])
+    proxies = proxy_listener(cluster, PROXIED_LISTENER.name)
+    try:
+        cluster.start()
+        try:
+            yield cluster, proxies
+        finally:
+            cluster.stop()
+    finally:
+        for proxy in proxies.values():
+            proxy.close()
+
+
+@pytest.fixture
+def cluster_proxies(failover_cluster, _kafka_cluster_with_proxies) -> Iterator[dict[int, TcpProxy]]:
+    """{node id: TcpProxy} of kafka_cluster's PROXIED listener, forwarding again after the test.
+
+    A client bootstrapped on `",".join(p.address for p in cluster_proxies.values())` reaches
+    every node through its proxy (the nodes advertise the proxies' ports on that listener);
+    replication and the PLAINTEXT listener do not pass through them.
+    """
+    _, proxies = _kafka_cluster_with_proxies
+    try:
+        yield proxies
+    finally:
+        for proxy in proxies.values():
+            proxy.forward()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ that a client configured for one mechanism cannot pass by speaking another:
     SASL_SSL_<MECHANISM>               PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER
     SASL_SSL_REAUTH                  SASL_SSL with all four mechanisms and a session lifetime of
                                      REAUTH_MS: a client must re-authenticate (KIP-368)
+    SASL_PLAINTEXT_REAUTH            the same without TLS (re-authentication on its own)
 
 PLAIN users are in the listeners' JAAS config; SCRAM users are written into the metadata log
 by the storage tool (`format --add-scram`); OAUTHBEARER tokens are RS256 JWTs that the broker
@@ -51,6 +52,7 @@ OAUTH_AUDIENCE = "netkafka-test-cluster"
 # seconds, long enough for a SCRAM exchange on a loaded 2-core machine.
 REAUTH_MS = 3000
 REAUTH_LISTENER = "SASL_SSL_REAUTH"
+PLAINTEXT_REAUTH_LISTENER = "SASL_PLAINTEXT_REAUTH"
 # The listener the admin config uses: the fewest moving parts (no TLS, PLAIN).
 ADMIN_LISTENER = "SASL_PLAINTEXT_PLAIN"
 # Java's name of a TLS peer is its subject's RFC 2253 DN, most specific part first:
@@ -107,6 +109,7 @@ LISTENERS = (
     *(SecuredListener(listener_name(protocol, mechanism), protocol, (mechanism,), False)
       for protocol in ("SASL_PLAINTEXT", "SASL_SSL") for mechanism in SASL_MECHANISMS),
     SecuredListener(REAUTH_LISTENER, "SASL_SSL", SASL_MECHANISMS, False),
+    SecuredListener(PLAINTEXT_REAUTH_LISTENER, "SASL_PLAINTEXT", SASL_MECHANISMS, False),
 )
 
 
@@ -246,7 +249,7 @@ class SecuredBroker:
             user: who connects: on MTLS by certificate, on SASL listeners by the mechanism's
                 credentials (OAUTHBEARER: librdkafka's OIDC client-credentials flow against
                 the token endpoint).  PLAINTEXT and SSL have no identity: there it is ignored.
-            sasl_mechanism: which of a multi-mechanism listener's mechanisms (SASL_SSL_REAUTH).
+            sasl_mechanism: which of a multi-mechanism listener's mechanisms (the REAUTH ones).
             encrypted_key: on MTLS, the encrypted key file and its password.
         """
         spec = self._listener(listener)
@@ -371,7 +374,7 @@ class SecuredBroker:
                 settings[mechanism_prefix + "sasl.jaas.config"] = self._jaas_config(mechanism)
                 if mechanism == "OAUTHBEARER":
                     settings[mechanism_prefix + "sasl.server.callback.handler.class"] = _OAUTH_VALIDATOR
-                if spec.name == REAUTH_LISTENER:
+                if spec.name in (REAUTH_LISTENER, PLAINTEXT_REAUTH_LISTENER):
                     settings[mechanism_prefix + "connections.max.reauth.ms"] = REAUTH_MS
         return settings
 

@@ -27,14 +27,15 @@ import json
 import math
 import queue
 import random
-import re
 import sys
 import threading
 import time
 from array import array
 
+from jproperties import Properties
+
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
-from netkafka.config import ProducerConfig, producer_keyword, setting_from_text
+from netkafka.config import ProducerConfig, producer_setting
 from netkafka.client.metadata import parse_bootstrap_servers
 
 # At most about this many records per run carry a latency probe.
@@ -174,30 +175,21 @@ def _producer_settings(parser, args):
 
 def _put(parser, settings, origins, name, text, origin):
     try:
-        key = producer_keyword(name)
-        settings[key] = setting_from_text(key, text, name)
+        setting = producer_setting(name, text)
     except (TypeError, ValueError) as exc:
         parser.error(f"{origin}: {exc}")
-    origins[key] = origin
+    settings.update(setting)
+    origins.update(dict.fromkeys(setting, origin))
 
 
 def read_properties(path):
-    """(key, value) pairs of a Java properties file: `key=value`, `key: value` or
-    `key value` lines; # and ! start comments.  Line continuations are refused rather
-    than misread."""
-    pairs = []
-    with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, 1):
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            if line.endswith("\\"):
-                raise ValueError(f"line {number}: continued lines are not supported")
-            match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-            if match is None:
-                raise ValueError(f"line {number}: expected key=value, got {line!r}")
-            pairs.append((match.group(1), match.group(2)))
-    return pairs
+    """(key, value) pairs of a Java properties file, as java.util.Properties reads it:
+    `key=value`, `key: value` or `key value`, # and ! comments, continued lines,
+    backslash and \\uXXXX escapes (jproperties does the parsing)."""
+    properties = Properties()
+    with open(path, "rb") as file:
+        properties.load(file, "utf-8")
+    return [(key, value.data) for key, value in properties.items()]
 
 
 class Payloads:

@@ -1,0 +1,265 @@
+"""kafka-python 3's KafkaProducer surface on netkafka: every setting, its config dict,
+Serializer and Partitioner objects (netkafka's and kafka-python's own), RecordMetadata's
+fields, the error names, bootstrap_connected() and metrics(raw=...); and netkafka's
+interceptors and compression_level -- against the real broker, read back by the
+independent reader."""
+import json
+import logging
+import socket
+
+import kafka
+import kafka.errors
+import pytest
+from kafka.partitioner import StickyPartitioner as KafkaPythonStickyPartitioner
+from kafka.producer.future import RecordMetadata as KafkaPythonRecordMetadata
+from kafka.serializer import Serializer as KafkaPythonSerializer
+
+import netkafka
+from netkafka import KafkaProducer, ProducerRecord
+from netkafka import errors
+from netkafka.partitioner import Partitioner
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+
+
+def producer(broker, **options):
+    options.setdefault("max_block_ms", 30000)
+    return KafkaProducer(bootstrap_servers=broker.bootstrap, **options)
+
+
+@pytest.fixture
+def topic(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    return topic_name
+
+
+def test_every_kafka_python_setting_is_accepted_and_in_the_config_dict(kafka_broker, topic):
+    defaults = dict(kafka.KafkaProducer.DEFAULT_CONFIG)
+    # Its default network client is kafka-python's own class: refused (test below).
+    defaults.pop("kafka_client")
+    with KafkaProducer(**defaults | {"bootstrap_servers": kafka_broker.bootstrap}) as p:
+        assert p.send(topic, b"v").get(30).offset == 0
+        config = p.config
+        assert set(kafka.KafkaProducer.DEFAULT_CONFIG) <= set(config)
+        assert config["acks"] == -1 and config["linger_ms"] == 0
+        assert dict(config)["client_id"].startswith("netkafka-producer-")
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 1)] == [b"v"]
+
+
+@pytest.mark.parametrize("option", [{"kafka_client": object}, {"selector": object}])
+def test_kafka_python_plumbing_is_refused_saying_why(option):
+    with pytest.raises(errors.KafkaConfigurationError, match="does not apply to netkafka"):
+        KafkaProducer(**option)
+
+
+def test_unhonoured_values_are_refused_not_ignored():
+    with pytest.raises(NotImplementedError, match="proxy_url='socks5://proxy:1080'"):
+        KafkaProducer(proxy_url="socks5://proxy:1080")
+    with pytest.raises(NotImplementedError, match="metric_reporters"):
+        KafkaProducer(metric_reporters=[object])
+
+
+def test_conflicting_settings_are_a_kafka_configuration_error_and_a_value_error():
+    with pytest.raises(errors.KafkaConfigurationError) as info:
+        KafkaProducer(enable_idempotence=True, acks=1)
+    assert isinstance(info.value, ValueError)
+
+
+def test_error_names_of_kafka_python():
+    for name in errors.KAFKA_PYTHON_NAMES:
+        assert hasattr(kafka.errors, name), name  # the name is kafka-python's
+        assert issubclass(getattr(errors, name), errors.KafkaError)
+    assert errors.MessageSizeTooLargeError.code == kafka.errors.MessageSizeTooLargeError.errno
+    assert errors.BrokerResponseError is errors.BrokerError
+    assert issubclass(errors.ProducerClosedError, errors.IllegalStateError)
+
+
+def test_record_metadata_fields_in_kafka_pythons_order(kafka_broker, topic):
+    assert netkafka.RecordMetadata._fields == KafkaPythonRecordMetadata._fields
+    with producer(kafka_broker) as p:
+        meta = p.send(topic, b"value", key=b"k", headers=[("h", b"x")]).get(30)
+    topic_, partition, topic_partition, offset, timestamp, checksum, k, v, h = meta
+    assert (topic_, topic_partition, offset, checksum, k, v) == (
+        topic, (topic, partition), 0, None, 1, 5)
+    assert topic_partition == kafka.TopicPartition(topic, partition) and h == 2
+    [record] = read_topic(kafka_broker.bootstrap, topic, 1)
+    assert (record.partition, record.offset, record.timestamp_ms) == (partition, 0, timestamp)
+
+
+class _SchemaIdSerializer(KafkaPythonSerializer):
+    """kafka-python's interface: sees topic and headers and adds one."""
+
+    def __init__(self):
+        self.closed = False
+
+    def serialize(self, topic, headers, data):
+        headers.append(("schema", topic.encode()))
+        return json.dumps(data).encode()
+
+    def close(self):
+        self.closed = True
+
+
+def test_serializer_objects_see_topic_and_headers(kafka_broker, topic):
+    serializer = _SchemaIdSerializer()
+    with producer(kafka_broker, value_serializer=serializer,
+                  key_serializer=netkafka.DefaultSerializer()) as p:
+        p.send(topic, {"n": 1}, key="k1").get(30)
+        p.send(topic, {"n": 2}, headers=[("a", b"b")]).get(30)
+        result = p.send_batch(topic, [{"n": 3}], keys=["k3"])
+        assert result.get(30) is None or result.failed_count == 0
+    assert serializer.closed
+    records = sorted(read_topic(kafka_broker.bootstrap, topic, 3),
+                     key=lambda r: json.loads(r.value)["n"])
+    assert [(r.key, json.loads(r.value), r.headers) for r in records] == [
+        (b"k1", {"n": 1}, [("schema", topic.encode())]),
+        (None, {"n": 2}, [("a", b"b"), ("schema", topic.encode())]),
+        (b"k3", {"n": 3}, [("schema", topic.encode())]),
+    ]
+
+
+class _LastPartition(Partitioner):
+    def __init__(self):
+        self.calls = []
+
+    def partition(self, topic, key, serialized_key, value, serialized_value, cluster):
+        self.calls.append((topic, serialized_key))
+        return max(cluster.partitions_for_topic(topic))
+
+
+def test_partitioner_objects_kafka_pythons_own_and_subclassed(kafka_broker, topic):
+    mine = _LastPartition()
+    with producer(kafka_broker, partitioner=mine) as p:
+        assert p.send(topic, b"v", key=b"k").get(30).partition == 2
+    # Asked again when the record opens a batch (the accumulator's on_new_batch flow).
+    assert set(mine.calls) == {(topic, b"k")}
+    # kafka-python's own StickyPartitioner object, its on_new_batch hook included.
+    with producer(kafka_broker, partitioner=KafkaPythonStickyPartitioner(),
+                  batch_size=1024) as p:
+        keyed = p.send(topic, b"v", key=b"foo").get(30)
+        unkeyed = [p.send(topic, b"x" * 600) for _ in range(6)]
+        p.flush()
+    assert keyed.partition == (kafka.partitioner.murmur2(b"foo") & 0x7FFFFFFF) % 3
+    assert len({f.get(0).partition for f in unkeyed}) > 1  # moved on batch by batch
+    assert len(read_topic(kafka_broker.bootstrap, topic, 8)) == 8
+    assert isinstance(netkafka.partitioner.StickyPartitioner(), Partitioner)
+
+
+def test_bootstrap_connected_and_metrics_raw(kafka_broker, topic):
+    with producer(kafka_broker) as p:
+        p.send(topic, b"v").get(30)
+        assert p.bootstrap_connected()
+        raw = p.metrics(raw=True)
+        assert raw[("producer-metrics", "record-send-total")] == 1
+        assert p.metrics()["producer-metrics"]["record-send-total"] == 1
+    with producer(kafka_broker, metrics_enabled=False) as p:
+        assert p.metrics() is None
+
+
+def test_auto_creation_off_is_honoured(kafka_broker, topic_name):
+    with producer(kafka_broker, allow_auto_create_topics=False, max_block_ms=1500) as p:
+        with pytest.raises(errors.KafkaTimeoutError):
+            p.send(topic_name, b"v")
+
+
+def test_receive_message_max_bytes_is_honoured(kafka_broker, topic, caplog):
+    # Every broker answer is larger than 16 bytes: none is taken, so no metadata comes.
+    caplog.set_level(logging.DEBUG, logger="netkafka")
+    with producer(kafka_broker, receive_message_max_bytes=16, max_block_ms=1500) as p:
+        with pytest.raises(errors.KafkaTimeoutError):
+            p.send(topic, b"v")
+    # The broker's ApiVersions answer is refused by its size, connection after connection.
+    assert "negotiating_versions -> disconnected" in caplog.text
+
+
+def test_socket_options_are_applied(kafka_broker, topic, monkeypatch):
+    seen = []
+    real_setsockopt = socket.socket.setsockopt
+
+    class Recording(socket.socket):
+        def setsockopt(self, *args):
+            seen.append(args)
+            return real_setsockopt(self, *args)
+
+    monkeypatch.setattr(socket, "socket", Recording)
+    option = (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    with producer(kafka_broker, socket_options=[option]) as p:
+        p.send(topic, b"v").get(30)
+    assert option in seen
+    assert (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) not in seen  # replaced, as kafka-python
+
+
+class _Tracing:
+    def __init__(self):
+        self.acknowledged = []
+
+    def on_send(self, record):
+        return record._replace(headers=(record.headers or []) + [("trace", b"t1")])
+
+    def on_acknowledgement(self, metadata, exception):
+        self.acknowledged.append((metadata.topic, metadata.offset, exception))
+
+
+def test_interceptors_change_records_and_hear_every_outcome(kafka_broker, topic, caplog):
+    tracing = _Tracing()
+
+    class Broken:
+        def on_send(self, record):
+            raise RuntimeError("interceptor bug")
+
+        def on_acknowledgement(self, metadata, exception):
+            raise RuntimeError("interceptor bug")
+
+    with producer(kafka_broker, interceptors=[Broken(), tracing]) as p:
+        p.send(topic, b"a", partition=0).get(30)
+        p.produce(topic, b"b", partition=0)
+        p.flush()
+        with pytest.raises(TypeError):
+            p.send(topic, "not bytes")
+        with pytest.raises(errors.KafkaConfigurationError, match="interceptors"):
+            p.send_batch(topic, [b"c"])
+    offsets = sorted(offset for _, offset, error in tracing.acknowledged if error is None)
+    failed = [error for _, _, error in tracing.acknowledged if error is not None]
+    assert offsets == [0, 1] and len(failed) == 1 and isinstance(failed[0], TypeError)
+    assert "interceptor bug" in caplog.text
+    records = read_topic(kafka_broker.bootstrap, topic, 2)
+    assert sorted((r.value, tuple(r.headers)) for r in records) == [
+        (b"a", (("trace", b"t1"),)), (b"b", (("trace", b"t1"),))]
+
+
+def test_produce_failures_through_interceptors_still_reach_flush(kafka_broker, topic):
+    tracing = _Tracing()
+    with producer(kafka_broker, interceptors=[tracing], max_request_size=2000,
+                  batch_size=1024) as p:
+        p.produce(topic, b"x" * 5000)
+        with pytest.raises(errors.UndeliveredRecordsError):
+            p.flush()
+    assert len(tracing.acknowledged) == 1 and tracing.acknowledged[0][2] is not None
+
+
+def test_producer_record_is_send_s_arguments():
+    assert ProducerRecord._fields == ("topic", "value", "key", "headers", "partition",
+                                      "timestamp_ms")
+
+
+@pytest.mark.parametrize("codec, option, level", [
+    ("gzip", "compression_level", 9), ("gzip", "compression_gzip_level", 1),
+    ("lz4", "compression_lz4_level", 12), ("zstd", "compression_level", 19),
+    ("zstd", "compression_zstd_level", -5)])
+def test_compression_levels_round_trip(kafka_broker, topic, codec, option, level):
+    values = [b"record %d " % i * 20 for i in range(200)]
+    with producer(kafka_broker, compression_type=codec, **{option: level}) as p:
+        assert p.config.effective_compression_level == level
+        for value in values:
+            p.send(topic, value, partition=0)
+        p.flush()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 200)] == values
+
+
+def test_compression_level_checks():
+    with pytest.raises(ValueError, match="gzip level 10 is out of range"):
+        KafkaProducer(compression_type="gzip", compression_level=10)
+    with pytest.raises(errors.KafkaConfigurationError, match="needs compression_type gzip"):
+        KafkaProducer(compression_type="snappy", compression_level=1)
+    with pytest.raises(errors.KafkaConfigurationError, match="disagree"):
+        KafkaProducer(compression_type="lz4", compression_level=1, compression_lz4_level=2)

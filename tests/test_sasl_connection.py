@@ -1,0 +1,206 @@
+"""netkafka's producer over SASL_PLAINTEXT against the secured test broker.
+
+Every mechanism authenticates for real (PLAIN and SCRAM users of the broker, OAUTHBEARER
+tokens from the local OIDC endpoint, checked by the broker against its JWKS); what netkafka
+wrote is read back by confluent-kafka, configured on its own from the fixture.  Refusals:
+a wrong password, a mechanism the listener does not enable, ACLs denying a topic or the
+cluster's IdempotentWrite.  KIP-368: the REAUTH listener grants sessions of REAUTH_MS, so a
+producer writing for several of them must re-authenticate without losing a record.
+
+SASL_SSL is not here: the TLS transport comes from another branch.
+"""
+import time
+
+import pytest
+from confluent_kafka.admin import AclOperation, ResourceType
+
+from netkafka import Producer, errors
+from netkafka.client.connection import ConnectionConfig
+from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+from refusals import refused_send
+from netkafka.testing.security import (PLAINTEXT_REAUTH_LISTENER, REAUTH_MS, SASL_MECHANISMS, deny,
+                                       deny_idempotent_writes, listener_name)
+
+RECORDS = 50
+WAIT_S = 30.0
+# Re-authentication periods a producer writes through in the KIP-368 test.
+REAUTH_PERIODS = 4
+# Between two records there: shorter than a Produce request's round trip on loopback.
+SEND_PAUSE_S = 0.0002
+PLAINTEXT_LISTENER_NAME = "PLAINTEXT"
+
+
+def sasl_settings(broker, mechanism, user="alice", password=None):
+    """netkafka's settings for `user` with `mechanism` (password: a wrong one to try)."""
+    if mechanism == "OAUTHBEARER":
+        provider = OidcClientCredentialsProvider(broker.oauth.token_url, user,
+                                                 broker.oauth.clients[user])
+        return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+                "sasl_oauth_token_provider": provider}
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+            "sasl_plain_username": user,
+            "sasl_plain_password": password or broker.passwords[mechanism][user]}
+
+
+def admin_topic(broker, topic):
+    create_topic(broker.listeners["PLAINTEXT"].bootstrap, topic, partitions=2)
+
+
+def send_all(producer, topic, count=RECORDS, prefix=b""):
+    """Sends count keyed records; returns their (key, value) after every future succeeded."""
+    sent = [(prefix + b"k%d" % i, prefix + b"v%d" % i) for i in range(count)]
+    futures = [producer.send(topic, value=value, key=key) for key, value in sent]
+    producer.flush(WAIT_S)
+    for future in futures:
+        future.get(WAIT_S)
+    return sent
+
+
+def read_back(broker, topic, listener, count):
+    records = read_topic(broker.listeners[listener].bootstrap, topic, expected_count=count,
+                         client_config=broker.client_config(listener, "bob"))
+    return sorted((r.key, r.value) for r in records)
+
+
+@pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
+def test_each_mechanism_produces_over_sasl_plaintext(secured_broker, topic_name, mechanism):
+    listener = listener_name("SASL_PLAINTEXT", mechanism)
+    admin_topic(secured_broker, topic_name)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                        **sasl_settings(secured_broker, mechanism))
+    try:
+        sent = send_all(producer, topic_name)
+    finally:
+        producer.close()
+    assert read_back(secured_broker, topic_name, listener, len(sent)) == sorted(sent)
+
+
+def test_the_oidc_provider_fetches_its_token_from_the_endpoint(secured_broker, topic_name):
+    """The built-in client-credentials provider against the local token endpoint: a
+    wrong client secret gets no token, and the error names the endpoint."""
+    listener = listener_name("SASL_PLAINTEXT", "OAUTHBEARER")
+    wrong = OidcClientCredentialsProvider(secured_broker.oauth.token_url, "alice", "not-the-secret")
+    producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                        sasl_oauth_token_provider=wrong, max_block_ms=5000)
+    error = refused_send(producer, topic_name, errors.KafkaError)
+    assert secured_broker.oauth.token_url in str(error)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_a_wrong_password_fails_at_once_naming_mechanism_and_broker(secured_broker, topic_name,
+                                                                    mechanism):
+    listener = secured_broker.listeners[listener_name("SASL_PLAINTEXT", mechanism)]
+    admin_topic(secured_broker, topic_name)
+    max_block_ms = 60000
+    producer = Producer(bootstrap_servers=listener.bootstrap, max_block_ms=max_block_ms,
+                        **sasl_settings(secured_broker, mechanism, password="wrong-password"))
+    started = time.monotonic()
+    error = refused_send(producer, topic_name, errors.AuthenticationError)
+    elapsed_s = time.monotonic() - started
+    assert isinstance(error, errors.SaslAuthenticationFailedError)
+    message = str(error)
+    assert mechanism in message and listener.bootstrap in message, message
+    # Not the metadata wait running out: the refusal itself, long before max_block_ms.
+    assert elapsed_s < max_block_ms / 1000 / 2, elapsed_s
+    assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 0) == []
+
+
+def test_a_mechanism_the_listener_lacks_is_named_with_the_ones_it_has(secured_broker, topic_name):
+    plain_listener = secured_broker.listeners[listener_name("SASL_PLAINTEXT", "PLAIN")]
+    producer = Producer(bootstrap_servers=plain_listener.bootstrap,
+                        **sasl_settings(secured_broker, "SCRAM-SHA-512"))
+    message = str(refused_send(producer, topic_name, errors.UnsupportedSaslMechanismError))
+    assert "SCRAM-SHA-512" in message and "offers PLAIN" in message, message
+
+
+@pytest.mark.parametrize("operation", [AclOperation.WRITE, AclOperation.ALL])
+def test_a_topic_the_acls_deny_fails_its_records_and_nothing_is_written(
+        secured_broker, topic_name, operation):
+    """Denied Write: the broker refuses the Produce request; denied everything (Describe
+    too): the metadata answer refuses the topic.  Either way the records fail with
+    TopicAuthorizationFailedError, and alice, not denied, writes beside bob."""
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
+    bootstrap = secured_broker.listeners[listener].bootstrap
+    admin_topic(secured_broker, topic_name)
+    with secured_broker.acls(deny("bob", ResourceType.TOPIC, topic_name, operation)):
+        bob = Producer(bootstrap_servers=bootstrap, max_block_ms=20000,
+                       **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+        refused_send(bob, topic_name, errors.TopicAuthorizationFailedError)
+        alice = Producer(bootstrap_servers=bootstrap,
+                         **sasl_settings(secured_broker, "SCRAM-SHA-256"))
+        try:
+            sent = send_all(alice, topic_name, count=5)
+        finally:
+            alice.close()
+    assert read_back(secured_broker, topic_name, listener, len(sent)) == sorted(sent)
+
+
+def test_a_denied_idempotent_write_names_the_missing_permission(secured_broker, topic_name):
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-512")
+    admin_topic(secured_broker, topic_name)
+    with secured_broker.acls(*deny_idempotent_writes("bob")):
+        bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                       enable_idempotence=True, max_block_ms=20000,
+                       **sasl_settings(secured_broker, "SCRAM-SHA-512", user="bob"))
+        error = refused_send(bob, topic_name, errors.ClusterAuthorizationFailedError)
+    assert "IdempotentWrite" in str(error)
+    assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 0) == []
+
+
+def in_flight_at_reauthentication(producer):
+    """Requests that were in flight when the producer's re-authentications began."""
+    return sum(conn.stats()["in_flight_at_reauthentication"]
+               for conn in producer._pool.connections())
+
+
+@pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
+def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_name, mechanism):
+    """The broker grants sessions of REAUTH_MS; a producer writing without pause through
+    REAUTH_PERIODS of them re-authenticates each time, with Produce requests in flight
+    when it does, and every record is acknowledged and written once.  A record every
+    SEND_PAUSE_S, each soon in a Produce request of its own (linger_ms=0), keeps
+    several requests out at almost any moment while the volume stays small."""
+    admin_topic(secured_broker, topic_name)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
+                        **sasl_settings(secured_broker, mechanism))
+    futures, sent = [], []
+    started = time.monotonic()
+    try:
+        # REAUTH_PERIODS at least; more (up to 3x) until some exchange has begun with
+        # requests in flight, which most do.
+        while (time.monotonic() < started + REAUTH_PERIODS * REAUTH_MS / 1000
+               or (time.monotonic() < started + 3 * REAUTH_PERIODS * REAUTH_MS / 1000
+                   and not in_flight_at_reauthentication(producer))):
+            key, value = b"k%d" % len(sent), b"v%d" % len(sent)
+            futures.append(producer.send(topic_name, value=value, key=key))
+            sent.append((key, value))
+            time.sleep(SEND_PAUSE_S)
+        producer.flush(WAIT_S)
+        for future in futures:
+            future.get(WAIT_S)
+        stats = [conn.stats() for conn in producer._pool.connections()]
+    finally:
+        producer.close()
+    # 85-95% of each session: at least one less than the periods written through.
+    assert sum(s["reauthentications"] for s in stats) >= REAUTH_PERIODS - 1, stats
+    # Some exchange began with Produce requests awaiting answers, which all succeeded.
+    assert sum(s["in_flight_at_reauthentication"] for s in stats) > 0, stats
+    assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)
+
+
+def test_connection_settings_check_sasl_and_keep_the_password_out_of_repr():
+    settings = {"sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
+                "sasl_plain_password": "s3cret-pw"}
+    config = ConnectionConfig(security_protocol="SASL_PLAINTEXT", sasl_settings=settings)
+    assert config.uses_sasl and "s3cret-pw" not in repr(config)
+    assert not ConnectionConfig().uses_sasl
+    with pytest.raises(errors.SaslConfigError, match="needs sasl_plain_password"):
+        ConnectionConfig(security_protocol="SASL_PLAINTEXT",
+                         sasl_settings={"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice"})
+    with pytest.raises(ValueError, match="needs sasl_settings"):
+        ConnectionConfig(security_protocol="SASL_PLAINTEXT")
+    with pytest.raises(ValueError, match="needs no sasl_settings"):
+        ConnectionConfig(sasl_settings=settings)

@@ -1,0 +1,383 @@
+"""TLS: the settings (refused at construction, naming the setting; the Java client's PEM
+names), TlsTransport's contract against a TLS server in this process, and producing over
+the secured broker's SSL and MTLS listeners, read back by the independent reader."""
+import os
+import selectors
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from netkafka import Producer
+from netkafka.client.tls import HOLD_LIMIT_BYTES, TlsTransport, build_ssl_context
+from netkafka.client.transport import PlainTransport
+from netkafka.config import ProducerConfig, producer_setting
+from netkafka.errors import SslAuthenticationError, SslConfigError
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+from netkafka.testing.tls import make_tls_files
+
+RECORDS = 200
+NOWHERE = "127.0.0.1:9"  # never connected to: construction alone is under test
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    return make_tls_files(tmp_path_factory.mktemp("tls"), ["alice"])
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+def bad_settings(tls):
+    alice = tls.clients["alice"]
+    return [
+        ({"ssl_cafile": str(tls.ca_file)}, r"ssl_cafile is set but security_protocol="
+                                           r"'PLAINTEXT' does not use TLS"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+          "sasl_plain_username": "u", "sasl_plain_password": "p", "ssl_check_hostname": False},
+         r"ssl_check_hostname is set but security_protocol='SASL_PLAINTEXT'"),
+        ({"security_protocol": "SSL", "ssl_cafile": "/no/such/ca.pem"},
+         r"ssl_cafile='/no/such/ca.pem': No such file or directory"),
+        ({"security_protocol": "SSL", "ssl_cafile": str(alice.key_file)},
+         r"ssl_cafile=.* does not load"),
+        ({"security_protocol": "SSL", "ssl_certfile": "/no/such/cert.pem"},
+         r"ssl_certfile='/no/such/cert.pem': No such file or directory"),
+        ({"security_protocol": "SSL", "ssl_certfile": str(alice.cert_file),
+          "ssl_keyfile": "/no/such/key.pem"}, r"ssl_keyfile='/no/such/key.pem'"),
+        ({"security_protocol": "SSL", "ssl_keyfile": str(alice.key_file)},
+         r"ssl_keyfile is set without ssl_certfile"),
+        ({"security_protocol": "SSL", "ssl_certfile": str(alice.cert_file),
+          "ssl_keyfile": str(alice.encrypted_key_file), "ssl_password": "wrong"},
+         r"ssl_keyfile: ssl_password does not decrypt the key"),
+        ({"security_protocol": "SSL", "ssl_certfile": str(alice.cert_file),
+          "ssl_keyfile": str(alice.encrypted_key_file)},
+         r"ssl_keyfile: ssl_password does not decrypt the key \(or none was given\)"),
+        ({"security_protocol": "SSL", "ssl_crlfile": "/no/such/crl.pem"},
+         r"ssl_crlfile='/no/such/crl.pem'"),
+        ({"security_protocol": "SSL", "ssl_ciphers": "NO-SUCH-CIPHER"},
+         r"ssl_ciphers='NO-SUCH-CIPHER': OpenSSL takes none"),
+        ({"security_protocol": "SSL", "ssl_context": "tls"},
+         r"ssl_context must be an ssl.SSLContext, not a str"),
+        ({"security_protocol": "TLS"}, r"security_protocol='TLS' is not one of"),
+    ]
+
+
+def test_bad_tls_settings_are_refused_at_construction_naming_the_setting(tls_files):
+    for settings, message in bad_settings(tls_files):
+        with pytest.raises(SslConfigError, match=message):
+            Producer(bootstrap_servers=NOWHERE, **settings)
+
+
+def test_settings_build_the_context_the_connections_use(tls_files):
+    alice = tls_files.clients["alice"]
+    config = ProducerConfig.from_kwargs({
+        "security_protocol": "SSL", "ssl_cafile": str(tls_files.ca_file),
+        "ssl_certfile": str(alice.cert_file), "ssl_keyfile": str(alice.encrypted_key_file),
+        "ssl_password": alice.key_password, "ssl_check_hostname": False,
+        "ssl_ciphers": "ECDHE+AESGCM"})
+    connection = config.connection_config()
+    context = connection.ssl_context
+    assert (connection.security_protocol, connection.sasl_settings) == ("SSL", None)
+    assert context.check_hostname is False and context.verify_mode == ssl.CERT_REQUIRED
+    assert context.minimum_version >= ssl.TLSVersion.TLSv1_2
+    # The given CA alone, not the system's besides (as a Java trust store).
+    [ca] = context.get_ca_certs()
+    assert ((("organizationName", "netkafka tests"),) in ca["subject"])
+    assert {c["name"].split("-")[0] for c in context.get_ciphers()
+            if c["protocol"] == "TLSv1.2"} == {"ECDHE"}
+    assert ProducerConfig.from_kwargs({}).connection_config().ssl_context is None
+
+
+def test_passwords_stay_out_of_the_configs_repr(tls_files):
+    alice = tls_files.clients["alice"]
+    config = ProducerConfig.from_kwargs({
+        "security_protocol": "SASL_SSL", "ssl_cafile": str(tls_files.ca_file),
+        "ssl_certfile": str(alice.cert_file), "ssl_keyfile": str(alice.encrypted_key_file),
+        "ssl_password": alice.key_password, "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice", "sasl_plain_password": "sasl-secret"})
+    connection = config.connection_config()
+    assert connection.sasl_settings["sasl_plain_password"] == "sasl-secret"
+    for text in (repr(config), repr(connection)):
+        assert alice.key_password not in text and "sasl-secret" not in text
+
+
+def test_a_users_ssl_context_wins_over_the_other_settings():
+    mine = ssl.create_default_context()
+    config = ProducerConfig.from_kwargs({"security_protocol": "SSL", "ssl_context": mine,
+                                         "ssl_cafile": "/not/looked/at.pem"})
+    assert config.connection_config().ssl_context is mine
+
+
+def test_java_pem_settings_become_kafka_pythons(tls_files, tmp_path):
+    alice = tls_files.clients["alice"]
+    java = {
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls_files.ca_file),
+        "ssl.keystore.type": "pem",
+        "ssl.keystore.location": str(alice.cert_file),
+        "ssl.key.password": alice.key_password,
+        "ssl.endpoint.identification.algorithm": "",
+    }
+    kwargs = {}
+    for name, text in java.items():
+        kwargs.update(producer_setting(name, text))
+    assert kwargs == {"security_protocol": "SSL", "ssl_cafile": str(tls_files.ca_file),
+                      "ssl_certfile": str(alice.cert_file), "ssl_password": alice.key_password,
+                      "ssl_check_hostname": False}
+    assert producer_setting("ssl.endpoint.identification.algorithm", "HTTPS") == {
+        "ssl_check_hostname": True}
+    for name, text, message in [
+            ("ssl.truststore.type", "JKS", r"ssl.truststore.type='JKS': must be 'PEM'.*keytool"),
+            ("ssl.endpoint.identification.algorithm", "dns",
+             r"must be 'https' or ''")]:
+        with pytest.raises(ValueError, match=message):
+            producer_setting(name, text)
+
+
+# -- TlsTransport against a TLS server in this process ------------------------------------
+
+
+class EchoServer:
+    """A blocking TLS server on one end of a socketpair, in a thread: echoes every byte
+    back (so the client's writes and reads both cross TLS) and counts them; closes the
+    socket (no close_notify) once `expected` bytes came."""
+
+    def __init__(self, sock, keystore_file, expected=0):
+        self.expected = expected
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(keystore_file)
+        self.received = 0
+        self._tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            self._tls.do_handshake()
+            while self.received < self.expected and (data := self._tls.recv(1 << 16)):
+                self.received += len(data)
+                self._tls.sendall(data)
+        except (OSError, ssl.SSLError):
+            pass  # the client went away
+        finally:
+            self._tls.close()
+
+    def join(self):
+        self._thread.join(10)
+
+
+def drive(transport, selector, payload):
+    """Writes payload through transport while reading the echo; returns what came back
+    and the most plaintext one write() call took."""
+    views = [memoryview(payload)]
+    echoed = bytearray()
+    buf = bytearray(100_000)
+    largest_take = 0
+    while len(echoed) < len(payload):
+        if views or transport.output_pending:
+            taken = transport.write(views)
+            largest_take = max(largest_take, taken)
+            if taken:
+                views = [views[0][taken:]] if taken < views[0].nbytes else []
+        n = transport.read_into(memoryview(buf))
+        if n == 0:
+            raise AssertionError("the server closed early")
+        if n is None:
+            events = selectors.EVENT_READ | (
+                selectors.EVENT_WRITE if views or transport.output_pending else 0)
+            selector.modify(transport, events)
+            assert selector.select(10), "stuck: no event in 10 s"
+        else:
+            echoed += buf[:n]
+    return bytes(echoed), largest_take
+
+
+def test_tls_transport_handshakes_in_steps_holds_back_a_bounded_amount_and_reads(tls_files):
+    client, server = socket.socketpair()
+    client.setblocking(False)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    payload = os.urandom(3 * 1024 * 1024)
+    echo = EchoServer(server, tls_files.broker_keystore_file, expected=len(payload))
+    context = build_ssl_context({"ssl_cafile": str(tls_files.ca_file)}, "SSL")
+    transport = TlsTransport(PlainTransport(client), context, "localhost", "localhost:0")
+    with selectors.DefaultSelector() as selector:
+        selector.register(transport, selectors.EVENT_WRITE)
+        steps = 0
+        while wanted := transport.handshake():
+            steps += 1
+            selector.modify(transport, wanted)
+            assert selector.select(10), "handshake stuck"
+        assert steps >= 1  # at least one wait for the server's answer
+        echoed, largest_take = drive(transport, selector, payload)
+    assert echoed == payload
+    # The socket's buffer is far smaller than the payload, so the transport held
+    # ciphertext back -- never more than its bound per call.
+    assert 0 < largest_take <= HOLD_LIMIT_BYTES
+    buf = bytearray(16)  # the server closed after the echo: the end of the stream
+    with selectors.DefaultSelector() as selector:
+        selector.register(transport, selectors.EVENT_READ)
+        while (n := transport.read_into(memoryview(buf))) is None:
+            assert selector.select(10)
+    assert n == 0
+    transport.close()
+    echo.join()
+    assert echo.received == len(payload)
+
+
+def test_tls_transport_names_the_host_and_the_reason_a_certificate_fails(tls_files):
+    client, server = socket.socketpair()
+    client.setblocking(False)
+    echo = EchoServer(server, tls_files.broker_keystore_file)
+    context = build_ssl_context({"ssl_cafile": str(tls_files.untrusted_ca_file)}, "SSL")
+    transport = TlsTransport(PlainTransport(client), context, "localhost", "localhost:9093")
+    with selectors.DefaultSelector() as selector:
+        selector.register(transport, selectors.EVENT_WRITE)
+        with pytest.raises(SslAuthenticationError,
+                           match=r"TLS handshake with localhost:9093: the broker's certificate "
+                                 r"did not verify: unable to get local issuer certificate"):
+            while wanted := transport.handshake():
+                selector.modify(transport, wanted)
+                assert selector.select(10)
+    transport.close()
+    echo.join()
+
+
+# -- the secured broker ---------------------------------------------------------------------
+
+
+def produce_and_read(secured_broker, listener, topic, config_listener=None, **settings):
+    """Produce RECORDS keyed records with netkafka over listener; return them and what the
+    independent reader (configured on its own for config_listener) read back."""
+    spec = secured_broker.listeners[listener]
+    reader_config = secured_broker.client_config(config_listener or listener)
+    create_topic(spec.bootstrap, topic, partitions=2, client_config=reader_config)
+    sent = [(f"k{i}".encode(), os.urandom(100 + i)) for i in range(RECORDS)]
+    with Producer(bootstrap_servers=spec.bootstrap, linger_ms=2, **settings) as producer:
+        futures = [producer.send(topic, value, key) for key, value in sent]
+        producer.flush(60)
+        for future in futures:
+            future.get(30)
+    records = read_topic(spec.bootstrap, topic, expected_count=RECORDS, client_config=reader_config)
+    return sent, [(r.key, r.value) for r in records]
+
+
+def test_produce_over_ssl_read_back_independently(secured_broker, topic_name):
+    sent, read = produce_and_read(secured_broker, "SSL", topic_name, security_protocol="SSL",
+                                  ssl_cafile=str(secured_broker.ca_file))
+    assert sorted(read) == sorted(sent)
+
+
+@pytest.mark.parametrize("encrypted_key", [False, True], ids=["key", "encrypted-key"])
+def test_produce_over_mtls_read_back_independently(secured_broker, topic_name, encrypted_key):
+    alice = secured_broker.client_certs["alice"]
+    key = ({"ssl_keyfile": str(alice.encrypted_key_file), "ssl_password": alice.key_password}
+           if encrypted_key else {"ssl_keyfile": str(alice.key_file)})
+    sent, read = produce_and_read(secured_broker, "MTLS", topic_name, security_protocol="SSL",
+                                  ssl_cafile=str(secured_broker.ca_file),
+                                  ssl_certfile=str(alice.cert_file), **key)
+    assert sorted(read) == sorted(sent)
+
+
+def test_mtls_without_a_client_certificate_is_refused_by_the_broker(secured_broker, topic_name):
+    spec = secured_broker.listeners["MTLS"]
+    with Producer(bootstrap_servers=spec.bootstrap, security_protocol="SSL",
+                  ssl_cafile=str(secured_broker.ca_file), max_block_ms=120_000) as producer:
+        with pytest.raises(SslAuthenticationError, match=rf"{spec.bootstrap} failed: \w+_CERTIFICATE"
+                                                         r".*set ssl_certfile"):
+            producer.send(topic_name, b"v").get(120)
+
+
+def test_a_users_ssl_context_is_the_one_used(secured_broker, topic_name):
+    # Trusts the test CA only because the user's own context does: the ssl_cafile given
+    # beside it (the untrusted CA) is not looked at.
+    context = ssl.create_default_context(cafile=str(secured_broker.ca_file))
+    sent, read = produce_and_read(secured_broker, "SSL", topic_name, security_protocol="SSL",
+                                  ssl_context=context,
+                                  ssl_cafile=str(secured_broker.untrusted_ca_file))
+    assert sorted(read) == sorted(sent)
+
+
+def test_an_untrusted_broker_certificate_fails_fast_naming_host_and_reason(secured_broker,
+                                                                          topic_name):
+    spec = secured_broker.listeners["SSL"]
+    # max_block_ms far above the connection setup timeout: a KafkaTimeoutError would mean
+    # the wait ran out instead of the handshake's failure being raised.
+    with Producer(bootstrap_servers=spec.bootstrap, security_protocol="SSL",
+                  ssl_cafile=str(secured_broker.untrusted_ca_file),
+                  max_block_ms=600_000) as producer:
+        with pytest.raises(SslAuthenticationError,
+                           match=rf"TLS handshake with {spec.bootstrap}: the broker's certificate "
+                                 r"did not verify: unable to get local issuer certificate"):
+            producer.send(topic_name, b"v").get(600)
+
+
+def test_host_name_checked_by_default_and_not_when_turned_off(secured_broker, topic_name):
+    # "127.1" reaches 127.0.0.1, but the broker's certificate names 127.0.0.1 and
+    # localhost, not "127.1".
+    port = secured_broker.listeners["SSL"].bootstrap.rsplit(":", 1)[1]
+    settings = {"bootstrap_servers": f"127.1:{port}", "security_protocol": "SSL",
+                "ssl_cafile": str(secured_broker.ca_file), "max_block_ms": 600_000}
+    with Producer(**settings) as producer:
+        with pytest.raises(SslAuthenticationError, match=r"127.1:\d+.*Hostname mismatch"):
+            producer.send(topic_name, b"v").get(600)
+    create_topic(secured_broker.listeners["SSL"].bootstrap, topic_name,
+                 client_config=secured_broker.client_config("SSL"))
+    with Producer(**settings, ssl_check_hostname=False) as producer:
+        producer.send(topic_name, b"unchecked", b"k").get(60)
+    [record] = read_topic(secured_broker.listeners["SSL"].bootstrap, topic_name, 1,
+                          client_config=secured_broker.client_config("SSL"))
+    assert (record.key, record.value) == (b"k", b"unchecked")
+
+
+def test_perf_tool_takes_java_security_properties(secured_broker, topic_name, tmp_path):
+    spec = secured_broker.listeners["MTLS"]
+    alice = secured_broker.client_certs["alice"]
+    reader_config = secured_broker.client_config("MTLS")
+    create_topic(spec.bootstrap, topic_name, client_config=reader_config)
+    # A PEM key store is the key and the certificate chain in one file.
+    keystore = tmp_path / "alice-keystore.pem"
+    keystore.write_bytes(alice.encrypted_key_file.read_bytes() + alice.cert_file.read_bytes())
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        f"bootstrap.servers={spec.bootstrap}\n"
+        "security.protocol=SSL\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={secured_broker.ca_file}\n"
+        "ssl.keystore.type=PEM\n"
+        f"ssl.keystore.location={keystore}\n"
+        f"ssl.key.password={alice.key_password}\n"
+        "ssl.endpoint.identification.algorithm=https\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "netkafka.tools.perf", "--topic", topic_name, "--num-records",
+         "500", "--record-size", "100", "--throughput", "-1", "--producer.config", properties],
+        capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("500 records sent")
+    assert len(read_topic(spec.bootstrap, topic_name, 500, client_config=reader_config)) == 500
+
+
+def test_spark_settings_dict_with_java_tls_names_produces_over_mtls(secured_broker, topic_name):
+    from netkafka.spark import producer_settings
+
+    spec = secured_broker.listeners["MTLS"]
+    alice = secured_broker.client_certs["alice"]
+    reader_config = secured_broker.client_config("MTLS")
+    create_topic(spec.bootstrap, topic_name, client_config=reader_config)
+    settings = producer_settings({
+        "bootstrap.servers": spec.bootstrap, "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(secured_broker.ca_file),
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(alice.cert_file),
+        "ssl_keyfile": str(alice.key_file), "ssl.endpoint.identification.algorithm": "https"})
+    assert settings.kwargs["ssl_cafile"] == str(secured_broker.ca_file)
+    with Producer(**settings.kwargs) as producer:
+        producer.send(topic_name, b"from spark settings", b"k").get(60)
+    [record] = read_topic(spec.bootstrap, topic_name, 1, client_config=reader_config)
+    assert (record.key, record.value) == (b"k", b"from spark settings")
