@@ -17,6 +17,12 @@ additions it does not need:
     memory      suite, client, mode, records, peak_rss_bytes, rss_growth_bytes,
                 allocs_per_record, bytes_per_record
                 also: record_size, rss_before_bytes, pending_records, load_1m
+    transactions  one benchmark per records-per-commit cell, {suite: "transactions",
+                clients: [...]}: a row per client with suite, client, mode, record_size,
+                records_per_commit, records, seconds, msgs_per_s, client_ns_per_record,
+                broker_ns_per_record, commit_p50_ms, commit_p99_ms (None for the Java
+                tool, which commits every transaction_duration_ms instead)
+                also: transaction_duration_ms, commits, and rounds' keys as throughput's
 
 Times and CPU figures are bench/rounds.py's, medians over the rounds where there are
 several: seconds (msgs_per_s = records / seconds), client_ns_per_record (the client's
@@ -49,6 +55,34 @@ def record_throughput(benchmark, settings: "peers.Settings", measured: dict,
         })
     benchmark.extra_info.update({"suite": suite, "clients": rows})
     RESULTS.extend(rows)
+
+
+def record_transactions(benchmark, record_size: int, records_per_commit: int,
+                        java_duration_ms: int, measured: dict, commit_seconds: dict) -> None:
+    """measured: {(client, mode): [rounds.Round, ...]}; commit_seconds: {(client, mode):
+    the wall times of the measured rounds' commits} for the clients that time them."""
+    rows = []
+    for (client, mode), client_rounds in measured.items():
+        commits = sorted(commit_seconds.get((client, mode), ()))
+        rows.append({
+            "suite": "transactions", "client": client, "mode": mode,
+            "record_size": record_size, "records_per_commit": records_per_commit,
+            **rounds.summary(client_rounds),
+            "commits": len(commits),
+            "commit_p50_ms": _percentile_ms(commits, 0.50),
+            "commit_p99_ms": _percentile_ms(commits, 0.99),
+            "transaction_duration_ms": java_duration_ms if client == "java" else None,
+        })
+    benchmark.extra_info.update({"suite": "transactions", "clients": rows})
+    RESULTS.extend(rows)
+
+
+def _percentile_ms(sorted_seconds, fraction):
+    """The nearest-rank percentile, in ms; None for no samples."""
+    if not sorted_seconds:
+        return None
+    index = min(len(sorted_seconds) - 1, max(0, round(fraction * len(sorted_seconds)) - 1))
+    return round(sorted_seconds[index] * 1000, 3)
 
 
 def record_latency(benchmark, client: str, mode: str, settings: "peers.Settings", rate: int,

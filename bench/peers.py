@@ -18,6 +18,12 @@ own work, outside the time: building what the client takes):
 
 contestant() makes any of them a contestant of alternated rounds (bench/rounds.py).
 
+Transactions (Settings.records_per_commit): netkafka and confluent-kafka open a
+transaction, produce that many records and commit (the commit flushes), round after
+round; each commit's wall time goes into the runner's commit_seconds.  The Java tool
+commits by time only (--transaction-duration-ms, Settings.transaction_duration_ms),
+so its benchmark sets the duration its expected rate fills with records_per_commit.
+
 Every client gets the same Settings: batch size, linger, acks (idempotence on with
 acks=all, off with acks=1, for every client), compression.  The values are PAYLOAD_POOL
 distinct payloads of random ASCII letters, cycled; the Java tool reads the same payloads
@@ -31,6 +37,7 @@ import random
 import re
 import string
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, NamedTuple, Optional, Sequence
@@ -56,6 +63,8 @@ class Settings:
     compression: str = "none"  # "none" | "lz4" | "zstd"
     batch_size: int = BATCH_SIZE
     linger_ms: int = LINGER_MS
+    records_per_commit: Optional[int] = None  # transactions: commit after so many records
+    transaction_duration_ms: Optional[int] = None  # the Java tool's commits: after so long
 
     @property
     def idempotent(self) -> bool:
@@ -99,14 +108,31 @@ def mb_per_s(msgs_per_s: float, record_size: int) -> float:
 
 class _Runner:
     """send_all() queues every value; wait_all() returns once each is acknowledged (and
-    raises if one failed).  The memory probe looks at the process between the two."""
+    raises if one failed).  The memory probe looks at the process between the two.  A
+    transactional runner (records_per_commit) sends and commits transaction by
+    transaction instead (run_transactions), timing each commit."""
+
+    records_per_commit = None  # a transactional runner's Settings.records_per_commit
+    commit_seconds = ()  # a transactional runner's: each commit's wall time, in order
 
     def prepare(self, values):
         return values
 
     def run(self, topic: str, values) -> None:
+        if self.records_per_commit is not None:
+            self.run_transactions(topic, values)
+            return
         self.send_all(topic, values)
         self.wait_all()
+
+    def run_transactions(self, topic: str, values) -> None:
+        step = self.records_per_commit
+        for start in range(0, len(values), step):
+            self.begin_transaction()
+            self.send_all(topic, values[start:start + step])
+            started = time.perf_counter()
+            self.commit_transaction()
+            self.commit_seconds.append(time.perf_counter() - started)
 
 
 class NetkafkaRunner(_Runner):
@@ -123,10 +149,19 @@ class NetkafkaRunner(_Runner):
             raise ValueError(f"netkafka mode must be one of {self.MODES}, got {mode!r}")
         self.mode = mode
         self._batch_result = None  # send_batch()'s, until wait_all() checks it
+        transactional = {}
+        if settings.records_per_commit is not None:
+            self.records_per_commit, self.commit_seconds = settings.records_per_commit, []
+            transactional["transactional_id"] = f"bench-netkafka-{random.getrandbits(32):x}"
         self._producer = Producer(
             bootstrap_servers=bootstrap, acks=settings.python_acks,
             compression_type=settings.python_compression,
-            batch_size=settings.batch_size, linger_ms=settings.linger_ms, **(security or {}))
+            batch_size=settings.batch_size, linger_ms=settings.linger_ms,
+            **(security or {}), **transactional)
+        if transactional:
+            self._producer.init_transactions()
+            self.begin_transaction = self._producer.begin_transaction
+            self.commit_transaction = self._producer.commit_transaction
 
     def prepare(self, values):
         if self.mode != "send_batch_arrow":
@@ -178,7 +213,20 @@ class ConfluentRunner(_Runner):
         if mode == "error_only":
             config["on_delivery"] = self._on_delivery
             config["delivery.report.only.error"] = True
+        if settings.records_per_commit is not None:
+            self.records_per_commit, self.commit_seconds = settings.records_per_commit, []
+            config["transactional.id"] = f"bench-confluent-{random.getrandbits(32):x}"
         self._producer = Producer(config)
+        if settings.records_per_commit is not None:
+            self._producer.init_transactions(WAIT_TIMEOUT_S)
+            self.begin_transaction = self._producer.begin_transaction
+
+    def commit_transaction(self) -> None:
+        """Flushes and commits (confluent-kafka's commit_transaction() flushes too)."""
+        self._producer.commit_transaction(WAIT_TIMEOUT_S)
+        if self.errors:
+            raise RuntimeError(f"confluent-kafka: {len(self.errors)} records failed, "
+                               f"first {self.errors[:3]}")
 
     def _on_delivery(self, error, message) -> None:
         if error is not None:
@@ -357,7 +405,8 @@ class JavaProducerPerformance:
             f"enable.idempotence={str(s.idempotent).lower()}",
             f"compression.type={s.compression}", f"batch.size={s.batch_size}",
             f"linger.ms={s.linger_ms}",
-        ]
+        ] + ([] if s.transaction_duration_ms is None
+             else ["--transaction-duration-ms", str(s.transaction_duration_ms)])
 
     def run(self, topic: str, records: int, warmup_records: int,
             throughput: int = -1) -> PerfSummary:
@@ -393,7 +442,7 @@ def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Set
         {"security": security} if security else {}))
     cleanup.callback(runner.close)
     values = runner.prepare(values_for(settings.record_size, records))
-    return rounds.Contestant(lambda: runner.run(topic, values), records, broker_pids)
+    return rounds.Contestant(lambda: runner.run(topic, values), records, broker_pids, runner)
 
 
 # -- the broker's side -------------------------------------------------------------------------

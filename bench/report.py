@@ -4,7 +4,8 @@ tables and a PNG chart out.
     python bench/report.py RESULTS.json [--out docs] [--readme README.md]     (make report)
 
 writes OUT/benchmarks.md (the machine, the headline against confluent-kafka, then
-throughput, latency and memory tables: each suite the JSON holds, the others left out) and
+throughput, latency, memory and transactions tables: each suite the JSON holds, the
+others left out) and
 OUT/throughput.png (per record size, records/s and the client's CPU per record of each
 client), and with --readme replaces the part of that file between README_BEGIN and
 README_END with the machine, the parameters, the headline and the chart.
@@ -22,8 +23,11 @@ compression, batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s; opti
 client_ns_per_record, broker_ns_per_record}; latency {suite: "latency", client, rate,
 records, p50_ms, p99_ms, max_ms; optional: acks, linger_ms, client_ns_per_record,
 broker_ns_per_record}; memory {suite: "memory", client, mode, records, peak_rss_bytes,
-rss_growth_bytes, allocs_per_record, bytes_per_record}; spark {suite: "spark", sink, rows,
-rows_per_s, spark, spark_kafka_connector}.  Benchmarks without a suite (the
+rss_growth_bytes, allocs_per_record, bytes_per_record}; transactions {suite:
+"transactions", client, mode, records_per_commit, msgs_per_s; optional:
+client_ns_per_record, broker_ns_per_record, commit_p50_ms, commit_p99_ms,
+transaction_duration_ms}; spark {suite: "spark", sink, rows, rows_per_s, spark,
+spark_kafka_connector}.  Benchmarks without a suite (the
 micro-benchmarks) are not part of it.  An optional key left out (older runs) or None (a
 broker that was not a local process) shows as a dash.
 
@@ -245,6 +249,39 @@ def memory_lines(rows):
     return lines + [""]
 
 
+def transactions_lines(rows):
+    lines = ["## Transactions", "",
+             "Transactional production, 100 B records, acks=all: each transaction's records "
+             "produced, then committed; rounds alternated, medians over a client's rounds.  "
+             "Commit p50/p99: the wall time of `commit_transaction()` (its flush included).  "
+             "The Java tool commits by time (`--transaction-duration-ms`, chosen so that its "
+             "expected rate fills it with about as many records) and times no commit.", "",
+             "| records per commit | client | mode | records/s | vs confluent-kafka "
+             "| client ns/record | broker ns/record | commit p50 ms | commit p99 ms |",
+             "|--:|---|---|--:|--:|--:|--:|--:|--:|"]
+    by_commit = defaultdict(list)
+    for row in rows:
+        by_commit[row["records_per_commit"]].append(row)
+    for per_commit in sorted(by_commit):
+        group = sorted(by_commit[per_commit], key=lambda r: -r["msgs_per_s"])
+        confluent = next((r for r in group if _is_confluent(r)), None)
+        for row in group:
+            versus = (MISSING if confluent is None
+                      else f"{row['msgs_per_s'] / confluent['msgs_per_s']:.2f}×")
+            java_note = (f" (every {row['transaction_duration_ms']} ms)"
+                         if row.get("transaction_duration_ms") else "")
+            lines.append(
+                f"| {per_commit:,} | {row['client']}{java_note} | {row['mode']} | "
+                f"{row['msgs_per_s']:,.0f} | {versus} | {_ns(row.get('client_ns_per_record'))} | "
+                f"{_ns(row.get('broker_ns_per_record'))} | {_ms(row.get('commit_p50_ms'))} | "
+                f"{_ms(row.get('commit_p99_ms'))} |")
+    return lines + [""]
+
+
+def _ms(value):
+    return MISSING if value is None else f"{value:.1f}"
+
+
 def spark_lines(rows):
     """Rows/s of each sink, and its ratio to Spark's own Kafka sink run on as many rows."""
     spark_sink = {row["rows"]: row["rows_per_s"] for row in rows if row["sink"] == SPARK_SINK}
@@ -272,7 +309,8 @@ def throughput_tls_lines(rows):
 
 
 SECTIONS = {"throughput": throughput_lines, "throughput_tls": throughput_tls_lines,
-            "latency": latency_lines, "memory": memory_lines, "spark": spark_lines}
+            "latency": latency_lines, "memory": memory_lines,
+            "transactions": transactions_lines, "spark": spark_lines}
 
 
 def report_markdown(suites, facts, chart_name):

@@ -146,21 +146,24 @@ def listening_pids(port: int) -> set[int]:
 
 class Contestant:
     """A client whose round is a call of run() in this process; warmed up by one unmeasured
-    run (connections made, metadata known, pools grown)."""
+    run (connections made, metadata known, pools grown).  runner: the peers runner behind
+    run, if any, for figures of a suite's own (a transactional runner's commit times)."""
 
-    def __init__(self, run: Callable[[], object], records: int, broker_pids: Sequence[int]):
+    def __init__(self, run: Callable[[], object], records: int, broker_pids: Sequence[int],
+                 runner=None):
         self.records_sent = 0  # by the warm-up and the rounds so far
+        self.records = records  # per round
+        self.runner = runner
         self._run = run
-        self._records = records
         self._broker_pids = broker_pids
 
     def warm_up(self) -> None:
         self._run()
-        self.records_sent += self._records
+        self.records_sent += self.records
 
     def round(self) -> Round:
-        measured = measure(self._run, self._records, self._broker_pids)
-        self.records_sent += self._records
+        measured = measure(self._run, self.records, self._broker_pids)
+        self.records_sent += self.records
         return measured
 
 

@@ -6,13 +6,16 @@ _NATIVE = load_native_modules()
 
 from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after the native check
                              KafkaConfigurationError, KafkaConnectionError, KafkaError,
-                             KafkaTimeoutError, ProducerClosedError, RecordDroppedError,
-                             RecordSpooledError, SentBeforeForkError, SerializationError,
+                             KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
+                             RecordDroppedError, RecordSpooledError, SentBeforeForkError,
+                             SerializationError, TransactionAbortedError,
+                             TransactionAbortRequiredError, TransactionStateError,
                              UndeliveredRecordsError, WalError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
 from netkafka.producer._futures import (FutureRecordMetadata, RecordMetadata,  # noqa: E402
                                         TopicPartition)
 from netkafka.producer.interceptors import ProducerRecord  # noqa: E402
+from netkafka.producer.offsets import ConsumerGroupMetadata, OffsetAndMetadata  # noqa: E402
 # kafka-python 3 exports its serializers from the package: `from kafka import
 # JsonSerializer` becomes `from netkafka import JsonSerializer`.
 from netkafka.serializer import (DefaultSerializer, Deserializer,  # noqa: E402
@@ -25,6 +28,7 @@ __all__ = [
     "BackpressureTimeoutError",
     "BatchSendResult",
     "BinaryColumn",
+    "ConsumerGroupMetadata",
     "DefaultSerializer",
     "Deserializer",
     "FutureRecordMetadata",
@@ -34,8 +38,10 @@ __all__ = [
     "KafkaError",
     "KafkaProducer",
     "KafkaTimeoutError",
+    "OffsetAndMetadata",
     "Producer",
     "ProducerClosedError",
+    "ProducerFencedError",
     "ProducerRecord",
     "RecordDroppedError",
     "RecordMetadata",
@@ -45,6 +51,9 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "TopicPartition",
+    "TransactionAbortRequiredError",
+    "TransactionAbortedError",
+    "TransactionStateError",
     "UndeliveredRecordsError",
     "WalError",
 ]

@@ -3,14 +3,14 @@
 The names and meanings are kafka-python's KafkaProducer's (which follow the Java
 client's settings); the defaults are kafka-python 3's where they agree with the Java
 client, and the Java client's otherwise (noted below).  netkafka adds io_threads,
-high_watermark_bytes, low_watermark_bytes and backoff, and the write-ahead log's
-settings (wal_dir, wal_fsync, wal_fsync_interval_ms, wal_max_bytes, on_replay,
-on_delivery_timeout).  A keyword may be given Java's dotted way too (``wal.dir``).
+high_watermark_bytes, low_watermark_bytes, backoff and transaction_version, and the
+write-ahead log's settings (wal_dir, wal_fsync, wal_fsync_interval_ms, wal_max_bytes,
+on_replay, on_delivery_timeout).  A keyword may be given Java's dotted way too
+(``wal.dir``).
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
 the key and what it allows (for the security settings SslConfigError or
-SaslConfigError, both ValueErrors); a transactional id raises NotImplementedError
-until netkafka has transactions.
+SaslConfigError, both ValueErrors).
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
 Producer through producer_setting(): the Java client's dotted names and typed
@@ -69,11 +69,11 @@ UNSUPPORTED_OPTIONS = {
 CODEC_LEVEL_OPTIONS = {"gzip": "compression_gzip_level", "lz4": "compression_lz4_level",
                        "zstd": "compression_zstd_level"}
 CLIENT_DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
-# kafka-python's transaction options, with the values that mean "no transactions".
-TRANSACTION_OPTIONS = {
-    "transactional_id": None,
-    "transaction_timeout_ms": 60000,
-}
+# transaction_version: None lets each transaction use Transactions V2 where the
+# cluster finalizes it (KIP-890, Kafka 4.0+), V1 elsewhere; 1 keeps to V1.
+TRANSACTION_VERSIONS = (None, 1)
+# Kafka's limit on the bytes of a string field such as the transactional id.
+_STRING_MAX_BYTES = 0x7FFF
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,10 @@ class ProducerConfig(Mapping):
     high_watermark_bytes: int = ConnectionConfig.high_watermark_bytes
     low_watermark_bytes: int = ConnectionConfig.low_watermark_bytes
     backoff: object = "block"  # 'block' | 'park' | 'drop' | a strategy object
+    # A transactional id makes a transactional producer (idempotence needed, and on).
+    transactional_id: object = None
+    transaction_timeout_ms: int = 60000  # the Java client's and kafka-python's
+    transaction_version: object = None  # netkafka's: TRANSACTION_VERSIONS above
     # security_protocol and the ssl_* / sasl_* settings given (SECURITY_DEFAULTS
     # names; missing ones take its defaults), as Producer(**kwargs) takes them one
     # by one.  Checked at construction; the SSLContext is built then, once.  Not in
@@ -189,7 +193,6 @@ class ProducerConfig(Mapping):
             TypeError: an unknown keyword (named).
             ValueError: a bad value (key and allowed values named); SslConfigError
                 and SaslConfigError for the security settings.
-            NotImplementedError: a transaction setting.
         """
         fields = cls.__dataclass_fields__
         settings = {}
@@ -201,8 +204,6 @@ class ProducerConfig(Mapping):
                 security[name] = value
             elif name == "security":
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
-            elif name in TRANSACTION_OPTIONS:
-                _check_transaction_option(name, value)
             elif name in PLUMBING_OPTIONS:
                 _check_plumbing_option(name, value)
             elif name in UNSUPPORTED_OPTIONS:
@@ -211,10 +212,11 @@ class ProducerConfig(Mapping):
                 raise TypeError(f"Producer() got an unexpected keyword argument {name!r}")
             else:
                 settings[name] = value
-        if "enable_idempotence" not in settings and _conflicts_with_idempotence(settings):
+        if ("enable_idempotence" not in settings and settings.get("transactional_id") is None
+                and _conflicts_with_idempotence(settings)):
             # As the Java client: idempotence is on by default only where it can be,
             # so settings it cannot work with quietly turn the default off (asked for
-            # explicitly, they are an error).
+            # explicitly, or by a transactional id, they are an error).
             settings["enable_idempotence"] = False
         return cls(**settings, security=security)
 
@@ -282,6 +284,7 @@ class ProducerConfig(Mapping):
         check_int("low_watermark_bytes", self.low_watermark_bytes, 0)
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
+        self._check_transactions()
         self._check_idempotence()
         self._check_wal()
         self._check_security()
@@ -298,6 +301,11 @@ class ProducerConfig(Mapping):
         if self.on_replay is not None and not callable(self.on_replay):
             raise ValueError(f"on_replay must be a callable (context, metadata_or_error) or "
                              f"None, got {self.on_replay!r}")
+        if self.wal_dir is not None and self.transactional_id is not None:
+            raise KafkaConfigurationError(
+                f"wal_dir with transactional_id={self.transactional_id!r}: a transaction "
+                f"commits or aborts its records as a whole, which the WAL's replay of "
+                f"single batches cannot keep; use one or the other")
         if self.wal_dir is not None and self.legacy_magic is not None:
             raise KafkaConfigurationError(
                 f"wal_dir needs RecordBatch v2 (Kafka 0.11+): api_version={self.api_version} "
@@ -347,20 +355,35 @@ class ProducerConfig(Mapping):
         legacy = legacy_produce(self.api_version)
         return None if legacy is None else legacy[1]
 
+    def _check_transactions(self):
+        if self.transactional_id is not None and (
+                not isinstance(self.transactional_id, str) or not self.transactional_id
+                or len(self.transactional_id.encode("utf-8")) > _STRING_MAX_BYTES):
+            raise ValueError(f"transactional_id must be None or a non-empty str of at most "
+                             f"{_STRING_MAX_BYTES} bytes, got {self.transactional_id!r}")
+        check_int("transaction_timeout_ms", self.transaction_timeout_ms, 1, maximum=_INT32_MAX)
+        check_choice("transaction_version", self.transaction_version, TRANSACTION_VERSIONS)
+        if self.transactional_id is not None and not self.enable_idempotence:
+            # The Java client's rule: a transaction's batches carry the producer id
+            # and sequences its coordinator fences zombies by.
+            raise KafkaConfigurationError(
+                "transactional_id needs enable_idempotence=True (its default)")
+
     def _check_idempotence(self):
         if not self.enable_idempotence:
             return
         # The Java client's requirements: without them sequence numbers cannot keep
         # retries free of duplicates and reordering.
+        needs = ("transactional_id" if self.transactional_id is not None
+                 else "enable_idempotence=True")
         if self.acks != -1:
-            raise KafkaConfigurationError(
-                f"enable_idempotence=True needs acks='all', got acks={self.acks}")
+            raise KafkaConfigurationError(f"{needs} needs acks='all', got acks={self.acks}")
         if self.max_in_flight_requests_per_connection > 5:
             raise KafkaConfigurationError(
-                f"enable_idempotence=True needs max_in_flight_requests_per_connection <= 5, "
+                f"{needs} needs max_in_flight_requests_per_connection <= 5, "
                 f"got {self.max_in_flight_requests_per_connection}")
         if self.retries == 0:
-            raise KafkaConfigurationError("enable_idempotence=True needs retries > 0, got 0")
+            raise KafkaConfigurationError(f"{needs} needs retries > 0, got 0")
 
     def _check_compression_levels(self):
         # The codec's own range is checked by the Compressor (record/_compression).
@@ -444,7 +467,7 @@ class ProducerConfig(Mapping):
 
 # The settings a ProducerConfig holds only at their defaults (others are refused),
 # as its mapping shows them.
-_OPTIONS_AT_DEFAULT = {**TRANSACTION_OPTIONS, **PLUMBING_OPTIONS, **UNSUPPORTED_OPTIONS}
+_OPTIONS_AT_DEFAULT = {**PLUMBING_OPTIONS, **UNSUPPORTED_OPTIONS}
 # Fields that are not settings of their own: `security` holds the security settings
 # given, which the mapping shows one by one.
 _NOT_SETTINGS = frozenset({"security"})
@@ -632,14 +655,6 @@ def _check_bootstrap(servers):
         return
     raise ValueError(f"bootstrap_servers must be 'host:port[,host:port...]' or a list of "
                      f"them, got {servers!r}")
-
-
-def _check_transaction_option(name, value):
-    if value == TRANSACTION_OPTIONS[name]:
-        return
-    raise NotImplementedError(
-        f"{name}={value!r}: netkafka has no transactions yet (idempotence, on by default, "
-        f"keeps retries free of duplicates); leave the transaction options unset")
 
 
 def _check_plumbing_option(name, value):

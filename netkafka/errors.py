@@ -17,6 +17,7 @@
     +-- RecordDroppedError      the drop strategy refused a record
     +-- IllegalStateError       a call the object's state does not allow
     |   +-- ProducerClosedError send() after close()
+    |   +-- TransactionStateError  a transactional call in a state where it makes no sense
     +-- KafkaConfigurationError settings that cannot work together, or a
     |                           kafka-python setting that has no meaning here
     |                           (also a ValueError)
@@ -31,6 +32,8 @@
     |                           RuntimeError)
     +-- BufferPoolExhausted     the buffer pool has no room for a record's batch now
     +-- CompressionError        a codec library failed to compress (also a RuntimeError)
+    +-- TransactionAbortRequiredError  the open transaction failed: only an abort is left
+    +-- TransactionAbortedError the record's transaction was aborted before it was sent
     +-- WalError                the write-ahead log (wal_dir); the message names the
     |   |                       directory or file
     |   +-- WalLockedError      another producer has the directory open
@@ -527,10 +530,28 @@ class InvalidRequiredAcksError(BrokerError):
     code = 21
 
 
+class IllegalGenerationError(BrokerError):
+    """The consumer group generation in the request is not the group's current one."""
+
+    code = 22
+
+
+class UnknownMemberIdError(BrokerError):
+    """The consumer group does not know the member id in the request."""
+
+    code = 25
+
+
 class TopicAuthorizationFailedError(BrokerError):
     """The client may not write to (or describe) this topic."""
 
     code = 29
+
+
+class GroupAuthorizationFailedError(BrokerError):
+    """The client may not use this consumer group."""
+
+    code = 30
 
 
 class ClusterAuthorizationFailedError(BrokerError):
@@ -623,6 +644,12 @@ class TransactionalIdAuthorizationFailedError(BrokerError):
     code = 53
 
 
+class OperationNotAttemptedError(BrokerError):
+    """The broker did not try this part of the request because another part failed."""
+
+    code = 55
+
+
 class KafkaStorageError(BrokerError):
     """The broker met a disk error on the partition's log."""
 
@@ -663,6 +690,12 @@ class UnsupportedCompressionTypeError(BrokerError):
     """The broker cannot accept this compression codec at this request version."""
 
     code = 76
+
+
+class FencedInstanceIdError(BrokerError):
+    """Another consumer with the same group.instance.id took over (static membership)."""
+
+    code = 82
 
 
 class InvalidRecordError(BrokerError):
@@ -763,6 +796,33 @@ KAFKA_PYTHON_NAMES = (
     "KafkaTimeoutError", "MessageSizeTooLargeError", "NetworkExceptionError",
     "NotLeaderForPartitionError", "UnknownError", "UnsupportedCodecError",
 )
+
+
+# --- Transactions: client-side errors (the broker's codes have their classes above).
+
+
+class TransactionStateError(IllegalStateError):
+    """A transactional call came in a state where it makes no sense: begin twice, commit
+    with no transaction open, send() outside a transaction of a transactional producer
+    (an IllegalStateError, as kafka-python's and the Java client's).  The message names
+    the call and the state."""
+
+
+class TransactionAbortRequiredError(KafkaError):
+    """The open transaction failed -- a record of it, or a request for it -- so it cannot
+    commit: abort_transaction() is the only way on (then a new transaction).
+
+    Attributes:
+        cause: the first failure (also the exception's __cause__).
+    """
+
+    def __init__(self, message, cause=None):
+        super().__init__(message)
+        self.cause = cause
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was not sent: its transaction was aborted first (abort_transaction())."""
 
 
 # -- The write-ahead log (wal_dir) --------------------------------------------------------

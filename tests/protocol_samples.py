@@ -13,7 +13,14 @@ from kafka.protocol.metadata import (
     ApiVersionsResponse as KpApiVersionsResponse,
     MetadataResponse as KpMetadataResponse,
 )
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorResponse as KpFindCoordinatorResponse,
+)
 from kafka.protocol.producer import ProduceResponse as KpProduceResponse
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnResponse as KpAddPartitionsToTxnResponse,
+    TxnOffsetCommitResponse as KpTxnOffsetCommitResponse,
+)
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from netkafka.protocol.produce import PRODUCE_LEGACY_VERSIONS, PRODUCE_VERSIONS
@@ -148,15 +155,23 @@ def assert_metadata_equal(ours, theirs, version):
             assert p.offline_replicas == (tuple(kp.offline_replicas) if version >= 5 else ())
 
 
+# What api_versions_response_fields() finalizes (v3+).
+FINALIZED_FEATURES = {"transaction.version": 2, "metadata.version": 27}
+
+
 def api_versions_response_fields(version):
     Key = KpApiVersionsResponse.ApiVersion
     fields = dict(error_code=0, throttle_time_ms=9, api_keys=[
         Key(api_key=0, min_version=3, max_version=13), Key(api_key=3, min_version=0, max_version=13),
         Key(api_key=18, min_version=0, max_version=4)])
-    if version >= 3:  # tagged fields the decoder must skip
+    if version >= 3:  # tagged fields: the finalized features are read, the rest skipped
         fields["finalized_features_epoch"] = 42
         fields["supported_features"] = [KpApiVersionsResponse.SupportedFeatureKey(
             name="metadata.version", min_version=1, max_version=27)]
+        fields["finalized_features"] = [
+            KpApiVersionsResponse.FinalizedFeatureKey(name=name, max_version_level=level,
+                                                      min_version_level=1)
+            for name, level in FINALIZED_FEATURES.items()]
     return fields
 
 
@@ -175,11 +190,58 @@ def sasl_authenticate_response_fields(version):
     return fields
 
 
+# --- the transaction APIs' responses: a coordinator, and per-partition error codes
+# with an error among them.
+
+COORDINATOR = dict(key="txn-\u00e9-1", node_id=2, host="broker-2", port=9093)
+PARTITION_ERRORS = {("t1", 0): 0, ("t1", 2): 51, ("t\u00e9", 1): 29}
+
+
+def find_coordinator_response_fields(version):
+    if version <= 3:
+        return dict(throttle_time_ms=5, error_code=0, error_message=None,
+                    **{k: v for k, v in COORDINATOR.items() if k != "key"})
+    return dict(throttle_time_ms=5, coordinators=[KpFindCoordinatorResponse.Coordinator(
+        error_code=0, error_message=None, version=version, **COORDINATOR)])
+
+
+def add_partitions_to_txn_response_fields(version):
+    TopicResult = KpAddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    PartitionResult = TopicResult.AddPartitionsToTxnPartitionResult
+    by_topic = {}
+    for (topic, partition), code in PARTITION_ERRORS.items():
+        by_topic.setdefault(topic, []).append(PartitionResult(
+            partition_index=partition, partition_error_code=code, version=version))
+    return dict(throttle_time_ms=3, results_by_topic_v3_and_below=[
+        TopicResult(name=topic, results_by_partition=results, version=version)
+        for topic, results in by_topic.items()])
+
+
+def add_offsets_to_txn_response_fields(version):
+    return dict(throttle_time_ms=2, error_code=30)
+
+
+def txn_offset_commit_response_fields(version):
+    Topic = KpTxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    Partition = Topic.TxnOffsetCommitResponsePartition
+    by_topic = {}
+    for (topic, partition), code in PARTITION_ERRORS.items():
+        by_topic.setdefault(topic, []).append(Partition(partition_index=partition,
+                                                        error_code=code, version=version))
+    return dict(throttle_time_ms=1, topics=[Topic(name=topic, partitions=partitions,
+                                                  version=version)
+                                            for topic, partitions in by_topic.items()])
+
+
+def end_txn_response_fields(version):
+    return dict(throttle_time_ms=4, error_code=0, producer_id=1 << 41, producer_epoch=8)
+
+
 def build_batch(records, base_timestamp_ms=None, producer_id=-1, producer_epoch=-1,
-                base_sequence=-1):
+                base_sequence=-1, transactional=False):
     """A sealed RecordBatch v2 built by kafka-python: records are (key, value, headers)."""
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
+        magic=2, compression_type=0, is_transactional=transactional, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, batch_size=1 << 20)
     timestamp_ms = base_timestamp_ms if base_timestamp_ms is not None else int(time.time() * 1000)
     for offset, (key, value, headers) in enumerate(records):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from netkafka import Producer, ProducerClosedError, SentBeforeForkError
+from netkafka import Producer, ProducerClosedError, SentBeforeForkError, TransactionStateError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -164,3 +164,32 @@ def test_forking_while_threads_send_never_hangs_the_child(kafka_broker, topic_na
     for fork_index in range(5):
         assert values.count(b"child-%d" % fork_index) == 50
     assert len(values) == len(set(v for v in values if not v.startswith(b"child"))) + 250
+
+
+def test_a_transactional_producer_refuses_a_forked_child(kafka_broker, topic_name):
+    """Its own stack in the child would init_transactions() with the parent's id and fence
+    the parent: every call in the child says so, and the parent's transaction commits."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap,
+                  transactional_id=f"fork-{os.getpid()}-{time.monotonic_ns()}") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic_name, b"parent").get(30)
+
+        def child():
+            refusals = []
+            for call in (lambda: producer.send(topic_name, b"child"), producer.commit_transaction,
+                         producer.begin_transaction):
+                try:
+                    call()
+                except TransactionStateError as exc:
+                    refusals.append(str(exc))
+            return refusals
+
+        refusals = run_in_child(child)
+        assert len(refusals) == 3
+        assert all("cannot be used in a forked child" in text for text in refusals)
+        producer.commit_transaction()
+    committed = read_topic(kafka_broker.bootstrap, topic_name, 1,
+                           isolation_level="read_committed")
+    assert [r.value for r in committed] == [b"parent"]

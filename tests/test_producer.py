@@ -377,8 +377,6 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
                                                 r"security_protocol='PLAINTEXT' does not use TLS"),
     ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"}, netkafka.errors.SaslConfigError,
      r"sasl_mechanism='PLAIN' needs sasl_plain_username"),
-    ({"transactional_id": "tx-1"}, NotImplementedError, r"transactional_id='tx-1': netkafka "
-                                                        r"has no transactions yet"),
     ({"api_version": "latest"}, ValueError,
      r"api_version must be None, 'auto' or a tuple of ints such as \(0, 10, 1\), got 'latest'"),
     ({"api_version": (0, -10)}, ValueError, r"api_version must be .*, got \(0, -10\)"),
@@ -390,6 +388,14 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"writes message format v0"),
     ({"api_version": (0, 8, 1), "compression_type": "lz4"}, ValueError,
      r"compression_type='lz4' needs Kafka 0\.8\.2\+; api_version=\(0, 8, 1\)"),
+    ({"transactional_id": ""}, ValueError, r"transactional_id must be None or a non-empty str"),
+    ({"transactional_id": 7}, ValueError, r"transactional_id must be None or a non-empty str"),
+    ({"transactional_id": "t" * 40000}, ValueError, r"of at most 32767 bytes"),
+    ({"transactional_id": "tx-1", "acks": 1}, ValueError, r"transactional_id needs acks='all'"),
+    ({"transactional_id": "tx-1", "enable_idempotence": False}, ValueError,
+     r"transactional_id needs enable_idempotence=True"),
+    ({"transaction_timeout_ms": 0}, ValueError, r"transaction_timeout_ms must be an int >= 1"),
+    ({"transaction_version": 2}, ValueError, r"transaction_version must be None or 1, got 2"),
 ])
 def test_bad_options_are_refused_naming_them(options, error, message):
     with pytest.raises(error, match=message):

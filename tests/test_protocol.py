@@ -22,6 +22,15 @@ from kafka.protocol.metadata import (
     MetadataRequest as KpMetadataRequest,
     MetadataResponse as KpMetadataResponse,
 )
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest as KpFindCoordinatorRequest,
+)
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest as KpAddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest as KpAddPartitionsToTxnRequest,
+    EndTxnRequest as KpEndTxnRequest,
+    TxnOffsetCommitRequest as KpTxnOffsetCommitRequest,
+)
 from kafka.protocol.producer import (
     InitProducerIdRequest as KpInitProducerIdRequest,
     InitProducerIdResponse as KpInitProducerIdResponse,
@@ -62,10 +71,11 @@ from netkafka.protocol.versions import APIS, SUPPORTED_VERSIONS, negotiate_versi
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from protocol_samples import (
-    ALL_VERSIONS, CORRELATION_ID, api_versions_response_fields, assert_metadata_equal,
-    PRODUCE_ENCODED_VERSIONS, assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
-    kafka_python_response, metadata_response_fields, produce_response_fields,
-    sasl_authenticate_response_fields, sasl_handshake_response_fields,
+    ALL_VERSIONS, CORRELATION_ID, FINALIZED_FEATURES, PRODUCE_ENCODED_VERSIONS,
+    api_versions_response_fields, assert_metadata_equal, assert_produce_response_equal,
+    build_batch, init_producer_id_response_fields, kafka_python_decode, kafka_python_response,
+    metadata_response_fields, produce_response_fields, sasl_authenticate_response_fields,
+    sasl_handshake_response_fields,
 )
 
 CLIENT_ID = "netkafka-test"
@@ -193,7 +203,9 @@ def test_reader_takes_any_contiguous_buffer():
 
 def test_api_keys_and_names_agree_with_kafka_python():
     requests = (KpApiVersionsRequest, KpMetadataRequest, KpInitProducerIdRequest, KpProduceRequest,
-                KpSaslHandshakeRequest, KpSaslAuthenticateRequest, KpDescribeProducersRequest)
+                KpFindCoordinatorRequest, KpAddPartitionsToTxnRequest, KpAddOffsetsToTxnRequest,
+                KpEndTxnRequest, KpTxnOffsetCommitRequest, KpSaslHandshakeRequest,
+                KpSaslAuthenticateRequest, KpDescribeProducersRequest)
     assert {key: key.kafka_name for key in ApiKey} == {
         cls.API_KEY: cls.__name__.removesuffix("Request") for cls in requests}
     assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
@@ -410,6 +422,7 @@ def test_api_versions_response_decoded_as_kafka_python_encodes_it(version):
     assert ours.error_code == 0
     assert ours.api_versions == {0: (3, 13), 3: (0, 13), 18: (0, 4)}
     assert ours.throttle_time_ms == (9 if version >= 1 else 0)
+    assert ours.finalized_features == (FINALIZED_FEATURES if version >= 3 else {})
 
 
 @pytest.mark.parametrize("asked_version", [1, 3, 4])
@@ -569,9 +582,9 @@ def test_error_codes_map_to_named_errors_with_flags():
         6, "NOT_LEADER_OR_FOLLOWER", True, True)
     assert str(error) == "NOT_LEADER_OR_FOLLOWER (error code 6): broker 2 leads it now"
     assert "not the partition's leader" in str(errors.error_for_code(6))
-    generic = errors.error_for_code(22)  # ILLEGAL_GENERATION: no class of its own
+    generic = errors.error_for_code(27)  # REBALANCE_IN_PROGRESS: no class of its own
     assert type(generic) is errors.BrokerError
-    assert (generic.code, generic.name, generic.retriable) == (22, "ILLEGAL_GENERATION", False)
+    assert (generic.code, generic.name, generic.retriable) == (27, "REBALANCE_IN_PROGRESS", False)
     unknown = errors.error_for_code(9999)
     assert (unknown.code, unknown.name, unknown.retriable) == (9999, "UNKNOWN_ERROR_CODE_9999", False)
     with pytest.raises(ValueError):
@@ -623,6 +636,13 @@ def test_producer_error_codes_have_named_classes():
         13: errors.NetworkError, 5: errors.LeaderNotAvailableError,
         14: errors.CoordinatorLoadInProgressError, 15: errors.CoordinatorNotAvailableError,
         16: errors.NotCoordinatorError,
+        # the transactional producer's
+        22: errors.IllegalGenerationError, 25: errors.UnknownMemberIdError,
+        30: errors.GroupAuthorizationFailedError, 48: errors.InvalidTxnStateError,
+        49: errors.InvalidProducerIdMappingError, 50: errors.InvalidTransactionTimeoutError,
+        51: errors.ConcurrentTransactionsError, 53: errors.TransactionalIdAuthorizationFailedError,
+        55: errors.OperationNotAttemptedError, 82: errors.FencedInstanceIdError,
+        90: errors.ProducerFencedError, 120: errors.TransactionAbortableError,
     }
     for code, cls in named.items():
         error = errors.error_for_code(code)
@@ -659,6 +679,10 @@ def test_api_versions_round_trip(wire, version):
     # A Kafka 4.x broker: Produce v3+ (it lists 0..2 for old librdkafka, rejecting them).
     produce_low, produce_high = ours.api_versions[ApiKey.PRODUCE]
     assert produce_low <= 3 and produce_high >= 12
+    if version >= 3:  # a new 4.x cluster finalizes Transactions V2
+        assert ours.finalized_features.get("transaction.version") == 2
+    else:
+        assert ours.finalized_features == {}
     assert negotiate_versions(ours)[ApiKey.PRODUCE] == min(13, produce_high)
 
 

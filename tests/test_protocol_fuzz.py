@@ -30,9 +30,18 @@ from kafka.protocol.metadata import (
     ApiVersionsResponse as KpApiVersionsResponse,
     MetadataResponse as KpMetadataResponse,
 )
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorResponse as KpFindCoordinatorResponse,
+)
 from kafka.protocol.producer import (
     InitProducerIdResponse as KpInitProducerIdResponse,
     ProduceResponse as KpProduceResponse,
+)
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnResponse as KpAddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse as KpAddPartitionsToTxnResponse,
+    EndTxnResponse as KpEndTxnResponse,
+    TxnOffsetCommitResponse as KpTxnOffsetCommitResponse,
 )
 
 from blocking_wire import BlockingWire
@@ -40,15 +49,19 @@ from netkafka.errors import ProtocolError
 from kafka.protocol.sasl import SaslAuthenticateResponse as KpSaslAuthenticateResponse
 from kafka.protocol.sasl import SaslHandshakeResponse as KpSaslHandshakeResponse
 from netkafka.protocol import (
-    api_versions, init_producer_id, metadata, produce, sasl_authenticate, sasl_handshake,
+    add_offsets_to_txn, add_partitions_to_txn, api_versions, end_txn, find_coordinator,
+    framing, init_producer_id, metadata, produce, sasl_authenticate, sasl_handshake,
+    txn_offset_commit,
 )
 from netkafka.protocol.framing import ApiKey
 from netkafka.testing.admin import create_topic
 from protocol_samples import (
-    ALL_VERSIONS, api_versions_response_fields, assert_metadata_equal,
-    assert_produce_response_equal, build_batch, init_producer_id_response_fields, kafka_python_decode,
-    kafka_python_response, metadata_response_fields, produce_response_fields,
-    sasl_authenticate_response_fields, sasl_handshake_response_fields,
+    ALL_VERSIONS, add_offsets_to_txn_response_fields, add_partitions_to_txn_response_fields,
+    api_versions_response_fields, assert_metadata_equal, assert_produce_response_equal,
+    build_batch, end_txn_response_fields, find_coordinator_response_fields,
+    init_producer_id_response_fields, kafka_python_decode, kafka_python_response,
+    metadata_response_fields, produce_response_fields, sasl_authenticate_response_fields,
+    sasl_handshake_response_fields, txn_offset_commit_response_fields,
 )
 
 FUZZ_EXAMPLES = int(os.environ.get("NETKAFKA_FUZZ_EXAMPLES", "300"))
@@ -76,6 +89,20 @@ DECODERS = {
     "sasl_authenticate": (sasl_authenticate.decode_sasl_authenticate_response,
                           ApiKey.SASL_AUTHENTICATE, KpSaslAuthenticateResponse,
                           sasl_authenticate_response_fields),
+    "find_coordinator": (find_coordinator.decode_find_coordinator_response,
+                         ApiKey.FIND_COORDINATOR, KpFindCoordinatorResponse,
+                         find_coordinator_response_fields),
+    "add_partitions_to_txn": (add_partitions_to_txn.decode_add_partitions_to_txn_response,
+                              ApiKey.ADD_PARTITIONS_TO_TXN, KpAddPartitionsToTxnResponse,
+                              add_partitions_to_txn_response_fields),
+    "add_offsets_to_txn": (add_offsets_to_txn.decode_add_offsets_to_txn_response,
+                           ApiKey.ADD_OFFSETS_TO_TXN, KpAddOffsetsToTxnResponse,
+                           add_offsets_to_txn_response_fields),
+    "txn_offset_commit": (txn_offset_commit.decode_txn_offset_commit_response,
+                          ApiKey.TXN_OFFSET_COMMIT, KpTxnOffsetCommitResponse,
+                          txn_offset_commit_response_fields),
+    "end_txn": (end_txn.decode_end_txn_response, ApiKey.END_TXN, KpEndTxnResponse,
+                end_txn_response_fields),
 }
 RESULT_TYPES = {
     "produce": produce.ProduceResponse,
@@ -84,6 +111,11 @@ RESULT_TYPES = {
     "init_producer_id": init_producer_id.InitProducerIdResponse,
     "sasl_handshake": sasl_handshake.SaslHandshakeResponse,
     "sasl_authenticate": sasl_authenticate.SaslAuthenticateResponse,
+    "find_coordinator": find_coordinator.FindCoordinatorResponse,
+    "add_partitions_to_txn": framing.PartitionErrorsResponse,
+    "add_offsets_to_txn": add_offsets_to_txn.AddOffsetsToTxnResponse,
+    "txn_offset_commit": framing.PartitionErrorsResponse,
+    "end_txn": end_txn.EndTxnResponse,
 }
 
 # kafka-python's valid encodings, per (decoder, version): built once.

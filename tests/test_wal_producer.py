@@ -11,8 +11,9 @@ import time
 import pytest
 
 from netkafka import Producer
-from netkafka.errors import (BackpressureTimeoutError, KafkaError, KafkaTimeoutError,
-                             RecordDroppedError, RecordSpooledError, WalLockedError)
+from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
+                             KafkaTimeoutError, RecordDroppedError, RecordSpooledError,
+                             WalLockedError)
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -46,6 +47,15 @@ def test_bad_wal_settings_are_named(tmp_path, settings, message):
 def test_wal_settings_without_a_wal_dir_are_refused():
     with pytest.raises(ValueError, match="on_delivery_timeout='spool' needs wal_dir"):
         Producer(bootstrap_servers="127.0.0.1:1", on_delivery_timeout="spool")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"transactional_id": "tx"}, "wal_dir with transactional_id='tx'"),
+    ({"api_version": (0, 10, 2)}, "wal_dir needs RecordBatch v2"),
+])
+def test_a_wal_with_what_it_cannot_replay_is_refused(tmp_path, settings, message):
+    with pytest.raises(KafkaConfigurationError, match=message):
+        Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path), **settings)
 
 
 def test_java_style_names_are_taken(tmp_path):

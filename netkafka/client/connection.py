@@ -212,7 +212,9 @@ class Request:
     id into a response object.  on_done(response, error) is called exactly
     once, on the I/O thread.  A request with expects_response False (Produce
     with acks=0) is done once written.  api_version None means the version
-    negotiated with this broker, chosen when the request is framed.
+    negotiated with this broker, chosen when the request is framed, and at most
+    max_api_version if that is not None (a Transactions V1 Produce must not
+    use v12+, which would ask the leader to add its partitions).
 
     reserved_bytes: outbound bytes its payload already reserved on the
     connection (the Sender reserves a batch's bytes when it queues it), so
@@ -222,6 +224,7 @@ class Request:
     __slots__ = (
         "api_key",
         "api_version",
+        "max_api_version",
         "encode",
         "decode",
         "expects_response",
@@ -232,9 +235,10 @@ class Request:
     )
 
     def __init__(self, api_key, encode, decode, on_done, api_version=None,
-                 expects_response=True, reserved_bytes=0):
+                 expects_response=True, reserved_bytes=0, max_api_version=None):
         self.api_key = api_key
         self.api_version = api_version
+        self.max_api_version = max_api_version
         self.encode = encode
         self.decode = decode
         self.expects_response = expects_response
@@ -284,8 +288,12 @@ class BrokerConnection:
         self._writable = True  # guarded by _lock
         self._published_state = DISCONNECTED  # guarded by _lock
         # {api_key: version to use}: written by the I/O thread under _lock, so
-        # that thread alone may read it without the lock.
+        # that thread alone may read it without the lock.  Kept from the last
+        # handshake while reconnecting.
         self._api_versions = None
+        # {feature: finalized level} of the last handshake (ApiVersions v3+), as
+        # _api_versions.
+        self._finalized_features = None
         self._last_error = None  # guarded by _lock: why the last connection ended
         self._stats = {"connect_attempts": 0, "connections_ready": 0, "requests_sent": 0,
                        "in_flight_peak": 0, "reauthentications": 0,
@@ -353,6 +361,13 @@ class BrokerConnection:
         """{api_key: negotiated version} once the handshake is done, else None."""
         with self._lock:
             return None if self._api_versions is None else dict(self._api_versions)
+
+    @property
+    def finalized_features(self):
+        """{feature name: finalized level} the broker reported in its handshake
+        (e.g. "transaction.version"), else None."""
+        with self._lock:
+            return None if self._finalized_features is None else dict(self._finalized_features)
 
     def stats(self):
         """Counters: connect_attempts, connections_ready (handshakes done),
@@ -423,7 +438,8 @@ class BrokerConnection:
             return
         self._io_thread.wakeup()
 
-    def request(self, api_key, encode, decode, api_version=None, expects_response=True):
+    def request(self, api_key, encode, decode, api_version=None, expects_response=True,
+                max_api_version=None):
         """Submits a request and returns a Future of its decoded response."""
         future = Future()
 
@@ -434,8 +450,26 @@ class BrokerConnection:
                 future.set_exception(error)
 
         self.submit(Request(api_key, encode, decode, on_done, api_version=api_version,
-                            expects_response=expects_response))
+                            expects_response=expects_response,
+                            max_api_version=max_api_version))
         return future
+
+    def call(self, api_key, encode, decode, timeout_s, max_api_version=None):
+        """Submits a request and waits up to timeout_s for its decoded response.
+        Not on an I/O thread: it would wait for itself.
+
+        Raises:
+            KafkaTimeoutError: no answer within timeout_s (named).
+            KafkaError: the request failed (its connection, or a request timeout).
+        """
+        future = self.request(api_key, encode, decode, max_api_version=max_api_version)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            if future.done():
+                raise  # the request's own failure (a RequestTimeoutError)
+            raise KafkaTimeoutError(f"{api_name(api_key)} to {self.describe()} not answered "
+                                    f"in {timeout_s:.1f} s") from None
 
     def wakeup(self):
         """Asks the owning I/O thread to look at this connection again."""
@@ -672,6 +706,7 @@ class BrokerConnection:
             versions = negotiate_versions(response, self.config.produce_version)
             with self._lock:
                 self._api_versions = versions
+                self._finalized_features = response.finalized_features
             self._io_advance(now_ns)
         except Exception as exc:  # noqa: BLE001 -- see _as_kafka_error
             self._io_fail(_as_kafka_error(exc, self), now_ns)
@@ -837,6 +872,8 @@ class BrokerConnection:
                     raise errors.IncompatibleBrokerError(
                         f"{self._who()} does not support "
                         f"{api_name(request.api_key)}")
+                if request.max_api_version is not None:
+                    request.api_version = min(request.api_version, request.max_api_version)
             buffers = request.encode(request.correlation_id, request.api_version)
             # Framed once: drop the encoder, so that once written no reference
             # to the payload (a batch's memory) stays behind in the request.

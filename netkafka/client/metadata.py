@@ -235,6 +235,16 @@ class Metadata:
                 self._changed.wait(remaining)
             return self._snapshot
 
+    def least_loaded_connection(self, timeout_s):
+        """A connection to a known broker for a request any broker answers
+        (InitProducerId of an idempotent producer, FindCoordinator): a ready one
+        before one still connecting, the least outbound bytes first.  Waits up to
+        timeout_s for the first metadata."""
+        snapshot = self.wait_for_bootstrap(timeout_s)
+        connections = [self._pool.connection(b.node_id, b.host, b.port)
+                       for b in sorted(snapshot.brokers.values())]
+        return min(connections, key=lambda c: (c.state != "ready", c.outbound_bytes))
+
     def wait_for_topic(self, topic, timeout_s):
         """The TopicInfo of topic once the cache has a leader for each of its
         partitions; raises KafkaTimeoutError naming the topic and the reason, or

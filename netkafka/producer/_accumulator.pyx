@@ -24,7 +24,8 @@ record's index there), told apart by the `track` argument (TRACK_*).  The bulk
 path's own native helpers (rows placed and grouped by partition, a run's outcome
 spread back over its rows) are _batch_send's.
 
-Anything else -- an unknown topic, no open batch or a full one, a closed accumulator
+Anything else -- an unknown topic, no open batch or a full one, a refused record (a closed
+accumulator, a transactional producer between transactions)
 -- goes to the subclass's _append_cold() with the same arguments (a full batch is
 moved to the ready queue first, under the same lock round trip).
 
@@ -32,7 +33,7 @@ Measured (100-byte values, no key, sticky partitioner, a stub sender, per-batch 
 included): 2.2 us per record when this path was Python; 0.6 us in Cython with 16 KiB
 batches, 0.34 us with 1 MiB ones.
 
-Locking: `lock` (a _mutex.Mutex) guards `topics`, `closed`, the clock cache, and every
+Locking: `lock` (a _mutex.Mutex) guards `topics`, `closed`, `refusal`, the clock cache, and every
 field of the TopicTable, PartitionQueue and Batch objects reachable from `topics`.
 The partitioner runs outside it (it has its own lock, and a custom partitioner is
 user code, which must not run under ours).  Lock order: `lock`, then the buffer
@@ -144,7 +145,11 @@ cdef class AccumulatorCore:
     cdef readonly Mutex lock                # guards everything below (see module docstring)
     cdef readonly Partitioner partitioner   # immutable; thread-safe
     cdef dict _topics                       # lock: topic -> TopicTable
-    cdef public bint closed                 # lock: records are refused once set
+    cdef public bint closed                 # lock: close() was called; refusal is for good
+    # lock: None while records are taken, else a callable making the exception a record
+    # sent now raises: ProducerClosedError after close(), a transactional producer's
+    # between its transactions (set_refusal, by its state machine).
+    cdef public object refusal
     cdef nk_clock_cache _clock              # lock: "now" for records without a timestamp
     cdef public WalAppender wal             # immutable once set: the WAL's, or None
     cdef public bint wal_always             # immutable: fsync "always" (send() waits)
@@ -206,7 +211,7 @@ cdef class AccumulatorCore:
             ts = checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
         # 1. The topic's partitions.
         self.lock.take()
-        table = None if self.closed else self._topics.get(topic)
+        table = None if self.refusal is not None else self._topics.get(topic)
         if table is not None:
             all_partitions = table.all_partitions
             available = table.available_partitions
@@ -222,7 +227,7 @@ cdef class AccumulatorCore:
         # 3. The record, into the partition's open batch if it has room.
         self.lock.take()
         try:
-            if not self.closed:
+            if self.refusal is None:
                 queue = table.queue_or_none(chosen)
                 if queue is not None:
                     appended = self._append_locked(queue, key, value, headers, ts, track,

@@ -79,6 +79,7 @@ class ProducerSettings(TypedDict, total=False):
     sasl_oauth_token_provider: Any  # an object with token() (kafka-python's interface)
     transactional_id: Optional[str]
     transaction_timeout_ms: int
+    transaction_version: Optional[int]  # netkafka's: None (V2 where the cluster has it) or 1
     # kafka-python 3 machinery, refused unless at its default (KafkaConfigurationError).
     kafka_client: Any
     selector: Any

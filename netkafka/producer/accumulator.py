@@ -34,7 +34,8 @@ in _append_cold().
 
 Locks (never held while waiting for memory, for the sender or for the broker):
     self.lock (the core's)    the topic tables, every partition queue's fields (open
-                              batch, ready queue, draining flag), closed, the clock
+                              batch, ready queue, draining flag), closed, refusal,
+                              the clock
     self._state_lock          the set of incomplete batches and the counters
     _LingerTimer._cond        the linger heap and the timer's stop flag
 Order: self.lock, then _state_lock, _LingerTimer._cond or the BufferPool's mutex.
@@ -98,6 +99,11 @@ class RecordAccumulator(AccumulatorCore):
             (metrics.py), or None.
         legacy_magic: None (RecordBatch v2), or 0 / 1: batches are legacy message
             sets of that format (api_version below (0, 11)); no idempotence then.
+        transaction: a transactional producer's TransactionManager, or None: its
+            batches are transactional, every record that fails is told to it (before
+            anyone waiting for the record learns of it: a commit's flush must find
+            the transaction failed), and its state machine sets what a record sent
+            between transactions raises (set_refusal).
         wal: the WriteAheadLog records are logged in, or None.  Batches get an id
             there when opened, a SEAL entry when sealed and a DONE entry when
             acknowledged or failed -- except those failed by close() or spooled,
@@ -112,8 +118,8 @@ class RecordAccumulator(AccumulatorCore):
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
                  delivery_timeout_ms, backoff, idempotence=None, stats=None,
-                 compression_level=None, legacy_magic=None, wal=None, spool=False,
-                 retry_backoff_ms=100):
+                 compression_level=None, legacy_magic=None, transaction=None, wal=None,
+                 spool=False, retry_backoff_ms=100):
         codec = None if compression_type in (None, "none") else compression_type
         if legacy_magic is not None and idempotence is not None:
             raise ValueError("legacy message sets carry no producer id: no idempotence")
@@ -133,6 +139,7 @@ class RecordAccumulator(AccumulatorCore):
         self._backoff = backoff  # immutable
         self._idempotence = idempotence  # immutable; thread-safe
         self._stats = stats  # immutable; thread-safe
+        self._transaction = transaction  # immutable; thread-safe
         self._state_lock = threading.Lock()
         self._incomplete = set()  # guarded by _state_lock: BatchResults not completed yet
         self._metrics = collections.Counter()  # guarded by _state_lock
@@ -155,7 +162,7 @@ class RecordAccumulator(AccumulatorCore):
     def _append_cold(self, topic, partition, chosen, key, value, headers, timestamp_ms,
                      track, context, retired):
         """The append for anything but a record into an open batch with room: an
-        unknown topic or partition, a new or full batch, a closed accumulator.
+        unknown topic or partition, a new or full batch, a refused record.
         chosen: the partition the core picked, -1 if it did not get that far; track:
         what to return (the core's TRACK_*: a future, or the Batch); context: the
         record's, for the WAL; retired: the queue whose full batch the core moved to
@@ -164,8 +171,8 @@ class RecordAccumulator(AccumulatorCore):
             queue = retired
         else:
             with self.lock:
-                if self.closed:
-                    raise ProducerClosedError("send() after close(): the producer is closed")
+                if self.refusal is not None:
+                    raise self.refusal()
                 queue = None if chosen < 0 else self.queue_locked(topic, chosen)
             if queue is None:
                 # The topic, or this partition of it, is not in the table yet: wait
@@ -205,8 +212,8 @@ class RecordAccumulator(AccumulatorCore):
             while True:
                 retired = False
                 with self.lock:
-                    if self.closed:
-                        raise ProducerClosedError("send() after close(): the producer is closed")
+                    if self.refusal is not None:
+                        raise self.refusal()
                     # Another thread may have opened a batch meanwhile.
                     appended = self.try_append_locked(queue, key, value, headers,
                                                       timestamp_ms, track, context)
@@ -325,13 +332,13 @@ class RecordAccumulator(AccumulatorCore):
                 key, value, headers, timestamp_ms = rows.record(start)
                 batch, first = self.append_into_batch(topic, partition, key, value, headers,
                                                       timestamp_ms)
-            except ProducerClosedError:
-                raise
             except (TypeError, ValueError) as exc:
                 outcome.refused(rows, start, 1, exc)
                 start += 1
                 continue
             except errors.KafkaError as exc:
+                if self.refusing():
+                    raise  # closed, or no transaction open: the call fails, not its rows
                 outcome.refused(rows, start, count - start, exc)
                 return
             run_start, start = start, start + 1
@@ -344,7 +351,7 @@ class RecordAccumulator(AccumulatorCore):
                     # bulk rows' offsets start a run of their own.
                     outcome.appended(rows, batch.result, first, run_start, 1)
                     run_start, first = start, builder.record_count
-                while start < count and queue.open is batch and not self.closed:
+                while start < count and queue.open is batch and self.refusal is None:
                     before = builder.record_count
                     try:
                         start += self._append_rows_to(rows, start, batch, queue)
@@ -398,7 +405,8 @@ class RecordAccumulator(AccumulatorCore):
         """With the lock held: a new open batch for queue over buffer."""
         if self._legacy_magic is None:
             builder = RecordBatchBuilder(buffer, self._batch_size, self._max_request_size,
-                                         self._compressor)
+                                         self._compressor,
+                                         transactional=self._transaction is not None)
         else:
             builder = LegacyMessageSetBuilder(self._legacy_magic, buffer, self._batch_size,
                                               self._max_request_size, self._compressor)
@@ -584,6 +592,8 @@ class RecordAccumulator(AccumulatorCore):
         if error is None:
             batch.result.succeed(base_offset, log_append_time_ms)
         else:
+            if self._transaction is not None:
+                self._transaction.record_failed(error)
             batch.result.fail(error)
         with self._state_lock:
             self._incomplete.discard(batch.result)
@@ -676,6 +686,8 @@ class RecordAccumulator(AccumulatorCore):
     def count_untracked_failure(self, error):
         """Any thread: a fire-and-forget record refused before it reached a batch
         (produce() does not raise it): counted, and raised by flush()."""
+        if self._transaction is not None:
+            self._transaction.record_failed(error)
         with self._state_lock:
             self._metrics["records_failed"] += 1
             self._count_untracked_locked(1, error)
@@ -744,6 +756,7 @@ class RecordAccumulator(AccumulatorCore):
         fail_incomplete()."""
         with self.lock:
             self.closed = True
+            self.refusal = _closed_refusal
         try:
             self.flush(timeout_s)
         finally:
@@ -751,8 +764,22 @@ class RecordAccumulator(AccumulatorCore):
             if self._spool is not None:
                 self._spool.stop()
 
+    def refusing(self):
+        """Any thread: whether records are refused now (see set_refusal)."""
+        with self.lock:
+            return self.refusal is not None
+
+    def set_refusal(self, refusal):
+        """What a record sent from now on raises (a callable making it), or None to
+        take records again; a closed accumulator keeps refusing.  The transaction
+        state machine's gate."""
+        with self.lock:
+            if not self.closed:
+                self.refusal = refusal
+
     def fail_incomplete(self, error):
-        """Fails every batch not handed over yet: the end of close()."""
+        """Fails every batch not handed over yet: the end of close(), and a
+        transaction's abort or failure (records are refused by then)."""
         with self.lock:
             leftovers = []
             for queue in self.queues_locked():
@@ -793,6 +820,10 @@ class RecordAccumulator(AccumulatorCore):
         snapshot["buffer_total_bytes"] = self._pool.total_bytes
         snapshot["buffer_available_bytes"] = self._pool.available_bytes
         return snapshot
+
+
+def _closed_refusal():
+    return ProducerClosedError("send() after close(): the producer is closed")
 
 
 def release_batch(builder, view, acknowledged):

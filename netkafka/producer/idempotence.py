@@ -425,21 +425,13 @@ class ProducerIdManager:
             time.sleep(min(self._retry_backoff_s, max(0.0, deadline - time.monotonic())))
 
     def _init_producer_id(self, timeout_s):
-        snapshot = self._metadata.wait_for_bootstrap(timeout_s)
         # Any broker answers an idempotent producer; the one with least queued helps.
-        brokers = sorted(snapshot.brokers.values())
-        connections = [self._pool.connection(b.node_id, b.host, b.port) for b in brokers]
-        conn = min(connections, key=lambda c: (c.state != "ready", c.outbound_bytes))
+        conn = self._metadata.least_loaded_connection(timeout_s)
         client_id = conn.config.client_id
-        future = conn.request(
+        response = conn.call(
             ApiKey.INIT_PRODUCER_ID,
             lambda cid, version: encode_init_producer_id_request(cid, client_id, version),
-            decode_init_producer_id_response)
-        try:
-            response = future.result(timeout_s)
-        except TimeoutError:
-            raise KafkaTimeoutError(
-                f"InitProducerId to {conn.describe()} not answered in {timeout_s:.1f} s") from None
+            decode_init_producer_id_response, timeout_s)
         if response.error_code == errors.ClusterAuthorizationFailedError.code:
             # Say which permission: the code alone does not.
             raise errors.ClusterAuthorizationFailedError(
@@ -451,3 +443,52 @@ class ProducerIdManager:
             raise errors.error_for_code(response.error_code,
                                         f"InitProducerId from {conn.describe()}")
         return response.producer_id, response.producer_epoch
+
+
+class TransactionalProducerIds(ProducerIdManager):
+    """The producer id and epoch of a transactional producer: its transaction
+    coordinator's, never fetched nor bumped here.
+
+    They come from InitProducerId with the transactional id (init_transactions(), and
+    after a Transactions V1 abort) and from EndTxn v5+ (the end of every V2
+    transaction), and are installed between transactions, when no batch is
+    outstanding: every partition starts again at sequence 0 under them.  A hole in a
+    partition's sequences (a batch failed for good) fails the transaction; the
+    partition waits, and the abort brings the next stamp.
+    """
+
+    def install(self, producer_id, epoch):
+        """The stamp of the next transaction's batches, each partition from sequence 0.
+
+        Raises:
+            KafkaError: a batch is still outstanding (a caller's bug: transactions
+                end only once every batch is done).
+        """
+        with self._lock:
+            busy = sorted(key for key, state in self._partitions.items() if state.outstanding)
+            if busy:
+                raise errors.KafkaError(
+                    f"a new producer id/epoch while batches of {busy} are outstanding")
+            previous, self._current = self._current, (producer_id, epoch)
+            if previous is None or previous[0] != producer_id:
+                self._ids_fetched += 1
+            elif previous[1] != epoch:
+                self._epoch_bumps += 1
+            self._partitions.clear()
+            self._restarting.clear()
+
+    def stamp(self):
+        """The current (producer id, epoch), or None before init_transactions()."""
+        with self._lock:
+            return self._current
+
+    def _producer_id(self, deadline, avoid=None):
+        with self._lock:
+            current = self._current
+        if current is None:  # records are refused before init_transactions(): a bug
+            raise errors.KafkaError("no producer id: init_transactions() has not completed")
+        return current
+
+    def _new_stamp_locked(self, stamp):
+        # The coordinator's next stamp, once installed; until then the partition waits.
+        return self._current if self._current != stamp else None

@@ -21,6 +21,10 @@ Everything after that happens elsewhere: a full or lingered batch is sealed and
 handed to the sender, the I/O threads write it and read the answer, and the
 batch's result resolves the futures of all its records.
 
+A producer with a transactional_id takes records only inside a transaction
+(init_transactions() once, then begin_transaction() ... commit_transaction() or
+abort_transaction()); the transactional calls are transaction_manager.py's story.
+
 Threads: send(), flush(), close() and the rest may be called from any number of
 threads; the accumulator and the partitioner have their own locks, and the
 producer's own state (_closed, and whether a forked child has started) is guarded
@@ -35,13 +39,13 @@ import weakref
 
 from netkafka import errors
 from netkafka.errors import (KafkaConfigurationError, KafkaTimeoutError, ProducerClosedError,
-                             SentBeforeForkError, SerializationError)
+                             SentBeforeForkError, SerializationError, TransactionStateError)
 from netkafka.producer._accumulator import ProducerCore
 from netkafka.producer.accumulator import RecordAccumulator
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.producer.batch_send import send_batch
 from netkafka.config import ProducerConfig
-from netkafka.producer.idempotence import ProducerIdManager
+from netkafka.producer.idempotence import ProducerIdManager, TransactionalProducerIds
 from netkafka.producer.interceptors import InterceptorChain, ProducerRecord, failed_metadata
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata
@@ -50,6 +54,7 @@ from netkafka.producer.partitioner import make_partitioner
 from netkafka.producer.sender import Sender
 from netkafka.producer.replay import Replay, ReplayReport
 from netkafka.producer.wal import WriteAheadLog
+from netkafka.producer.transaction_manager import TransactionManager
 
 _log = logging.getLogger("netkafka.producer.producer")
 _BYTES_TYPES = (bytes, bytearray, memoryview)
@@ -82,6 +87,15 @@ class Producer(ProducerCore):
     batch_size and linger_ms (1 MiB and 5 ms, librdkafka's defaults, are several
     times faster than these).
 
+    Transactions: transactional_id (default None) makes a transactional producer,
+    whose records are sent in transactions (init_transactions(), then
+    begin_transaction() / commit_transaction() or abort_transaction(), see
+    below), committed or aborted as a whole for read_committed consumers;
+    transaction_timeout_ms (default 60000) is how long its coordinator lets a
+    transaction stay open before aborting it; transaction_version (netkafka's,
+    default None) None uses Transactions V2 (KIP-890) where the cluster has it,
+    1 keeps to V1.
+
     With wal_dir (a directory, one producer at a time), every record is logged in a
     write-ahead log before send(), produce() or send_batch() returns
     (producer/wal.py): wal_fsync 'never' (the OS writes it back), 'interval' (a sync
@@ -97,7 +111,6 @@ class Producer(ProducerCore):
         TypeError: an unknown keyword argument (named).
         ValueError: a bad value (the key and what it allows are named); a bad
             security setting is an SslConfigError or SaslConfigError naming it.
-        NotImplementedError: transaction settings.
         WalError: the write-ahead log cannot be opened (in use, another format
             version, the directory not writable).
         KafkaError: the replay of a WAL could not hand its batches over (the WAL keeps
@@ -180,16 +193,28 @@ class Producer(ProducerCore):
                                 metadata_max_age_ms=config.metadata_max_age_ms,
                                 retry_backoff_ms=config.retry_backoff_ms,
                                 allow_auto_topic_creation=config.allow_auto_create_topics)
-            idempotence = (ProducerIdManager(pool, metadata,
-                                             retry_backoff_ms=config.retry_backoff_ms,
-                                             max_block_ms=config.max_block_ms, wal=wal)
-                           if config.enable_idempotence else None)
+            transaction = None
+            if config.transactional_id is not None:
+                idempotence = TransactionalProducerIds(
+                    pool, metadata, retry_backoff_ms=config.retry_backoff_ms,
+                    max_block_ms=config.max_block_ms)
+                transaction = TransactionManager(
+                    config.transactional_id, config.transaction_timeout_ms,
+                    config.transaction_version, pool, metadata, idempotence,
+                    retry_backoff_ms=config.retry_backoff_ms, max_block_ms=config.max_block_ms,
+                    delivery_timeout_ms=config.delivery_timeout_ms)
+            elif config.enable_idempotence:
+                idempotence = ProducerIdManager(pool, metadata,
+                                                retry_backoff_ms=config.retry_backoff_ms,
+                                                max_block_ms=config.max_block_ms, wal=wal)
+            else:
+                idempotence = None
             sender = Sender(pool, metadata, acks=config.acks,
                             max_block_ms=config.max_block_ms, backoff=backoff,
                             retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
                             delivery_timeout_ms=config.delivery_timeout_ms,
                             max_request_size=config.max_request_size,
-                            idempotence=idempotence, stats=stats)
+                            idempotence=idempotence, stats=stats, transaction=transaction)
             partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
             accumulator = RecordAccumulator(
                 partitioner, sender, self._wait_for_partition,
@@ -200,8 +225,11 @@ class Producer(ProducerCore):
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
                 idempotence=idempotence, stats=stats, legacy_magic=config.legacy_magic,
-                wal=wal, spool=config.on_delivery_timeout == "spool",
+                transaction=transaction, wal=wal,
+                spool=config.on_delivery_timeout == "spool",
                 retry_backoff_ms=config.retry_backoff_ms)
+            if transaction is not None:
+                transaction.start(sender, accumulator)
         except BaseException:
             pool.close()
             if wal is not None:
@@ -210,6 +238,7 @@ class Producer(ProducerCore):
         self._wal = wal
         self._pool, self._metadata, self._sender = pool, metadata, sender
         self._idempotence, self._accumulator = idempotence, accumulator
+        self._transaction = transaction
         self._stats = stats
         self._records = accumulator  # send() and produce() go there (ProducerCore)
         metadata.add_listener(self)
@@ -264,12 +293,13 @@ class Producer(ProducerCore):
             raise ProducerClosedError("send() after close(): the producer is closed")
         return records
 
-    @staticmethod
-    def _counts_as_undelivered(error):
+    def _counts_as_undelivered(self, error):
         """produce()'s rule: a refusal of the record itself is counted (flush()
-        raises it later); a closed producer or a wrong argument type is raised."""
+        raises it later); a wrong argument type, and a refusal of every record (a
+        closed producer, a transactional one between transactions) are raised."""
         return (isinstance(error, (errors.KafkaError, ValueError))
-                and not isinstance(error, (ProducerClosedError, TypeError)))
+                and not isinstance(error, TypeError)
+                and not self._accumulator.refusing())
 
     def send_batch(self, topic, values, keys=None, headers=None, partitions=None,
                    timestamps_ms=None):
@@ -392,6 +422,109 @@ class Producer(ProducerCore):
             topic, ids, [p for p in ids if info.partitions[p].leader >= 0])
 
     # ------------------------------------------------------------------
+    # Transactions (transactional_id set): kafka-python's calls.
+
+    def init_transactions(self):
+        """Gets the producer id and epoch of the transactional id from its transaction
+        coordinator -- which first aborts a transaction a previous producer with the
+        same id left open, and fences that producer.  Once, before the first
+        transaction.
+
+        Raises:
+            TransactionStateError: not a transactional producer, or called twice.
+            KafkaTimeoutError: not done within max_block_ms (call it again).
+            ProducerFencedError, TransactionalIdAuthorizationFailedError,
+                InvalidTransactionTimeoutError, ...: the producer cannot go on.
+        """
+        self._transactions("init_transactions()").init_transactions()
+
+    def begin_transaction(self):
+        """Opens a transaction: send(), produce() and send_batch() take records
+        until commit_transaction() or abort_transaction().
+
+        Raises:
+            TransactionStateError: not a transactional producer, before
+                init_transactions(), or with a transaction open.
+            TransactionAbortRequiredError: the last transaction failed and was not
+                aborted.
+        """
+        self._transactions("begin_transaction()").begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets, consumer_group_id=None, *,
+                                    group_metadata=None):
+        """Commits a consumer group's offsets as part of the open transaction: they
+        count only if it commits (consume-transform-produce).
+
+        Args:
+            offsets: {TopicPartition: OffsetAndMetadata} (netkafka's or kafka-python's
+                names, or (topic, partition) -> an int), or confluent-kafka's list of
+                TopicPartition with offsets (Consumer.position()).  Each offset is the
+                next one to read: the last processed record's offset + 1.
+            consumer_group_id: the group id (kafka-python 2's argument), or the
+                group's metadata -- kafka-python's KafkaConsumer.group_metadata() or
+                confluent-kafka's Consumer.consumer_group_metadata() -- which lets the
+                broker refuse offsets of a consumer that left the group.
+            group_metadata: the same, as kafka-python 3 names it.
+
+        Raises:
+            TypeError, ValueError: offsets or the group are not what they should be.
+            TransactionStateError: not a transactional producer, or no transaction
+                open.
+            TransactionAbortRequiredError: the transaction failed earlier.
+            KafkaTimeoutError: not done within max_block_ms (call it again, or abort).
+            BrokerError: refused by a coordinator (IllegalGenerationError,
+                UnknownMemberIdError, GroupAuthorizationFailedError, ...: the
+                transaction must be aborted; ProducerFencedError: the producer cannot
+                go on).
+        """
+        if (consumer_group_id is None) == (group_metadata is None):
+            raise TypeError("send_offsets_to_transaction() takes the consumer group once: "
+                            "as consumer_group_id or as group_metadata")
+        group = consumer_group_id if group_metadata is None else group_metadata
+        self._transactions("send_offsets_to_transaction()").send_offsets_to_transaction(
+            offsets, group)
+
+    def commit_transaction(self):
+        """Sends every record of the transaction (a flush), then commits it: its
+        records and offsets become visible to read_committed consumers at once.
+
+        Raises:
+            TransactionStateError: not a transactional producer, or no transaction
+                open.
+            TransactionAbortRequiredError: a record or a request of the transaction
+                failed (the first failure is its cause): call abort_transaction().
+            KafkaTimeoutError: not done within max_block_ms (call it again: the
+                commit goes on where it stopped).
+            ProducerFencedError, ...: the producer cannot go on.
+        """
+        self._transactions("commit_transaction()").commit_transaction()
+
+    def abort_transaction(self):
+        """Aborts the open transaction (or one that failed): read_committed consumers
+        never see its records or offsets.  Records not sent yet fail with
+        TransactionAbortedError.
+
+        Raises:
+            TransactionStateError: not a transactional producer, or no transaction
+                open.
+            KafkaTimeoutError: not done within max_block_ms (call it again).
+            ProducerFencedError, ...: the producer cannot go on.
+        """
+        self._transactions("abort_transaction()").abort_transaction()
+
+    def _transactions(self, what):
+        """The TransactionManager a transactional call goes to."""
+        self._start_if_forked()
+        if self.config.transactional_id is None:
+            raise TransactionStateError(
+                f"{what} needs a transactional producer: create it with transactional_id")
+        with self._close_lock:
+            if self._closed:
+                raise ProducerClosedError(f"{what} after close(): the producer is closed")
+        self._refuse_on_io_thread(what)
+        return self._transaction
+
+    # ------------------------------------------------------------------
     # Flush, close, and the rest of kafka-python's interface.
 
     def flush(self, timeout=None):
@@ -437,6 +570,8 @@ class Producer(ProducerCore):
             kept = (f"; the record is kept in the write-ahead log at {self._wal.directory} "
                     f"and replayed by the next producer that opens it")
         self._sender.close(_remaining_s(deadline))
+        if self._transaction is not None:
+            self._transaction.close()
         self._metadata.close()
         self._accumulator.fail_incomplete(ProducerClosedError(
             "the producer was closed before the record was delivered" + kept))
@@ -510,7 +645,9 @@ class Producer(ProducerCore):
         acknowledged, failed, retried, dropped at a full connection, errors per
         broker error code), and with idempotence producer_id, producer_epoch,
         producer_ids_fetched, producer_epoch_bumps,
-        partitions_restarted.
+        partitions_restarted; a transactional producer's transactions_committed,
+        transactions_aborted, transaction_partitions_added and
+        transaction_add_partitions_requests (AddPartitionsToTxn, Transactions V1).
         """
         self._start_if_forked()
         if not self.config.metrics_enabled:
@@ -520,6 +657,8 @@ class Producer(ProducerCore):
             own["sender_" + name] = value
         if self._idempotence is not None:
             own.update(self._idempotence.metrics())
+        if self._transaction is not None:
+            own.update(self._transaction.metrics())
         groups = self._stats.groups()
         groups["producer-metrics"]["buffer-total-bytes"] = own["buffer_total_bytes"]
         groups["producer-metrics"]["buffer-available-bytes"] = own["buffer_available_bytes"]
@@ -550,7 +689,7 @@ class Producer(ProducerCore):
         if self._closed:
             return
         self._abandoned.append((self._pool, self._metadata, self._sender,
-                                self._idempotence, self._accumulator))
+                                self._idempotence, self._accumulator, self._transaction))
         self._accumulator.fail_after_fork(SentBeforeForkError(
             "the record was sent in the parent process before os.fork(); the parent "
             "delivers it, this process's copy of its future cannot know the outcome"))
@@ -561,6 +700,13 @@ class Producer(ProducerCore):
     def _start_if_forked(self):
         with self._close_lock:
             if self._needs_start and not self._closed:
+                if self.config.transactional_id is not None:
+                    # Its own stack would init_transactions() with the parent's id,
+                    # fencing the parent: a child makes a producer of its own.
+                    raise TransactionStateError(
+                        f"a transactional producer cannot be used in a forked child: its "
+                        f"transactional id {self.config.transactional_id!r} is the "
+                        f"parent's; create a producer in the child, with an id of its own")
                 self._start()
                 self._needs_start = False
 

@@ -260,13 +260,15 @@ class Replay:
         """A builder holding batch's records as they were encoded: with the codec its
         SEAL entry says (resent), else the producer's."""
         size = BATCH_HEADER_BYTES + sum(len(r.record) for r in batch.records)
+        compressor = self._accumulator.compressor
         if kind == _RESENT:
+            # The codec the batch was sealed with: at the producer's level when it is
+            # the producer's codec (a level changed since shows in the CRC check).
             codec = batch.seal.attributes & _CODEC_MASK
-            compressor = self._compressors.get(codec)
-            if compressor is None and codec:
-                compressor = self._compressors[codec] = Compressor(CODEC_NAMES[codec])
-        else:
-            compressor = self._accumulator.compressor
+            if compressor is None or compressor.codec != codec:
+                compressor = self._compressors.get(codec)
+                if compressor is None and codec:
+                    compressor = self._compressors[codec] = Compressor(CODEC_NAMES[codec])
         pool = self._accumulator.buffer_pool
         buffer = pool.acquire(size, timeout_ms=self._max_block_s * 1000)
         if buffer is None:

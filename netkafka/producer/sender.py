@@ -23,6 +23,12 @@ behind one that failed for good do (re-stamped in place, see idempotence.py).
 DUPLICATE_SEQUENCE_NUMBER means the broker has the batch already: acknowledged,
 offset unknown (-1).
 
+Transactional batches: the TransactionManager (transaction_manager.py) is told
+of each batch as it is queued (its partition joins the transaction) and asked,
+per partition and request, whether the partition's batches may go out yet; a
+hole in a transaction's sequence fails its batch (the transaction is aborted
+and starts over under the next epoch) instead of re-stamping it.
+
 Queues: per broker, one FIFO per partition; a request takes the head of each
 partition in turn (round robin across requests, so a busy partition cannot
 starve the others when max_request_size cuts a request short).  A resent
@@ -31,8 +37,8 @@ batch goes back into its partition's FIFO in send order.
 Threads: send(), flush(), close() run on callers' threads; next_request(),
 has_pending() and the answer handling on I/O threads.  All queues and
 counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
-connection's, the metadata's or the ProducerIdManager's lock, never the other
-way round.
+connection's, the metadata's, the ProducerIdManager's or the transaction
+state machine's lock, never the other way round.
 """
 import collections
 import functools
@@ -48,7 +54,7 @@ from netkafka.config import acks_value
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.client.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
-from netkafka.producer.idempotence import APPENDED
+from netkafka.producer.idempotence import APPENDED, RESTART
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.produce import decode_produce_response, encode_produce_request
 
@@ -108,12 +114,19 @@ class Sender:
             None (default): the batches carry no producer id.
         stats: the ProducerMetrics that hears of requests, answers and resends
             (metrics.py), or None.
+        transaction: the TransactionManager of a transactional producer, or None
+            (default).  Each batch enrols its partition in the open transaction as
+            it is handed over; a partition's batches go out only when the manager
+            says so (with Transactions V1, once the coordinator added it); Produce
+            requests carry the transactional id, at v11 at most for a V1
+            transaction; after a retriable error a batch is not sent again while the
+            transaction is being aborted.
     """
 
     def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
                  delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None,
-                 stats=None):
+                 stats=None, transaction=None):
         acks = acks_value(acks)
         check_int("max_block_ms", max_block_ms, 0)
         check_int("retries", retries, 0)
@@ -131,6 +144,7 @@ class Sender:
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
         self._stats = stats  # immutable; thread-safe
+        self._transaction = transaction  # immutable; thread-safe
 
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)  # notified when _pending drops to 0
@@ -173,6 +187,8 @@ class Sender:
 
         Raises (the batch is not queued; on_done is not called):
             KafkaTimeoutError: no metadata for the partition within max_block_ms.
+            TransactionStateError, TransactionAbortRequiredError, or a fatal error:
+                a transactional producer's transaction does not take the batch.
             BackpressureTimeoutError: strategy block/park and the leader's
                 connection stayed above its high watermark (names the broker).
             RecordDroppedError: strategy drop and no room (counted).
@@ -208,6 +224,10 @@ class Sender:
         with self._lock:
             if self._closed:
                 raise errors.KafkaError("the sender is closed: batch not sent")
+            if self._transaction is not None:
+                # Under the lock: an abort's discard_unsent() comes before the batch
+                # (and refuses it) or after it (and fails it), never between.
+                self._transaction.enroll(topic, partition)
             item = _Batch(self._next_seq, topic, partition, view, record_count,
                           time.monotonic_ns() if created_ns is None else created_ns, on_done)
             self._next_seq += 1
@@ -246,18 +266,27 @@ class Sender:
             pass  # what is left fails below, each batch with its own error
         with self._lock:
             self._closed = True
-            leftovers = list(self._unrouted)
-            self._unrouted.clear()
-            for node_id, partitions in self._queues.items():
-                conn = self._pool.get(node_id)
-                for queue in partitions.values():
-                    for item in queue:
-                        conn.release_outbound(item.size_bytes)
-                    leftovers += queue
-            self._queues.clear()
+            leftovers = self._take_queued_locked()
         for item in leftovers:
             self._complete(item, error=errors.KafkaError(
                 f"the sender closed before {item.topic}-{item.partition} was delivered"))
+
+    def discard_unsent(self, error):
+        """Fails with error every batch queued and not in a request now (a
+        transaction is being aborted, or the producer failed for good); batches in
+        flight complete with their answers."""
+        with self._lock:
+            leftovers = self._take_queued_locked()
+        for item in leftovers:
+            self._complete(item, error=error)
+
+    def wake_leaders(self, keys):
+        """The connections to the leaders of keys ((topic, partition) pairs) look at
+        their queues again: the transaction manager has let their batches go."""
+        for node_id in {self._metadata.leader_id(*key) for key in keys}:
+            conn = None if node_id is None else self._pool.get(node_id)
+            if conn is not None:
+                conn.wakeup()
 
     def metrics(self):
         """Counters: batches/records acknowledged, failed, retried, dropped;
@@ -315,6 +344,9 @@ class Sender:
                     continue
                 if chosen and total + head.size_bytes > self.max_request_size:
                     continue
+                if (self._transaction is not None
+                        and not self._transaction.may_send(*key)):
+                    continue  # not in the transaction yet: wake_leaders() wakes us
                 if head.sequenced is not None and not self._idempotence.take(head.sequenced):
                     continue  # its partition is starting over; _restamp() wakes us
                 queue.popleft()
@@ -350,17 +382,23 @@ class Sender:
         acks = self.acks
         timeout_ms = conn.config.request_timeout_ms
         client_id = conn.config.client_id
+        transactional_id = max_version = None
+        if self._transaction is not None:
+            transactional_id = self._transaction.transactional_id
+            max_version = self._transaction.produce_max_version
         if self._stats is not None:
             self._stats.request_sent(node_id, sum(item.record_count for item in chosen))
         return Request(
             ApiKey.PRODUCE,
             lambda cid, version: encode_produce_request(
-                cid, client_id, version, acks, timeout_ms, topic_data, topic_ids=topic_ids),
+                cid, client_id, version, acks, timeout_ms, topic_data,
+                transactional_id=transactional_id, topic_ids=topic_ids),
             decode_produce_response,
             lambda response, error: self._on_answer(conn, chosen, topic_ids, response, error,
                                                     now_ns),
             expects_response=acks != 0,
             reserved_bytes=total,
+            max_api_version=max_version,
         )
 
     # ------------------------------------------------------------------
@@ -430,7 +468,12 @@ class Sender:
                 refresh |= error.invalid_metadata
                 with self._lock:
                     self._metrics["errors." + error.name] += 1
-                if error.retriable or verdict is not None:  # WAIT or RESTART: resend
+                if verdict == RESTART and self._transaction is not None:
+                    # A hole in a transaction's sequence: the transaction fails now
+                    # (its abort brings the next epoch) rather than the batch
+                    # waiting for one until its delivery timeout.
+                    self._complete(item, error=error)
+                elif error.retriable or verdict is not None:  # WAIT or RESTART: resend
                     self._retry_or_fail(item, error)
                 else:
                     self._complete(item, error=error)
@@ -444,7 +487,8 @@ class Sender:
         with self._lock:
             give_up = (self._closed or item.attempts > self.retries
                        or now_ns - item.created_ns + self.retry_backoff_ms * 1_000_000
-                       >= self.delivery_timeout_ms * 1_000_000)
+                       >= self.delivery_timeout_ms * 1_000_000
+                       or (self._transaction is not None and self._transaction.discarding))
             if not give_up:
                 self._metrics["batches_retried"] += 1
                 if self._stats is not None:
@@ -493,6 +537,21 @@ class Sender:
 
     # ------------------------------------------------------------------
     # Helpers.
+
+    def _take_queued_locked(self):
+        """With _lock held: every batch queued and not in a request, taken out of the
+        queues (their outbound bytes released), for the caller to fail."""
+        taken = list(self._unrouted)
+        self._unrouted.clear()
+        for node_id, partitions in self._queues.items():
+            conn = self._pool.get(node_id)
+            for queue in partitions.values():
+                for item in queue:
+                    conn.release_outbound(item.size_bytes)
+                    item.node_id = None
+                taken += queue
+        self._queues.clear()
+        return taken
 
     def _route_locked(self, item, node_id, snapshot=None, conn=None):
         """With _lock held: queue item, in send order within its partition, for

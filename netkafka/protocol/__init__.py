@@ -9,12 +9,16 @@ first flexible version), its request encoder and its response decoder:
     init_producer_id.py  InitProducerId
     sasl_handshake.py    SaslHandshake, naming the SASL mechanism
     sasl_authenticate.py SaslAuthenticate, one SASL message each way
+    find_coordinator.py  FindCoordinator (transaction and group coordinators)
+    add_partitions_to_txn.py, add_offsets_to_txn.py, txn_offset_commit.py,
+    end_txn.py           the transaction APIs (producer/transaction_manager.py)
     describe_producers.py DescribeProducers, what a leader knows of a producer id
 
 and what they share:
 
     framing.py   API keys, request and response headers, the request writer,
-                 the broker address type (Node)
+                 the broker address type (Node), the per-partition error codes two
+                 transaction APIs answer with
     versions.py  the versions netkafka speaks (collected from the API modules)
                  and negotiate_versions, which picks one per API for a broker
     _reader.pyx  the checked Reader every decoder reads through (cimportable:

@@ -65,6 +65,7 @@ cdef class Reader:
     cpdef Py_ssize_t required_array_length(self, Py_ssize_t min_item_bytes, str what) except -1
     cpdef list int32_array(self)
     cpdef int skip_tagged_fields(self) except -1
+    cpdef dict tagged_field_values(self)
     cpdef int expect_end(self) except -1
 
     # For decoders that read some tagged fields (the native Produce decoder):

@@ -229,6 +229,20 @@ cdef class Reader:
             self.skip(self.uvarint())
         return 0
 
+    cpdef dict tagged_field_values(self):
+        """Reads a tagged-field section whole: {tag: the field's bytes}, for the
+        Python decoders that read a tag (each value parsed with a Reader of its own)."""
+        cdef Py_ssize_t count = self.tagged_field_count()
+        cdef Py_ssize_t i, size
+        cdef dict values = {}
+        for i in range(count):
+            tag = self.uvarint()
+            size = self.uvarint()
+            self._need(size)
+            values[tag] = PyBytes_FromStringAndSize(<const char *>self._data + self._pos, size)
+            self._pos += size
+        return values
+
     cpdef int expect_end(self) except -1:
         """Raises ProtocolError unless every byte has been read."""
         if self._pos != self._end:

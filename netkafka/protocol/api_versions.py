@@ -6,7 +6,7 @@ UNSUPPORTED_VERSION (its own ApiVersions range inside), and the response
 header of ApiVersions is always v0 (no tagged fields), whatever the version.
 """
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netkafka._version import __version__
 from netkafka.errors import UnsupportedVersionError
@@ -20,6 +20,9 @@ API = ApiSpec(ApiKey.API_VERSIONS, min_version=0, max_version=4, flexible_versio
 # The ApiVersions version a connection opens with: the highest we speak, which
 # every Kafka 4.x broker accepts.
 API_VERSIONS_VERSION = API.max_version
+
+# The tag of ApiVersionsResponse's FinalizedFeatures (v3+).
+_FINALIZED_FEATURES_TAG = 2
 
 # ClientSoftwareName/Version must match this, or the broker answers INVALID_REQUEST.
 _SOFTWARE_NAME_RE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -59,6 +62,9 @@ class ApiVersionsResponse:
     error_code: int
     api_versions: dict  # api key -> (min version, max version) the broker supports
     throttle_time_ms: int  # 0 in v0 bodies
+    # v3+: feature name -> the cluster-wide finalized max version level (e.g.
+    # "transaction.version": 2 where Transactions V2 is on); {} before v3
+    finalized_features: dict = field(default_factory=dict)
 
 
 def decode_api_versions_response(data, version):
@@ -75,7 +81,25 @@ def decode_api_versions_response(data, version):
         if r.flexible:
             r.skip_tagged_fields()
     throttle_time_ms = r.int32() if version >= 1 else 0
+    finalized_features = {}
     if r.flexible:
-        r.skip_tagged_fields()  # supported and finalized features: not needed
+        # Of the tagged fields (supported features, finalized features epoch and
+        # list, ZK migration) only the finalized features are needed.
+        finalized = r.tagged_field_values().get(_FINALIZED_FEATURES_TAG)
+        if finalized is not None:
+            finalized_features = _finalized_features(finalized)
     r.expect_end()
-    return ApiVersionsResponse(error_code, api_versions, throttle_time_ms)
+    return ApiVersionsResponse(error_code, api_versions, throttle_time_ms, finalized_features)
+
+
+def _finalized_features(data):
+    """FinalizedFeatures: name, max version level, min version level, tagged fields."""
+    r = Reader(data, True)
+    features = {}
+    for _ in range(r.required_array_length(6, "finalized features")):
+        name = r.string()
+        features[name] = r.int16()  # max version level: the level in force
+        r.int16()  # min version level
+        r.skip_tagged_fields()
+    r.expect_end()
+    return features

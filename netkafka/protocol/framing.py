@@ -29,6 +29,7 @@ from netkafka.protocol._reader import Reader
 # Kafka's "no id" for topic ids.
 ZERO_UUID = uuid.UUID(int=0)
 
+_INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -39,9 +40,14 @@ class ApiKey(enum.IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
     DESCRIBE_PRODUCERS = 61
 
@@ -110,6 +116,9 @@ class Writer:
 
     def boolean(self, value):
         self.buf.append(1 if value else 0)
+
+    def int8(self, value):
+        self.buf += _INT8.pack(value)
 
     def int16(self, value):
         self.buf += _INT16.pack(value)
@@ -222,3 +231,37 @@ def response_reader(api, data, version):
     if flexible:
         r.skip_tagged_fields()
     return r
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionErrorsResponse:
+    """An answer of per-partition error codes: AddPartitionsToTxn (up to v3) and
+    TxnOffsetCommit, which share their layout."""
+
+    throttle_time_ms: int
+    errors: dict  # (topic, partition) -> error code, for every partition answered
+
+
+def decode_partition_errors_response(api, data, version):
+    """Decodes an answer of api laid out as throttle time, then topics, each a name and
+    its partitions, each an index and an error code (data: after the correlation id)."""
+    r = response_reader(api, data, version)
+    throttle_time_ms = r.int32()
+    flexible = r.flexible
+    # A topic: name, partition count (and tagged fields); a partition: index, error
+    # code (and tagged fields).
+    topic_min, partition_min = (3, 7) if flexible else (6, 6)
+    codes = {}
+    for _ in range(r.required_array_length(topic_min, "topics")):
+        topic = r.string()
+        for _ in range(r.required_array_length(partition_min, "partitions")):
+            partition = r.int32()
+            codes[(topic, partition)] = r.int16()
+            if flexible:
+                r.skip_tagged_fields()
+        if flexible:
+            r.skip_tagged_fields()
+    if flexible:
+        r.skip_tagged_fields()
+    r.expect_end()
+    return PartitionErrorsResponse(throttle_time_ms, codes)

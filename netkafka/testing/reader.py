@@ -33,7 +33,8 @@ class Record(NamedTuple):
 
 def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
                timeout_s: float = READ_TIMEOUT_S,
-               client_config: Optional[Mapping[str, object]] = None) -> list[Record]:
+               client_config: Optional[Mapping[str, object]] = None,
+               isolation_level: str = "read_uncommitted") -> list[Record]:
     """Read every partition of `topic` from its first offset.
 
     Reading stops once every partition has reached its end and, if expected_count is given,
@@ -42,6 +43,10 @@ def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
     Args:
         client_config: further consumer settings, e.g. a secured listener's security ones
             (SecuredBroker.client_config); bootstrap wins over one given in them.
+        isolation_level: "read_uncommitted" (the default): every data record in the log,
+            whether or not a transaction committed it; "read_committed": the records of
+            committed transactions and those written outside any, up to the last stable
+            offset (a partition's end is there while a transaction is open).
 
     Returns:
         The records, in order of arrival: offset order within each partition.
@@ -59,8 +64,7 @@ def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "check.crcs": True,
-        # Every data record in the log, whether or not a transaction committed it.
-        "isolation.level": "read_uncommitted",
+        "isolation.level": isolation_level,
     })
     try:
         partitions = _partitions(consumer, topic, timeout_s)

@@ -1,0 +1,105 @@
+"""Coordinator discovery: which broker coordinates a transactional id (the transaction
+coordinator) or a consumer group (the group coordinator), asked of any broker with
+FindCoordinator and remembered until a request to it says it has moved.
+
+An answer of COORDINATOR_NOT_AVAILABLE (the coordinator's partition of
+__transaction_state or __consumer_offsets has no leader yet: a first transaction
+creates the topic) or COORDINATOR_LOAD_IN_PROGRESS, and a lost connection, are asked
+again after retry_backoff_ms until the caller's deadline.  A request to a coordinator
+that answers NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, or whose connection fails,
+is followed by forget(), and the next find() asks again.
+
+Threads: find() blocks: callers' threads and the producer's transaction thread, never
+an I/O thread (it would wait for itself).  The cache is guarded by _lock; lookups run
+without it, so two threads may ask at once, and the later answer is kept.
+"""
+import threading
+import time
+
+from netkafka import errors
+from netkafka.errors import KafkaTimeoutError
+from netkafka.protocol.find_coordinator import (
+    GROUP, TRANSACTION, decode_find_coordinator_response, encode_find_coordinator_request,
+)
+from netkafka.protocol.framing import ApiKey
+
+_KEY_TYPE_NAMES = {GROUP: "group", TRANSACTION: "transaction"}
+
+
+class Coordinators:
+    """Coordinator lookups, cached.
+
+    Args:
+        pool: the IOPool whose connections carry FindCoordinator.
+        metadata: the Metadata cache (which brokers there are).
+        retry_backoff_ms: wait before asking again after a retriable answer.
+    """
+
+    def __init__(self, pool, metadata, retry_backoff_ms):
+        self._pool = pool  # immutable
+        self._metadata = metadata  # immutable
+        self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
+        self._lock = threading.Lock()
+        self._known = {}  # guarded by _lock: (key_type, key) -> BrokerConnection
+
+    def find(self, key_type, key, deadline):
+        """The connection to the coordinator of key (key_type TRANSACTION or GROUP),
+        asking for it if it is not known.
+
+        Raises:
+            KafkaTimeoutError: no answer but retriable ones before deadline (the last
+                one named).
+            BrokerError: a broker refused for good (e.g. not authorized for the
+                transactional id or the group).
+        """
+        with self._lock:
+            conn = self._known.get((key_type, key))
+        if conn is not None:
+            return conn
+        what = f"the {_KEY_TYPE_NAMES[key_type]} coordinator of {key!r}"
+        last_error = None
+        while True:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise KafkaTimeoutError(f"{what} not found in time"
+                                        + (f": last error {last_error}" if last_error else ""))
+            try:
+                conn = self._ask(key_type, key, what, remaining_s)
+            except errors.KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+                time.sleep(min(self._retry_backoff_s, max(0.0, deadline - time.monotonic())))
+                continue
+            with self._lock:
+                self._known[(key_type, key)] = conn
+            return conn
+
+    def known(self, key_type, key):
+        """The connection to the coordinator of key as last found, or None: no request."""
+        with self._lock:
+            return self._known.get((key_type, key))
+
+    def forget(self, key_type, key, conn):
+        """The coordinator of key is not conn's broker (any more): the next find() asks.
+        A newer answer than conn is kept."""
+        with self._lock:
+            if self._known.get((key_type, key)) is conn:
+                del self._known[(key_type, key)]
+
+    def _ask(self, key_type, key, what, timeout_s):
+        conn = self._metadata.least_loaded_connection(timeout_s)
+        client_id = conn.config.client_id
+        response = conn.call(
+            ApiKey.FIND_COORDINATOR,
+            lambda cid, version: encode_find_coordinator_request(cid, client_id, version, key,
+                                                                 key_type),
+            decode_find_coordinator_response, timeout_s)
+        if response.error_code:
+            raise errors.error_for_code(
+                response.error_code, f"FindCoordinator for {what} from {conn.describe()}"
+                + (f": {response.error_message}" if response.error_message else ""))
+        if response.key is not None and response.key != key:
+            raise errors.ProtocolError(f"{conn.describe()} answered FindCoordinator for "
+                                       f"{response.key!r}, not {key!r}")
+        return self._pool.connection(response.node_id, response.host, response.port)
