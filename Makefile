@@ -8,7 +8,7 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean
+.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean wal-kill
 
 all: test
 
@@ -146,6 +146,14 @@ SOAK_RATE ?= 1000
 soak: build kafka
 	$(PY) -m netkafka.testing.soak --minutes $(SOAK_MINUTES) \
 		--restart-every-minutes $(SOAK_RESTART_MINUTES) --rate $(SOAK_RATE)
+
+# The write-ahead log's kill harness at length (tests/test_wal_kill.py): a producer at
+# steady load SIGKILLed 200 times with wal_fsync='always' (and 50 with 'interval'),
+# restarted on its WAL each time; then every returned send must be in the topic
+# exactly once, in per-partition order.  `make test` runs it with 20 (and 5).
+WAL_KILLS ?= 200
+wal-kill: build kafka
+	NETKAFKA_WAL_KILLS=$(WAL_KILLS) $(PY) -m pytest tests/test_wal_kill.py -k killed_again
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the
 # terminal, and pytest-benchmark's JSON numbered under .benchmarks/ (make report reads the

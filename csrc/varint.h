@@ -119,4 +119,22 @@ static inline unsigned char *nk_store_be64(unsigned char *p, int64_t v)
     return p + sizeof b;
 }
 
+/* Reads an unsigned base-128 varint at p, not reading at or past end: returns the
+ * pointer past it and stores it in *value, or returns NULL when it runs to end or
+ * beyond 10 bytes.  For reading back netkafka's own encodings (the WAL's records),
+ * not the network's: the protocol reader has its own checked reads. */
+static inline const unsigned char *nk_read_uvarint64(const unsigned char *p,
+                                                     const unsigned char *end, uint64_t *value)
+{
+    uint64_t result = 0;
+    for (int shift = 0; p < end && shift < 70; shift += 7, p++) {
+        result |= (uint64_t)(*p & 0x7F) << shift;
+        if (*p < 0x80) {
+            *value = result;
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
 #endif

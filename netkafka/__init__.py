@@ -7,9 +7,10 @@ _NATIVE = load_native_modules()
 from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after the native check
                              KafkaConfigurationError, KafkaConnectionError, KafkaError,
                              KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
-                             RecordDroppedError, SentBeforeForkError, SerializationError,
-                             TransactionAbortedError, TransactionAbortRequiredError,
-                             TransactionStateError, UndeliveredRecordsError)
+                             RecordDroppedError, RecordSpooledError, SentBeforeForkError,
+                             SerializationError, TransactionAbortedError,
+                             TransactionAbortRequiredError, TransactionStateError,
+                             UndeliveredRecordsError, WalError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
 from netkafka.producer._futures import (FutureRecordMetadata, RecordMetadata,  # noqa: E402
                                         TopicPartition)
@@ -21,6 +22,7 @@ from netkafka.serializer import (DefaultSerializer, Deserializer,  # noqa: E402
                                  JsonSerializer, Serializer)
 from netkafka.record._columns import BinaryColumn  # noqa: E402
 from netkafka.producer.producer import KafkaProducer, Producer  # noqa: E402
+from netkafka.producer.replay import ReplayReport  # noqa: E402
 
 __all__ = [
     "BackpressureTimeoutError",
@@ -43,6 +45,8 @@ __all__ = [
     "ProducerRecord",
     "RecordDroppedError",
     "RecordMetadata",
+    "RecordSpooledError",
+    "ReplayReport",
     "SentBeforeForkError",
     "SerializationError",
     "Serializer",
@@ -51,4 +55,5 @@ __all__ = [
     "TransactionAbortedError",
     "TransactionStateError",
     "UndeliveredRecordsError",
+    "WalError",
 ]

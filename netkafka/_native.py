@@ -13,6 +13,7 @@ NATIVE_MODULES = (
     "netkafka.producer._futures",
     "netkafka.producer._mutex",
     "netkafka.producer._partitioner",
+    "netkafka.producer._wal",
     "netkafka.protocol._produce",
     "netkafka.protocol._reader",
     "netkafka.record._batch",

@@ -3,7 +3,10 @@
 The names and meanings are kafka-python's KafkaProducer's (which follow the Java
 client's settings); the defaults are kafka-python 3's where they agree with the Java
 client, and the Java client's otherwise (noted below).  netkafka adds io_threads,
-high_watermark_bytes, low_watermark_bytes, backoff and transaction_version.
+high_watermark_bytes, low_watermark_bytes, backoff and transaction_version, and the
+write-ahead log's settings (wal_dir, wal_fsync, wal_fsync_interval_ms, wal_max_bytes,
+on_replay, on_delivery_timeout).  A keyword may be given Java's dotted way too
+(``wal.dir``).
 
 An unknown keyword raises TypeError naming it; a bad value raises ValueError naming
 the key and what it allows (for the security settings SslConfigError or
@@ -16,6 +19,7 @@ JAVA_TLS_SETTINGS, turned into kafka-python's).
 """
 import itertools
 import math
+import os
 import re
 import dataclasses
 import selectors
@@ -35,6 +39,10 @@ _INT32_MAX = 2**31 - 1
 # compression_type's values: None or a codec's name, as the record layer knows them.
 COMPRESSION_TYPES = (None, *CODEC_NAMES)
 ACKS = (0, 1, "all", -1)
+WAL_FSYNC_MODES = ("never", "interval", "always")
+# What happens to a record whose delivery timed out: it fails, or (with a WAL) it
+# stays in the log and is sent again when the cluster answers.
+DELIVERY_TIMEOUT_ACTIONS = ("fail", "spool")
 _client_ids = itertools.count(1)
 
 # kafka-python's security settings and their defaults: the TLS ones are
@@ -168,6 +176,14 @@ class ProducerConfig(Mapping):
     # by one.  Checked at construction; the SSLContext is built then, once.  Not in
     # the repr: it holds passwords.
     security: object = dataclasses.field(default=None, repr=False)
+    # The write-ahead log (producer/wal.py): None, or the directory every record is
+    # logged in before send() returns, and replayed from by the next producer.
+    wal_dir: object = None
+    wal_fsync: str = "interval"  # 'never' | 'interval' | 'always'
+    wal_fsync_interval_ms: int = 10
+    wal_max_bytes: int = 1 << 30
+    on_replay: object = None  # callable(context, metadata_or_error), with wal_dir
+    on_delivery_timeout: str = "fail"  # 'fail' | 'spool' (with wal_dir)
 
     @classmethod
     def from_kwargs(cls, kwargs):
@@ -182,6 +198,8 @@ class ProducerConfig(Mapping):
         settings = {}
         security = {}
         for name, value in kwargs.items():
+            if "." in name:
+                name = producer_keyword(name)
             if name in SECURITY_DEFAULTS:
                 security[name] = value
             elif name == "security":
@@ -268,7 +286,36 @@ class ProducerConfig(Mapping):
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         self._check_transactions()
         self._check_idempotence()
+        self._check_wal()
         self._check_security()
+
+    def _check_wal(self):
+        # The sizes that depend on each other (segments within wal_max_bytes) are the
+        # WAL's to check when it opens: it names these settings too.
+        if self.wal_dir is not None and not isinstance(self.wal_dir, (str, os.PathLike)):
+            raise ValueError(f"wal_dir must be a directory path or None, got {self.wal_dir!r}")
+        check_choice("wal_fsync", self.wal_fsync, WAL_FSYNC_MODES)
+        check_int("wal_fsync_interval_ms", self.wal_fsync_interval_ms, 1)
+        check_int("wal_max_bytes", self.wal_max_bytes, 1)
+        check_choice("on_delivery_timeout", self.on_delivery_timeout, DELIVERY_TIMEOUT_ACTIONS)
+        if self.on_replay is not None and not callable(self.on_replay):
+            raise ValueError(f"on_replay must be a callable (context, metadata_or_error) or "
+                             f"None, got {self.on_replay!r}")
+        if self.wal_dir is not None and self.transactional_id is not None:
+            raise KafkaConfigurationError(
+                f"wal_dir with transactional_id={self.transactional_id!r}: a transaction "
+                f"commits or aborts its records as a whole, which the WAL's replay of "
+                f"single batches cannot keep; use one or the other")
+        if self.wal_dir is not None and self.legacy_magic is not None:
+            raise KafkaConfigurationError(
+                f"wal_dir needs RecordBatch v2 (Kafka 0.11+): api_version={self.api_version} "
+                f"writes message format v{self.legacy_magic}, which the WAL cannot replay")
+        if self.wal_dir is None:
+            for name, unset in (("on_replay", None), ("on_delivery_timeout", "fail")):
+                if getattr(self, name) != unset:
+                    raise KafkaConfigurationError(
+                        f"{name}={getattr(self, name)!r} needs wal_dir: the records it is "
+                        f"about are kept in the write-ahead log")
 
     def _check_security(self):
         security = dict(self.security or {})

@@ -2,7 +2,7 @@
 # Every extension is linked with all of csrc/*.c (see setup.py), so any .pyx may
 # cimport from here.
 
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "crc32c.h" nogil:
     # CRC32C (Castagnoli), as Kafka's RecordBatch v2 uses.  `crc` is the running
@@ -30,6 +30,10 @@ cdef extern from "varint.h" nogil:
     # (lengths, offset deltas): their zigzag is twice the value, no sign to fold in.
     int nk_uvarint64_size(uint64_t u)
     unsigned char *nk_write_uvarint64(unsigned char *p, uint64_t u)
+    # Reads back an unsigned varint of netkafka's own writing, bounded by end: the
+    # pointer past it, or NULL if it runs to end (or past 10 bytes).
+    const unsigned char *nk_read_uvarint64(const unsigned char *p, const unsigned char *end,
+                                           uint64_t *value)
     unsigned char *nk_store_be16(unsigned char *p, int16_t v)
     unsigned char *nk_store_be32(unsigned char *p, int32_t v)
     unsigned char *nk_store_be64(unsigned char *p, int64_t v)
@@ -52,3 +56,23 @@ cdef extern from "clock.h" nogil:
     uint64_t nk_clock_ticks_per_ms()
     void nk_clock_init(nk_clock_cache *cache, uint64_t ticks_per_ms)
     int64_t nk_clock_now_ms(nk_clock_cache *cache)
+
+cdef extern from "wal_entry.h" nogil:
+    # The framing of a write-ahead log entry (header, CRC32C, tag stored last) and
+    # little-endian stores and loads; the layout is described in the header.
+    enum:
+        NK_WAL_ENTRY_HEADER_BYTES
+        NK_WAL_ENTRY_VALID
+        NK_WAL_ENTRY_END
+        NK_WAL_ENTRY_TORN
+    unsigned char *nk_wal_put16(unsigned char *p, uint16_t v)
+    unsigned char *nk_wal_put32(unsigned char *p, uint32_t v)
+    unsigned char *nk_wal_put64(unsigned char *p, uint64_t v)
+    unsigned char *nk_wal_put_bytes(unsigned char *p, const void *data, size_t n)
+    uint16_t nk_wal_get16(const unsigned char *p)
+    uint32_t nk_wal_get32(const unsigned char *p)
+    uint64_t nk_wal_get64(const unsigned char *p)
+    void nk_wal_finish_entry(unsigned char *entry, uint32_t tag, uint8_t type, uint8_t flags,
+                             uint32_t payload_bytes)
+    int nk_wal_check_entry(const unsigned char *entry, size_t available, uint32_t tag,
+                           uint32_t *payload_bytes, uint8_t *type, uint8_t *flags)

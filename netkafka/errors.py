@@ -34,6 +34,14 @@
     +-- CompressionError        a codec library failed to compress (also a RuntimeError)
     +-- TransactionAbortRequiredError  the open transaction failed: only an abort is left
     +-- TransactionAbortedError the record's transaction was aborted before it was sent
+    +-- WalError                the write-ahead log (wal_dir); the message names the
+    |   |                       directory or file
+    |   +-- WalLockedError      another producer has the directory open
+    |   +-- WalVersionError     a segment of another format version
+    |   +-- WalCorruptError     a file that is no segment, an entry that does not parse
+    |   +-- WalFullError        wal_max_bytes reached (the backoff strategy waits on it)
+    |   +-- WalStorageError     the OS refused: disk full, permission, I/O error
+    |   +-- RecordSpooledError  delivery timed out; the record is kept and sent again
     +-- BrokerError             an error code a broker returned; one subclass per
                                 code a producer meets, generic for the rest
 
@@ -815,3 +823,50 @@ class TransactionAbortRequiredError(KafkaError):
 
 class TransactionAbortedError(KafkaError):
     """The record was not sent: its transaction was aborted first (abort_transaction())."""
+
+
+# -- The write-ahead log (wal_dir) --------------------------------------------------------
+
+
+class WalError(KafkaError):
+    """Base of the write-ahead log's errors; the message names the directory or file."""
+
+
+class WalLockedError(WalError):
+    """The WAL directory is in use by another producer, in this process or another
+    (its lock file is held): one producer per directory."""
+
+
+class WalVersionError(WalError):
+    """A WAL segment was written in a format version this netkafka does not read:
+    replay it with the netkafka that wrote it, or move the directory away."""
+
+
+class WalCorruptError(WalError):
+    """A file in the WAL directory is not a netkafka WAL segment, or an entry passes its
+    checksum but does not parse: not a torn write, which recovery truncates and counts."""
+
+
+class WalFullError(WalError):
+    """The WAL is at wal_max_bytes and no segment can be reclaimed yet: records wait
+    for acknowledgements, as they wait for buffer_memory."""
+
+
+class WalStorageError(WalError):
+    """The OS refused a WAL file operation (disk full, permission denied, I/O error):
+    nothing was reported durable that is not.
+
+    Attributes:
+        errno: the OS's error number, or None.
+    """
+
+    def __init__(self, message, errno=None):
+        super().__init__(message)
+        self.errno = errno
+
+
+class RecordSpooledError(WalError):
+    """on_delivery_timeout='spool': the record's delivery timed out, and the record is
+    kept in the write-ahead log and sent again when the cluster answers (by this
+    producer, or by the next one that opens the WAL).  Its future fails with this; the
+    delivery error it stands for is its __cause__."""

@@ -12,6 +12,10 @@ import uuid
 
 import kafka.errors as kafka_python_errors
 import pytest
+from kafka.protocol.admin import (
+    DescribeProducersRequest as KpDescribeProducersRequest,
+    DescribeProducersResponse as KpDescribeProducersResponse,
+)
 from kafka.protocol.metadata import (
     ApiVersionsRequest as KpApiVersionsRequest,
     ApiVersionsResponse as KpApiVersionsResponse,
@@ -46,6 +50,10 @@ from netkafka.protocol._reader import Reader
 from netkafka.protocol.api_versions import (
     API_VERSIONS_VERSION, ApiVersionsResponse, decode_api_versions_response,
     encode_api_versions_request,
+)
+from netkafka.protocol.describe_producers import (
+    PartitionProducers, ProducerState, decode_describe_producers_response,
+    encode_describe_producers_request,
 )
 from netkafka.protocol.framing import ApiKey, Node, api_name
 from netkafka.protocol.init_producer_id import (
@@ -197,7 +205,7 @@ def test_api_keys_and_names_agree_with_kafka_python():
     requests = (KpApiVersionsRequest, KpMetadataRequest, KpInitProducerIdRequest, KpProduceRequest,
                 KpFindCoordinatorRequest, KpAddPartitionsToTxnRequest, KpAddOffsetsToTxnRequest,
                 KpEndTxnRequest, KpTxnOffsetCommitRequest, KpSaslHandshakeRequest,
-                KpSaslAuthenticateRequest)
+                KpSaslAuthenticateRequest, KpDescribeProducersRequest)
     assert {key: key.kafka_name for key in ApiKey} == {
         cls.API_KEY: cls.__name__.removesuffix("Request") for cls in requests}
     assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
@@ -436,6 +444,35 @@ def test_init_producer_id_response_decoded_as_kafka_python_encodes_it(version):
         InitProducerIdResponse(1, 0, 1 << 40, 7)
 
 
+def test_describe_producers_request_matches_kafka_python():
+    ours = encode_describe_producers_request(CORRELATION_ID, CLIENT_ID, 0,
+                                             {"alpha": [0, 2], "b\u00e9ta": [7]})
+    Topic = KpDescribeProducersRequest.TopicRequest
+    theirs = kafka_python_request(KpDescribeProducersRequest, 0, topics=[
+        Topic(name="alpha", partition_indexes=[0, 2], version=0),
+        Topic(name="b\u00e9ta", partition_indexes=[7], version=0)])
+    assert ours == theirs
+
+
+def test_describe_producers_response_decoded_as_kafka_python_encodes_it():
+    Topic = KpDescribeProducersResponse.TopicResponse
+    Partition = Topic.PartitionResponse
+    State = Partition.ProducerState
+    data = kafka_python_response(KpDescribeProducersResponse, 0, throttle_time_ms=3, topics=[
+        Topic(version=0, name="alpha", partitions=[
+            Partition(version=0, partition_index=0, error_code=0, error_message=None,
+                      active_producers=[
+                          State(version=0, producer_id=1 << 40, producer_epoch=7,
+                                last_sequence=41, last_timestamp=1_700_000_000_000,
+                                coordinator_epoch=-1, current_txn_start_offset=-1)]),
+            Partition(version=0, partition_index=1, error_code=6,
+                      error_message="not the leader", active_producers=[])])])
+    assert decode_describe_producers_response(data, 0) == [
+        PartitionProducers("alpha", 0, 0, None, (
+            ProducerState(1 << 40, 7, 41, 1_700_000_000_000, -1, -1),)),
+        PartitionProducers("alpha", 1, 6, "not the leader", ())]
+
+
 def test_sasl_handshake_response_decoded_as_kafka_python_encodes_it():
     data = kafka_python_response(KpSaslHandshakeResponse, 1, **sasl_handshake_response_fields(1))
     assert decode_sasl_handshake_response(data, 1) == SaslHandshakeResponse(
@@ -463,6 +500,7 @@ def test_sasl_authenticate_decoder_refuses_bad_auth_bytes(version, data):
 @pytest.mark.parametrize("decode, versions", [
     # Produce decodes the legacy versions below the negotiated ones too.
     (decode_produce_response, PRODUCE_ENCODED_VERSIONS),
+    (decode_describe_producers_response, ALL_VERSIONS[ApiKey.DESCRIBE_PRODUCERS]),
     (decode_sasl_handshake_response, ALL_VERSIONS[ApiKey.SASL_HANDSHAKE]),
     (decode_sasl_authenticate_response, ALL_VERSIONS[ApiKey.SASL_AUTHENTICATE]),
     (decode_metadata_response, ALL_VERSIONS[ApiKey.METADATA]),
@@ -854,6 +892,14 @@ def test_idempotent_produce_with_init_producer_id(wire, kafka_broker, versions):
     assert isinstance(errors.error_for_code(answer.error_code, answer.error_message),
                       errors.OutOfOrderSequenceNumberError)
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 3)] == [MARKER[1], b"1", b"2"]
+    # The leader names the producer and the last sequence it appended (the WAL's replay
+    # asks so), and knows no producer on a partition it never wrote.
+    data = wire.request(encode_describe_producers_request(804, CLIENT_ID, 0, {topic: [0]}),
+                        804)
+    [answer] = decode_describe_producers_response(data, 0)
+    assert (answer.topic, answer.partition, answer.error_code) == (topic, 0, 0)
+    [known] = [p for p in answer.producers if p.producer_id == producer.producer_id]
+    assert (known.producer_epoch, known.last_sequence) == (producer.producer_epoch, 1)
 
 
 def test_produce_errors_from_the_broker(wire, kafka_broker):

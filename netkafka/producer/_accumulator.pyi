@@ -7,9 +7,11 @@ from netkafka.producer._futures import FutureRecordMetadata
 Headers = Optional[Sequence[tuple[str, Optional[bytes]]]]
 
 class ProducerCore:
+    # context: bytes the write-ahead log keeps with the record (wal_dir only).
     def send(self, topic: str, value: object = ..., key: object = ...,
              headers: Headers = ..., partition: Optional[int] = ...,
-             timestamp_ms: Optional[int] = ...) -> FutureRecordMetadata: ...
+             timestamp_ms: Optional[int] = ...,
+             context: Optional[bytes] = ...) -> FutureRecordMetadata: ...
     def produce(self, topic: str, value: object = ..., key: object = ...,
                 headers: Headers = ..., partition: Optional[int] = ...,
-                timestamp_ms: Optional[int] = ...) -> None: ...
+                timestamp_ms: Optional[int] = ..., context: Optional[bytes] = ...) -> None: ...

@@ -11,6 +11,12 @@ share with send() and the one path that runs per record:
         under `lock`: encode into the open batch        (PartitionQueue.open)
         -> a FutureRecordMetadata over the batch's result
 
+With a write-ahead log (wal_dir) the record goes into the batch and its entry into
+the log together, under the log's lock taken inside ours (_wal.WalAppender.
+append_to_batch): a record is in both or in neither.  A log full for records
+raises WalFullError out of the append, which _append() turns into a wait under the
+backoff strategy (the subclass's _append_when_wal_has_room), as for memory.
+
 Producer.send() enters it straight from C (ProducerCore, below); produce() and
 append_into_batch() are the same path with no future made (the fire-and-forget and
 bulk paths): they get the Batch the record went into (and, for the bulk path, the
@@ -31,15 +37,16 @@ Locking: `lock` (a _mutex.Mutex) guards `topics`, `closed`, `refusal`, the clock
 field of the TopicTable, PartitionQueue and Batch objects reachable from `topics`.
 The partitioner runs outside it (it has its own lock, and a custom partitioner is
 user code, which must not run under ours).  Lock order: `lock`, then the buffer
-pool's mutex or the linger timer's condition.
+pool's mutex, the linger timer's condition or the WAL appender's lock.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from netkafka.producer._futures cimport BatchResult, new_record_future
 from netkafka.producer._mutex cimport Mutex
 from netkafka.producer._partitioner cimport Partitioner
+from netkafka.producer._wal cimport WalAppender
 from netkafka.record._batch cimport RecordBatchBuilder
 from netkafka.record._legacy cimport LegacyMessageSetBuilder
 from netkafka.record._pool cimport PooledBatch
@@ -49,6 +56,8 @@ from netkafka.csrc cimport (
 )
 
 import collections
+
+from netkafka.errors import WalFullError
 
 
 cdef enum:
@@ -67,6 +76,7 @@ cdef class Batch:
     cdef readonly int legacy_magic            # immutable: the legacy builder's magic; -1 for v2
     cdef readonly BatchResult result          # thread-safe
     cdef readonly int64_t created_ns          # time.monotonic_ns() when opened
+    cdef public uint64_t wal_id               # its id in the WAL (0: no WAL); set when opened
     # Records appended with no future (produce()): their failure is counted for
     # flush() to raise.  Accumulator's lock while open; read once completed.
     cdef readonly int untracked_records
@@ -141,6 +151,8 @@ cdef class AccumulatorCore:
     # between its transactions (set_refusal, by its state machine).
     cdef public object refusal
     cdef nk_clock_cache _clock              # lock: "now" for records without a timestamp
+    cdef public WalAppender wal             # immutable once set: the WAL's, or None
+    cdef public bint wal_always             # immutable: fsync "always" (send() waits)
 
     def __cinit__(self, Partitioner partitioner not None, *args, **kwargs):
         self.lock = Mutex()
@@ -153,20 +165,40 @@ cdef class AccumulatorCore:
         returns (the Batch the record went into, its index there); the bulk path
         follows its outcome."""
         return self._append(topic, partition, key, value, headers, timestamp_ms,
-                            TRACK_NONE)
+                            TRACK_NONE, None)
 
     def append_tracked(self, topic, partition, key, value, headers, timestamp_ms,
-                       int track):
+                       int track, context):
         """The general form of every append, for the cold path to start again
         with: track is the TRACK_* value it was given."""
-        return self._append(topic, partition, key, value, headers, timestamp_ms, track)
+        return self._append(topic, partition, key, value, headers, timestamp_ms, track,
+                            context)
+
+    def append_once(self, topic, partition, key, value, headers, timestamp_ms, int track,
+                    context):
+        """As append_tracked, but a full WAL raises WalFullError (for the wait in
+        _append_when_wal_has_room to try again)."""
+        return self._append_once(topic, partition, key, value, headers, timestamp_ms, track,
+                                 context)
 
     cdef object _append(self, topic, partition, key, value, headers, timestamp_ms,
-                        int track):
+                        int track, object context):
         # Encodes one record into its partition's open batch; returns what `track`
-        # says.  partition None lets the partitioner choose.  Raises what the
-        # encoder and the partitioner raise for bad arguments (naming them), and
-        # whatever _append_cold raises.
+        # says.  partition None lets the partitioner choose.  context: None, or the
+        # bytes the WAL keeps with the record.  Raises what the encoder and the
+        # partitioner raise for bad arguments (naming them), and whatever
+        # _append_cold raises.
+        if context is not None and (self.wal is None or not PyBytes_CheckExact(context)):
+            context = _context_bytes(context, self.wal is not None)
+        try:
+            return self._append_once(topic, partition, key, value, headers, timestamp_ms,
+                                     track, context)
+        except WalFullError:
+            return (<object>self)._append_when_wal_has_room(
+                topic, partition, key, value, headers, timestamp_ms, track, context)
+
+    cdef object _append_once(self, topic, partition, key, value, headers, timestamp_ms,
+                             int track, object context):
         cdef TopicTable table
         cdef PartitionQueue queue
         cdef PartitionQueue retired = None
@@ -186,7 +218,7 @@ cdef class AccumulatorCore:
         self.lock.give()
         if table is None:
             return self._append_cold(topic, partition, -1, key, value, headers, timestamp_ms,
-                                     track, None)
+                                     track, context, None)
         # 2. The partition: the caller's, or the partitioner's (outside our lock).
         if partition is None:
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
@@ -198,7 +230,8 @@ cdef class AccumulatorCore:
             if self.refusal is None:
                 queue = table.queue_or_none(chosen)
                 if queue is not None:
-                    appended = self._append_locked(queue, key, value, headers, ts, track)
+                    appended = self._append_locked(queue, key, value, headers, ts, track,
+                                                   context)
                     if appended is not None:
                         return appended
                     if queue.open is not None:
@@ -209,19 +242,27 @@ cdef class AccumulatorCore:
         finally:
             self.lock.give()
         return self._append_cold(topic, partition, chosen, key, value, headers, timestamp_ms,
-                                 track, retired)
+                                 track, context, retired)
 
     cdef object _append_locked(self, PartitionQueue queue, key, value, headers, int64_t ts,
-                               int track):
+                               int track, object context):
         # With the lock held: the record into queue's open batch, or None when there
-        # is none or it is full.  ts < 0: now.  Returns what `track` says.
+        # is none or it is full.  ts < 0: now.  Returns what `track` says; raises
+        # WalFullError when the WAL has no room for it (then it is in neither).
         cdef Batch batch = queue.open
         cdef Py_ssize_t index
         if batch is None:
             return None
         if ts < 0:
             ts = nk_clock_now_ms(&self._clock)
-        if batch.legacy_magic < 0:
+        if self.wal is not None:
+            # v2 only (a WAL needs RecordBatch v2: the config refuses a legacy format).
+            index = self.wal.append_to_batch(<RecordBatchBuilder>batch.builder, key, value,
+                                             headers, ts, batch.wal_id, queue.topic,
+                                             queue.partition, context)
+            if index == -2:
+                raise WalFullError("the WAL is at wal_max_bytes")
+        elif batch.legacy_magic < 0:
             index = (<RecordBatchBuilder>batch.builder)._append_objects(key, value, headers,
                                                                         ts, -1)
         elif batch.legacy_magic == 0:
@@ -244,11 +285,11 @@ cdef class AccumulatorCore:
     # -- for the cold paths (Python, the lock held by the caller unless said) --------
 
     def try_append_locked(self, PartitionQueue queue not None, key, value, headers,
-                          timestamp_ms, int track):
+                          timestamp_ms, int track, context):
         """With the lock held: the record into queue's open batch; what `track` says
         (its future, or its Batch), or None when queue has no open batch or it is full."""
         cdef int64_t ts = -1 if timestamp_ms is None else checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
-        return self._append_locked(queue, key, value, headers, ts, track)
+        return self._append_locked(queue, key, value, headers, ts, track, context)
 
     def queue_locked(self, topic, int partition):
         """With the lock held: the partition's queue, created on first use; None if
@@ -303,6 +344,17 @@ cdef int _partition_arg(object partition) except -1:
     return partition
 
 
+cdef object _context_bytes(object context, bint wal):
+    # A record's context, as bytes.  Cold: only a context that is not bytes gets here.
+    if not wal:
+        raise ValueError("context needs wal_dir: it is kept in the write-ahead log")
+    try:
+        return bytes(memoryview(context))
+    except TypeError:
+        raise TypeError(f"context must be bytes-like or None, not "
+                        f"{type(context).__name__}") from None
+
+
 cdef inline int _size_of(object data) except -2:
     # Serialized size as RecordMetadata reports it; data was accepted by the encoder.
     if data is None:
@@ -342,8 +394,11 @@ cdef class ProducerCore:
     cdef public object _interceptors       # an InterceptorChain, or None when none is set
 
     def send(self, topic, value=None, key=None, headers=None, partition=None,
-             timestamp_ms=None):
+             timestamp_ms=None, context=None):
         """Queues a record and returns its FutureRecordMetadata.
+
+        With wal_dir, the record is in the write-ahead log when this returns (on
+        disk too with wal_fsync='always').
 
         Args:
             topic: the topic's name.
@@ -353,6 +408,9 @@ cdef class ProducerCore:
             headers: None or a list of (str key, bytes value) pairs.
             partition: the partition, or None to let the partitioner choose.
             timestamp_ms: CreateTime in milliseconds since the epoch; None: now.
+            context: None, or bytes (at most 1024) the WAL keeps with the record:
+                after a crash, on_replay(context, metadata_or_error) tells the next
+                producer what became of it.  Needs wal_dir.
 
         Raises:
             ProducerClosedError: after close().
@@ -362,15 +420,16 @@ cdef class ProducerCore:
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
             BackpressureTimeoutError: no memory within max_block_ms.
             RecordDroppedError: no memory and backoff='drop'.
+            WalStorageError: the WAL's disk refused (full, unwritable, failed sync).
         """
         if self._interceptors is not None:
             return (<object>self)._send_intercepted(topic, value, key, headers, partition,
-                                                    timestamp_ms, True)
+                                                    timestamp_ms, True, context)
         return self._append_record(topic, value, key, headers, partition, timestamp_ms,
-                                   TRACK_FUTURE)
+                                   TRACK_FUTURE, context)
 
     cdef object _append_record(self, topic, value, key, headers, partition, timestamp_ms,
-                               int track):
+                               int track, object context):
         cdef AccumulatorCore records = self._records
         if self._key_serializer is not None or self._value_serializer is not None:
             key, value, headers = (<object>self)._serialize_record(topic, key, value, headers)
@@ -379,15 +438,19 @@ cdef class ProducerCore:
         # Steps 2-5 of Producer's story are the accumulator's append: it comes back
         # to Producer._wait_for_partition() when metadata is missing, and asks the
         # partitioner's on_new_batch() when a record would open a new batch.
-        return records._append(topic, partition, key, value, headers, timestamp_ms, track)
+        future = records._append(topic, partition, key, value, headers, timestamp_ms, track,
+                                 context)
+        if records.wal_always:
+            records.wal.sync_appended()
+        return future
 
-    def _send_record(self, topic, value, key, headers, partition, timestamp_ms):
+    def _send_record(self, topic, value, key, headers, partition, timestamp_ms, context=None):
         """send() past the interceptors: the intercepted path's way in."""
         return self._append_record(topic, value, key, headers, partition, timestamp_ms,
-                                   TRACK_FUTURE)
+                                   TRACK_FUTURE, context)
 
     def produce(self, topic, value=None, key=None, headers=None, partition=None,
-                timestamp_ms=None):
+                timestamp_ms=None, context=None):
         """Fire and forget: queues a record as send() does, but returns None and
         makes no future for it -- the fastest way to send one record.
 
@@ -407,7 +470,7 @@ cdef class ProducerCore:
         cdef AccumulatorCore records = self._records
         if self._interceptors is not None:
             (<object>self)._send_intercepted(topic, value, key, headers, partition,
-                                             timestamp_ms, False)
+                                             timestamp_ms, False, context)
             return
         if records is None:
             records = (<object>self)._restarted()
@@ -416,7 +479,9 @@ cdef class ProducerCore:
                 key, value, headers = (<object>self)._serialize_record(topic, key, value,
                                                                        headers)
             records._append(topic, partition, key, value, headers, timestamp_ms,
-                            TRACK_COUNT)
+                            TRACK_COUNT, context)
+            if records.wal_always:
+                records.wal.sync_appended()
         except Exception as exc:
             if not (<object>self)._counts_as_undelivered(exc):
                 raise

@@ -6,6 +6,7 @@ completes the names and mypy checks their types.  tests/test_typing.py keeps thi
 equal to the settings netkafka.config accepts.  Types are what each setting takes; a
 value the type allows may still be refused at run time (e.g. acks=2).
 """
+import os
 import ssl
 from typing import Any, Callable, Literal, Optional, TypedDict, Union
 
@@ -54,6 +55,12 @@ class ProducerSettings(TypedDict, total=False):
     high_watermark_bytes: int
     low_watermark_bytes: int
     backoff: Any  # 'block', 'park', 'drop' or a strategy object
+    wal_dir: Optional[Union[str, "os.PathLike[str]"]]
+    wal_fsync: Literal["never", "interval", "always"]
+    wal_fsync_interval_ms: int
+    wal_max_bytes: int
+    on_replay: Optional[Callable[[Optional[bytes], Any], object]]  # (context, metadata or error)
+    on_delivery_timeout: Literal["fail", "spool"]
     security_protocol: str
     ssl_context: Optional[ssl.SSLContext]
     ssl_check_hostname: bool

@@ -46,6 +46,7 @@ import functools
 import heapq
 import itertools
 import logging
+import struct
 import threading
 import time
 import traceback
@@ -59,12 +60,15 @@ from netkafka.record._legacy import LegacyMessageSetBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.errors import (BackpressureTimeoutError, BufferPoolExhausted, KafkaTimeoutError,
                              ProducerClosedError, RecordDroppedError, UndeliveredRecordsError)
+from netkafka.producer.wal import OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED
 
 _log = logging.getLogger("netkafka.producer.accumulator")
 
 
 # How many errors of fire-and-forget records flush() names (the count is exact).
 FIRST_ERRORS_KEPT = 5
+# A sealed RecordBatch v2's CRC32C and attributes, at offset 17: what a SEAL entry keeps.
+_CRC_AND_ATTRIBUTES = struct.Struct(">Ih")
 
 
 class RecordAccumulator(AccumulatorCore):
@@ -100,12 +104,22 @@ class RecordAccumulator(AccumulatorCore):
             anyone waiting for the record learns of it: a commit's flush must find
             the transaction failed), and its state machine sets what a record sent
             between transactions raises (set_refusal).
+        wal: the WriteAheadLog records are logged in, or None.  Batches get an id
+            there when opened, a SEAL entry when sealed and a DONE entry when
+            acknowledged or failed -- except those failed by close() or spooled,
+            which the log keeps for the next producer.
+        spool: with a WAL, whether a batch whose delivery timed out is spooled (its
+            futures fail with RecordSpooledError, it stays in the WAL and goes to the
+            sender again, every retry_backoff_ms, until the cluster takes it) rather
+            than failed (on_delivery_timeout='spool').
+        retry_backoff_ms: the spool's pace.
     """
 
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
                  compression_type, buffer_memory, linger_ms, max_block_ms,
                  delivery_timeout_ms, backoff, idempotence=None, stats=None,
-                 compression_level=None, legacy_magic=None, transaction=None):
+                 compression_level=None, legacy_magic=None, transaction=None, wal=None,
+                 spool=False, retry_backoff_ms=100):
         codec = None if compression_type in (None, "none") else compression_type
         if legacy_magic is not None and idempotence is not None:
             raise ValueError("legacy message sets carry no producer id: no idempotence")
@@ -133,18 +147,26 @@ class RecordAccumulator(AccumulatorCore):
         # flush(), and the first few errors (FIRST_ERRORS_KEPT).
         self._untracked_failed = 0
         self._untracked_errors = []
+        self._wal = wal  # immutable; thread-safe
+        # Guarded by _state_lock: from close() on, failed batches stay in the WAL.
+        self._wal_keeps_failures = False
+        if wal is not None:
+            self.wal = wal.appender
+            self.wal_always = wal.fsync == "always"
+        self._spool = _Spool(self, retry_backoff_ms) if spool and wal is not None else None
         self._linger = _LingerTimer(self)
 
     # ------------------------------------------------------------------
     # send() threads: what the hot path (AccumulatorCore._append) leaves to us.
 
     def _append_cold(self, topic, partition, chosen, key, value, headers, timestamp_ms,
-                     track, retired):
+                     track, context, retired):
         """The append for anything but a record into an open batch with room: an
         unknown topic or partition, a new or full batch, a refused record.
         chosen: the partition the core picked, -1 if it did not get that far; track:
-        what to return (the core's TRACK_*: a future, or the Batch); retired: the
-        queue whose full batch the core moved to the ready queue, or None."""
+        what to return (the core's TRACK_*: a future, or the Batch); context: the
+        record's, for the WAL; retired: the queue whose full batch the core moved to
+        the ready queue, or None."""
         if retired is not None:
             queue = retired
         else:
@@ -156,11 +178,11 @@ class RecordAccumulator(AccumulatorCore):
                 # The topic, or this partition of it, is not in the table yet: wait
                 # for metadata (or a clear error), then start again.
                 self._topic_waiter(topic, None if chosen < 0 else chosen)
-                return self.append_tracked(topic, partition, key, value, headers,
-                                           timestamp_ms, track)
+                return self.append_once(topic, partition, key, value, headers,
+                                        timestamp_ms, track, context)
             with self.lock:
                 appended = self.try_append_locked(queue, key, value, headers, timestamp_ms,
-                                                  track)
+                                                  track, context)
                 if appended is not None:
                     return appended  # another thread opened a batch meanwhile
                 if queue.open is not None:
@@ -179,9 +201,10 @@ class RecordAccumulator(AccumulatorCore):
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
             with self.lock:
                 queue = self.queue_locked(topic, chosen)
-        return self._append_to_new_batch(queue, key, value, headers, timestamp_ms, track)
+        return self._append_to_new_batch(queue, key, value, headers, timestamp_ms, track,
+                                         context)
 
-    def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms, track):
+    def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms, track, context):
         deadline = time.monotonic() + self._max_block_ms / 1000
         size_bytes = 0  # 0: a pool-sized buffer; more for a record larger than that
         buffer = None
@@ -193,7 +216,7 @@ class RecordAccumulator(AccumulatorCore):
                         raise self.refusal()
                     # Another thread may have opened a batch meanwhile.
                     appended = self.try_append_locked(queue, key, value, headers,
-                                                      timestamp_ms, track)
+                                                      timestamp_ms, track, context)
                     if appended is not None:
                         return appended
                     if queue.open is not None:
@@ -205,7 +228,7 @@ class RecordAccumulator(AccumulatorCore):
                         batch, buffer = self._open_locked(queue, buffer), None
                         try:
                             appended = self.try_append_locked(queue, key, value, headers,
-                                                              timestamp_ms, track)
+                                                              timestamp_ms, track, context)
                         except errors.BufferPoolExhausted:
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
@@ -228,6 +251,31 @@ class RecordAccumulator(AccumulatorCore):
         finally:
             if buffer is not None:
                 buffer.release()  # taken but not used (closed, or a batch appeared)
+
+    def _append_when_wal_has_room(self, topic, partition, key, value, headers, timestamp_ms,
+                                  track, context):
+        """The append once the WAL has room for records again: the backoff strategy
+        waits for acknowledgements to free segments (block, park), or refuses the
+        record (drop), within max_block_ms."""
+        deadline = time.monotonic() + self._max_block_ms / 1000
+        room = _WalRoom(self._wal)
+        while True:
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                if not room.has_room():
+                    self._backoff.wait_for_room(room, remaining_ms)
+            except RecordDroppedError:
+                with self._state_lock:
+                    self._metrics["records_dropped"] += 1
+                raise
+            try:
+                return self.append_once(topic, partition, key, value, headers, timestamp_ms,
+                                        track, context)
+            except errors.WalFullError:
+                if time.monotonic() >= deadline:
+                    raise BackpressureTimeoutError(
+                        f"no room for a record within max_block_ms={self._max_block_ms} "
+                        f"({room.describe()})") from None
 
     # ------------------------------------------------------------------
     # send_batch(): rows in bulk (the caller's thread).
@@ -306,7 +354,9 @@ class RecordAccumulator(AccumulatorCore):
                 while start < count and queue.open is batch and self.refusal is None:
                     before = builder.record_count
                     try:
-                        start += rows.append_to(builder, start)
+                        start += self._append_rows_to(rows, start, batch, queue)
+                    except errors.WalFullError:
+                        break  # the next row waits for room, on the per-record path
                     except (TypeError, ValueError) as exc:
                         # Row `start + appended` was refused, the ones before it taken.
                         start += builder.record_count - before
@@ -324,6 +374,14 @@ class RecordAccumulator(AccumulatorCore):
                     outcome.appended(rows, batch.result, first, run_start, start - run_start)
             if retired:
                 self._drain(queue)
+
+    def _append_rows_to(self, rows, start, batch, queue):
+        """With the lock held: rows from start on into batch while it has room (and,
+        with a WAL, their entries into the log); how many went in."""
+        if self._wal is None:
+            return rows.append_to(batch.builder, start)
+        return self.wal.append_rows_to(batch.builder, rows.append_to, start, batch.wal_id,
+                                       queue.topic, queue.partition)
 
     def _wait_for_memory(self, size_bytes, deadline):
         """A buffer of size_bytes (0: the pool's size) once the backoff strategy
@@ -353,6 +411,8 @@ class RecordAccumulator(AccumulatorCore):
             builder = LegacyMessageSetBuilder(self._legacy_magic, buffer, self._batch_size,
                                               self._max_request_size, self._compressor)
         batch = Batch(builder, BatchResult(queue.topic, queue.partition), time.monotonic_ns())
+        if self._wal is not None:
+            batch.wal_id = self._wal.open_batch()
         queue.open = batch
         with self._state_lock:
             self._incomplete.add(batch.result)
@@ -364,6 +424,8 @@ class RecordAccumulator(AccumulatorCore):
         batch, queue.open = queue.open, None
         with self._state_lock:
             self._incomplete.discard(batch.result)
+        if self._wal is not None:
+            self._wal.discard_batch(batch.wal_id)
         batch.builder.mark_failed()
         batch.builder.release()
 
@@ -417,7 +479,8 @@ class RecordAccumulator(AccumulatorCore):
                 builder.set_producer_state(*self._idempotence.next_sequence(
                     queue.topic, queue.partition, record_count))
             uncompressed_bytes = builder.size_bytes
-            view = builder.seal()
+            view = self._seal_and_log(batch, builder, queue.topic, queue.partition,
+                                      record_count)
             sealed_bytes = view.nbytes
             # Counted before the sender has it: an I/O thread may complete it
             # before send() returns, and no one must see it done but not sent.
@@ -426,10 +489,14 @@ class RecordAccumulator(AccumulatorCore):
             # The builder itself: with idempotence the sender may re-stamp it.
             self._sender.send(queue.topic, queue.partition, builder, record_count,
                               created_ns=batch.created_ns,
-                              on_done=functools.partial(self._on_delivered, batch, view))
+                              on_done=functools.partial(self._on_delivered, batch, view),
+                              wal_id=batch.wal_id)
         except Exception as exc:  # noqa: BLE001 -- the batch's futures carry it
             if counted:  # the sender refused it: not sent after all
                 self._count_sent(-1, -record_count, -view.nbytes)
+            # Done in the WAL before its sequences go to the next batch: a replay must
+            # never send this one and that one under the same sequences.
+            self._log_outcome(batch, exc)
             if self._idempotence is not None and builder.producer_id >= 0:
                 # Numbered but never sent: its sequences are the partition's next.
                 self._idempotence.release_sequence(
@@ -441,6 +508,18 @@ class RecordAccumulator(AccumulatorCore):
             # The view may be released by now (an I/O thread completed the batch).
             self._stats.batch_sent(queue.topic, record_count, uncompressed_bytes,
                                    sealed_bytes, age_ns / 1e6)
+
+    def _seal_and_log(self, batch, builder, topic, partition, record_count):
+        """Seals the batch and returns its view; with a WAL, logs its SEAL entry before
+        the sender has it: a batch that may be in the broker's log is never unknown to
+        the WAL (with fsync "always", on disk first)."""
+        view = builder.seal()
+        if self._wal is not None:
+            batch_crc, attributes = _CRC_AND_ATTRIBUTES.unpack_from(view, 17)
+            self._wal.log_seal(batch.wal_id, topic, partition, builder.producer_id,
+                               builder.producer_epoch, builder.base_sequence, record_count,
+                               attributes, batch_crc, view.nbytes)
+        return view
 
     def _count_sent(self, batches, records, nbytes):
         with self._state_lock:
@@ -456,25 +535,60 @@ class RecordAccumulator(AccumulatorCore):
         else:
             self._complete(batch, view, error=error)
 
+    def _log_outcome(self, batch, error):
+        """The batch's DONE entry, once."""
+        if self.log_wal_outcome(batch.wal_id, error):
+            batch.wal_id = 0
+
+    def log_wal_outcome(self, wal_id, error):
+        """Any thread: a batch's DONE entry in the WAL, acknowledged or failed for good
+        -- but a failure from close() on, or a delivery timeout with the spool on, is
+        not logged: the batch is sent again.  Returns whether it was logged."""
+        if self._wal is None or not wal_id:
+            return False
+        with self._state_lock:
+            keep = error is not None and (self._wal_keeps_failures or self._spools(error))
+        if not keep:
+            self._wal.log_done(wal_id, OUTCOME_ACKNOWLEDGED if error is None
+                               else OUTCOME_FAILED)
+        return not keep
+
+    @property
+    def compressor(self):
+        """The Compressor every batch is sealed with, or None (thread-safe)."""
+        return self._compressor
+
+    @property
+    def buffer_pool(self):
+        """The BufferPool batches take their memory from (thread-safe)."""
+        return self._pool
+
+    @property
+    def wal_keeps_failures(self):
+        """Whether a batch that fails now stays in the WAL (close() has begun)."""
+        with self._state_lock:
+            return self._wal_keeps_failures
+
+    def keep_failures_in_wal(self):
+        """From now on (close()), batches that fail stay in the WAL, to be replayed."""
+        with self._state_lock:
+            self._wal_keeps_failures = True
+
     def _complete(self, batch, view, base_offset=-1, log_append_time_ms=-1, error=None):
-        """Memory back to the pool first (a send() may be waiting for it), then the
-        futures, then flush()'s set."""
+        """The WAL's DONE entry first (what the application learns next must not be
+        replayed), memory back to the pool (a send() may be waiting for it), then the
+        futures, then flush()'s set.  A delivery timeout with the spool on keeps the
+        batch instead (_spool_batch)."""
+        if error is not None and self._spools(error):
+            self._spool_batch(batch, view, error)
+            return
+        self._log_outcome(batch, error)
         builder = batch.builder
-        if error is None:
-            builder.mark_acknowledged()
-        else:
-            builder.mark_failed()
+        if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
             # not keep views of the batch (and so its memory) alive with it.
             traceback.clear_frames(error.__traceback__)
-        if view is not None:
-            view.release()
-        try:
-            builder.release()
-        except BufferError:
-            # A request on an I/O thread still holds a view of the bytes; the buffers
-            # go back to the pool when that view goes (PooledBuffer.__dealloc__).
-            pass
+        release_batch(builder, view, error is None)
         if error is None:
             batch.result.succeed(base_offset, log_append_time_ms)
         else:
@@ -491,6 +605,83 @@ class RecordAccumulator(AccumulatorCore):
                     self._stats.batch_failed(batch.result.topic, builder.record_count)
                 if batch.untracked_records:
                     self._count_untracked_locked(batch.untracked_records, error)
+
+    # ------------------------------------------------------------------
+    # The spool (on_delivery_timeout='spool').
+
+    def _spools(self, error):
+        return self._spool is not None and isinstance(error, KafkaTimeoutError)
+
+    def _spool_batch(self, batch, view, error):
+        """A batch whose delivery timed out: its futures fail with RecordSpooledError,
+        and it stays -- its records in the WAL, its bytes in memory -- for the spool
+        to send again."""
+        spooled = errors.RecordSpooledError(
+            f"{error}; the record is kept in the write-ahead log at {self._wal.directory} "
+            f"and sent again when the cluster answers")
+        spooled.__cause__ = error
+        traceback.clear_frames(error.__traceback__)
+        batch.result.fail(spooled)
+        with self._state_lock:
+            self._incomplete.discard(batch.result)
+            self._metrics["records_spooled"] += batch.builder.record_count
+        self._spool.keep(batch, view)
+
+    def seal_spooled(self, batch, view):
+        """The spool thread: batch's sealed view, sealing (and SEAL-logging) it if it
+        timed out before it was."""
+        if view is not None:
+            return view
+        builder = batch.builder
+        return self._seal_and_log(batch, builder, batch.result.topic, batch.result.partition,
+                                  builder.record_count)
+
+    def resend_spooled(self, batch, view):
+        """The spool thread: the sealed batch to the sender again, numbered anew (its
+        old stamp timed out with the partition, which started over).  Raises what the
+        sender raises; the sequences go back then, and the spool tries again later."""
+        builder = batch.builder
+        topic, partition = batch.result.topic, batch.result.partition
+        count = builder.record_count
+        if self._idempotence is not None:
+            builder.rewrite_producer_state(*self._idempotence.next_sequence(
+                topic, partition, count))
+            (batch_crc,) = struct.unpack_from(">I", view, 17)
+            self._wal.log_restamp(batch.wal_id, builder.producer_id, builder.producer_epoch,
+                                  builder.base_sequence, batch_crc)
+        try:
+            self._sender.send(topic, partition, builder, count,
+                              on_done=functools.partial(self._on_spool_delivered, batch,
+                                                        view),
+                              wal_id=batch.wal_id)
+        except BaseException:
+            if builder.producer_id >= 0:
+                self._idempotence.release_sequence(topic, partition, builder.producer_id,
+                                                   builder.producer_epoch,
+                                                   builder.base_sequence, count)
+            raise
+
+    def _on_spool_delivered(self, batch, view, result, error):
+        """A spooled batch's outcome (an I/O thread): delivered, timed out again (kept
+        again), or failed for good.  Its futures heard of it already."""
+        if error is not None and self._spools(error):
+            self._spool.keep(batch, view)
+            return
+        self._log_outcome(batch, error)
+        builder = batch.builder
+        if error is not None:
+            _log.error("a spooled batch of %d records to %s-%d failed for good: %s",
+                       builder.record_count, batch.result.topic, batch.result.partition,
+                       error)
+        release_batch(builder, view, error is None)
+        with self._state_lock:
+            self._metrics["records_spool_delivered" if error is None
+                          else "records_spool_failed"] += builder.record_count
+
+    def release_spooled(self, batch, view):
+        """close(): a batch still spooled is kept in the WAL (no DONE entry), its memory
+        given back."""
+        release_batch(batch.builder, view, False)
 
     def count_untracked_failure(self, error):
         """Any thread: a fire-and-forget record refused before it reached a batch
@@ -561,7 +752,8 @@ class RecordAccumulator(AccumulatorCore):
 
     def close(self, timeout_s=None):
         """Refuses further records, flushes for up to timeout_s (None: until done),
-        stops the linger thread.  What is left is failed by fail_incomplete()."""
+        stops the linger thread and the spool.  What is left is failed by
+        fail_incomplete()."""
         with self.lock:
             self.closed = True
             self.refusal = _closed_refusal
@@ -569,6 +761,8 @@ class RecordAccumulator(AccumulatorCore):
             self.flush(timeout_s)
         finally:
             self._linger.stop()
+            if self._spool is not None:
+                self._spool.stop()
 
     def refusing(self):
         """Any thread: whether records are refused now (see set_refusal)."""
@@ -607,7 +801,9 @@ class RecordAccumulator(AccumulatorCore):
     def metrics(self):
         """Counters: batches_created, batches_sent, records_sent, bytes_sent,
         records_acknowledged, records_failed, records_dropped (refused for lack of
-        memory, backoff='drop'), records_untracked_failed (those of records_failed
+        memory, backoff='drop'), with the spool records_spooled (delivery timed out,
+        kept), records_spool_delivered, records_spool_failed (for good) and
+        spool_batches (waiting now), records_untracked_failed (those of records_failed
         sent with no future: produce()); batches_incomplete; buffer_total_bytes and
         buffer_available_bytes."""
         with self._state_lock:
@@ -617,6 +813,10 @@ class RecordAccumulator(AccumulatorCore):
                     "records_acknowledged", "records_failed", "records_dropped",
                     "records_untracked_failed"):
             snapshot.setdefault(key, 0)
+        if self._spool is not None:
+            for key in ("records_spooled", "records_spool_delivered", "records_spool_failed"):
+                snapshot.setdefault(key, 0)
+            snapshot["spool_batches"] = self._spool.pending
         snapshot["buffer_total_bytes"] = self._pool.total_bytes
         snapshot["buffer_available_bytes"] = self._pool.available_bytes
         return snapshot
@@ -624,6 +824,22 @@ class RecordAccumulator(AccumulatorCore):
 
 def _closed_refusal():
     return ProducerClosedError("send() after close(): the producer is closed")
+
+
+def release_batch(builder, view, acknowledged):
+    """A batch is done: its state says so, its view (if any) goes, and its memory back
+    to the pool -- unless a request on an I/O thread still holds a view of the bytes:
+    then the buffers go back when that view goes (PooledBuffer.__dealloc__)."""
+    if acknowledged:
+        builder.mark_acknowledged()
+    else:
+        builder.mark_failed()
+    if view is not None:
+        view.release()
+    try:
+        builder.release()
+    except BufferError:
+        pass
 
 
 class _PoolRoom:
@@ -651,6 +867,93 @@ class _PoolRoom:
     def describe(self):
         return (f"the producer's buffer pool ({self.pool.available_bytes} of "
                 f"{self.pool.total_bytes} bytes free, buffer_memory)")
+
+
+class _WalRoom:
+    """The WAL as a backoff target (backoff.py's Backpressured protocol): room for a
+    record once acknowledged segments are reclaimed."""
+
+    __slots__ = ("wal",)
+
+    def __init__(self, wal):
+        self.wal = wal
+
+    def has_room(self):
+        return self.wal.has_room_for_records()
+
+    def wait_for_room(self, timeout_s):
+        return self.wal.wait_for_room(timeout_s)
+
+    def describe(self):
+        return self.wal.describe_room()
+
+
+class _Spool:
+    """on_delivery_timeout='spool': batches whose delivery timed out, handed to the
+    sender again one by one by the "netkafka-spool" thread; when the sender refuses one
+    (no leader within max_block_ms: the cluster is still away) the thread waits
+    retry_backoff_ms and tries again.  Their records stay in the WAL throughout: a
+    producer that stops meanwhile leaves them to the next one's replay."""
+
+    def __init__(self, accumulator, retry_backoff_ms):
+        self._accumulator = accumulator  # immutable
+        self._pause_s = max(retry_backoff_ms, 1) / 1000  # immutable
+        self._cond = threading.Condition(threading.Lock())
+        self._batches = collections.deque()  # guarded by _cond: (Batch, sealed view or None)
+        self._stopping = False  # guarded by _cond
+        self._thread = threading.Thread(target=self._run, name="netkafka-spool", daemon=True)
+        self._thread.start()
+
+    @property
+    def pending(self):
+        """Batches waiting to be sent again."""
+        with self._cond:
+            return len(self._batches)
+
+    def keep(self, batch, view):
+        """Any thread: batch waits to be sent again."""
+        with self._cond:
+            if self._stopping:
+                stopped = True
+            else:
+                stopped = False
+                self._batches.append((batch, view))
+                self._cond.notify()
+        if stopped:
+            self._accumulator.release_spooled(batch, view)
+
+    def stop(self, timeout_s=5.0):
+        """Stops the thread; what is still spooled stays in the WAL."""
+        with self._cond:
+            self._stopping = True
+            leftovers = list(self._batches)
+            self._batches.clear()
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        for batch, view in leftovers:
+            self._accumulator.release_spooled(batch, view)
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while not self._batches and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                batch, view = self._batches.popleft()
+            try:
+                view = self._accumulator.seal_spooled(batch, view)
+                self._accumulator.resend_spooled(batch, view)
+            except Exception as exc:  # noqa: BLE001 -- the cluster is away: try later
+                _log.debug("spooled batch not taken yet: %s", exc)
+                with self._cond:
+                    stopping = self._stopping
+                    if not stopping:
+                        self._batches.appendleft((batch, view))
+                        self._cond.wait(self._pause_s)
+                if stopping:
+                    self._accumulator.release_spooled(batch, view)
 
 
 class _LingerTimer:

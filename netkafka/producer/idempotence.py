@@ -46,6 +46,7 @@ from an I/O thread, which would wait for itself).
 import collections
 import itertools
 import logging
+import struct
 import threading
 import time
 
@@ -58,6 +59,7 @@ from netkafka.protocol.init_producer_id import (
 
 _log = logging.getLogger("netkafka.producer.idempotence")
 
+_CRC = struct.Struct(">I")  # a RecordBatch v2's CRC32C, at offset 17
 _SEQUENCE_LIMIT = 2**31  # sequences wrap to 0 after Int.MAX_VALUE, as in the Java client
 _EPOCH_MAX = 2**15 - 1  # Short.MAX_VALUE: past it, a new producer id
 
@@ -94,13 +96,14 @@ class SequencedBatch:
     """A sealed batch of an idempotent partition, from the Sender taking it until it
     is acknowledged or fails.  Fields guarded by ProducerIdManager._lock."""
 
-    __slots__ = ("key", "batch", "record_count", "in_flight", "maybe_appended",
+    __slots__ = ("key", "batch", "record_count", "wal_id", "in_flight", "maybe_appended",
                  "appended")
 
-    def __init__(self, key, batch, record_count):
+    def __init__(self, key, batch, record_count, wal_id):
         self.key = key  # (topic, partition)
         self.batch = batch  # the sealed RecordBatchBuilder, re-stamped in place
         self.record_count = record_count
+        self.wal_id = wal_id  # its id in the WAL (0: none): a re-stamp is logged there
         self.in_flight = False  # in a request not answered yet
         self.maybe_appended = False  # an attempt may have been appended (above)
         self.appended = False  # a later batch under its stamp was acknowledged
@@ -129,9 +132,10 @@ class ProducerIdManager:
         max_block_ms: bound on next_sequence() waiting for a producer id.
     """
 
-    def __init__(self, pool, metadata, retry_backoff_ms, max_block_ms):
+    def __init__(self, pool, metadata, retry_backoff_ms, max_block_ms, wal=None):
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
+        self._wal = wal  # immutable; thread-safe: re-stamps are logged there
         self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
         self._max_block_s = max_block_ms / 1000  # immutable
         self._lock = threading.Lock()
@@ -172,6 +176,31 @@ class ProducerIdManager:
             state = self._partitions[key] = _PartitionSequence(*stamp)
             return self._number_locked(state, record_count)
 
+    def adopt(self, topic, partition, producer_id, epoch, next_sequence):
+        """The partition goes on under a dead producer's stamp (the WAL's replay): its
+        batches are numbered under producer_id and epoch from next_sequence on.  Called
+        before any batch of it is numbered, after fetch_producer_id(): a partition
+        that has to start over takes this producer's own id.
+
+        Raises:
+            KafkaError: the partition has a stamp already.
+        """
+        key = (topic, partition)
+        with self._lock:
+            if key in self._partitions:
+                raise errors.KafkaError(f"{topic}-{partition} is numbered already: it "
+                                        f"cannot adopt producer id {producer_id}")
+            state = self._partitions[key] = _PartitionSequence(producer_id, epoch)
+            state.next_sequence = next_sequence
+
+    def fetch_producer_id(self):
+        """This producer's own (producer id, epoch), asked for now if it has none yet.
+
+        Raises:
+            KafkaTimeoutError: no producer id within max_block_ms.
+        """
+        return self._producer_id(time.monotonic() + self._max_block_s)
+
     def release_sequence(self, topic, partition, producer_id, epoch, base_sequence,
                          record_count):
         """A batch next_sequence() numbered never reached the Sender: its sequences
@@ -197,16 +226,17 @@ class ProducerIdManager:
         with self._lock:
             self._on_new_producer_id = listener
 
-    def track(self, topic, partition, batch, record_count):
+    def track(self, topic, partition, batch, record_count, wal_id=0):
         """The Sender takes a sealed batch (a RecordBatchBuilder numbered by
         next_sequence()): it joins its partition's outstanding batches, last.  One
         numbered before its partition was re-stamped is re-stamped now."""
         key = (topic, partition)
-        entry = SequencedBatch(key, batch, record_count)
+        entry = SequencedBatch(key, batch, record_count, wal_id)
         with self._lock:
             state = self._partitions[key]
             if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.epoch):
                 batch.rewrite_producer_state(*self._number_locked(state, record_count))
+                self._log_restamp_locked(entry)
             state.outstanding.append(entry)
         return entry
 
@@ -291,6 +321,7 @@ class ProducerIdManager:
                 sequence = 0
                 for entry in state.outstanding:
                     entry.batch.rewrite_producer_state(producer_id, epoch, sequence)
+                    self._log_restamp_locked(entry)
                     # No attempt under the new stamp yet (and none under the old
                     # one can be in the log: it is behind the first, which is not).
                     entry.maybe_appended = entry.appended = False
@@ -301,6 +332,17 @@ class ProducerIdManager:
                 self._restarts += 1
                 restamped.append(key)
         return restamped
+
+    def _log_restamp_locked(self, entry):
+        """A batch's new stamp into the WAL, with the CRC32C it has now: a replay
+        rebuilds the batch as it was last sent."""
+        if self._wal is None or not entry.wal_id:
+            return
+        batch = entry.batch
+        with memoryview(batch) as view:
+            (batch_crc,) = _CRC.unpack_from(view, 17)
+        self._wal.log_restamp(entry.wal_id, batch.producer_id, batch.producer_epoch,
+                              batch.base_sequence, batch_crc)
 
     def _new_stamp_locked(self, stamp):
         """The stamp a partition now under `stamp` starts over with: the producer's

@@ -52,6 +52,8 @@ from netkafka.client.metadata import Metadata
 from netkafka.producer.metrics import ProducerMetrics
 from netkafka.producer.partitioner import make_partitioner
 from netkafka.producer.sender import Sender
+from netkafka.producer.replay import Replay, ReplayReport
+from netkafka.producer.wal import WriteAheadLog
 from netkafka.producer.transaction_manager import TransactionManager
 
 _log = logging.getLogger("netkafka.producer.producer")
@@ -94,10 +96,25 @@ class Producer(ProducerCore):
     default None) None uses Transactions V2 (KIP-890) where the cluster has it,
     1 keeps to V1.
 
+    With wal_dir (a directory, one producer at a time), every record is logged in a
+    write-ahead log before send(), produce() or send_batch() returns
+    (producer/wal.py): wal_fsync 'never' (the OS writes it back), 'interval' (a sync
+    every wal_fsync_interval_ms, default 10) or 'always' (the call returns once it is
+    on disk); wal_max_bytes (default 1 GiB) bounds the directory, the backoff
+    strategy applying when it is full.  A producer opened on the directory of one
+    that died replays what it left before it returns (producer/replay.py): what was
+    sealed is sent again byte-identical under its old producer id, epoch and
+    sequences, so the broker drops what it has; on_replay(context, metadata_or_error)
+    hears of each of those records, and replay() reports the whole.
+
     Raises:
         TypeError: an unknown keyword argument (named).
         ValueError: a bad value (the key and what it allows are named); a bad
             security setting is an SslConfigError or SaslConfigError naming it.
+        WalError: the write-ahead log cannot be opened (in use, another format
+            version, the directory not writable).
+        KafkaError: the replay of a WAL could not hand its batches over (the WAL keeps
+            them for the next try).
     """
 
     def __init__(self, **configs):
@@ -119,13 +136,57 @@ class Producer(ProducerCore):
         atexit.register(self._exit_hook)
         with _live_lock:
             _live_producers.add(self)
+        self._replay = None  # immutable once set: the Replay of what the WAL held
+        if self._wal is not None and self._wal.recovery().batches:
+            try:
+                self._replay = self._replay_wal()
+            except BaseException:
+                self.close(0)
+                raise
+
+    def _replay_wal(self):
+        """Hands what a dead producer left in the WAL to the sender: before any new
+        record, so that in each partition the new ones follow."""
+        config = self.config
+        return Replay(self._wal.recovery(), accumulator=self._accumulator,
+                      sender=self._sender, idempotence=self._idempotence,
+                      metadata=self._metadata, pool=self._pool, wal=self._wal,
+                      on_replay=config.on_replay, max_block_ms=config.max_block_ms,
+                      max_request_size=config.max_request_size).start()
+
+    def replay(self, timeout=None):
+        """What replaying the WAL came to: a ReplayReport (records, deduplicated,
+        resent, reencoded, possibly_duplicated, failed, pending,
+        batches_not_byte_identical), once every replayed record is done or timeout
+        seconds have passed (then pending says how many are not).  All zeros when
+        the WAL held nothing to replay.
+
+        Raises:
+            KafkaError: the producer has no write-ahead log (wal_dir).
+        """
+        if self._wal is None:
+            raise errors.KafkaError("replay() needs a write-ahead log: set wal_dir")
+        if self._replay is None:
+            return ReplayReport(*(0 for _ in ReplayReport._fields))
+        return self._replay.report(timeout)
 
     def _start(self):
         """Builds the I/O threads, metadata, sender and accumulator: in __init__,
         and in a forked child on first use."""
         config = self.config
         backoff = backoff_strategy(config.backoff)
-        pool = IOPool(config.connection_config(), io_threads=config.io_threads)
+        # First: a WAL that cannot be opened (another producer has it, a bad directory)
+        # fails the producer before any thread starts.
+        wal = None if config.wal_dir is None else WriteAheadLog(
+            config.wal_dir, fsync=config.wal_fsync,
+            fsync_interval_ms=config.wal_fsync_interval_ms, max_bytes=config.wal_max_bytes,
+            max_record_bytes=config.max_request_size)
+        try:
+            pool = IOPool(config.connection_config(), io_threads=config.io_threads)
+        except BaseException:
+            if wal is not None:
+                wal.close()
+            raise
         stats = ProducerMetrics()
         try:
             metadata = Metadata(pool, config.bootstrap_servers,
@@ -145,7 +206,7 @@ class Producer(ProducerCore):
             elif config.enable_idempotence:
                 idempotence = ProducerIdManager(pool, metadata,
                                                 retry_backoff_ms=config.retry_backoff_ms,
-                                                max_block_ms=config.max_block_ms)
+                                                max_block_ms=config.max_block_ms, wal=wal)
             else:
                 idempotence = None
             sender = Sender(pool, metadata, acks=config.acks,
@@ -164,12 +225,17 @@ class Producer(ProducerCore):
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
                 idempotence=idempotence, stats=stats, legacy_magic=config.legacy_magic,
-                transaction=transaction)
+                transaction=transaction, wal=wal,
+                spool=config.on_delivery_timeout == "spool",
+                retry_backoff_ms=config.retry_backoff_ms)
             if transaction is not None:
                 transaction.start(sender, accumulator)
         except BaseException:
             pool.close()
+            if wal is not None:
+                wal.close()
             raise
+        self._wal = wal
         self._pool, self._metadata, self._sender = pool, metadata, sender
         self._idempotence, self._accumulator = idempotence, accumulator
         self._transaction = transaction
@@ -197,15 +263,16 @@ class Producer(ProducerCore):
         return key, value, headers or None
 
     def _send_intercepted(self, topic, value, key, headers, partition, timestamp_ms,
-                          wants_future):
+                          wants_future, context):
         """send() (wants_future) and produce() with interceptors set: on_send, the
         record as send() takes it, on_acknowledgement when it is done.  produce()'s
-        failures are counted for flush() as without interceptors."""
+        failures are counted for flush() as without interceptors.  context: the WAL's,
+        as given (interceptors do not see it)."""
         chain = self._interceptors
         record = chain.on_send(ProducerRecord(topic, value, key, headers, partition,
                                               timestamp_ms))
         try:
-            future = self._send_record(*record)
+            future = self._send_record(*record, context=context)
         except Exception as exc:
             chain.on_acknowledgement(failed_metadata(record.topic, record.partition), exc)
             if wants_future or not self._counts_as_undelivered(exc):
@@ -289,8 +356,11 @@ class Producer(ProducerCore):
                 "interceptors set, use send() or produce()")
         if self._key_serializer is not None or self._value_serializer is not None:
             values, keys, headers = self._serialize_rows(topic, values, keys, headers)
-        return send_batch(self._accumulator, topic, values, keys, headers, partitions,
-                          timestamps_ms)
+        result = send_batch(self._accumulator, topic, values, keys, headers, partitions,
+                            timestamps_ms)
+        if self._accumulator.wal_always:
+            self._wal.appender.sync_appended_entries()  # one sync for the call's rows
+        return result
 
     def _serialize_rows(self, topic, values, keys, headers):
         for name, rows in (("values", values), ("keys", keys)):
@@ -493,13 +563,21 @@ class Producer(ProducerCore):
             self._accumulator.close(timeout)
         except KafkaTimeoutError:
             pass  # what is left fails below
+        kept = ""
+        if self._wal is not None:
+            # What fails from here on stays in the WAL: the next producer replays it.
+            self._accumulator.keep_failures_in_wal()
+            kept = (f"; the record is kept in the write-ahead log at {self._wal.directory} "
+                    f"and replayed by the next producer that opens it")
         self._sender.close(_remaining_s(deadline))
         if self._transaction is not None:
             self._transaction.close()
         self._metadata.close()
         self._accumulator.fail_incomplete(ProducerClosedError(
-            "the producer was closed before the record was delivered"))
+            "the producer was closed before the record was delivered" + kept))
         self._pool.close()
+        if self._wal is not None:
+            self._wal.close()
         self._close_hooks()
 
     def _close_hooks(self):
@@ -522,6 +600,18 @@ class Producer(ProducerCore):
 
     def __exit__(self, *exc_info):
         self.close()
+
+    def sync_wal(self):
+        """Returns once every record logged so far is on disk (whatever wal_fsync says).
+
+        Raises:
+            KafkaError: the producer has no write-ahead log (wal_dir).
+            WalStorageError: the sync failed.
+        """
+        self._start_if_forked()
+        if self._wal is None:
+            raise errors.KafkaError("sync_wal() needs a write-ahead log: set wal_dir")
+        self._wal.sync()
 
     def partitions_for(self, topic):
         """The set of the topic's partition ids (waits up to max_block_ms for them)."""
@@ -573,6 +663,10 @@ class Producer(ProducerCore):
         groups["producer-metrics"]["buffer-total-bytes"] = own["buffer_total_bytes"]
         groups["producer-metrics"]["buffer-available-bytes"] = own["buffer_available_bytes"]
         groups["netkafka"] = own
+        if self._wal is not None:
+            groups["netkafka-wal"] = self._wal.metrics()
+            if self._replay is not None:
+                groups["netkafka-wal"].update(self._replay.metrics())
         if raw:
             return {(group, name): value for group, values in groups.items()
                     for name, value in values.items()}

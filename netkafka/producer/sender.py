@@ -169,12 +169,15 @@ class Sender:
     # ------------------------------------------------------------------
     # Callers' threads.
 
-    def send(self, topic, partition, batch, record_count, created_ns=None, on_done=None):
+    def send(self, topic, partition, batch, record_count, created_ns=None, on_done=None,
+             wal_id=0):
         """Queues a sealed batch (any buffer; its memory is sent as is and must
         not change until the batch is done -- with idempotence, a sealed
         RecordBatchBuilder numbered by the ProducerIdManager, whose producer
         state the sender may rewrite).  created_ns: time.monotonic_ns() when
         the batch was opened, where delivery_timeout_ms starts (default: now).
+        wal_id: the batch's id in the write-ahead log, where a re-stamp of it is
+        logged (0: none).
 
         on_done(result, error) hears the outcome, once: a ProduceResult and
         None, or None and the exception; on the thread that learns it (an I/O
@@ -230,7 +233,8 @@ class Sender:
             self._next_seq += 1
             self._pending += 1
             if self._idempotence is not None:
-                item.sequenced = self._idempotence.track(topic, partition, batch, record_count)
+                item.sequenced = self._idempotence.track(topic, partition, batch, record_count,
+                                                         wal_id)
             # Behind a batch of its own partition, a batch needs no wake-up: what
             # takes that one out (its wake-up, an answer, a write, a retry timer,
             # a re-stamp) runs the connection's pump, which asks for the next

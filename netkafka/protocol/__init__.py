@@ -12,6 +12,7 @@ first flexible version), its request encoder and its response decoder:
     find_coordinator.py  FindCoordinator (transaction and group coordinators)
     add_partitions_to_txn.py, add_offsets_to_txn.py, txn_offset_commit.py,
     end_txn.py           the transaction APIs (producer/transaction_manager.py)
+    describe_producers.py DescribeProducers, what a leader knows of a producer id
 
 and what they share:
 

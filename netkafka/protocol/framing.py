@@ -49,6 +49,7 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
+    DESCRIBE_PRODUCERS = 61
 
     @property
     def kafka_name(self):

@@ -23,6 +23,10 @@ cdef class RecordBatchBuilder(PooledBatch):
                                 object headers, int64_t timestamp_ms) except -2
     cdef Py_ssize_t _append_objects(self, object key, object value, object headers,
                                     int64_t timestamp_ms, Py_ssize_t index) except -2
+    cdef Py_ssize_t _append_encoded(self, const unsigned char *record, Py_ssize_t length,
+                                    int64_t timestamp_ms) except -2
+    cdef void _count_appended(self, Py_ssize_t record_bytes, int32_t offset_delta,
+                              int64_t timestamp_ms) noexcept
     cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1
     cdef int _compress(self) except -1
     cdef int _write_header(self, unsigned char *batch, Py_ssize_t size_bytes) except -1

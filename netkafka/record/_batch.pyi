@@ -7,6 +7,7 @@ from netkafka.record._pool import PooledBatch, PooledBuffer
 
 TIMESTAMP_CREATE_TIME: int
 TIMESTAMP_LOG_APPEND_TIME: int
+BATCH_HEADER_BYTES: int
 
 _Bytes = bytes | bytearray | memoryview
 _Headers = Optional[Sequence[tuple[str | bytes, Optional[_Bytes]]]]
@@ -28,6 +29,8 @@ class RecordBatchBuilder(PooledBatch):
     def append_column(self, values: Any, keys: Any = ..., timestamps_ms: Any = ...,
                       start: int = ...) -> int: ...
     def append_rows(self, rows: Any, row_ids: Any = ..., start: int = ...) -> int: ...
+    # A record as this batch encodes it (the WAL kept it so): its offset delta, or -1.
+    def append_encoded(self, record: _Bytes, timestamp_ms: int) -> int: ...
     def set_producer_state(self, producer_id: int, producer_epoch: int,
                            base_sequence: int) -> None: ...
     def rewrite_producer_state(self, producer_id: int, producer_epoch: int,

@@ -22,13 +22,15 @@ _columns; the batch's memory and life cycle (OPEN -> SEALED -> DONE -> RELEASED)
 _pool.PooledBatch's, shared with _legacy's message sets.
 """
 cimport cython
-from cpython.buffer cimport PyBuffer_Release
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 from netkafka.csrc cimport (
-    nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_store_be16,
+    nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms, nk_crc32c, nk_read_uvarint64,
+    nk_store_be16,
     nk_store_be32, nk_store_be64, nk_uvarint64_size, nk_write_uvarint64, nk_write_varlong,
 )
 from netkafka.record._batch_layout cimport (
@@ -55,6 +57,9 @@ cdef enum:
     _ATTR_LOG_APPEND_TIME = 0x08
     _ATTR_TRANSACTIONAL = 0x10
     _ATTR_CONTROL = 0x20
+
+# Bytes of the batch header before the records (the layout above).
+BATCH_HEADER_BYTES = HEADER_SIZE_BYTES
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
@@ -379,6 +384,11 @@ cdef class RecordBatchBuilder(PooledBatch):
             p = _write_headers(p, end, headers)
             if p != end:
                 raise RuntimeError("headers changed during append")
+        self._count_appended(record_bytes, offset_delta, timestamp_ms)
+        return offset_delta
+
+    cdef void _count_appended(self, Py_ssize_t record_bytes, int32_t offset_delta,
+                              int64_t timestamp_ms) noexcept:
         self._pos_bytes += record_bytes
         if offset_delta == 0:
             self._first_timestamp_ms = timestamp_ms
@@ -386,6 +396,63 @@ cdef class RecordBatchBuilder(PooledBatch):
         elif timestamp_ms > self._max_timestamp_ms:
             self._max_timestamp_ms = timestamp_ms
         self._record_count = offset_delta + 1
+
+    def append_encoded(self, record, int64_t timestamp_ms):
+        """Appends a record already in this batch's encoding, as a write-ahead log kept
+        it: one record whose offset delta is the batch's record count and whose
+        timestamp delta counts from the batch's first timestamp (0 for the first
+        record); timestamp_ms is the record's own timestamp.  Copied as it is.
+
+        Returns:
+            The record's offset delta, or -1 if it does not fit batch_size_bytes.
+
+        Raises:
+            ValueError: the bytes are not one such record (what does not agree is named),
+                or a first record larger than max_request_size_bytes.
+            BatchStateError: the batch is sealed.
+        """
+        cdef Py_buffer view
+        PyObject_GetBuffer(record, &view, PyBUF_SIMPLE)
+        try:
+            return self._append_encoded(<const unsigned char *>view.buf, view.len,
+                                        timestamp_ms)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef Py_ssize_t _append_encoded(self, const unsigned char *record, Py_ssize_t length,
+                                    int64_t timestamp_ms) except -2:
+        # Its framing read back (length, attributes, the two deltas) before a byte is
+        # copied: a record that does not belong at this place is refused.
+        cdef int32_t offset_delta = self._record_count
+        cdef const unsigned char *end = record + length
+        cdef const unsigned char *p
+        cdef uint64_t body_zigzag = 0, ts_zigzag = 0, offset_zigzag = 0
+        cdef int64_t ts_delta, expected_delta = 0
+        if self._state != BATCH_OPEN:
+            self._state_error("append to")
+        p = nk_read_uvarint64(record, end, &body_zigzag)
+        if p == NULL or (body_zigzag >> 1) != <uint64_t>(end - p) or end - p < 3:
+            raise ValueError(f"{length} bytes are not one encoded record")
+        p = nk_read_uvarint64(p + 1, end, &ts_zigzag)  # past the attributes
+        if p != NULL:
+            p = nk_read_uvarint64(p, end, &offset_zigzag)
+        if p == NULL:
+            raise ValueError(f"{length} bytes are not one encoded record")
+        ts_delta = <int64_t>((ts_zigzag >> 1) ^ (0 - (ts_zigzag & 1)))
+        if offset_delta:
+            expected_delta = timestamp_ms - self._first_timestamp_ms
+        if offset_zigzag != <uint64_t>offset_delta << 1 or ts_delta != expected_delta:
+            raise ValueError(
+                f"the record has offset delta {offset_zigzag >> 1} and timestamp delta "
+                f"{ts_delta}; this batch's next record has {offset_delta} and "
+                f"{expected_delta}")
+        if self._pos_bytes + length > self.batch_size_bytes:
+            if offset_delta:
+                self._full = True
+                return -1
+            self._make_room_for_first(length)
+        memcpy(self._data + self._pos_bytes, record, length)
+        self._count_appended(length, offset_delta, timestamp_ms)
         return offset_delta
 
     cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1:

@@ -1,0 +1,419 @@
+"""Replay: what a dead producer left in the write-ahead log, sent before anything new.
+
+A Producer opened on a WAL directory with live batches in it replays them in its
+constructor, partition by partition:
+
+  1. The partition's sealed batches (perhaps sent, perhaps in the topic already), in
+     the order they were sealed.  The partition's leader is asked what it has of
+     their producer id (DescribeProducers):
+       - it knows the id, at the same epoch: the batches whose sequences it has
+         appended are in the topic (deduplicated: nothing is sent, their offsets are
+         unknown); the others are rebuilt from their records -- byte-identical, checked
+         against the CRC32C their SEAL entry kept -- and sent under their old producer
+         id, epoch and sequences, which the partition adopts
+         (ProducerIdManager.adopt) so that its next batches follow them;
+       - it does not know the id (expired) or the batches carry none (idempotence was
+         off): the old stamp cannot keep them from being written twice, so they are
+         re-encoded under this producer's own and their records counted as possibly
+         duplicated (at-least-once, reported, never silent) -- except a partition
+         whose first sealed batch starts at sequence 0, which nothing can have
+         written yet;
+       - it does not answer the question (the API is not offered or not allowed): the
+         batches are sent under their old stamp and the broker's idempotence drops
+         what it has among its last five batches; a batch it then refuses as out of
+         sequence makes the sender start the partition over under a new stamp, and
+         that batch's records count as possibly duplicated.
+  2. The partition's batches never sealed: their records (kept as they were
+     encoded) are re-encoded into batches numbered after those, logged with a SEAL
+     entry under their old ids (a crash now replays them byte-identical), and sent.
+
+Replayed batches take their memory from the producer's buffer pool and are handed to
+the sender before the constructor returns, so a partition's new records queue behind
+them.  Their outcomes come back on I/O threads: each batch's DONE entry, then
+on_replay(context, metadata_or_error) for each of its records, then the report's
+counts.  ReplayReport is what Producer.replay() returns.
+
+Threads: start() runs on the constructor's thread; _on_delivered on I/O threads (and
+on the constructor's, for a batch the sender refused).  _lock guards the counts and
+_pending.
+"""
+import collections
+import functools
+import logging
+import struct
+import threading
+import time
+from typing import NamedTuple
+
+from netkafka import errors
+from netkafka.producer._futures import RecordMetadata, TopicPartition
+from netkafka.producer.accumulator import release_batch
+from netkafka.protocol.describe_producers import (
+    API as DESCRIBE_PRODUCERS, decode_describe_producers_response,
+    encode_describe_producers_request,
+)
+from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
+from netkafka.record._compression import CODEC_NAMES, Compressor
+
+_log = logging.getLogger("netkafka.producer.replay")
+
+_SEQUENCE_LIMIT = 2**31
+_CRC = struct.Struct(">I")  # a RecordBatch v2's CRC32C, at offset 17
+_CODEC_MASK = 0x07  # the codec's bits of a batch's attributes
+
+
+class ReplayReport(NamedTuple):
+    """What replaying a WAL came to, in records.
+
+    records: live in the WAL when the producer started.
+    deduplicated: in the topic already (their batch's sequences appended by the
+        broker): not written again.
+    resent: sealed batches' records sent again under their old stamp and
+        acknowledged -- exactly once: appended now, or (when the broker could not be
+        asked) dropped by its idempotence if it had them.
+    reencoded: never sealed, re-encoded and acknowledged.
+    possibly_duplicated: acknowledged under a new stamp after the old one could not
+        be used: at-least-once.
+    failed: failed for good (on_replay got the error).
+    pending: not done yet.
+    batches_not_byte_identical: sealed batches whose rebuilt bytes did not match the
+        CRC32C logged (a codec library that changed); sent under their stamp all the
+        same, which is what the broker's idempotence looks at.
+    """
+
+    records: int
+    deduplicated: int
+    resent: int
+    reencoded: int
+    possibly_duplicated: int
+    failed: int
+    pending: int
+    batches_not_byte_identical: int
+
+
+# How a batch is replayed, and what its acknowledged records count as.
+_RESENT = "resent"
+_REENCODED = "reencoded"
+_AT_LEAST_ONCE = "possibly_duplicated"
+
+
+class Replay:
+    """Replays a Recovery through the producer's sender.
+
+    Args:
+        recovery: the WriteAheadLog's Recovery.
+        accumulator: the RecordAccumulator (its buffer pool, compressor, batch_size,
+            and the DONE entries it logs, log_wal_outcome()).
+        sender: the Sender.
+        idempotence: the ProducerIdManager, or None.
+        metadata, pool: the Metadata cache and IOPool (DescribeProducers).
+        wal: the WriteAheadLog.
+        on_replay: callable(context, metadata_or_error), or None.
+        max_block_ms, max_request_size: the producer's.
+    """
+
+    def __init__(self, recovery, *, accumulator, sender, idempotence, metadata, pool, wal,
+                 on_replay, max_block_ms, max_request_size):
+        self._recovery = recovery  # immutable
+        self._accumulator = accumulator  # immutable
+        self._sender = sender  # immutable
+        self._idempotence = idempotence  # immutable
+        self._metadata = metadata  # immutable
+        self._pool = pool  # immutable
+        self._wal = wal  # immutable
+        self._on_replay = on_replay  # immutable
+        self._max_block_s = max_block_ms / 1000  # immutable
+        self._max_request_size = max_request_size  # immutable
+        self._compressors = {}  # the start() thread's: codec id -> Compressor
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)  # notified as _pending drops
+        self._counts = collections.Counter()  # guarded by _lock
+        self._pending = recovery.record_count  # guarded by _lock: records not done
+
+    # ------------------------------------------------------------------
+    # The constructor's thread.
+
+    def start(self):
+        """Hands every recovered batch to the sender, partition by partition.
+
+        Raises:
+            KafkaError: a batch could not be handed over (no metadata, no memory
+                within max_block_ms, ...): the producer closes and the WAL keeps
+                everything not done.
+        """
+        if self._idempotence is not None:
+            # Before any partition adopts an old stamp: one that has to start over
+            # takes this producer's id, which must be there to take.
+            self._idempotence.fetch_producer_id()
+        partitions = collections.OrderedDict()
+        for batch in self._recovery.sealed + self._recovery.unsealed:
+            partitions.setdefault((batch.topic, batch.partition), []).append(batch)
+        for (topic, partition), batches in partitions.items():
+            sealed = [b for b in batches if b.seal is not None]
+            unsealed = [b for b in batches if b.seal is None]
+            deduplicated, under_stamp = self._plan(topic, partition, sealed)
+            for batch in deduplicated:
+                self._deduplicated(batch)
+            for batch in sealed[len(deduplicated):]:
+                self._send(batch, _RESENT if under_stamp else _AT_LEAST_ONCE)
+            for batch in unsealed:
+                self._send(batch, _REENCODED)
+        return self
+
+    def _plan(self, topic, partition, sealed):
+        """(the sealed batches the broker has, whether the rest go under their stamp),
+        the partition's stamp adopted when they do."""
+        if not sealed:
+            return [], False
+        stamp = (sealed[0].seal.producer_id, sealed[0].seal.producer_epoch)
+        if self._idempotence is None or stamp[0] < 0 or not _consecutive(sealed):
+            return [], False
+        known = self._last_sequence(topic, partition, *stamp)
+        if known is None:  # no answer: the broker's idempotence decides
+            appended = []
+        elif known is _UNKNOWN_PRODUCER:
+            if sealed[0].seal.base_sequence != 0:
+                return [], False  # expired: nothing says what it has
+            appended = []
+        else:
+            appended = [b for b in sealed
+                        if _appended(b.seal, known, sealed[0].seal.base_sequence)]
+        after = sealed[len(appended):]
+        last = sealed[-1].seal
+        self._idempotence.adopt(
+            topic, partition, *stamp,
+            after[0].seal.base_sequence if after
+            else (last.base_sequence + last.record_count) % _SEQUENCE_LIMIT)
+        return appended, True
+
+    def _last_sequence(self, topic, partition, producer_id, epoch):
+        """The last sequence the leader appended from producer_id at epoch;
+        _UNKNOWN_PRODUCER if it has no state for it (or another epoch's); None if it
+        did not answer."""
+        try:
+            broker = self._metadata.leader_for(topic, partition, self._max_block_s)
+            conn = self._pool.connection(broker.node_id, broker.host, broker.port)
+            client_id = conn.config.client_id
+            future = conn.request(
+                DESCRIBE_PRODUCERS.key,
+                lambda cid, version: encode_describe_producers_request(
+                    cid, client_id, version, {topic: [partition]}),
+                decode_describe_producers_response)
+            [answer] = future.result(self._max_block_s)
+        except (errors.KafkaError, TimeoutError, ValueError) as exc:
+            _log.warning("replay: %s-%d: DescribeProducers not answered (%s); sending the "
+                         "sealed batches under their producer id for the broker to "
+                         "deduplicate", topic, partition, exc)
+            return None
+        if answer.error_code:
+            _log.warning("replay: %s-%d: DescribeProducers refused (%s)", topic, partition,
+                         errors.error_for_code(answer.error_code, answer.error_message))
+            return None
+        for state in answer.producers:
+            if state.producer_id == producer_id:
+                return state.last_sequence if state.producer_epoch == epoch \
+                    else _UNKNOWN_PRODUCER
+        return _UNKNOWN_PRODUCER
+
+    def _deduplicated(self, batch):
+        """A sealed batch the broker has appended: done, offsets unknown."""
+        self._accumulator.log_wal_outcome(batch.batch_id, None)
+        self._finish(batch, "deduplicated", base_offset=-1, log_append_time_ms=-1)
+
+    def _send(self, batch, kind):
+        builder = self._rebuild(batch, kind)
+        record_count = len(batch.records)
+        if kind == _RESENT:
+            stamp = self._idempotence.next_sequence(batch.topic, batch.partition, record_count)
+            if stamp != (batch.seal.producer_id, batch.seal.producer_epoch,
+                         batch.seal.base_sequence):
+                raise errors.KafkaError(
+                    f"replay of {batch.topic}-{batch.partition}: the partition numbers the "
+                    f"batch {stamp}, its SEAL entry says {batch.seal[:3]}")
+            builder.set_producer_state(*stamp)
+        elif self._idempotence is not None:
+            builder.set_producer_state(*self._idempotence.next_sequence(
+                batch.topic, batch.partition, record_count))
+        view = builder.seal()
+        (batch_crc,) = _CRC.unpack_from(view, 17)
+        if kind == _RESENT and batch_crc != batch.seal.batch_crc:
+            with self._lock:
+                self._counts["batches_not_byte_identical"] += 1
+        if kind != _RESENT:
+            # The new bytes, logged under the batch's old id: replayed again, they go
+            # out byte-identical.
+            (attributes,) = struct.unpack_from(">h", view, 21)
+            self._wal.log_seal(batch.batch_id, batch.topic, batch.partition,
+                               builder.producer_id, builder.producer_epoch,
+                               builder.base_sequence, record_count, attributes, batch_crc,
+                               view.nbytes)
+        stamp = (builder.producer_id, builder.producer_epoch)
+        on_done = functools.partial(self._on_delivered, batch, builder, view, kind, stamp)
+        try:
+            self._sender.send(batch.topic, batch.partition, builder, record_count,
+                              on_done=on_done, wal_id=batch.batch_id)
+        except BaseException:
+            release_batch(builder, view, False)
+            raise
+
+    def _rebuild(self, batch, kind):
+        """A builder holding batch's records as they were encoded: with the codec its
+        SEAL entry says (resent), else the producer's."""
+        size = BATCH_HEADER_BYTES + sum(len(r.record) for r in batch.records)
+        compressor = self._accumulator.compressor
+        if kind == _RESENT:
+            # The codec the batch was sealed with: at the producer's level when it is
+            # the producer's codec (a level changed since shows in the CRC check).
+            codec = batch.seal.attributes & _CODEC_MASK
+            if compressor is None or compressor.codec != codec:
+                compressor = self._compressors.get(codec)
+                if compressor is None and codec:
+                    compressor = self._compressors[codec] = Compressor(CODEC_NAMES[codec])
+        pool = self._accumulator.buffer_pool
+        buffer = pool.acquire(size, timeout_ms=self._max_block_s * 1000)
+        if buffer is None:
+            raise errors.BackpressureTimeoutError(
+                f"replay of {batch.topic}-{batch.partition}: no memory for a batch of "
+                f"{size} bytes within max_block_ms ({pool.available_bytes} of "
+                f"{pool.total_bytes} bytes free, buffer_memory)")
+        builder = RecordBatchBuilder(buffer, size, max(size, self._max_request_size),
+                                     compressor)
+        for record in batch.records:
+            builder.append_encoded(record.record, record.timestamp_ms)
+        return builder
+
+    # ------------------------------------------------------------------
+    # Outcomes: I/O threads.
+
+    def _on_delivered(self, batch, builder, view, kind, stamp, result, error):
+        if kind == _RESENT and (builder.producer_id, builder.producer_epoch) != stamp:
+            # The broker refused the old stamp and the sender started the partition
+            # over: the batch was written under a new one, perhaps a second time.
+            kind = _AT_LEAST_ONCE
+        self._accumulator.log_wal_outcome(batch.batch_id, error)
+        release_batch(builder, view, error is None)
+        if error is None:
+            self._finish(batch, kind, result.base_offset, result.log_append_time_ms)
+        elif not self._accumulator.wal_keeps_failures:
+            self._finish(batch, "failed", error=error)
+        # else: the producer is closing and the WAL keeps the batch; the next producer
+        # replays it, and on_replay hears of it then.
+
+    def _finish(self, batch, kind, base_offset=-1, log_append_time_ms=-1, error=None):
+        if self._on_replay is not None:
+            for record in batch.records:
+                outcome = error if error is not None else _metadata(
+                    batch, record, base_offset, log_append_time_ms)
+                try:
+                    self._on_replay(record.context, outcome)
+                except Exception:  # noqa: BLE001 -- the other records still hear theirs
+                    _log.exception("on_replay raised for a record of %s-%d", batch.topic,
+                                   batch.partition)
+        with self._lock:
+            self._counts[kind] += len(batch.records)
+            self._pending -= len(batch.records)
+            if not self._pending:
+                self._done.notify_all()
+
+    # ------------------------------------------------------------------
+    # Any thread.
+
+    def report(self, timeout_s=None):
+        """The ReplayReport once every replayed record is done, or as it stands after
+        timeout_s (its pending count says what is left)."""
+        with self._done:
+            self._done.wait_for(lambda: not self._pending, timeout_s)
+            return self._report_locked()
+
+    def metrics(self):
+        with self._lock:
+            report = self._report_locked()
+        return {f"replay_{name}": value for name, value in report._asdict().items()}
+
+    def _report_locked(self):
+        counts = self._counts
+        return ReplayReport(
+            records=self._recovery.record_count, deduplicated=counts["deduplicated"],
+            resent=counts[_RESENT], reencoded=counts[_REENCODED],
+            possibly_duplicated=counts[_AT_LEAST_ONCE], failed=counts["failed"],
+            pending=self._pending,
+            batches_not_byte_identical=counts["batches_not_byte_identical"])
+
+
+_UNKNOWN_PRODUCER = object()  # the leader keeps no state for the producer id (epoch)
+
+
+def _consecutive(sealed):
+    """Whether the sealed batches share one stamp and follow each other's sequences
+    (else a crash came in the middle of re-stamping them: no stamp is theirs)."""
+    first = sealed[0].seal
+    expected = first.base_sequence
+    for batch in sealed:
+        seal = batch.seal
+        if ((seal.producer_id, seal.producer_epoch) != (first.producer_id, first.producer_epoch)
+                or seal.base_sequence != expected):
+            return False
+        expected = (seal.base_sequence + seal.record_count) % _SEQUENCE_LIMIT
+    return True
+
+
+def _appended(seal, last, origin):
+    """Whether the broker, whose last sequence appended is `last`, has the batch:
+    sequences counted from origin, the first sealed batch's (they wrap at 2**31).  A
+    last sequence behind origin -- the broker has none of the sealed batches -- is
+    more than half the sequence space away from it."""
+    if last < 0:
+        return False
+    ahead = (last - origin) % _SEQUENCE_LIMIT
+    if ahead >= _SEQUENCE_LIMIT // 2:
+        return False
+    end = (seal.base_sequence + seal.record_count - 1 - origin) % _SEQUENCE_LIMIT
+    return end <= ahead
+
+
+def _metadata(batch, record, base_offset, log_append_time_ms):
+    key_size, value_size, header_size = _serialized_sizes(record.record)
+    return RecordMetadata(
+        batch.topic, batch.partition, TopicPartition(batch.topic, batch.partition),
+        -1 if base_offset < 0 else base_offset + record.index,
+        log_append_time_ms if log_append_time_ms >= 0 else record.timestamp_ms, None,
+        key_size, value_size, header_size)
+
+
+def _serialized_sizes(record):
+    """(key, value, headers) sizes of an encoded record, as RecordMetadata gives them:
+    -1 for a null key or value and for no headers."""
+    pos = _skip_varint(record, 0)  # length
+    pos = _skip_varint(record, pos + 1)  # attributes, timestamp delta
+    pos = _skip_varint(record, pos)  # offset delta
+    key_size, pos = _nullable_length(record, pos)
+    value_size, pos = _nullable_length(record, pos)
+    count, pos = _zigzag(record, pos)
+    header_size = -1 if count == 0 else 0
+    for _ in range(count):
+        name_size, pos = _nullable_length(record, pos)
+        size, pos = _nullable_length(record, pos)
+        header_size += name_size + max(size, 0)
+    return key_size, value_size, header_size
+
+
+def _nullable_length(record, pos):
+    length, pos = _zigzag(record, pos)
+    return length, pos + max(length, 0)
+
+
+def _skip_varint(data, pos):
+    while data[pos] & 0x80:
+        pos += 1
+    return pos + 1
+
+
+def _zigzag(data, pos):
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7

@@ -1,0 +1,879 @@
+"""The write-ahead log (wal_dir): records on disk before send() returns, replayed
+after a crash.
+
+The directory:
+
+    LOCK                        flock()ed by the producer that has the directory open
+                                (one per directory); holds its pid
+    00000000000000000007.wal    segments, named by id; the log is their chain: each
+                                ends with a ROLL entry naming the next
+    recycle.tmp                 a reclaimed segment waiting to be reused
+
+A segment is a 64-byte header, then entries (framing: csrc/wal_entry.h; payloads:
+_wal.pyx).  Header, little-endian: magic "NKWALSEG" | format version u32 | tag u32 |
+segment id u64 | first batch id u64 | created ms u64 | size bytes u64 | zeros |
+CRC32C of bytes 0..60 u32.
+
+A batch in the log: open_batch() gives it an id; the accumulator appends its records'
+entries (natively, _wal.pyx); log_seal() records its producer stamp when sealed,
+log_restamp() a stamp the sender rewrites, log_done() its outcome.  A batch not done
+is live, and the segment of its first record is kept with every later one.  When
+the oldest live batch moves on, the segments before its first are reclaimed by the
+housekeeping thread: one is kept as the spare (renamed recycle.tmp), reused as the
+next segment with its pages mapped and its blocks allocated already; the others are
+deleted.  Segments live as long as their oldest batch: one batch that never
+completes holds every segment after it.
+
+Bound: every segment file counts against max_bytes (wal_max_bytes).  Records may
+grow the log up to max_bytes less one segment; the last segment's worth is kept for
+SEAL, RESTAMP and DONE entries, so that batches already logged can always complete
+and free the log.  A record that finds no room gets WalFullError (the producer
+applies its backoff strategy to that, as to buffer_memory).
+
+fsync modes: "never" (the OS writes pages back when it likes; a process crash loses
+nothing, a machine crash what was not written back), "interval" (the housekeeping
+thread syncs every fsync_interval_ms: a machine crash loses at most that much),
+"always" (callers wait in sync_to() for their entries to be on disk, group-committed:
+see _wal.pyx).  sync() forces one in any mode.
+
+Recovery (at open): segments are read in id order along their chain, DONE entries
+first (so that finished batches are skipped), then the rest.  The log ends at the
+first torn entry (a good tag over a bad checksum: counted in torn_entries), at a
+segment that ends without a ROLL entry while others follow, or at a ROLL entry whose
+segment is missing or unreadable; segments past that end were never reported
+durable and are deleted (counted).  The last segment read is closed with a ROLL entry
+naming the new producer's first segment.  What is left live is the Recovery: batches
+sealed but not done (replayed byte-identical under their stamp), and batches never
+sealed (re-encoded) -- see recovery().
+
+Threads: the appender's methods and open_batch()/log_*() may be called from any
+thread.  Locks: the appender's `lock` guards the appender and, here, _segments,
+_spare, _total_bytes, _next_segment_id, _active_id, _next_batch_id, _live and the
+counters; the appender's sync_lock is taken before it, by syncs and by reclaiming
+(so that no sync runs over a segment being unmapped).  The accumulator's lock comes
+before both.  _closing is guarded by _work (a threading.Condition).
+"""
+import collections
+import errno
+import fcntl
+import logging
+import os
+import re
+import struct
+import threading
+import time
+from typing import NamedTuple
+
+from netkafka._validate import check_choice, check_int
+from netkafka.errors import (WalCorruptError, WalError, WalLockedError, WalStorageError,
+                             WalVersionError)
+from netkafka.producer import _wal
+from netkafka.producer._wal import MappedSegment, WalAppender
+from netkafka.record._crc import crc32c
+
+_log = logging.getLogger("netkafka.producer.wal")
+
+FSYNC_MODES = ("never", "interval", "always")
+FORMAT_VERSION = 1
+MAGIC = b"NKWALSEG"
+# DONE entries' outcomes.
+OUTCOME_ACKNOWLEDGED = 1
+OUTCOME_FAILED = 2
+
+DEFAULT_MAX_BYTES = 1 << 30
+DEFAULT_SEGMENT_BYTES = 64 << 20
+DEFAULT_MAX_CONTEXT_BYTES = 1024
+
+LOCK_NAME = "LOCK"
+SPARE_NAME = "recycle.tmp"
+_SEGMENT_NAME = re.compile(r"(\d{20})\.wal")
+_HEADER = struct.Struct("<8sIIQQQQ12x")  # all but the trailing CRC
+_HEADER_CRC = struct.Struct("<I")
+
+
+def segment_name(segment_id):
+    return f"{segment_id:020d}.wal"
+
+
+class Seal(NamedTuple):
+    """A sealed batch's stamp and header facts, as the last SEAL/RESTAMP logged them."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    attributes: int
+    batch_crc: int
+    batch_bytes: int
+
+
+class RecoveredRecord(NamedTuple):
+    index: int          # the record's place in its batch (its offset delta)
+    timestamp_ms: int
+    record: bytes       # as the batch held it (its Kafka encoding)
+    context: object     # bytes, or None
+
+
+class RecoveredBatch:
+    """A batch a dead producer left live: its records, and its seal if it had one."""
+
+    __slots__ = ("batch_id", "topic", "partition", "first_segment_id", "records", "seal")
+
+    def __init__(self, batch_id, topic, partition, first_segment_id):
+        self.batch_id = batch_id
+        self.topic = topic
+        self.partition = partition
+        self.first_segment_id = first_segment_id
+        self.records = []  # RecoveredRecord, index order
+        self.seal = None  # Seal, or None: never sealed
+
+    def __repr__(self):
+        state = "unsealed" if self.seal is None else f"sealed {self.seal}"
+        return (f"RecoveredBatch({self.batch_id}, {self.topic}-{self.partition}, "
+                f"{len(self.records)} records, {state})")
+
+
+class Recovery:
+    """What a WAL directory held when it was opened.
+
+    Attributes:
+        sealed: live batches that were sealed (perhaps sent), in the order their SEAL
+            entries were logged -- a partition's in its send order.
+        unsealed: live batches never sealed, in the order of their first records.
+        torn_entries: torn entries the log was cut at (0 or 1).
+        segments_discarded: segments past the end of the log, deleted.
+        segments_read: segments of the log read.
+    """
+
+    def __init__(self, sealed, unsealed, torn_entries, segments_discarded, segments_read):
+        self.sealed = sealed
+        self.unsealed = unsealed
+        self.torn_entries = torn_entries
+        self.segments_discarded = segments_discarded
+        self.segments_read = segments_read
+
+    @property
+    def batches(self):
+        return self.sealed + self.unsealed
+
+    @property
+    def record_count(self):
+        return sum(len(batch.records) for batch in self.batches)
+
+    def __repr__(self):
+        return (f"Recovery(sealed={len(self.sealed)}, unsealed={len(self.unsealed)}, "
+                f"records={self.record_count}, torn_entries={self.torn_entries}, "
+                f"segments_discarded={self.segments_discarded})")
+
+
+class _SegmentFile:
+    """A segment file: its fd, and its mapping while it is written or reused."""
+
+    __slots__ = ("segment_id", "path", "fd", "size_bytes", "mapped")
+
+    def __init__(self, segment_id, path, fd, size_bytes, mapped=None):
+        self.segment_id = segment_id
+        self.path = path
+        self.fd = fd
+        self.size_bytes = size_bytes
+        self.mapped = mapped  # MappedSegment or None
+
+
+class WriteAheadLog:
+    """A segmented, memory-mapped write-ahead log in one directory.
+
+    Args:
+        directory: created if missing.  One WriteAheadLog per directory at a time.
+        fsync: "never", "interval" (default) or "always" (see the module's docstring).
+        fsync_interval_ms: the interval of "interval" (default 10); in every mode,
+            the pace of the housekeeping thread.
+        max_bytes: bound on the segment files together (default 1 GiB).
+        segment_bytes: size of a segment (default 64 MiB, or max_bytes // 3 if less).
+        max_record_bytes: the largest record (Kafka-encoded) an entry may hold
+            (default 1 MiB: max_request_size's default).
+        max_context_bytes: the largest context a record may carry (default 1024).
+
+    Raises:
+        ValueError: a bad argument (named).
+        WalLockedError: another producer has the directory open.
+        WalVersionError: a segment of another format version is there.
+        WalCorruptError: a file that is not a segment, or an entry that does not parse.
+        WalStorageError: the directory cannot be created, locked or written.
+    """
+
+    def __init__(self, directory, *, fsync="interval", fsync_interval_ms=10,
+                 max_bytes=DEFAULT_MAX_BYTES, segment_bytes=None,
+                 max_record_bytes=1 << 20, max_context_bytes=DEFAULT_MAX_CONTEXT_BYTES):
+        check_choice("wal_fsync", fsync, FSYNC_MODES)
+        check_int("wal_fsync_interval_ms", fsync_interval_ms, 1)
+        check_int("wal_max_bytes", max_bytes, 1)
+        check_int("max_record_bytes", max_record_bytes, 1)
+        check_int("max_context_bytes", max_context_bytes, 0, _wal.CONTEXT_LIMIT_BYTES)
+        max_entry = (_wal.RECORD_OVERHEAD_BYTES + _wal.TOPIC_LIMIT_BYTES + max_context_bytes
+                     + max_record_bytes)
+        smallest = _wal.HEADER_BYTES + max_entry + _wal.ROLL_ENTRY_BYTES
+        if segment_bytes is None:
+            segment_bytes = max(smallest, min(DEFAULT_SEGMENT_BYTES, max_bytes // 3))
+        check_int("wal_segment_bytes", segment_bytes, smallest)
+        if max_bytes < 3 * segment_bytes:
+            raise ValueError(
+                f"wal_max_bytes={max_bytes} must hold at least three segments of "
+                f"{segment_bytes} bytes (one being written, one to roll over to, one for "
+                f"the entries that complete batches)")
+        self.directory = os.path.abspath(os.fspath(directory))  # immutable
+        self.fsync = fsync  # immutable
+        self._fsync_interval_s = fsync_interval_ms / 1000  # immutable
+        self.max_bytes = max_bytes  # immutable
+        self.segment_bytes = segment_bytes  # immutable
+        self.max_context_bytes = max_context_bytes  # immutable
+        # Immutable: records may grow the log this far (the rest is for control entries).
+        self._record_limit_bytes = max_bytes - segment_bytes
+        self._segments = collections.OrderedDict()  # lock: id -> _SegmentFile, ascending
+        self._spare = None  # lock: a _SegmentFile (mapped) ready to be the next segment
+        self._total_bytes = 0  # lock: bytes of every segment file and of the spare
+        self._next_segment_id = 1  # lock
+        self._active_id = 0  # lock: the segment entries go to
+        self._next_batch_id = 1  # lock
+        self._live = collections.OrderedDict()  # lock: batch id -> id of its first segment
+        self._counts = collections.Counter()  # lock
+        self._work = threading.Condition()  # wakes the housekeeping thread
+        self._closing = False  # guarded by _work
+        self._room = threading.Condition()  # notified when segments are reclaimed
+        self._room_changes = 0  # guarded by _room: reclaims and spares made so far
+
+        _makedirs(self.directory)
+        self._lock_fd = _lock_directory(self.directory)
+        self._dir_fd = -1
+        try:
+            self._dir_fd = _os_call("cannot open WAL directory", self.directory, os.open,
+                                    self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            self.max_record_entry_bytes = max_entry  # immutable
+            self._appender = WalAppender(self._roll_locked, max_entry, max_context_bytes,
+                                         self._dir_fd)
+            self._recovery = self._recover()
+        except BaseException:
+            self._release_files()
+            raise
+        self._housekeeper = threading.Thread(target=self._housekeep, name="netkafka-wal",
+                                             daemon=True)
+        self._housekeeper.start()
+
+    @property
+    def appender(self):
+        """The native appender (the accumulator's hot path writes through it)."""
+        return self._appender
+
+    def recovery(self):
+        """The Recovery of what the directory held when opened."""
+        return self._recovery
+
+    # ------------------------------------------------------------------
+    # Batches and entries: any thread.
+
+    def open_batch(self):
+        """A new batch's id; the batch is live until log_done() or discard_batch()."""
+        with self._appender.lock:
+            batch_id = self._next_batch_id
+            self._next_batch_id += 1
+            self._live[batch_id] = self._active_id
+        return batch_id
+
+    def discard_batch(self, batch_id):
+        """A batch that got no record: forgotten, no entry written."""
+        self._forget(batch_id)
+
+    def append_record(self, batch_id, index, topic, partition, timestamp_ms, record,
+                      context=None):
+        """A record entry (the Python path; the accumulator uses the native one).
+        Returns the log position after it.
+
+        Raises:
+            WalFullError: the log is at max_bytes for records.
+            ValueError: context longer than max_context_bytes, or record longer than
+                max_record_bytes.
+        """
+        if context is not None and len(context) > self.max_context_bytes:
+            raise ValueError(f"context of {len(context)} bytes exceeds "
+                             f"max_context_bytes={self.max_context_bytes}")
+        return self._durable(self._appender.append_record(
+            batch_id, index, topic, partition, timestamp_ms, record, context))
+
+    def log_seal(self, batch_id, topic, partition, producer_id, producer_epoch, base_sequence,
+                 record_count, attributes, batch_crc, batch_bytes):
+        """The batch was sealed (before it goes to the sender).  Returns the position.
+        With fsync "always" it returns once the entry is on disk: a batch that may be in
+        the broker's log is never unknown to the WAL."""
+        return self._durable(self._appender.append_seal(
+            batch_id, topic, partition, producer_id, producer_epoch, base_sequence,
+            record_count, attributes, batch_crc, batch_bytes))
+
+    def log_restamp(self, batch_id, producer_id, producer_epoch, base_sequence, batch_crc):
+        """The sender rewrote the sealed batch's stamp.  Returns the position."""
+        return self._appender.append_restamp(batch_id, producer_id, producer_epoch,
+                                             base_sequence, batch_crc)
+
+    def log_done(self, batch_id, outcome):
+        """The batch was acknowledged or failed for good (OUTCOME_*): nothing of it is
+        replayed, and its segments may go.  Returns the position."""
+        position = self._appender.append_done(batch_id, outcome)
+        self._forget(batch_id)
+        return position
+
+    def _forget(self, batch_id):
+        with self._appender.lock:
+            oldest = next(iter(self._live), None)
+            first_segment = self._live.pop(batch_id, None)
+            wake = (batch_id == oldest and first_segment is not None
+                    and self._reclaimable_locked())
+        if wake:
+            self._wake()
+
+    # ------------------------------------------------------------------
+    # Room for records (the producer's backoff waits on it).
+
+    def has_room_for_records(self):
+        """Whether an append of a record would find room now (not WalFullError).
+        Segments that hold nothing live any more are reclaimed first, here: room that
+        only waits for the housekeeping thread is room."""
+        appender = self._appender
+        if appender.room_bytes >= appender.max_record_entry_bytes:
+            return True
+        needed = _wal.HEADER_BYTES + appender.max_record_entry_bytes + _wal.ROLL_ENTRY_BYTES
+        for attempt in range(2):
+            with appender.lock:
+                if ((self._spare is not None and self._spare.size_bytes >= needed)
+                        or self._total_bytes + max(self.segment_bytes, needed)
+                        <= self._record_limit_bytes):
+                    return True
+                reclaimable = self._reclaimable_locked()
+            if attempt or not reclaimable:
+                return False
+            self.reclaim()
+
+    def wait_for_room(self, timeout_s):
+        """Waits up to timeout_s for reclaiming to make room for records; True if
+        there is room now."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._room:
+                seen = self._room_changes
+            if self.has_room_for_records():
+                return True
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return False
+            self._wake()
+            with self._room:
+                self._room.wait_for(lambda: self._room_changes != seen, remaining_s)
+
+    def _room_changed(self):
+        with self._room:
+            self._room_changes += 1
+            self._room.notify_all()
+
+    def describe_room(self):
+        with self._appender.lock:
+            return (f"the WAL at {self.directory} (wal_max_bytes={self.max_bytes}, "
+                    f"{self._total_bytes} bytes of segments, {len(self._live)} batches "
+                    f"not acknowledged)")
+
+    # ------------------------------------------------------------------
+    # Durability.
+
+    def sync(self):
+        """Every entry appended so far is on disk when this returns (any fsync mode).
+
+        Raises:
+            WalStorageError: the sync failed; the WAL refuses entries from then on.
+        """
+        self._appender.sync()
+
+    def sync_to(self, position):
+        """Returns once the log is on disk up to position (group commit)."""
+        self._appender.sync_to(position)
+
+    def _durable(self, position):
+        if self.fsync == "always":
+            self._appender.sync_to(position)
+        return position
+
+    # ------------------------------------------------------------------
+    # Rolling over (the appender's callback, its lock held).
+
+    def _roll_locked(self, needed_bytes, control):
+        size = max(self.segment_bytes,
+                   _wal.HEADER_BYTES + needed_bytes + _wal.ROLL_ENTRY_BYTES)
+        segment_id = self._next_segment_id
+        path = os.path.join(self.directory, segment_name(segment_id))
+        spare = self._spare
+        if spare is not None and spare.size_bytes >= size:
+            self._spare = None
+            self._write_header(spare.mapped, segment_id)
+            _os_call("cannot rename WAL segment", spare.path, os.rename, spare.path, path)
+            spare.path = spare.mapped.path = path
+            segment = spare
+        else:
+            if not control and self._total_bytes + size > self._record_limit_bytes:
+                self._counts["full"] += 1
+                self._wake()  # perhaps something can be reclaimed now
+                return None
+            if self._total_bytes + size > self.max_bytes:
+                # Only control entries get here: they complete batches, which frees
+                # the log, so they may pass the bound rather than wait on it.
+                self._counts["segments_over_bound"] += 1
+            segment = _create_segment(path, size)
+            self._total_bytes += size
+            self._write_header(segment.mapped, segment_id)
+            self._counts["segments_created"] += 1
+        segment.segment_id = segment_id
+        self._segments[segment_id] = segment
+        self._next_segment_id = segment_id + 1
+        self._active_id = segment_id
+        self._wake()  # a new spare is wanted
+        return segment.mapped
+
+    def _write_header(self, mapped, segment_id):
+        header = _HEADER.pack(MAGIC, FORMAT_VERSION, segment_id & 0xFFFFFFFF, segment_id,
+                              self._next_batch_id, int(time.time() * 1000), mapped.size_bytes)
+        mapped.write(0, header + _HEADER_CRC.pack(crc32c(header)))
+        mapped.segment_id = segment_id
+        mapped.tag = segment_id & 0xFFFFFFFF
+        mapped.written_bytes = _wal.HEADER_BYTES
+        mapped.synced_bytes = 0
+
+    # ------------------------------------------------------------------
+    # The housekeeping thread: interval syncs, reclaiming, the spare.
+
+    def _wake(self):
+        with self._work:
+            self._work.notify()
+
+    def _housekeep(self):
+        # Every fsync_interval_ms in every mode (and when woken): a spare is prepared
+        # when the active segment fills, whatever the fsync mode.
+        first = True  # a round at once: what recovery left reclaimable
+        while True:
+            with self._work:
+                if not self._closing and not first:
+                    self._work.wait(self._fsync_interval_s)
+                if self._closing:
+                    return
+            try:
+                if first:
+                    # The first segment was made on the opening thread, unfaulted: its
+                    # pages now, behind the appends, rather than one fault each in them.
+                    self._appender.active_segment.prefault()
+                first = False
+                if self.fsync == "interval":
+                    self._appender.sync()
+                self.reclaim()
+                self._prepare_spare()
+            except WalError as exc:
+                # The appender keeps a failed sync and raises it to every caller from
+                # now on; here it is logged once per occurrence.
+                _log.error("WAL %s: %s", self.directory, exc)
+                with self._work:
+                    if not self._closing:
+                        self._work.wait(1.0)
+
+    def _reclaimable_locked(self):
+        return bool(self._segments) and next(iter(self._segments)) < self._watermark_locked()
+
+    def _watermark_locked(self):
+        """Segments below this id hold nothing live.  _live is in the order batches
+        opened, so its first batch has the oldest first segment."""
+        return min(next(iter(self._live.values()), self._active_id), self._active_id)
+
+    def reclaim(self):
+        """Deletes or recycles the segments that hold nothing live; returns how many.
+        The housekeeping thread calls it when the oldest live batch moves on."""
+        appender = self._appender
+        with appender.sync_lock:
+            with appender.lock:
+                watermark = self._watermark_locked()
+                victims = [s for i, s in self._segments.items() if i < watermark]
+                for segment in victims:
+                    del self._segments[segment.segment_id]
+                    if segment.mapped is not None:
+                        appender.forget_locked(segment.mapped)
+                want_spare = self._spare is None
+            for segment in victims:
+                if want_spare and segment.size_bytes == self.segment_bytes:
+                    want_spare = not self._recycle(segment)
+                    if not want_spare:
+                        continue
+                self._delete(segment)
+        if victims:
+            appender.mark_directory_changed()
+            self._room_changed()
+        return len(victims)
+
+    def _recycle(self, segment):
+        """segment becomes the spare; False if it cannot (then it is deleted)."""
+        spare_path = os.path.join(self.directory, SPARE_NAME)
+        try:
+            if segment.mapped is None:
+                segment.mapped = MappedSegment(segment.fd, segment.size_bytes, spare_path)
+            segment.mapped.prefault()
+            os.rename(segment.path, spare_path)
+        except (OSError, WalError) as exc:
+            _log.warning("WAL %s: cannot recycle %s (%s); deleting it", self.directory,
+                         segment.path, exc)
+            return False
+        segment.path = spare_path
+        segment.mapped.path = spare_path
+        with self._appender.lock:
+            self._spare = segment
+            self._counts["segments_reclaimed"] += 1
+            self._counts["segments_recycled"] += 1
+        return True
+
+    def _delete(self, segment):
+        _remove_segment_file(segment)
+        with self._appender.lock:
+            self._total_bytes -= segment.size_bytes
+            self._counts["segments_reclaimed"] += 1
+            self._counts["segments_deleted"] += 1
+
+    def _prepare_spare(self):
+        # A new file only once the active segment is half full: until then a segment
+        # reclaimed meanwhile (its pages mapped, its blocks allocated) can be the spare.
+        if self._appender.room_bytes > self.segment_bytes // 2:
+            return
+        with self._appender.lock:
+            if (self._spare is not None
+                    or self._total_bytes + self.segment_bytes > self._record_limit_bytes):
+                return
+            self._total_bytes += self.segment_bytes  # claimed before the file exists
+        try:
+            spare = _create_segment(os.path.join(self.directory, SPARE_NAME),
+                                    self.segment_bytes)
+            spare.mapped.prefault()
+        except BaseException:
+            with self._appender.lock:
+                self._total_bytes -= self.segment_bytes
+            raise
+        with self._appender.lock:
+            self._spare = spare
+            self._counts["spares_created"] += 1
+        self._room_changed()
+
+    # ------------------------------------------------------------------
+    # Closing.
+
+    def close(self):
+        """Stops the housekeeping thread, syncs (unless fsync is "never"), unmaps and
+        closes every file, and releases the directory.  Calling it again does nothing."""
+        with self._work:
+            if self._closing:
+                return
+            self._closing = True
+            self._work.notify_all()
+        if self._housekeeper is not threading.current_thread():
+            self._housekeeper.join()
+        try:
+            if self.fsync != "never":
+                self._appender.sync()
+        finally:
+            with self._appender.sync_lock:
+                with self._appender.lock:
+                    self._appender.close_locked()
+                    segments = list(self._segments.values())
+                    if self._spare is not None:
+                        segments.append(self._spare)
+                    self._segments.clear()
+                    self._spare = None
+                for segment in segments:
+                    if segment.mapped is not None:
+                        segment.mapped.unmap()
+                    os.close(segment.fd)
+            self._release_files()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def _release_files(self):
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # the flock goes with it
+            self._lock_fd = -1
+
+    def metrics(self):
+        """The appender's counters (entries, bytes, syncs, rolls, positions) and the
+        log's: segments, bytes on disk, live batches, segments created / recycled /
+        reclaimed / deleted, times the log was full for a record, and what recovery
+        found (torn entries, segments discarded)."""
+        snapshot = self._appender.metrics()
+        with self._appender.lock:
+            snapshot.update(self._counts)
+            snapshot["segments"] = len(self._segments)
+            snapshot["disk_bytes"] = self._total_bytes
+            snapshot["live_batches"] = len(self._live)
+        for key in ("segments_created", "segments_recycled", "segments_reclaimed",
+                    "segments_deleted", "segments_over_bound", "spares_created", "full"):
+            snapshot.setdefault(key, 0)
+        snapshot["torn_entries"] = self._recovery.torn_entries
+        snapshot["segments_discarded"] = self._recovery.segments_discarded
+        return snapshot
+
+    # ------------------------------------------------------------------
+    # Recovery (in __init__, before any other thread knows the log).
+
+    def _recover(self):
+        found = self._open_segment_files()
+        chain, discarded, torn, done_ids, max_batch_id = self._read_chain(found)
+        # Nothing past the end of the log was ever reported durable.
+        for segment in discarded:
+            _log.warning("WAL %s: %s is past the end of the log (a crash before it was "
+                         "synced); deleted", self.directory, segment.path)
+            _remove_segment_file(segment)
+        sealed, unsealed, max_batch_id = self._read_batches(chain, done_ids, max_batch_id)
+        last_id = max([s.segment_id for s in found], default=0)
+        self._next_segment_id = last_id + 1
+        self._next_batch_id = max_batch_id + 1
+        for segment, _, _ in chain:
+            self._segments[segment.segment_id] = segment
+            self._total_bytes += segment.size_bytes
+        # Recovered batches are live (keeping their segments) until log_done() says
+        # what replaying them came to.
+        for batch in sorted(sealed + unsealed, key=lambda b: b.first_segment_id):
+            self._live[batch.batch_id] = batch.first_segment_id
+        first = self._roll_locked(0, True)
+        if chain:
+            last, end, _ = chain[-1]
+            # Close the dead producer's log where it ends, naming our first segment.
+            last.mapped.write_roll(end, first.segment_id)
+            last.mapped.sync(0, end + _wal.ROLL_ENTRY_BYTES)
+        for segment, _, _ in chain:
+            segment.mapped.unmap()
+            segment.mapped = None
+        first.sync(0, _wal.HEADER_BYTES)
+        os.fsync(self._dir_fd)
+        self._appender.start(first, 0)
+        return Recovery(sealed, unsealed, torn, len(discarded), len(chain))
+
+    def _open_segment_files(self):
+        """Every segment file of the directory, ascending, with its header checked
+        (mapped when the header is good, else mapped is None); stale spares deleted."""
+        found = []
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError as exc:
+            raise WalStorageError(f"cannot list WAL directory {self.directory}: "
+                                  f"{exc.strerror}", errno=exc.errno) from None
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name == SPARE_NAME:
+                _os_call("cannot delete", path, os.unlink, path)
+                continue
+            match = _SEGMENT_NAME.fullmatch(name)
+            if match is None:
+                continue
+            fd = _os_call("cannot open WAL segment", path, os.open, path, os.O_RDWR)
+            segment = _SegmentFile(int(match.group(1)), path, fd, os.fstat(fd).st_size)
+            found.append(segment)
+            try:
+                if self._header_ok(segment):
+                    segment.mapped = MappedSegment(fd, segment.size_bytes, path)
+                    segment.mapped.segment_id = segment.segment_id
+                    segment.mapped.tag = segment.segment_id & 0xFFFFFFFF
+            except BaseException:
+                for opened in found:
+                    os.close(opened.fd)
+                raise
+        return found
+
+    def _header_ok(self, segment):
+        """True for a good header; False for one a crash left unfinished.
+
+        Raises:
+            WalCorruptError: the file is not a netkafka WAL segment.
+            WalVersionError: another format version wrote it.
+        """
+        if segment.size_bytes < _wal.HEADER_BYTES:
+            return False
+        raw = os.pread(segment.fd, _wal.HEADER_BYTES, 0)
+        magic, version, _, segment_id, _, _, size_bytes = _HEADER.unpack_from(raw)
+        if magic != MAGIC:
+            if raw.count(0) == len(raw):
+                return False  # created, header never written
+            raise WalCorruptError(f"{segment.path} is not a netkafka WAL segment "
+                                  f"(magic {magic!r}); move it out of the WAL directory")
+        if version != FORMAT_VERSION:
+            raise WalVersionError(
+                f"{segment.path} was written in WAL format version {version}; this "
+                f"netkafka reads version {FORMAT_VERSION}: replay the directory with the "
+                f"netkafka that wrote it, or move it away")
+        (crc,) = _HEADER_CRC.unpack_from(raw, _HEADER.size)
+        return (crc == crc32c(raw[:_HEADER.size]) and segment_id == segment.segment_id
+                and size_bytes == segment.size_bytes)
+
+    def _read_chain(self, found):
+        """Follows the log from the oldest segment: (chain, discarded, torn,
+        done_ids, max_batch_id), chain a list of (segment, end offset, entries of
+        the first pass)."""
+        chain, done_ids, max_batch_id, torn = [], set(), 0, 0
+        expected = None
+        for position, segment in enumerate(found):
+            if segment.mapped is None or (expected is not None
+                                          and segment.segment_id != expected):
+                break
+            entries, end, status = _wal.scan(segment.mapped, done_only=True)
+            chain.append((segment, end, entries))
+            first_batch_id = _HEADER.unpack_from(segment.mapped.read(0, _HEADER.size))[4]
+            max_batch_id = max(max_batch_id, first_batch_id - 1)
+            for entry in entries:
+                if entry[0] == _wal.DONE:
+                    done_ids.add(entry[1])
+                    max_batch_id = max(max_batch_id, entry[1])
+            if status == _wal.SCAN_TORN:
+                torn = 1
+                _log.warning("WAL %s: torn entry at offset %d of %s (a crash mid-write); "
+                             "the log ends there", self.directory, end, segment.path)
+                break
+            if not entries or entries[-1][0] != _wal.ROLL:
+                break  # the end of the dead producer's log, or a lost tail
+            expected = entries[-1][1]
+        discarded = found[len(chain):]
+        return chain, discarded, torn, done_ids, max_batch_id
+
+    def _read_batches(self, chain, done_ids, max_batch_id):
+        """The live batches of the chain: (sealed, unsealed, max_batch_id)."""
+        batches = {}  # batch id -> RecoveredBatch, in order of first record
+        sealed_order = []
+        for segment, _, _ in chain:
+            entries, _, _ = _wal.scan(segment.mapped, skip=done_ids)
+            for entry in entries:
+                kind, batch_id = entry[0], entry[1]
+                if kind == _wal.ROLL or kind == _wal.DONE:
+                    continue
+                max_batch_id = max(max_batch_id, batch_id)
+                batch = batches.get(batch_id)
+                if kind == _wal.RECORD:
+                    _, _, index, partition, timestamp_ms, topic, record, context = entry
+                    if batch is None:
+                        batch = batches[batch_id] = RecoveredBatch(
+                            batch_id, topic, partition, segment.segment_id)
+                    if batch.seal is not None or index != len(batch.records) or (
+                            topic, partition) != (batch.topic, batch.partition):
+                        raise WalCorruptError(
+                            f"WAL {self.directory}: record {index} of batch {batch_id} "
+                            f"({topic}-{partition}) in {segment.path} does not follow the "
+                            f"batch's {len(batch.records)} records of "
+                            f"{batch.topic}-{batch.partition}")
+                    batch.records.append(RecoveredRecord(index, timestamp_ms, record, context))
+                elif kind == _wal.SEAL:
+                    (_, _, topic, partition, producer_id, epoch, base_sequence, count,
+                     attributes, batch_crc, batch_bytes) = entry
+                    if batch is None or batch.seal is not None or count != len(batch.records):
+                        raise WalCorruptError(
+                            f"WAL {self.directory}: the seal of batch {batch_id} in "
+                            f"{segment.path} does not match its records")
+                    batch.seal = Seal(producer_id, epoch, base_sequence, count, attributes,
+                                      batch_crc, batch_bytes)
+                    sealed_order.append(batch)
+                else:  # RESTAMP
+                    _, _, producer_id, epoch, base_sequence, batch_crc = entry
+                    if batch is None or batch.seal is None:
+                        raise WalCorruptError(
+                            f"WAL {self.directory}: batch {batch_id} restamped in "
+                            f"{segment.path} before it was sealed")
+                    batch.seal = batch.seal._replace(
+                        producer_id=producer_id, producer_epoch=epoch,
+                        base_sequence=base_sequence, batch_crc=batch_crc)
+        unsealed = [batch for batch in batches.values() if batch.seal is None]
+        return sealed_order, unsealed, max_batch_id
+
+
+
+# ----------------------------------------------------------------------
+# Files.
+
+def _os_call(what, path, fn, *args):
+    try:
+        return fn(*args)
+    except OSError as exc:
+        raise WalStorageError(f"{what} {path}: {exc.strerror or exc}",
+                              errno=exc.errno) from None
+
+
+def _makedirs(directory):
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise WalStorageError(f"cannot create WAL directory {directory}: {exc.strerror}",
+                              errno=exc.errno) from None
+    if not os.path.isdir(directory):
+        raise WalStorageError(f"WAL directory {directory} is not a directory",
+                              errno=errno.ENOTDIR)
+
+
+def _lock_directory(directory):
+    """The lock file's fd, flock()ed (exclusive), holding our pid."""
+    path = os.path.join(directory, LOCK_NAME)
+    fd = _os_call("cannot open the lock file", path, os.open, path, os.O_RDWR | os.O_CREAT,
+                  0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        forked = (" -- this process's parent: a producer inherited across os.fork() "
+                  "cannot use its parent's WAL" if holder == str(os.getppid()) else "")
+        raise WalLockedError(
+            f"WAL directory {directory} is in use by another producer (pid {holder}){forked}:"
+            f" one producer per directory") from None
+    except OSError as exc:
+        os.close(fd)
+        raise WalStorageError(f"cannot lock {path}: {exc.strerror}", errno=exc.errno) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise WalStorageError(f"cannot write {path}: {exc.strerror}", errno=exc.errno) from None
+    return fd
+
+
+def _remove_segment_file(segment):
+    """Unmaps, closes and deletes a segment that is no part of the log any more."""
+    if segment.mapped is not None:
+        segment.mapped.unmap()
+    os.close(segment.fd)
+    try:
+        os.unlink(segment.path)
+    except FileNotFoundError:
+        pass
+
+
+def _create_segment(path, size_bytes):
+    """A new segment file of size_bytes, its blocks allocated (a write through the
+    mapping can then not fail for lack of space: mmap would answer that with SIGBUS),
+    mapped.  The header is the caller's to write.
+
+    Raises:
+        WalStorageError: the disk is full, or the directory not writable (names path).
+    """
+    fd = _os_call("cannot create WAL segment", path, os.open, path,
+                  os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size_bytes)
+        except OSError as exc:
+            what = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
+            raise WalStorageError(f"cannot allocate {size_bytes} bytes for WAL segment "
+                                  f"{path}: {what}", errno=exc.errno) from None
+        mapped = MappedSegment(fd, size_bytes, path)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    return _SegmentFile(None, path, fd, size_bytes, mapped)

@@ -1,0 +1,455 @@
+"""The write-ahead log store (netkafka/producer/wal.py, _wal.pyx): real files, real mmap.
+
+What is checked: entries come back from a reopened directory as written; the log rolls
+over, reclaims and recycles segments (and never reads a recycled segment's old entries);
+a process SIGKILLed at random moments leaves a log holding every operation it completed
+and nothing torn; a torn entry (what a machine crash leaves) is cut and counted once;
+the bound, the lock file, the version header and the OS's refusals give their errors;
+the fsync modes sync when they say they do.
+"""
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from netkafka.errors import (WalCorruptError, WalFullError, WalLockedError, WalStorageError,
+                             WalVersionError)
+from netkafka.producer import _wal
+from netkafka.producer.wal import (OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED, SPARE_NAME,
+                                   WriteAheadLog, segment_name)
+from netkafka.record._crc import crc32c
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import wal_writer  # noqa: E402 -- the killed process's script, found next to this file
+
+REPO = os.path.dirname(HERE)
+# The children import this checkout's netkafka, as pytest does (a script's own directory,
+# not the working directory, starts its sys.path).
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+SMALL = dict(segment_bytes=64 * 1024, max_bytes=1024 * 1024, max_record_bytes=1024,
+             max_context_bytes=64)
+
+
+def open_wal(directory, **options):
+    return WriteAheadLog(directory, **{**SMALL, **options})
+
+
+def segments(directory):
+    return sorted(name for name in os.listdir(directory) if name.endswith(".wal"))
+
+
+def fill_batch(wal, topic, partition, records, contexts=None):
+    batch_id = wal.open_batch()
+    for index, record in enumerate(records):
+        wal.append_record(batch_id, index, topic, partition, 1000 + index, record,
+                          None if contexts is None else contexts[index])
+    return batch_id
+
+
+# -- what goes in comes out ---------------------------------------------------------------
+
+def test_entries_come_back_from_a_reopened_directory(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    sealed = fill_batch(wal, "orders", 2, [b"a", b"", b"c" * 300], [b"ctx-a", None, b""])
+    wal.log_seal(sealed, "orders", 2, 4242, 3, 17, 3, 0x0004, 0xDEADBEEF, 512)
+    restamped = fill_batch(wal, "orders", 1, [b"x"])
+    wal.log_seal(restamped, "orders", 1, 4242, 3, 20, 1, 0, 1, 100)
+    wal.log_restamp(restamped, 5151, 0, 0, 0xCAFE)
+    open_only = fill_batch(wal, "ünïcode", 0, [b"u1", b"u2"])
+    acked = fill_batch(wal, "orders", 2, [b"gone"])
+    wal.log_seal(acked, "orders", 2, 4242, 3, 20, 1, 0, 7, 70)
+    wal.log_done(acked, OUTCOME_ACKNOWLEDGED)
+    failed = fill_batch(wal, "orders", 0, [b"failed"])
+    wal.log_done(failed, OUTCOME_FAILED)
+    wal.close()
+
+    wal = open_wal(tmp_path)
+    recovery = wal.recovery()
+    assert [b.batch_id for b in recovery.sealed] == [sealed, restamped]
+    assert [b.batch_id for b in recovery.unsealed] == [open_only]
+    first = recovery.sealed[0]
+    assert (first.topic, first.partition) == ("orders", 2)
+    assert [(r.index, r.timestamp_ms, r.record, r.context) for r in first.records] == [
+        (0, 1000, b"a", b"ctx-a"), (1, 1001, b"", None), (2, 1002, b"c" * 300, b"")]
+    assert first.seal == (4242, 3, 17, 3, 0x0004, 0xDEADBEEF, 512)
+    # The last stamp logged is the one a replay sends under.
+    assert recovery.sealed[1].seal == (5151, 0, 0, 1, 0, 0xCAFE, 100)
+    assert recovery.unsealed[0].topic == "ünïcode"
+    assert [r.record for r in recovery.unsealed[0].records] == [b"u1", b"u2"]
+    assert (recovery.torn_entries, recovery.segments_discarded) == (0, 0)
+    # Batch ids go on where the dead log stopped: a DONE for an old batch cannot be
+    # mistaken for a new one.
+    assert wal.open_batch() > failed
+    wal.close()
+
+
+def test_a_log_of_many_segments_reads_back_in_order_and_positions_only_grow(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    positions, expected = [], []
+    rng = random.Random(7)
+    for n in range(60):
+        records = [rng.randbytes(rng.randrange(0, 900)) for _ in range(10)]
+        batch_id = fill_batch(wal, "t", n % 4, records)
+        positions.append(wal.appender.position)
+        expected.append((batch_id, n % 4, records))
+    assert positions == sorted(positions)
+    assert wal.metrics()["segments_rolled"] >= 3
+    wal.close()
+    recovery = open_wal(tmp_path).recovery()
+    assert recovery.sealed == []
+    assert [(b.batch_id, b.partition, [r.record for r in b.records])
+            for b in recovery.unsealed] == expected
+
+
+def test_acknowledged_segments_are_recycled_and_their_old_entries_never_read(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    payload = b"p" * 800
+    for _ in range(80):  # five segments, every batch done at once
+        batch_id = fill_batch(wal, "t", 0, [payload] * 5)
+        wal.log_seal(batch_id, "t", 0, 1, 0, 0, 5, 0, 0, 0)
+        wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
+        wal.reclaim()
+    metrics = wal.metrics()
+    assert metrics["segments_recycled"] >= 2, metrics
+    assert metrics["segments"] <= 2 and metrics["disk_bytes"] <= wal.max_bytes
+    # A recycled segment still holds the entries of its first life behind the new ones.
+    live = fill_batch(wal, "t", 1, [b"new"])
+    wal.close()
+    recovery = open_wal(tmp_path).recovery()
+    assert [(b.batch_id, [r.record for r in b.records]) for b in recovery.batches] == [
+        (live, [b"new"])]
+
+
+# -- killed at random moments --------------------------------------------------------------
+
+def run_and_kill(directory, progress, fsync, rng):
+    """Runs tests/wal_writer.py until it has done some work, SIGKILLs it at a random
+    moment, and returns (WAL id of its batch 0, operations it completed)."""
+    with open(progress, "wb") as f:
+        f.write(bytes(wal_writer.PROGRESS.size))
+    child = subprocess.Popen([sys.executable, os.path.join(HERE, "wal_writer.py"),
+                              str(directory), str(progress), fsync],
+                             cwd=REPO, env=CHILD_ENV, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while read_progress(progress)[1] < 50:
+            assert child.poll() is None, child.stderr.read().decode()
+            assert time.monotonic() < deadline, "the writer did not start"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.15))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stderr.close()
+    return read_progress(progress)
+
+
+def read_progress(path):
+    with open(path, "rb") as f:
+        return wal_writer.PROGRESS.unpack(f.read())
+
+
+def recovered_state(recovery, first_batch_id):
+    """The recovery as expected_state() tells it, checking every byte on the way."""
+    state = {}
+    for batch in recovery.batches:
+        number = batch.batch_id - first_batch_id
+        assert (batch.topic, batch.partition) == (wal_writer.TOPIC, number % 3)
+        assert [(r.index, r.record, r.context) for r in batch.records] == [
+            (i, wal_writer.record(number, i), wal_writer.context(number, i))
+            for i in range(len(batch.records))]
+        if batch.seal is not None:
+            pid, epoch, base, attributes, crc, size = wal_writer.seal(number)
+            assert batch.seal == (pid, epoch, base, wal_writer.RECORDS_PER_BATCH, attributes,
+                                  crc, size)
+        state[number] = (len(batch.records), batch.seal is not None)
+    return state
+
+
+@pytest.mark.parametrize("fsync, kills", [("never", 20), ("always", 4)])
+def test_a_process_killed_anywhere_leaves_every_completed_operation_and_nothing_torn(
+        tmp_path, fsync, kills):
+    directory, progress = tmp_path / "wal", tmp_path / "progress"
+    rng = random.Random(fsync)
+    discarded = 0
+    for _ in range(kills):
+        first_batch_id, completed = run_and_kill(directory, progress, fsync, rng)
+        wal = WriteAheadLog(directory, fsync=fsync, **wal_writer.WAL_OPTIONS)
+        recovery = wal.recovery()
+        # The kill may land after an operation's entry is written and before the
+        # progress counter says so: then the log holds one operation more.
+        assert recovered_state(recovery, first_batch_id) in (
+            wal_writer.expected_state(completed), wal_writer.expected_state(completed + 1))
+        # The tag of an entry is stored last: a killed process leaves no torn entry.
+        assert recovery.torn_entries == 0
+        discarded += recovery.segments_discarded
+        for batch in recovery.batches:  # replayed, say: the next writer starts clean
+            wal.log_done(batch.batch_id, OUTCOME_ACKNOWLEDGED)
+        wal.close()
+    # Killed mid-roll, a new segment may be left behind the end of the log: deleted.
+    assert discarded <= kills
+
+
+# -- torn entries: what a machine crash leaves ------------------------------------------------
+
+def write_and_find_last_entry(directory, count):
+    """A log of one batch of `count` records, closed; returns (segment path, offset of
+    the last record entry, its length)."""
+    wal = open_wal(directory, fsync="never")
+    batch_id = fill_batch(wal, "t", 0, [bytes([i]) * 200 for i in range(count)])
+    end = wal.appender.position
+    wal.close()
+    [name] = segments(directory)
+    entry_bytes = _wal.RECORD_OVERHEAD_BYTES + 1 + 200
+    # Log positions start at the first segment's byte 0.
+    return os.path.join(directory, name), end - entry_bytes, entry_bytes, batch_id
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "lost page"])
+def test_a_torn_last_entry_is_cut_counted_once_and_the_log_goes_on(tmp_path, damage):
+    path, offset, length, batch_id = write_and_find_last_entry(tmp_path, 5)
+    with open(path, "r+b") as f:
+        if damage == "flipped byte":
+            f.seek(offset + length - 3)
+            byte = f.read(1)
+            f.seek(offset + length - 3)
+            f.write(bytes([byte[0] ^ 0x40]))
+        else:  # the header reached the disk, the payload behind it did not
+            f.seek(offset + _wal.ENTRY_HEADER_BYTES)
+            f.write(bytes(length - _wal.ENTRY_HEADER_BYTES))
+    wal = open_wal(tmp_path)
+    recovery = wal.recovery()
+    assert recovery.torn_entries == 1
+    [batch] = recovery.unsealed
+    assert [r.record for r in batch.records] == [bytes([i]) * 200 for i in range(4)]
+    assert wal.metrics()["torn_entries"] == 1
+    after = fill_batch(wal, "t", 1, [b"after the cut"])
+    wal.close()
+    # The cut is a ROLL entry now: the next open finds the same records, no torn entry,
+    # and what was written after the cut.
+    recovery = open_wal(tmp_path).recovery()
+    assert recovery.torn_entries == 0
+    assert [(b.batch_id, len(b.records)) for b in recovery.unsealed] == [(batch_id, 4),
+                                                                         (after, 1)]
+
+
+def test_a_lost_segment_tail_ends_the_log_there_and_later_segments_are_discarded(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    fill_batch(wal, "t", 0, [b"r" * 900] * 250)  # four segments
+    wal.close()
+    names = segments(tmp_path)
+    assert len(names) >= 3
+    # The second segment's ROLL entry (and whatever else) never reached the disk.
+    second = os.path.join(tmp_path, names[1])
+    with open(second, "r+b") as f:
+        f.truncate(0)
+        f.truncate(SMALL["segment_bytes"])
+        f.seek(0)
+        with open(os.path.join(tmp_path, names[0]), "rb") as first:
+            header = bytearray(first.read(_wal.HEADER_BYTES))
+    segment_id = int(names[1][:20])
+    struct.pack_into("<IQ", header, 12, segment_id & 0xFFFFFFFF, segment_id)
+    struct.pack_into("<I", header, 60, crc32c(bytes(header[:60])))
+    with open(second, "r+b") as f:
+        f.write(header)
+    recovery = open_wal(tmp_path).recovery()
+    assert recovery.segments_discarded == len(names) - 2
+    [batch] = recovery.unsealed
+    assert 0 < len(batch.records) < 250
+    assert all(r.record == b"r" * 900 for r in batch.records)
+
+
+def test_an_entry_with_a_good_checksum_that_does_not_parse_is_corruption_not_a_tear(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    position = wal.appender.position
+    wal.close()
+    [name] = segments(tmp_path)
+    tag = int(name[:20]) & 0xFFFFFFFF
+    payload = bytes(8)  # a RECORD payload far shorter than its fixed fields
+    body = struct.pack("<IBBH", len(payload), _wal.RECORD, 0, 0) + payload
+    crc = crc32c(body, crc32c(struct.pack("<I", tag)))
+    with open(os.path.join(tmp_path, name), "r+b") as f:
+        f.seek(position)
+        f.write(struct.pack("<II", tag, crc) + body)
+    with pytest.raises(WalCorruptError, match=rf"{name}.*offset {position}"):
+        open_wal(tmp_path)
+
+
+# -- errors: lock, version, bound, storage --------------------------------------------------
+
+def test_a_second_opener_is_refused_naming_the_directory_and_holder(tmp_path):
+    wal = open_wal(tmp_path)
+    with pytest.raises(WalLockedError, match=rf"{tmp_path}.*pid {os.getpid()}"):
+        open_wal(tmp_path)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from netkafka.producer.wal import WriteAheadLog; "
+         "WriteAheadLog(sys.argv[1], segment_bytes=1 << 20, max_bytes=4 << 20, "
+         "max_record_bytes=1024)", str(tmp_path)],
+        cwd=REPO, env=CHILD_ENV, capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0 and "WalLockedError" in probe.stderr
+    wal.close()
+    open_wal(tmp_path).close()  # released with close()
+
+
+def test_segments_of_another_format_version_or_no_wal_at_all_are_refused_untouched(tmp_path):
+    open_wal(tmp_path).close()
+    [name] = segments(tmp_path)
+    path = os.path.join(tmp_path, name)
+    with open(path, "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack("<I", 2))
+    with pytest.raises(WalVersionError, match=rf"{name}.*version 2.*reads version 1"):
+        open_wal(tmp_path)
+    with open(path, "r+b") as f:
+        f.write(b"PK\x03\x04 not a WAL")
+    with pytest.raises(WalCorruptError, match=rf"{name} is not a netkafka WAL segment"):
+        open_wal(tmp_path)
+    assert os.path.getsize(path) == SMALL["segment_bytes"]
+
+
+def test_records_stop_at_the_bound_control_entries_do_not_and_acks_free_room(tmp_path):
+    wal = open_wal(tmp_path, fsync="never", max_bytes=4 * SMALL["segment_bytes"])
+    batches = []
+    with pytest.raises(WalFullError, match="wal_max_bytes"):
+        while True:
+            batches.append(fill_batch(wal, "t", 0, [b"f" * 1000] * 8))
+    assert wal.metrics()["full"] >= 1
+    assert wal.metrics()["disk_bytes"] <= wal.max_bytes - wal.segment_bytes
+    for batch_id in batches:  # seals and acks complete the batches: never refused
+        wal.log_seal(batch_id, "t", 0, 1, 0, 0, 8, 0, 0, 0)
+        wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
+    wal.reclaim()
+    fill_batch(wal, "t", 0, [b"f" * 1000] * 8)
+    assert wal.metrics()["disk_bytes"] <= wal.max_bytes
+    wal.close()
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("fsync", "sometimes", "wal_fsync must be 'never', 'interval' or 'always'"),
+    ("fsync_interval_ms", 0, "wal_fsync_interval_ms must be an int >= 1"),
+    ("max_bytes", 2 * 64 * 1024, "wal_max_bytes=131072 must hold at least three segments"),
+    ("segment_bytes", 1000, "wal_segment_bytes must be an int >= "),
+])
+def test_bad_settings_are_named(tmp_path, name, value, message):
+    with pytest.raises(ValueError, match=message):
+        open_wal(tmp_path, **{name: value})
+
+
+def test_a_directory_that_cannot_be_created_is_named(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    with pytest.raises(WalStorageError, match=rf"cannot create WAL directory {blocker}/wal"):
+        open_wal(blocker / "wal")
+
+
+def test_an_unwritable_directory_is_named():
+    # Under /tmp itself: pytest's tmp_path is closed to other users than its owner.
+    parent = tempfile.mkdtemp(prefix="netkafka-wal-")
+    os.chmod(parent, 0o755)
+    directory = os.path.join(parent, "read-only")
+    os.mkdir(directory, 0o555)
+    # root writes anywhere: the probe drops to nobody (after its imports) when it is root.
+    drop = "os.setgid(65534); os.setuid(65534); " if os.geteuid() == 0 else ""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import os, sys; from netkafka.producer.wal import "
+         f"WriteAheadLog; {drop}WriteAheadLog(sys.argv[1])", str(directory)],
+        cwd=REPO, env=CHILD_ENV, capture_output=True, text=True, timeout=60)
+    shutil.rmtree(parent)
+    assert probe.returncode != 0
+    assert f"WalStorageError: cannot open the lock file {directory}/LOCK" in probe.stderr
+
+
+def test_no_room_on_disk_for_a_segment_is_an_error_naming_it(tmp_path):
+    # RLIMIT_FSIZE makes the allocation of a segment fail as a full disk does, with no
+    # privilege needed; SIGXFSZ would kill the process instead of failing the call.
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "import resource, signal, sys\n"
+         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+         "resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))\n"
+         "from netkafka.producer.wal import WriteAheadLog\n"
+         "WriteAheadLog(sys.argv[1], segment_bytes=64 * 1024, max_bytes=1 << 20,"
+         " max_record_bytes=1024, max_context_bytes=64)\n", str(tmp_path)],
+        cwd=REPO, env=CHILD_ENV, capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0
+    assert (f"WalStorageError: cannot allocate 65536 bytes for WAL segment "
+            f"{tmp_path}/{segment_name(1)}") in probe.stderr
+    assert segments(tmp_path) == []  # nothing half-made is left
+
+
+# -- fsync modes ------------------------------------------------------------------------------
+
+def test_never_syncs_only_when_asked(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    fill_batch(wal, "t", 0, [b"x"] * 50)
+    time.sleep(0.05)
+    assert wal.metrics()["syncs"] == 0
+    assert wal.appender.durable_position < wal.appender.position
+    wal.sync()
+    assert wal.appender.durable_position == wal.appender.position
+    assert wal.metrics()["syncs"] == 1
+    wal.close()
+
+
+def test_interval_syncs_in_the_background(tmp_path):
+    wal = open_wal(tmp_path, fsync="interval", fsync_interval_ms=5)
+    fill_batch(wal, "t", 0, [b"x"] * 50)
+    position = wal.appender.position
+    deadline = time.monotonic() + 10
+    while wal.appender.durable_position < position:
+        assert time.monotonic() < deadline, "the interval sync never came"
+        time.sleep(0.005)
+    wal.close()
+
+
+def test_always_returns_durable_and_groups_the_syncs_of_concurrent_callers(tmp_path):
+    wal = open_wal(tmp_path, fsync="always")
+    batch_id = wal.open_batch()
+    position = wal.append_record(batch_id, 0, "t", 0, 1, b"one")
+    assert wal.appender.durable_position >= position
+
+    per_thread, threads = 100, 4
+    lagging = []
+
+    def writer():
+        batch = wal.open_batch()
+        for index in range(per_thread):
+            position = wal.append_record(batch, index, "t", 0, 1, b"r" * 100)
+            if wal.appender.durable_position < position:
+                lagging.append(position)
+
+    syncs_before = wal.metrics()["syncs"]
+    workers = [threading.Thread(target=writer) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert lagging == []
+    # Group commit: while one caller syncs, the others' entries pile up behind it and
+    # go to disk together with the next sync.
+    assert wal.metrics()["syncs"] - syncs_before < threads * per_thread
+    wal.close()
+
+
+# -- the C framing alone ------------------------------------------------------------------------
+
+def test_entry_framing_is_exact_and_clean_under_sanitizers(tmp_path):
+    driver = str(tmp_path / "wal_entry_driver")
+    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-fno-omit-frame-pointer", "-I", os.path.join(REPO, "csrc"),
+                    os.path.join(HERE, "csrc", "wal_entry_driver.c"), "-o", driver],
+                   check=True, capture_output=True, text=True)
+    done = subprocess.run([driver], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split("\n")[-2] == "checked wal entries"

@@ -1,0 +1,289 @@
+"""The Producer with a write-ahead log (wal_dir), against the real broker.
+
+What is checked here: settings and their errors; every record sent with a WAL arrives
+(read back by confluent-kafka) and the log is emptied as batches are acknowledged;
+send_batch() logs its rows; "always" returns durable; a full WAL applies the backoff
+strategy.  Crashes and replay: tests/test_wal_replay.py.
+"""
+import os
+import time
+
+import pytest
+
+from netkafka import Producer
+from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
+                             KafkaTimeoutError, RecordDroppedError, RecordSpooledError,
+                             WalLockedError)
+from netkafka.producer.wal import WriteAheadLog
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+
+
+def producer(broker, wal_dir, **settings):
+    return Producer(bootstrap_servers=broker.bootstrap, wal_dir=str(wal_dir), **settings)
+
+
+def wait_for(condition, timeout_s=30, what="the condition"):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never came"
+        time.sleep(0.01)
+
+
+# -- settings -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings, message", [
+    ({"wal_fsync": "often"}, "wal_fsync must be 'never', 'interval' or 'always'"),
+    ({"wal_fsync_interval_ms": 0}, "wal_fsync_interval_ms must be an int >= 1"),
+    ({"wal_max_bytes": 1 << 20}, "wal_max_bytes=1048576 must hold at least three segments"),
+    ({"on_delivery_timeout": "retry"}, "on_delivery_timeout must be 'fail' or 'spool'"),
+    ({"on_replay": "print"}, "on_replay must be a callable"),
+])
+def test_bad_wal_settings_are_named(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message):
+        Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path), **settings)
+
+
+def test_wal_settings_without_a_wal_dir_are_refused():
+    with pytest.raises(ValueError, match="on_delivery_timeout='spool' needs wal_dir"):
+        Producer(bootstrap_servers="127.0.0.1:1", on_delivery_timeout="spool")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"transactional_id": "tx"}, "wal_dir with transactional_id='tx'"),
+    ({"api_version": (0, 10, 2)}, "wal_dir needs RecordBatch v2"),
+])
+def test_a_wal_with_what_it_cannot_replay_is_refused(tmp_path, settings, message):
+    with pytest.raises(KafkaConfigurationError, match=message):
+        Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path), **settings)
+
+
+def test_java_style_names_are_taken(tmp_path):
+    p = Producer(**{"bootstrap.servers": "127.0.0.1:1", "wal.dir": str(tmp_path),
+                    "wal.fsync": "never"})
+    try:
+        assert (p.config.wal_dir, p.config.wal_fsync) == (str(tmp_path), "never")
+    finally:
+        p.close(0)
+
+
+def test_a_second_producer_on_the_directory_is_refused(kafka_broker, tmp_path):
+    with producer(kafka_broker, tmp_path):
+        with pytest.raises(WalLockedError, match=f"{tmp_path}.*pid {os.getpid()}"):
+            producer(kafka_broker, tmp_path)
+
+
+def test_a_forked_child_cannot_use_its_parents_wal_and_says_so(tmp_path):
+    p = Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path), max_block_ms=500)
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: reports through the pipe, never returns to pytest
+            try:
+                os.close(read_end)
+                try:
+                    p.send("t", b"x")
+                    outcome = b"sent"
+                except Exception as exc:  # noqa: BLE001 -- reported to the parent
+                    outcome = f"{type(exc).__name__}: {exc}".encode()
+                os.write(write_end, outcome)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        os.waitpid(pid, 0)
+        with os.fdopen(read_end, "rb") as pipe:
+            outcome = pipe.read().decode()
+    finally:
+        p.close(0)
+    assert outcome.startswith(f"WalLockedError: WAL directory {tmp_path} is in use by "
+                              f"another producer (pid {os.getpid()}) -- this process's "
+                              f"parent"), outcome
+
+
+def test_context_needs_a_wal_and_is_bounded(kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap) as plain:
+        with pytest.raises(ValueError, match="context needs wal_dir"):
+            plain.send(topic_name, b"v", context=b"c")
+        with pytest.raises(KafkaError, match="sync_wal\\(\\) needs a write-ahead log"):
+            plain.sync_wal()
+    with producer(kafka_broker, tmp_path) as p:
+        with pytest.raises(ValueError, match="context of 1025 bytes exceeds 1024"):
+            p.send(topic_name, b"v", context=bytes(1025))
+        with pytest.raises(TypeError, match="context must be bytes-like or None, not int"):
+            p.send(topic_name, b"v", context=7)
+
+
+# -- records through the log ----------------------------------------------------------------
+
+@pytest.mark.parametrize("fsync", ["never", "interval", "always"])
+def test_records_sent_with_a_wal_arrive_and_the_log_empties(kafka_broker, topic_name, tmp_path,
+                                                           fsync):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    count = 3000
+    with producer(kafka_broker, tmp_path, wal_fsync=fsync, linger_ms=5) as p:
+        futures = [p.send(topic_name, b"v%d" % i, key=b"k%d" % (i % 17),
+                          headers=[("h", b"%d" % i)], context=b"c%d" % i)
+                   for i in range(count // 2)]
+        for i in range(count // 2, count):
+            p.produce(topic_name, b"v%d" % i, key=b"k%d" % (i % 17), headers=[("h", b"%d" % i)])
+        p.flush(60)
+        assert all(f.succeeded() for f in futures)
+        wal = p.metrics()["netkafka-wal"]
+        assert wal["records_logged"] == count
+        assert wal["seals_logged"] == wal["dones_logged"] > 0
+        assert wal["live_batches"] == 0
+        if fsync == "never":
+            assert wal["syncs"] == 0
+    records = read_topic(kafka_broker.bootstrap, topic_name, count)
+    assert sorted(r.value for r in records) == sorted(b"v%d" % i for i in range(count))
+    # Closed cleanly with everything acknowledged: nothing to replay.
+    log = WriteAheadLog(tmp_path)
+    try:
+        assert log.recovery().batches == []
+    finally:
+        log.close()
+
+
+def test_send_batch_logs_every_row(kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    rows = 5000
+    with producer(kafka_broker, tmp_path, batch_size=4096) as p:
+        result = p.send_batch(topic_name, [b"row-%d" % i for i in range(rows)],
+                              keys=[b"%d" % (i % 5) for i in range(rows)])
+        result.get(60)
+        assert result.failed_count == 0
+        assert p.metrics()["netkafka-wal"]["records_logged"] == rows
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, rows)]
+    assert sorted(values) == sorted(b"row-%d" % i for i in range(rows))
+
+
+def test_always_returns_with_the_record_on_disk(kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    # Batches linger, so that nothing but send() appends to the log meanwhile.
+    with producer(kafka_broker, tmp_path, wal_fsync="always", linger_ms=10_000) as p:
+        appender = p._wal.appender
+        for i in range(20):
+            p.send(topic_name, b"%d" % i)
+            assert appender.durable_position == appender.position
+        p.flush(30)
+
+
+def test_send_batch_with_always_returns_with_every_row_on_disk(kafka_broker, topic_name,
+                                                                tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    with producer(kafka_broker, tmp_path, wal_fsync="always", linger_ms=10_000) as p:
+        appender = p._wal.appender
+        p.send_batch(topic_name, [b"row-%d" % i for i in range(500)])
+        assert appender.durable_position == appender.position
+        assert p.metrics()["netkafka-wal"]["records_logged"] == 500
+        p.flush(30)
+
+
+def test_sync_wal_puts_what_was_logged_on_disk(kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    with producer(kafka_broker, tmp_path, wal_fsync="never", linger_ms=1000) as p:
+        p.send(topic_name, b"v")
+        appender = p._wal.appender
+        assert appender.durable_position < appender.position
+        p.sync_wal()
+        assert appender.durable_position == appender.position
+
+
+# -- a full log -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backoff, error", [("block", BackpressureTimeoutError),
+                                            ("drop", RecordDroppedError)])
+def test_a_full_wal_applies_the_backoff_strategy_and_acks_make_room(
+        kafka_broker, topic_name, tmp_path, backoff, error):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=4)
+    # Open batches linger for a minute: their records stay unacknowledged, and four
+    # batches of 64 KiB are more than the smallest WAL holds for records.
+    p = producer(kafka_broker, tmp_path, wal_fsync="never", linger_ms=60_000,
+                 delivery_timeout_ms=100_000, batch_size=64 * 1024,
+                 max_request_size=64 * 1024, wal_max_bytes=3 * 68 * 1024, max_block_ms=300,
+                 backoff=backoff)
+    try:
+        sent = 0
+        with pytest.raises(error, match=f"the WAL at {tmp_path}"):
+            while sent < 100_000:
+                p.send(topic_name, b"x" * 500, partition=sent % 4)
+                sent += 1
+        assert 0 < sent < 100_000
+        p.flush(60)  # acknowledged: their segments go, records fit again
+        p.send(topic_name, b"after", partition=0)
+        p.flush(60)
+        metrics = p.metrics()
+        assert metrics["netkafka-wal"]["full"] > 0
+        assert metrics["netkafka-wal"]["disk_bytes"] <= 3 * 68 * 1024
+        if backoff == "drop":
+            assert metrics["netkafka"]["records_dropped"] >= 1
+    finally:
+        p.close(10)
+    assert len(read_topic(kafka_broker.bootstrap, topic_name, sent + 1)) == sent + 1
+
+
+# -- the spool (on_delivery_timeout='spool') ------------------------------------------------
+
+def paused_node(kafka_broker):
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    return nodes[0]
+
+
+SPOOL = dict(request_timeout_ms=1000, delivery_timeout_ms=2000, retry_backoff_ms=100,
+             max_block_ms=1000, on_delivery_timeout="spool")
+
+
+def test_records_whose_delivery_timed_out_are_spooled_and_sent_when_the_broker_is_back(
+        kafka_broker, topic_name, tmp_path):
+    node = paused_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker, tmp_path, **SPOOL) as p:
+        p.send(topic_name, b"before").get(30)
+        node.pause()
+        try:
+            frozen = [p.send(topic_name, b"frozen-%d" % i) for i in range(5)]
+            for future in frozen:
+                with pytest.raises(RecordSpooledError, match=f"kept in the write-ahead log "
+                                                            f"at {tmp_path}") as caught:
+                    future.get(30)
+                assert isinstance(caught.value.__cause__, KafkaTimeoutError)
+            assert p.metrics()["netkafka"]["records_spooled"] >= 5
+        finally:
+            node.resume()
+        wait_for(lambda: p.metrics()["netkafka"]["records_spool_delivered"] >= 5, 60,
+                 "the spooled records' delivery")
+        metrics = p.metrics()
+        assert metrics["netkafka"]["records_spool_failed"] == 0
+        assert metrics["netkafka"]["spool_batches"] == 0
+        assert metrics["netkafka-wal"]["live_batches"] == 0
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
+    # At least once: a request the frozen broker held may be appended when it runs
+    # again, before the spool's copy.
+    assert {b"frozen-%d" % i for i in range(5)} <= set(values)
+
+
+def test_the_spool_survives_a_restart(kafka_broker, topic_name, tmp_path):
+    node = paused_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name)
+    p = producer(kafka_broker, tmp_path, **SPOOL)
+    try:
+        p.send(topic_name, b"before").get(30)
+        node.pause()
+        frozen = [p.send(topic_name, b"frozen-%d" % i) for i in range(5)]
+        for future in frozen:
+            with pytest.raises(RecordSpooledError):
+                future.get(30)
+    finally:
+        p.close(0)
+        node.resume()
+    heard = []
+    with producer(kafka_broker, tmp_path, on_replay=lambda context, outcome: heard.append(
+            outcome)) as again:
+        report = again.replay(60)
+        assert report.records == 5 and report.failed == report.pending == 0, report
+    assert len(heard) == 5 and not any(isinstance(o, Exception) for o in heard)
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
+    assert {b"frozen-%d" % i for i in range(5)} <= set(values)

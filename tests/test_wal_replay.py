@@ -1,0 +1,227 @@
+"""Replay of a dead producer's write-ahead log, against the real broker.
+
+A producer process is killed with its WAL in a chosen state (tests/wal_crash.py); a
+new producer opened on the directory replays it; confluent-kafka reads the topic back:
+every record exactly once, in each partition in send order, and the report and
+on_replay say what happened to each.  The kill harness at random moments is
+tests/test_wal_kill.py.
+"""
+import collections
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from netkafka import Producer, RecordMetadata
+from netkafka.producer.replay import _appended
+from netkafka.producer.wal import Seal, WriteAheadLog
+from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
+from netkafka.record._pool import BufferPool
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+COUNT = 300
+
+
+def crash(moment, broker, topic, wal_dir, count=COUNT):
+    done = subprocess.run([sys.executable, os.path.join(HERE, "wal_crash.py"), moment,
+                           broker.bootstrap, topic, str(wal_dir), str(count)],
+                          cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == -9, done.stderr  # SIGKILLed, as planned
+
+
+class Heard:
+    """on_replay's calls, by context."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.outcomes = {}
+
+    def __call__(self, context, outcome):
+        with self.lock:
+            assert context not in self.outcomes, f"{context!r} heard twice"
+            self.outcomes[context] = outcome
+
+
+def replay(broker, wal_dir, heard=None, **settings):
+    producer = Producer(bootstrap_servers=broker.bootstrap, wal_dir=str(wal_dir),
+                        on_replay=heard, **settings)
+    report = producer.replay(timeout=60)
+    return producer, report
+
+
+def assert_exactly_once_in_order(broker, topic, count=COUNT):
+    records = read_topic(broker.bootstrap, topic, count)
+    values = [r.value for r in records]
+    assert len(values) == len(set(values)) == count, "lost or duplicated records"
+    by_partition = collections.defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_partition[record.partition].append(int(record.value[1:]))
+    for partition, numbers in by_partition.items():
+        assert numbers == sorted(numbers), f"partition {partition} out of send order"
+    return records
+
+
+@pytest.mark.parametrize("moment, counted", [
+    ("open", "reencoded"),
+    ("acked", "deduplicated"),
+    ("sealed", "resent"),
+])
+def test_a_dead_producers_records_are_replayed_exactly_once(kafka_broker, topic_name, tmp_path,
+                                                            moment, counted):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    crash(moment, kafka_broker, topic_name, tmp_path)
+    heard = Heard()
+    producer, report = replay(kafka_broker, tmp_path, heard)
+    try:
+        assert report.records == COUNT and report.pending == 0
+        assert getattr(report, counted) == COUNT, report
+        assert report.possibly_duplicated == report.failed == 0
+        assert report.batches_not_byte_identical == 0
+        # New records go behind the replayed ones.
+        producer.send(topic_name, b"r%d" % COUNT, key=b"k0").get(60)
+        wal = producer.metrics()["netkafka-wal"]
+        assert wal[f"replay_{counted}"] == COUNT
+    finally:
+        producer.close()
+    records = assert_exactly_once_in_order(kafka_broker, topic_name, COUNT + 1)
+    # on_replay: every record's context, with where it landed (a deduplicated batch's
+    # offsets are the broker's secret).
+    assert set(heard.outcomes) == {b"c%d" % i for i in range(COUNT)}
+    where = {r.value: (r.partition, r.offset) for r in records}
+    for context, outcome in heard.outcomes.items():
+        assert isinstance(outcome, RecordMetadata)
+        i = int(context[1:])
+        assert (outcome.topic, outcome.partition) == (topic_name, where[b"r%d" % i][0])
+        assert outcome.offset == (-1 if counted == "deduplicated" else where[b"r%d" % i][1])
+        assert (outcome.serialized_key_size, outcome.serialized_value_size) == (
+            len(b"k%d" % (i % 7)), len(b"r%d" % i))
+    # Replayed and acknowledged: the next producer finds nothing.
+    with WriteAheadLog(tmp_path) as log:
+        assert log.recovery().batches == []
+
+
+def test_acknowledged_batches_are_deduplicated_and_the_rest_sent_after_them(
+        kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    crash("mixed", kafka_broker, topic_name, tmp_path)
+    producer, report = replay(kafka_broker, tmp_path)
+    try:
+        assert (report.deduplicated, report.resent) == (COUNT // 2, COUNT - COUNT // 2), report
+        assert report.possibly_duplicated == report.failed == report.pending == 0
+    finally:
+        producer.close()
+    assert_exactly_once_in_order(kafka_broker, topic_name)
+
+
+def test_a_replay_killed_before_it_finished_is_replayed_again(kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    crash("open", kafka_broker, topic_name, tmp_path)
+    # The replaying producer dies as soon as it has handed everything over: its new
+    # SEAL entries are in the log, their outcomes not.
+    crash("sealed", kafka_broker, topic_name, tmp_path, count=0)
+    producer, report = replay(kafka_broker, tmp_path)
+    try:
+        assert report.records == COUNT and report.failed == report.pending == 0
+        assert report.possibly_duplicated == 0
+    finally:
+        producer.close()
+    assert_exactly_once_in_order(kafka_broker, topic_name)
+
+
+# -- an expired producer id: at-least-once, counted ------------------------------------------
+
+def encoded_records(values, first_timestamp_ms):
+    """The records of a batch of values, each as the batch encodes it."""
+    builder = RecordBatchBuilder(BufferPool(1 << 16, 1 << 16).acquire(), 1 << 16, 1 << 16)
+    for i, value in enumerate(values):
+        builder.append(None, value, None, first_timestamp_ms + i)
+    sealed = bytes(builder.seal())
+    records, pos = [], BATCH_HEADER_BYTES
+    while pos < len(sealed):
+        length, size = 0, 0
+        shift = 0
+        while True:  # the record's length varint (zigzag)
+            byte = sealed[pos + size]
+            length |= (byte & 0x7F) << shift
+            size += 1
+            shift += 7
+            if byte < 0x80:
+                break
+        records.append(sealed[pos:pos + size + (length >> 1)])
+        pos += size + (length >> 1)
+    return records
+
+
+def test_a_producer_id_the_broker_forgot_falls_back_to_at_least_once_and_says_so(
+        kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    # A sealed batch of a producer id the broker never issued, from sequence 40: the
+    # broker knows nothing of it, as of an id it expired, so the stamp is no use.
+    values = [b"r%d" % i for i in range(5)]
+    with WriteAheadLog(tmp_path) as log:
+        batch_id = log.open_batch()
+        for i, record in enumerate(encoded_records(values, 1_700_000_000_000)):
+            log.append_record(batch_id, i, topic_name, 0, 1_700_000_000_000 + i, record,
+                              b"c%d" % i)
+        log.log_seal(batch_id, topic_name, 0, (1 << 40) + 12345, 3, 40, 5, 0, 0, 0)
+    heard = Heard()
+    producer, report = replay(kafka_broker, tmp_path, heard)
+    try:
+        assert report.possibly_duplicated == 5 and report.records == 5, report
+        assert producer.metrics()["netkafka-wal"]["replay_possibly_duplicated"] == 5
+    finally:
+        producer.close()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
+    assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
+
+
+def test_append_encoded_rebuilds_a_batch_byte_identical():
+    values = [b"a", b"", None, b"d" * 300]
+    records = encoded_records(values, 1_700_000_000_000)
+    original = RecordBatchBuilder(BufferPool(1 << 16, 1 << 16).acquire(), 1 << 16, 1 << 16)
+    rebuilt = RecordBatchBuilder(BufferPool(1 << 16, 1 << 16).acquire(), 1 << 16, 1 << 16)
+    for i, value in enumerate(values):
+        original.append(None, value, None, 1_700_000_000_000 + i)
+        assert rebuilt.append_encoded(records[i], 1_700_000_000_000 + i) == i
+    for builder in (original, rebuilt):
+        builder.set_producer_state(7, 1, 0)
+    assert bytes(original.seal()) == bytes(rebuilt.seal())
+
+
+def test_append_encoded_refuses_a_record_that_does_not_belong_there():
+    records = encoded_records([b"a", b"b"], 1000)
+    builder = RecordBatchBuilder(BufferPool(1 << 16, 1 << 16).acquire(), 1 << 16, 1 << 16)
+    with pytest.raises(ValueError, match="offset delta 1 .* next record has 0"):
+        builder.append_encoded(records[1], 1001)
+    with pytest.raises(ValueError, match="not one encoded record"):
+        builder.append_encoded(records[0] + b"x", 1000)
+    builder.append_encoded(records[0], 1000)
+    with pytest.raises(ValueError, match="timestamp delta 1; .* has 1 and 5"):
+        builder.append_encoded(records[1], 1005)
+
+
+@pytest.mark.parametrize("last, expected", [
+    (-1, [False, False, False]),    # nothing from this producer id appended
+    (99, [False, False, False]),    # the broker's last is the batch before the first
+    (104, [True, False, False]),    # the first batch (100..104) is in
+    (109, [True, True, False]),
+    (117, [True, True, True]),
+])
+def test_which_sealed_batches_the_broker_has(last, expected):
+    seals = [Seal(7, 0, base, count, 0, 0, 0) for base, count in ((100, 5), (105, 5), (110, 8))]
+    assert [_appended(seal, last, 100) for seal in seals] == expected
+
+
+def test_which_sealed_batches_the_broker_has_across_the_sequence_wrap():
+    limit = 2**31
+    seals = [Seal(7, 0, limit - 3, 5, 0, 0, 0), Seal(7, 0, 2, 4, 0, 0, 0)]
+    assert [_appended(s, 1, limit - 3) for s in seals] == [True, False]
+    assert [_appended(s, limit - 4, limit - 3) for s in seals] == [False, False]
