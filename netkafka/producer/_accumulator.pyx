@@ -203,6 +203,7 @@ cdef class AccumulatorCore:
         return self._append_once(topic, partition, key, value, headers, timestamp_ms, track,
                                  context)
 
+    @cython.final
     cdef object _append(self, topic, partition, key, value, headers, timestamp_ms,
                         int track, object context):
         # Encodes one record into its partition's open batch; returns what `track`
@@ -223,6 +224,7 @@ cdef class AccumulatorCore:
             return (<object>self)._append_when_wal_has_room(
                 topic, partition, key, value, headers, timestamp_ms, track, context)
 
+    @cython.final
     cdef object _append_once(self, topic, partition, key, value, headers, timestamp_ms,
                              int track, object context):
         cdef TopicTable table
@@ -295,6 +297,7 @@ cdef class AccumulatorCore:
             self._last_table = table
         return table
 
+    @cython.final
     cdef object _append_chosen_locked(self, TopicTable table, int chosen, key, value,
                                       headers, int64_t ts, int track, object context,
                                       bint *full):
@@ -315,6 +318,7 @@ cdef class AccumulatorCore:
             full[0] = True
         return appended
 
+    @cython.final
     cdef object _append_locked(self, PartitionQueue queue, key, value, headers, int64_t ts,
                                int track, object context):
         # With the lock held: the record into queue's open batch, or None when there
@@ -511,6 +515,7 @@ cdef class ProducerCore:
         return self._append_record(topic, value, key, headers, partition, timestamp_ms,
                                    TRACK_FUTURE, context)
 
+    @cython.final
     cdef object _append_record(self, topic, value, key, headers, partition, timestamp_ms,
                                int track, object context):
         cdef AccumulatorCore records = self._records
