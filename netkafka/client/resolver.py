@@ -17,6 +17,7 @@ client_dns_lookup, the Java client's ``client.dns.lookup``:
   address without a reverse entry keeps its literal, as Java's getCanonicalHostName().
   Brokers named by metadata are resolved as with use_all_dns_ips.
 """
+import ipaddress
 import socket
 import threading
 from typing import NamedTuple
@@ -42,10 +43,11 @@ def host_port(host, port):
 def numeric_addresses(host, port):
     """The address of an IP literal, without a lookup; None for a name."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_NUMERICHOST)
-    except socket.gaierror:
-        return None
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None  # a name: never looked up here, whatever the caller's thread
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                               flags=socket.AI_NUMERICHOST)
     return _addresses(host, infos)
 
 
