@@ -207,13 +207,14 @@ def test_a_broker_on_ipv6_serves_bootstrap_and_metadata(node_with_listeners, top
 # -- the setup timeout ----------------------------------------------------------------------
 
 
-def test_setup_timeout_doubles_per_failure_up_to_its_max_and_resets_when_ready(kafka_broker):
+def test_setup_timeout_doubles_per_failed_setup_up_to_its_max_and_resets(kafka_broker):
     # A black-holed proxy accepts the TCP connection and never answers ApiVersions: each
     # attempt runs into its setup timeout, which the error states.
     with TcpProxy(_port(kafka_broker.bootstrap)) as proxy:
         proxy.blackhole()
         pool = IOPool(ConnectionConfig(connect_timeout_ms=100, connect_timeout_max_ms=400,
-                                       reconnect_backoff_ms=10, reconnect_backoff_max_ms=10))
+                                       request_timeout_ms=500, reconnect_backoff_ms=10,
+                                       reconnect_backoff_max_ms=10))
         try:
             conn = pool.connection(-1, "127.0.0.1", proxy.port)
             timeouts_ms = []
@@ -227,6 +228,15 @@ def test_setup_timeout_doubles_per_failure_up_to_its_max_and_resets_when_ready(k
             proxy.forward()
             assert request_metadata(conn, []).result(10).brokers
             assert conn.consecutive_failures == 0
+            # A READY connection that fails (here: a request timeout) does not grow it: the
+            # next setup starts from socket_connection_setup_timeout_ms again, as in Java.
+            proxy.blackhole()
+            with pytest.raises(errors.RequestTimeoutError):
+                request_metadata(conn, []).result(10)
+            with pytest.raises(errors.KafkaTimeoutError) as failure:
+                request_metadata(conn, []).result(10)
+            timeouts_ms.append(int(re.search(r"setup timeout of (\d+) ms",
+                                             str(failure.value)).group(1)))
         finally:
             pool.close()
     # 100 ms * 2**n, +-20% jitter, never above the 400 ms max.
@@ -234,6 +244,7 @@ def test_setup_timeout_doubles_per_failure_up_to_its_max_and_resets_when_ready(k
     assert 160 <= timeouts_ms[1] <= 240
     assert 320 <= timeouts_ms[2] <= 400
     assert 320 <= timeouts_ms[3] <= 400
+    assert 80 <= timeouts_ms[4] <= 120
 
 
 def test_exponential_growth_follows_javas_formula():

@@ -19,7 +19,7 @@ happened in.  A connection failing in setup moves on to the host's next address
 at once; once every address failed, the round ends, and the next one (after the
 reconnect backoff) resolves the name again.  Each attempt's setup (the lookup, or
 one address from TCP connect to READY) is bounded by a setup timeout that doubles
-with consecutive failures, from connect_timeout_ms up to connect_timeout_max_ms,
+with consecutive failed setups, from connect_timeout_ms up to connect_timeout_max_ms,
 with +-20% jitter (the Java client's socket.connection.setup.timeout.ms and its
 max), as the reconnect backoff grows: _exponential_ms() computes both.
 
@@ -134,7 +134,8 @@ class ConnectionConfig:
             one attempt's setup -- name resolution, or TCP connect, the
             transport handshake, the ApiVersions handshake and authentication --
             so a port that accepts but does not speak Kafka fails within it.  It
-            doubles with each consecutive failure, up to the max, +-20% jitter.
+            doubles with each consecutive failed setup (a READY connection
+            that fails starts it again), up to the max, +-20% jitter.
             Defaults 10000 / 30000.
         client_dns_lookup: use_all_dns_ips or
             resolve_canonical_bootstrap_servers_only (resolver.py).
@@ -349,7 +350,10 @@ class BrokerConnection:
         self._io_addresses = collections.deque()
         self._io_address = None
         self._next_attempt_ns = 0  # reconnect backoff: no attempt before this
-        self._failures = 0  # consecutive failed connections
+        self._failures = 0  # consecutive failed connections: the reconnect backoff's count
+        # Consecutive failed setups, the setup timeout's count: as in the Java client, a
+        # READY connection that fails starts it again from 0 (the broker was reachable).
+        self._setup_failures = 0
         self._last_activity_ns = 0
         self._next_correlation_id = 0
         self._in_flight = collections.deque()  # Requests awaiting an answer, oldest first
@@ -706,7 +710,8 @@ class BrokerConnection:
 
     def _io_start_setup_timer(self, now_ns):
         self._setup_timeout_ms = _exponential_ms(
-            self.config.connect_timeout_ms, self.config.connect_timeout_max_ms, self._failures)
+            self.config.connect_timeout_ms, self.config.connect_timeout_max_ms,
+            self._setup_failures)
         self._connect_deadline_ns = now_ns + int(self._setup_timeout_ms * 1_000_000)
 
     def _io_connect_next(self, now_ns):
@@ -769,6 +774,10 @@ class BrokerConnection:
             with self._lock:
                 self._stats["connections_ready"] += 1
             self._io_count_failures(0)
+            self._setup_failures = 0
+            # The round is over: the next connection resolves the name again (as Java, which
+            # resolves again once a connection that was up goes down: the IPs may change).
+            self._io_addresses.clear()
             if self._listener is not None:
                 self._listener.on_ready(self)
 
@@ -1139,7 +1148,7 @@ class BrokerConnection:
                     f"{self._who()}{self._io_at_address()}: {_STAGE_NAMES[self._state]} did "
                     f"not complete within this attempt's setup timeout of "
                     f"{self._setup_timeout_ms:.0f} ms (socket_connection_setup_timeout_ms="
-                    f"{self.config.connect_timeout_ms}, doubling per consecutive failure up "
+                    f"{self.config.connect_timeout_ms}, doubling per consecutive failed setup up "
                     f"to socket_connection_setup_timeout_max_ms="
                     f"{self.config.connect_timeout_max_ms})"), now_ns)
         elif self._state == READY:
@@ -1172,12 +1181,14 @@ class BrokerConnection:
         with self._lock:
             self._last_error = str(error)
         was_ready = self._state == READY
-        next_address = (self._state in _STAGE_NAMES and bool(self._io_addresses)
+        setting_up = self._state in _STAGE_NAMES
+        next_address = (setting_up and bool(self._io_addresses)
                         and isinstance(error, (KafkaConnectionError, KafkaTimeoutError)))
         self._io_close_transport()
         if not next_address:
             self._io_addresses.clear()
         if count_failure:
+            self._setup_failures = self._setup_failures + 1 if setting_up else 0
             self._io_count_failures(self._failures + 1)
             self._next_attempt_ns = now_ns + (0 if next_address else int(_exponential_ms(
                 self.config.reconnect_backoff_ms, self.config.reconnect_backoff_max_ms,
