@@ -6,6 +6,7 @@ test answers getaddrinfo() for a name of its own (a ``.test`` name, which no DNS
 with real addresses -- the machine's resolver knows no such name -- and the connections
 to those addresses are real.
 """
+import contextlib
 import re
 import socket
 import threading
@@ -58,13 +59,6 @@ def node_with_listeners(tmp_path_factory, kafka_jvm_options):
 
 def _port(bootstrap):
     return int(bootstrap.rpartition(":")[2])
-
-
-@pytest.fixture
-def pool():
-    pool = IOPool(ConnectionConfig(request_timeout_ms=10000, connect_timeout_ms=5000))
-    yield pool
-    pool.close()
 
 
 # -- names resolved off the I/O thread, every address tried ------------------------------------
@@ -130,11 +124,15 @@ def test_every_address_of_a_name_is_tried_in_turn(kafka_broker, monkeypatch, top
         b"via the second address"]
 
 
-def test_a_name_that_does_not_resolve_fails_naming_it(pool):
-    conn = pool.connection(-1, "no-such-host.invalid", 9092)
-    with pytest.raises(errors.KafkaConnectionError,
-                       match=r"cannot resolve no-such-host\.invalid:9092 for bootstrap server"):
-        request_metadata(conn, []).result(30)
+def test_a_name_that_does_not_resolve_fails_naming_it():
+    pool = IOPool()
+    try:
+        conn = pool.connection(-1, "no-such-host.invalid", 9092)
+        with pytest.raises(errors.KafkaConnectionError,
+                           match=r"cannot resolve no-such-host\.invalid:9092 for bootstrap"):
+            request_metadata(conn, []).result(30)
+    finally:
+        pool.close()
 
 
 def test_canonical_mode_names_bootstrap_addresses_by_their_reverse_entry(kafka_broker):
@@ -260,10 +258,14 @@ def test_exponential_growth_follows_javas_formula():
 # -- re-bootstrap (KIP-899) ----------------------------------------------------------------
 
 
-def _moving_cluster_producer(node, advertised_proxy, strategy):
+@contextlib.contextmanager
+def _moving_cluster(node_with_listeners, strategy, topic):
     """A producer bootstrapped through a proxy of its own (a load balancer's address) in front
-    of the PROXIED listener, which advertises advertised_proxy: the producer learns the
-    broker at advertised_proxy's address."""
+    of the PROXIED listener, which advertises the node's proxy: the producer learns the broker
+    at that proxy's address, and writes one record there.  Then the cluster moves: the learned
+    address stops answering, and the bootstrap address leads to a listener that advertises a
+    reachable one (PLAINTEXT, 127.0.0.1).  Yields (producer, the learned BrokerInfo)."""
+    node, advertised_proxy = node_with_listeners
     bootstrap = TcpProxy(node.listener_ports[PROXIED_LISTENER.name])
     bootstrap.start()
     producer = Producer(
@@ -271,34 +273,28 @@ def _moving_cluster_producer(node, advertised_proxy, strategy):
         request_timeout_ms=1000, delivery_timeout_ms=4000, retry_backoff_ms=50,
         reconnect_backoff_ms=50, reconnect_backoff_max_ms=200,
         socket_connection_setup_timeout_ms=300, socket_connection_setup_timeout_max_ms=600)
-    return producer, bootstrap
-
-
-def _move_the_cluster(node, advertised_proxy, bootstrap):
-    """The broker's learned address stops answering; the bootstrap address now leads to a
-    listener that advertises a reachable address (PLAINTEXT, 127.0.0.1)."""
-    advertised_proxy.blackhole()
-    bootstrap.retarget(node.broker_port)
+    try:
+        producer.send(topic, b"before").get(timeout=30)
+        (learned,) = producer._metadata.snapshot().brokers.values()
+        assert learned.port == advertised_proxy.port
+        advertised_proxy.blackhole()
+        bootstrap.retarget(node.broker_port)
+        yield producer, learned
+    finally:
+        producer.close()
+        bootstrap.close()
+        advertised_proxy.forward()
 
 
 def test_rebootstrap_resumes_sends_when_every_known_broker_is_unreachable(
         node_with_listeners, topic_name):
-    node, advertised_proxy = node_with_listeners
-    producer, bootstrap = _moving_cluster_producer(node, advertised_proxy, "rebootstrap")
-    try:
-        producer.send(topic_name, b"before").get(timeout=30)
-        (broker,) = producer._metadata.snapshot().brokers.values()
-        assert broker.port == advertised_proxy.port
-        _move_the_cluster(node, advertised_proxy, bootstrap)
+    node, _ = node_with_listeners
+    with _moving_cluster(node_with_listeners, "rebootstrap", topic_name) as (producer, broker):
         after = [producer.send(topic_name, b"after %d" % i) for i in range(3)]
         for future in after:
             future.get(timeout=30)
         (moved,) = producer._metadata.snapshot().brokers.values()
         rebootstraps = producer._metadata.rebootstraps
-    finally:
-        producer.close()
-        bootstrap.close()
-        advertised_proxy.forward()
     assert rebootstraps >= 1
     assert (moved.node_id, moved.port) == (broker.node_id, node.broker_port)
     assert sorted(r.value for r in read_topic(node.bootstrap, topic_name, 4)) == [
@@ -307,19 +303,12 @@ def test_rebootstrap_resumes_sends_when_every_known_broker_is_unreachable(
 
 def test_without_rebootstrap_sends_to_an_unreachable_cluster_time_out(
         node_with_listeners, topic_name):
-    node, advertised_proxy = node_with_listeners
-    producer, bootstrap = _moving_cluster_producer(node, advertised_proxy, "none")
-    try:
-        producer.send(topic_name, b"before").get(timeout=30)
-        _move_the_cluster(node, advertised_proxy, bootstrap)
+    node, _ = node_with_listeners
+    with _moving_cluster(node_with_listeners, "none", topic_name) as (producer, _):
         future = producer.send(topic_name, b"lost cluster")
         with pytest.raises(errors.KafkaTimeoutError,
                            match=r"not delivered within delivery_timeout_ms=4000"):
             future.get(timeout=30)
         rebootstraps = producer._metadata.rebootstraps
-    finally:
-        producer.close()
-        bootstrap.close()
-        advertised_proxy.forward()
     assert rebootstraps == 0
     assert [r.value for r in read_topic(node.bootstrap, topic_name, 1)] == [b"before"]

@@ -284,8 +284,9 @@ class BrokerConnection:
     methods (and runs every ``_io_*`` helper).  Any thread may call submit(),
     request(), reserve_outbound(), release_outbound(), has_room(),
     wait_for_room(), describe(), stats(), wakeup(), set_request_source(),
-    update_address() and read address, state, outbound_bytes, writable and
-    api_versions.
+    update_address() and read address, attempt_address, consecutive_failures,
+    state, outbound_bytes, writable and api_versions.  A resolver thread calls
+    _on_resolved() once, and a SASL prepare thread _prepare_sasl().
 
     It implements the backoff module's Backpressured protocol (has_room,
     wait_for_room, describe), so a strategy can wait on it directly.

@@ -21,7 +21,8 @@ client) only the known brokers are asked, however long they stay unreachable.
 Threads: refreshes are driven on I/O thread 0 (the "metadata thread"); the
 answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
-``_changed``.
+``_changed``.  Lock order: ``_lock``, then the pool's, then a connection's
+(_pick_connection looks at the pool's connections with ``_lock`` held).
 """
 import copy
 import threading
