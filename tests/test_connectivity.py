@@ -18,6 +18,7 @@ from netkafka.client.connection import READY, RESOLVING, ConnectionConfig, _expo
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
 from netkafka.client.resolver import host_port
+from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import Cluster, Listener
 from netkafka.testing.proxy import TcpProxy, proxy_listener
 from netkafka.testing.reader import read_topic
@@ -155,6 +156,30 @@ def test_canonical_mode_names_bootstrap_addresses_by_their_reverse_entry(kafka_b
     # address; a broker named by metadata keeps its advertised host.
     assert bootstrap.attempt_address == (canonical, "127.0.0.1")
     assert known.attempt_address == ("127.0.0.1", "127.0.0.1")
+
+
+def test_canonical_bootstrap_name_is_the_one_tls_verifies(secured_broker, topic_name):
+    # "127.1" reaches 127.0.0.1, whose reverse entry is localhost; the broker's certificate
+    # names 127.0.0.1 and localhost, not "127.1" (use_all_dns_ips fails the hostname check
+    # there: test_tls.test_host_name_checked_by_default_and_not_when_turned_off).  In
+    # canonical mode TLS verifies the canonical name, as Java's client does.
+    try:
+        canonical, _ = socket.getnameinfo(("127.0.0.1", 0), socket.NI_NAMEREQD)
+    except OSError:
+        canonical = None
+    if canonical != "localhost":
+        pytest.skip(f"127.0.0.1's reverse entry here is {canonical!r}, not localhost")
+    listener = secured_broker.listeners["SSL"]
+    create_topic(listener.bootstrap, topic_name, client_config=secured_broker.client_config("SSL"))
+    with Producer(bootstrap_servers=f"127.1:{_port(listener.bootstrap)}",
+                  security_protocol="SSL", ssl_cafile=str(secured_broker.ca_file),
+                  client_dns_lookup="resolve_canonical_bootstrap_servers_only") as producer:
+        producer.send(topic_name, b"verified as localhost", b"k").get(60)
+        (bootstrap,) = [c for c in producer._pool.connections() if c.node_id < 0]
+    assert bootstrap.attempt_address == ("localhost", "127.0.0.1")
+    [record] = read_topic(listener.bootstrap, topic_name, 1,
+                          client_config=secured_broker.client_config("SSL"))
+    assert record.value == b"verified as localhost"
 
 
 @pytest.mark.parametrize("setting, value, message", [
