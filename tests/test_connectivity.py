@@ -284,7 +284,7 @@ def test_exponential_growth_follows_javas_formula():
 
 
 @contextlib.contextmanager
-def _moving_cluster(node_with_listeners, strategy, topic):
+def _moving_cluster(node_with_listeners, strategy, topic, delivery_timeout_ms):
     """A producer bootstrapped through a proxy of its own (a load balancer's address) in front
     of the PROXIED listener, which advertises the node's proxy: the producer learns the broker
     at that proxy's address, and writes one record there.  Then the cluster moves: the learned
@@ -295,7 +295,7 @@ def _moving_cluster(node_with_listeners, strategy, topic):
     bootstrap.start()
     producer = Producer(
         bootstrap_servers=bootstrap.address, acks="all", metadata_recovery_strategy=strategy,
-        request_timeout_ms=1000, delivery_timeout_ms=4000, retry_backoff_ms=50,
+        request_timeout_ms=1000, delivery_timeout_ms=delivery_timeout_ms, retry_backoff_ms=50,
         reconnect_backoff_ms=50, reconnect_backoff_max_ms=200,
         socket_connection_setup_timeout_ms=300, socket_connection_setup_timeout_max_ms=600)
     try:
@@ -314,7 +314,10 @@ def _moving_cluster(node_with_listeners, strategy, topic):
 def test_rebootstrap_resumes_sends_when_every_known_broker_is_unreachable(
         node_with_listeners, topic_name):
     node, _ = node_with_listeners
-    with _moving_cluster(node_with_listeners, "rebootstrap", topic_name) as (producer, broker):
+    # Room for a loaded machine: re-bootstrapping takes one request timeout (1 s) and a few
+    # round trips here.
+    with _moving_cluster(node_with_listeners, "rebootstrap", topic_name,
+                         delivery_timeout_ms=20000) as (producer, broker):
         after = [producer.send(topic_name, b"after %d" % i) for i in range(3)]
         for future in after:
             future.get(timeout=30)
@@ -329,7 +332,8 @@ def test_rebootstrap_resumes_sends_when_every_known_broker_is_unreachable(
 def test_without_rebootstrap_sends_to_an_unreachable_cluster_time_out(
         node_with_listeners, topic_name):
     node, _ = node_with_listeners
-    with _moving_cluster(node_with_listeners, "none", topic_name) as (producer, _):
+    with _moving_cluster(node_with_listeners, "none", topic_name,
+                         delivery_timeout_ms=4000) as (producer, _):
         future = producer.send(topic_name, b"lost cluster")
         with pytest.raises(errors.KafkaTimeoutError,
                            match=r"not delivered within delivery_timeout_ms=4000"):
