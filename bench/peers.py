@@ -93,6 +93,17 @@ def values_for(record_size: int, records: int) -> list[bytes]:
     return [pool[i % len(pool)] for i in range(records)]
 
 
+def write_properties_file(path: Path, properties: Mapping[str, str]) -> Path:
+    """properties as a Java .properties file (a client.properties), its values escaped as
+    java.util.Properties reads them back (a JAAS line holds '=' and quotes)."""
+    def escaped(text: str) -> str:
+        return (text.replace("\\", "\\\\").replace("\n", "\\n")
+                .replace("=", "\\=").replace(":", "\\:"))
+    path.write_text("".join(f"{escaped(key)}={escaped(value)}\n"
+                            for key, value in properties.items()))
+    return path
+
+
 def write_payload_file(path: Path, record_size: int) -> Path:
     """The payload pool as ProducerPerformance's --payload-file: one value per line."""
     path.write_bytes(b"\n".join(payloads(record_size)))
@@ -382,12 +393,17 @@ def parse_producer_performance(output: str) -> PerfSummary:
 class JavaProducerPerformance:
     """Runs Kafka's ProducerPerformance (kafka-tools, from the jars `make kafka` fetched)."""
 
-    def __init__(self, bootstrap: str, settings: Settings, payload_file: Path):
+    def __init__(self, bootstrap: str, settings: Settings, payload_file: Path,
+                 producer_config: Optional[Path] = None):
+        """producer_config: a Java properties file of further producer settings (TLS,
+        SASL), passed as --command-config (4.x's name of --producer.config), as users pass
+        their client.properties."""
         from netkafka.testing.broker import java_executable, kafka_libs_dir
 
         self.settings = settings
         self._bootstrap = bootstrap
         self._payload_file = payload_file
+        self._producer_config = producer_config
         self._java = java_executable()
         self._classpath = f"{kafka_libs_dir()}/*"
 
@@ -406,7 +422,9 @@ class JavaProducerPerformance:
             f"compression.type={s.compression}", f"batch.size={s.batch_size}",
             f"linger.ms={s.linger_ms}",
         ] + ([] if s.transaction_duration_ms is None
-             else ["--transaction-duration-ms", str(s.transaction_duration_ms)])
+             else ["--transaction-duration-ms", str(s.transaction_duration_ms)]) + (
+            [] if self._producer_config is None
+            else ["--command-config", str(self._producer_config)])
 
     def run(self, topic: str, records: int, warmup_records: int,
             throughput: int = -1) -> PerfSummary:
@@ -427,16 +445,17 @@ def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Set
     """A client as a contestant whose rounds send `records` values of settings.record_size
     to topic: a Python runner made now (closed by cleanup; security: its further
     settings), with its values prepared outside the rounds, or ProducerPerformance with
-    --warmup-records of half the count, its payload file written into payload_dir."""
+    --warmup-records of half the count, its payload file (and, with security, Java
+    properties, its client.properties) written into payload_dir."""
     # Imported here: bench/memory_probe.py imports this module, and counts what it loads.
     import rounds
 
     if client == "java":
-        if security:
-            raise ValueError("the Java contestant takes no security settings here")
         java = JavaProducerPerformance(
             bootstrap, settings, write_payload_file(payload_dir / "payloads",
-                                                    settings.record_size))
+                                                    settings.record_size),
+            None if not security else write_properties_file(
+                payload_dir / "client.properties", security))
         return rounds.JavaContestant(java, topic, records, records // 2, broker_pids)
     runner = PYTHON_CLIENTS[client](bootstrap, settings, mode, **(
         {"security": security} if security else {}))
