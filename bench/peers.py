@@ -65,6 +65,9 @@ class Settings:
     linger_ms: int = LINGER_MS
     records_per_commit: Optional[int] = None  # transactions: commit after so many records
     transaction_duration_ms: Optional[int] = None  # the Java tool's commits: after so long
+    # Records above the clients' 1 MiB limits: every client's request (librdkafka: message)
+    # size limit, and the topic's max.message.bytes; None: the defaults.
+    max_request_bytes: Optional[int] = None
 
     @property
     def idempotent(self) -> bool:
@@ -78,6 +81,11 @@ class Settings:
     @property
     def python_compression(self):
         return None if self.compression == "none" else self.compression
+
+    def request_limit(self, name: str) -> dict:
+        """{name: max_request_bytes}, name being a client's own setting, or {} when the
+        defaults hold."""
+        return {} if self.max_request_bytes is None else {name: self.max_request_bytes}
 
 
 def payloads(record_size: int, count: int = PAYLOAD_POOL) -> list[bytes]:
@@ -168,7 +176,7 @@ class NetkafkaRunner(_Runner):
             bootstrap_servers=bootstrap, acks=settings.python_acks,
             compression_type=settings.python_compression,
             batch_size=settings.batch_size, linger_ms=settings.linger_ms,
-            **(security or {}), **transactional)
+            **settings.request_limit("max_request_size"), **(security or {}), **transactional)
         if transactional:
             self._producer.init_transactions()
             self.begin_transaction = self._producer.begin_transaction
@@ -219,7 +227,7 @@ class ConfluentRunner(_Runner):
             "enable.idempotence": settings.idempotent,
             "compression.type": settings.compression,
             "batch.size": settings.batch_size, "linger.ms": settings.linger_ms,
-            **(security or {}),
+            **settings.request_limit("message.max.bytes"), **(security or {}),
         }
         if mode == "error_only":
             config["on_delivery"] = self._on_delivery
@@ -279,7 +287,8 @@ class KafkaPythonRunner(_Runner):
             bootstrap_servers=bootstrap, acks=settings.python_acks,
             enable_idempotence=settings.idempotent,
             compression_type=settings.python_compression,
-            batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+            batch_size=settings.batch_size, linger_ms=settings.linger_ms,
+            **settings.request_limit("max_request_size"))
 
     def send_all(self, topic: str, values) -> None:
         send = self._producer.send
@@ -309,7 +318,8 @@ class AiokafkaRunner(_Runner):
                 bootstrap_servers=bootstrap, acks=settings.python_acks,
                 enable_idempotence=settings.idempotent,
                 compression_type=settings.python_compression,
-                max_batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+                max_batch_size=settings.batch_size, linger_ms=settings.linger_ms,
+                **settings.request_limit("max_request_size"))
             await producer.start()
             return producer
 
@@ -421,6 +431,7 @@ class JavaProducerPerformance:
             f"enable.idempotence={str(s.idempotent).lower()}",
             f"compression.type={s.compression}", f"batch.size={s.batch_size}",
             f"linger.ms={s.linger_ms}",
+            *(f"{name}={value}" for name, value in s.request_limit("max.request.size").items()),
         ] + ([] if s.transaction_duration_ms is None
              else ["--transaction-duration-ms", str(s.transaction_duration_ms)]) + (
             [] if self._producer_config is None
