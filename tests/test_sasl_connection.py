@@ -191,6 +191,40 @@ def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_nam
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)
 
 
+def test_records_queued_when_a_reconnect_is_refused_fail_with_the_authentication_error(
+        secured_broker, topic_name):
+    """A user deleted while its producer is connected: once its session ends (the REAUTH
+    listener's KIP-368 lifetime), the re-authentication and every reconnect are refused.
+    A record sent then is queued for the leader the metadata cache still names; it fails
+    with the broker's refusal at the next refused reconnect, not at delivery_timeout_ms
+    (which would fail it with a timeout error instead)."""
+    mechanism = "SCRAM-SHA-512"
+    user, password = f"dropped-{topic_name[-8:]}", "first-password"
+    admin_topic(secured_broker, topic_name)
+    secured_broker.set_scram_password(user, mechanism, password)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                        sasl_plain_username=user, sasl_plain_password=password,
+                        delivery_timeout_ms=120000)
+    try:
+        first = producer.send(topic_name, key=b"k", value=b"before").get(WAIT_S)
+        secured_broker.delete_scram_user(user, mechanism, password)
+        deadline = time.monotonic() + WAIT_S
+        # The session ends within REAUTH_MS; its re-authentication is refused.
+        while any(conn.state == "ready" for conn in producer._pool.connections()):
+            assert time.monotonic() < deadline, "the producer's connection stayed ready"
+            time.sleep(0.05)
+        future = producer.send(topic_name, key=b"k", value=b"after")
+        with pytest.raises(errors.AuthenticationError) as refused:
+            future.get(WAIT_S)
+    finally:
+        producer.close()
+    assert isinstance(refused.value, errors.SaslAuthenticationFailedError), refused.value
+    assert mechanism in str(refused.value), refused.value
+    records = read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 1)
+    assert records == [(b"k", b"before")] and first.offset == 0
+
+
 def test_connection_settings_check_sasl_and_keep_the_password_out_of_repr():
     settings = {"sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
                 "sasl_plain_password": "s3cret-pw"}
