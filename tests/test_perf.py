@@ -289,3 +289,14 @@ def test_unsupported_security_properties_are_named(tmp_path, line, named):
     assert done.returncode == 2, done.stderr
     assert re.search(named, done.stderr), done.stderr
     assert "hunter2" not in done.stderr
+
+
+def test_the_origin_an_error_names_hides_a_password(tmp_path):
+    path = tmp_path / "client.properties"
+    path.write_text("bootstrap.servers=127.0.0.1:9\nssl.key.password=hunter2-pw\n")
+    done = run_perf("--topic", "t", "--num-records", 10, "--record-size", 10,
+                    "--producer.config", path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert re.search(r"\(ssl.key.password=\[hidden\]\): ssl_password is set but "
+                     r"security_protocol='PLAINTEXT'", done.stderr), done.stderr
+    assert "hunter2" not in done.stderr

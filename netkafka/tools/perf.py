@@ -35,7 +35,7 @@ from array import array
 from jproperties import Properties
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
-from netkafka.config import ProducerConfig, producer_setting
+from netkafka.config import JAVA_TLS_SETTINGS, ProducerConfig, producer_setting
 from netkafka.client.metadata import parse_bootstrap_servers
 
 # At most about this many records per run carry a latency probe.
@@ -180,9 +180,10 @@ def _producer_settings(parser, args):
 
 def _shown_text(name, text):
     """text as an origin may show it: hidden when name is a secret's (kafka-python's
-    name or the Java client's)."""
-    keyword = name.strip().lower().replace(".", "_").replace("-", "_")
-    return HIDDEN if keyword in SECRET_SETTINGS or keyword == "ssl_key_password" else text
+    name or the Java client's, e.g. ssl.key.password for ssl_password)."""
+    java = JAVA_TLS_SETTINGS.get(name.strip().lower())
+    keyword = java[0] if java else name.strip().replace(".", "_").replace("-", "_")
+    return HIDDEN if keyword in SECRET_SETTINGS else text
 
 
 def shown_settings(settings):
