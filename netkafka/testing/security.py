@@ -430,9 +430,12 @@ class SecuredBroker:
     def _wait_for_scram(self, user: str, mechanism: str, password: str, accepted: bool) -> None:
         # The admin's answer means the controller took the change; the broker applies it
         # from the metadata log a moment later.  A login is what shows it applied.
-        spec = self.listener("SASL_PLAINTEXT", mechanism)
-        config = {"bootstrap.servers": spec.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+        # Any listener of this node (or cluster) that takes the mechanism.
+        spec = next(spec for spec in self.listeners.values() if mechanism in spec.sasl_mechanisms)
+        config = {"bootstrap.servers": spec.bootstrap, "security.protocol": spec.security_protocol,
                   "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+        if spec.tls:
+            config["ssl.ca.location"] = str(self.ca_file)
         deadline = time.monotonic() + SCRAM_WAIT_S
         while True:
             try:
