@@ -517,6 +517,9 @@ JAVA_SETTING_HINTS = {
     "sasl.client.callback.handler.class": "Java classes cannot run here: for MSK IAM pass "
                                           "sasl_oauth_token_provider=netkafka.client.sasl."
                                           "msk_iam.MskIamTokenProvider(region) to Producer",
+    "sasl.oauthbearer.token.endpoint.url": "pass sasl_oauth_token_provider=netkafka.client."
+                                           "sasl.oauthbearer.OidcClientCredentialsProvider("
+                                           "url, client_id, client_secret) to Producer",
     "key.serializer": "serializers are Python callables: key_serializer= of Producer",
     "value.serializer": "serializers are Python callables: value_serializer= of Producer",
 }

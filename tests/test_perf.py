@@ -271,6 +271,8 @@ def test_java_security_properties_reach_the_secured_broker(secured_broker, topic
     ("sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler",
      r"sasl.client.callback.handler.class.*MskIamTokenProvider"),
     ("ssl.keystore.type=PKCS12", r"ssl.keystore.type='PKCS12': must be 'PEM'"),
+    ("sasl.oauthbearer.token.endpoint.url=https://idp/token",
+     r"sasl.oauthbearer.token.endpoint.url.*OidcClientCredentialsProvider"),
     (f'sasl.jaas.config={SCRAM_MODULE} required username="alice" password="hunter2-pw"',
      r"sasl.jaas.config.* is not ended by ';'"),
     (f'sasl.jaas.config={SCRAM_MODULE} required username="alice" password="hunter2-pw";\n'
