@@ -685,6 +685,22 @@ def test_msk_iam_token_is_a_presigned_connect_url_for_the_region():
     assert query["User-Agent"].startswith("aws-msk-iam-sasl-signer-python/")
 
 
+def test_token_providers_travel_pickled_as_netkafka_spark_sends_them():
+    """netkafka.spark pickles the settings into its sinks and emitters (cloudpickle): a
+    provider's copy has a lock of its own and no cached token, and makes its own."""
+    import pickle
+    from pyspark import cloudpickle
+    provider = msk_iam.MskIamTokenProvider("eu-west-1",
+                                           aws_credentials_provider=StaticAwsCredentials())
+    provider.token()
+    copy = pickle.loads(cloudpickle.dumps(provider))
+    assert copy._lock is not provider._lock and copy._token is None
+    assert "kafka.eu-west-1.amazonaws.com" in signed_url(copy.token())
+    oidc = oauthbearer.OidcClientCredentialsProvider(
+        "https://idp.example/token", "id", "secret", extensions={"logicalCluster": "lkc-1"})
+    assert pickle.loads(cloudpickle.dumps(oidc)).extensions() == {"logicalCluster": "lkc-1"}
+
+
 def test_msk_iam_token_travels_as_an_oauthbearer_message_the_broker_reads():
     provider = msk_iam.MskIamTokenProvider("us-east-1",
                                            aws_credentials_provider=StaticAwsCredentials())

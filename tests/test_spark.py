@@ -25,6 +25,7 @@ from pyspark import TaskContext, cloudpickle
 from pyspark.sql import SparkSession
 
 from netkafka import spark as nks
+from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
 from netkafka.errors import JaasConfigError, SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -420,6 +421,27 @@ def test_java_security_settings_reach_the_secured_broker(spark, secured_broker, 
                          timeout_s=120, client_config=secured_broker.client_config(listener, "bob"))
     assert sorted(row_id(r) for r in records) == list(range(20_000))
     assert all(r.value == expected_value(row_id(r)) for r in records)
+
+
+def test_an_oidc_token_provider_travels_to_the_executors(spark, secured_broker, topic_name):
+    """OAUTHBEARER has no Java-properties form here: the provider object goes in the
+    settings dict, pickled into the emitter; each executor's copy fetches its own token
+    from the local OIDC endpoint, which the broker checks against its JWKS."""
+    listener = "SASL_SSL_OAUTHBEARER"
+    spec = secured_broker.listeners[listener]
+    create_topic(secured_broker.listeners["PLAINTEXT"].bootstrap, topic_name,
+                 partitions=TOPIC_PARTITIONS)
+    provider = OidcClientCredentialsProvider(secured_broker.oauth.token_url, "alice",
+                                             secured_broker.oauth.clients["alice"])
+    emit = nks.arrow_emitter(topic_name, {
+        "bootstrap.servers": spec.bootstrap, "security.protocol": "SASL_SSL",
+        "ssl.truststore.location": str(secured_broker.ca_file), "sasl.mechanism": "OAUTHBEARER",
+        "sasl_oauth_token_provider": provider}, key="key", value="value")
+    reports = rows_frame(spark, 5000, 2).mapInArrow(emit, emit.schema).collect()
+    assert sum(r.delivered for r in reports) == 5000 and sum(r.failed for r in reports) == 0
+    records = read_topic(spec.bootstrap, topic_name, 5000, timeout_s=120,
+                         client_config=secured_broker.client_config(listener, "bob"))
+    assert sorted(row_id(r) for r in records) == list(range(5000))
 
 
 def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
