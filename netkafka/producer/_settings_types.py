@@ -40,10 +40,12 @@ class ProducerSettings(TypedDict, total=False):
     reconnect_backoff_max_ms: int
     api_version: Optional[Union[tuple[int, ...], str]]
     allow_auto_create_topics: bool
-    client_dns_lookup: str
+    client_dns_lookup: Literal["use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"]
     receive_message_max_bytes: int
     socket_options: list[tuple[int, int, int]]
     socket_connection_setup_timeout_ms: int
+    socket_connection_setup_timeout_max_ms: int
+    metadata_recovery_strategy: Literal["none", "rebootstrap"]
     bootstrap_timeout_ms: int
     metrics_enabled: bool
     interceptors: Optional[list[Any]]  # objects with on_send / on_acknowledgement
