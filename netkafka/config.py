@@ -513,6 +513,32 @@ JAVA_TLS_SETTINGS = {
     "ssl.truststore.type": (None, {"PEM": None}),
     "ssl.keystore.type": (None, {"PEM": None}),
 }
+# Java client settings netkafka has no keyword for, that client configurations carry
+# often: what to do instead (the error for an unknown setting adds it).
+JAVA_SETTING_HINTS = {
+    "ssl.truststore.password": "a PEM trust store has no password (the Java client "
+                               "refuses one too): drop it",
+    "ssl.keystore.password": "a PEM key store has no store password (the Java client "
+                             "refuses one too); an encrypted key's password is "
+                             "ssl.key.password",
+    "ssl.truststore.certificates": "put the certificates in a PEM file and name it in "
+                                   "ssl.truststore.location",
+    "ssl.keystore.certificate.chain": "put the key and the chain in one PEM file and name "
+                                      "it in ssl.keystore.location",
+    "ssl.keystore.key": "put the key and the chain in one PEM file and name it in "
+                        "ssl.keystore.location",
+    "sasl.login.callback.handler.class": "Java classes cannot run here: for OAUTHBEARER "
+                                         "pass sasl_oauth_token_provider (an OIDC or MSK "
+                                         "IAM provider) to Producer",
+    "sasl.client.callback.handler.class": "Java classes cannot run here: for MSK IAM pass "
+                                          "sasl_oauth_token_provider=netkafka.client.sasl."
+                                          "msk_iam.MskIamTokenProvider(region) to Producer",
+    "sasl.oauthbearer.token.endpoint.url": "pass sasl_oauth_token_provider=netkafka.client."
+                                           "sasl.oauthbearer.OidcClientCredentialsProvider("
+                                           "url, client_id, client_secret) to Producer",
+    "key.serializer": "serializers are Python callables: key_serializer= of Producer",
+    "value.serializer": "serializers are Python callables: value_serializer= of Producer",
+}
 
 
 def producer_setting(name, value, origin=None):
@@ -559,8 +585,10 @@ def producer_keyword(name, origin=None):
     """
     keyword = name.strip().replace(".", "_").replace("-", "_")
     if keyword not in _SETTING_DEFAULTS:
+        hint = JAVA_SETTING_HINTS.get(name.strip().lower())
         raise TypeError(f"unknown producer setting {origin or name!r} (read as {keyword!r}): "
-                        f"not one of netkafka.Producer's keyword arguments")
+                        f"not one of netkafka.Producer's keyword arguments"
+                        + (f"; {hint}" if hint else ""))
     return keyword
 
 

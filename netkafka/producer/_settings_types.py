@@ -79,6 +79,7 @@ class ProducerSettings(TypedDict, total=False):
     sasl_kerberos_service_name: str
     sasl_kerberos_domain_name: Optional[str]
     sasl_oauth_token_provider: Any  # an object with token() (kafka-python's interface)
+    sasl_jaas_config: Optional[str]  # netkafka's: PLAIN or SCRAM login module, Java's syntax
     transactional_id: Optional[str]
     transaction_timeout_ms: int
     transaction_version: Optional[int]  # netkafka's: None (V2 where the cluster has it) or 1
