@@ -30,10 +30,13 @@ variables that build writes to FUZZ_DIR/env:
 
 Anything else than the allowed outcomes -- an exception of another type, a record
 read back different, a sanitizer report -- stops the run with the input saved as
-crash-*.  Python code under netkafka is instrumented by atheris.instrument_imports;
-the native modules by clang's -fsanitize=fuzzer-no-link.
+crash-*.  Python code under netkafka is instrumented by atheris.instrument_imports,
+the targets' own input shaping by atheris.instrument_func (so that the choices of
+types and forms count as coverage), the native modules by clang's
+-fsanitize=fuzzer-no-link.
 """
 import array
+import os
 import sys
 
 import atheris
@@ -43,6 +46,7 @@ import atheris
 from kafka.record.default_records import DefaultRecordBatch
 
 with atheris.instrument_imports(include=["netkafka"]):
+    import netkafka
     from netkafka.errors import KafkaError, ProtocolError
     from netkafka.protocol import (
         add_offsets_to_txn, add_partitions_to_txn, api_versions, describe_producers,
@@ -77,6 +81,7 @@ for _module, _decode in (
 _KEYS = sorted(DECODERS)
 
 
+@atheris.instrument_func
 def responses(data):
     if len(data) < 2:
         return
@@ -100,6 +105,7 @@ _READS = (
 )
 
 
+@atheris.instrument_func
 def reader(data):
     if len(data) < 2:
         return
@@ -120,6 +126,7 @@ _POOL = BufferPool(1 << 16, 1 << 22)
 REFUSALS = (TypeError, ValueError, KafkaError)
 
 
+@atheris.instrument_func
 def _blob(fdp, kind):
     """A key, value or header value of some type: mostly bytes-likes, sometimes not."""
     size = fdp.ConsumeIntInRange(0, 2048) if fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 9)
@@ -142,6 +149,7 @@ def _blob(fdp, kind):
     return len(raw)  # an int: refused
 
 
+@atheris.instrument_func
 def _header_key(fdp):
     kind = fdp.ConsumeIntInRange(0, 5)
     raw = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 16))
@@ -156,6 +164,7 @@ def _header_key(fdp):
     return raw.decode("latin-1")
 
 
+@atheris.instrument_func
 def _headers(fdp):
     shape = fdp.ConsumeIntInRange(0, 4)
     if shape == 0:
@@ -173,6 +182,7 @@ def _headers(fdp):
     return tuple(pairs) if shape == 1 else pairs if shape != 4 else iter(pairs)
 
 
+@atheris.instrument_func
 def _timestamp(fdp):
     kind = fdp.ConsumeIntInRange(0, 4)
     if kind == 0:
@@ -195,11 +205,12 @@ def _expected_headers(headers):
             for k, v in headers or ()]
 
 
+@atheris.instrument_func
 def records(data):
     fdp = atheris.FuzzedDataProvider(data)
     codec = CODECS[fdp.ConsumeIntInRange(0, len(CODECS) - 1)]
     batch_size = fdp.ConsumeIntInRange(128, 1 << 16)
-    max_request_size = fdp.ConsumeIntInRange(128, 1 << 17)
+    max_request_size = fdp.ConsumeIntInRange(batch_size, 2 * batch_size)
     buffer = _POOL.try_acquire()
     builder = RecordBatchBuilder(buffer, batch_size, max_request_size, codec)
     appended = []  # (key, value, headers, timestamp or None) as they should read back
@@ -231,6 +242,7 @@ def records(data):
         builder.release()
 
 
+@atheris.instrument_func
 def _append_bulk(fdp, builder, appended):
     """append_many: the rows of send_batch(), a column per argument."""
     count = fdp.ConsumeIntInRange(0, 8)
@@ -285,6 +297,8 @@ def main(argv):
     if len(argv) < 2 or argv[1] not in TARGETS:
         sys.exit(f"usage: {argv[0]} {'|'.join(TARGETS)} [libFuzzer flags] [corpus dirs]")
     target = TARGETS[argv[1]]
+    # Which build is fuzzed: tests/test_fuzz.py checks it is the sanitized one.
+    print(f"targets: netkafka from {os.path.dirname(netkafka.__file__)}", file=sys.stderr)
     atheris.Setup([argv[0]] + argv[2:], target)
     atheris.Fuzz()
 
