@@ -141,6 +141,7 @@ export CORE_REQUIREMENTS
 FUZZ_DIR ?= .fuzz
 FUZZ_RUNS ?= 10000000
 FUZZ_TARGETS ?= responses reader records
+FUZZ_ARGS ?=  # more libFuzzer flags, e.g. -max_total_time=600 -jobs=2
 CLANG_PACKAGES := clang-14 libclang-rt-14-dev
 clang:
 	@missing=$$(for package in $(CLANG_PACKAGES); do \
@@ -161,7 +162,7 @@ fuzz: fuzz-build
 		mkdir -p $(FUZZ_DIR)/corpus/$$target; \
 		echo "== fuzz $$target: $(FUZZ_RUNS) executions"; \
 		env $$(cat $(FUZZ_DIR)/env) $(PY) tests/fuzz/targets.py $$target \
-			-runs=$(FUZZ_RUNS) -print_final_stats=1 \
+			-runs=$(FUZZ_RUNS) -print_final_stats=1 $(FUZZ_ARGS) \
 			-artifact_prefix=$(FUZZ_DIR)/findings/$$target- \
 			$(FUZZ_DIR)/corpus/$$target tests/fuzz/seeds/responses || exit 1; \
 	done

@@ -168,6 +168,8 @@ class _Group:
 def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=None,
                timestamps_ms=None):
     """Producer.send_batch() after serialization: see its docstring."""
+    if type(topic) is not str:
+        raise TypeError(f"topic must be a str, not {type(topic).__name__}")
     # Checked here, not only when the topic's metadata is first waited for: that
     # error would fail the call's rows one by one instead of the call.
     wire_string("topic", topic)
