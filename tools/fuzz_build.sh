@@ -11,8 +11,8 @@
 # every module's hooks find one runtime; atheris then uses that libFuzzer instead of
 # its own copy.  FUZZ_DIR/env holds the variables a run needs.
 #
-# Usage: tools/fuzz_build.sh PYTHON FUZZ_DIR [CLANG]   (idempotent: nothing is done
-# when no source changed since the last build)
+# Usage: tools/fuzz_build.sh PYTHON FUZZ_DIR [CLANG]   (idempotent: the modules are
+# rebuilt only when a native source changed since the last build)
 set -eu
 PYTHON=$1
 FUZZ_DIR=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -33,22 +33,31 @@ for lib in libclang_rt.fuzzer_no_main-x86_64.a libclang_rt.asan-x86_64.so; do
 done
 
 # The sources, as the working tree has them (compiled modules, Cython's C and caches
-# left out).  setup.py recompiles every module of a sanitizer build, so that happens
-# only when a source is newer than the last build.
+# left out), copied every time.  setup.py recompiles every module of a sanitizer build,
+# so that happens only when a native source (.pyx, .pxd, csrc/, setup.py) is newer
+# than the last build.
 SOURCES="netkafka csrc setup.py pyproject.toml README.md LICENSE"
 cd "$HERE"
-if [ ! -f "$FUZZ_DIR/.built" ] || [ -n "$(find $SOURCES -newer "$FUZZ_DIR/.built" \
-        ! -name '*.so' ! -path '*/__pycache__*' ! -name '*.c' -print -quit)" ] || \
-        [ -n "$(find csrc -newer "$FUZZ_DIR/.built" -print -quit)" ]; then
-    rm -rf "$FUZZ_DIR/tree" && mkdir -p "$FUZZ_DIR/tree"
+native_changed() {
+    [ ! -f "$FUZZ_DIR/.built" ] || [ -n "$(find netkafka csrc setup.py -newer "$FUZZ_DIR/.built" \
+        \( -name '*.pyx' -o -name '*.pxd' -o -path 'csrc/*' -o -name setup.py \) -print -quit)" ]
+}
+copy_sources() {
+    mkdir -p "$FUZZ_DIR/tree"
     tar cf - --exclude='*.so' --exclude=__pycache__ --exclude='netkafka/*.c' \
         --exclude='*.html' $SOURCES | (cd "$FUZZ_DIR/tree" && tar xf -)
+}
+if native_changed; then
+    rm -rf "$FUZZ_DIR/tree"
+    copy_sources
     (cd "$FUZZ_DIR/tree" &&
         CC="$CLANG" LDSHARED="$CLANG -shared" CFLAGS="-g" \
         NETKAFKA_SANITIZE=address,undefined,fuzzer-no-link \
         NETKAFKA_BUILD_DIR="$FUZZ_DIR/build" \
         "$PYTHON" setup.py --quiet build_ext --inplace -j 2)
     touch "$FUZZ_DIR/.built"
+else
+    copy_sources
 fi
 
 if [ ! -f "$FUZZ_DIR/libfuzzer_no_main.so" ] || \
