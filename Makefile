@@ -162,7 +162,7 @@ fuzz: fuzz-build
 		mkdir -p $(FUZZ_DIR)/corpus/$$target; \
 		echo "== fuzz $$target: $(FUZZ_RUNS) executions"; \
 		env $$(cat $(FUZZ_DIR)/env) $(PY) tests/fuzz/targets.py $$target \
-			-runs=$(FUZZ_RUNS) -print_final_stats=1 $(FUZZ_ARGS) \
+			-runs=$(FUZZ_RUNS) -rss_limit_mb=4096 -print_final_stats=1 $(FUZZ_ARGS) \
 			-artifact_prefix=$(FUZZ_DIR)/findings/$$target- \
 			$(FUZZ_DIR)/corpus/$$target tests/fuzz/seeds/responses || exit 1; \
 	done
