@@ -28,6 +28,11 @@ variables that build writes to FUZZ_DIR/env:
     env $(cat .fuzz/env) .venv/bin/python tests/fuzz/targets.py records \\
         -runs=10000000 .fuzz/corpus/records tests/fuzz/seeds/responses
 
+Measured (make fuzz FUZZ_ARGS=-max_total_time=360, 2 cores shared with other work, the
+run getting about 38 % of one core; no finding): responses 462 755 executions, 1 281/s,
+2 136 edges; reader 890 788, 2 467/s, 1 162 edges; records 104 418, 289/s, 3 495
+edges.  10 million each at those rates: about 2.2 h, 1.1 h and 9.6 h.
+
 Anything else than the allowed outcomes -- an exception of another type, a record
 read back different, a sanitizer report -- stops the run with the input saved as
 crash-*.  Python code under netkafka is instrumented by atheris.instrument_imports,
