@@ -34,6 +34,7 @@ from netkafka.client.resolver import CLIENT_DNS_LOOKUPS
 from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
 from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
 from netkafka.errors import KafkaConfigurationError, SslConfigError
+from netkafka.protocol.framing import wire_string
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -73,8 +74,6 @@ CODEC_LEVEL_OPTIONS = {"gzip": "compression_gzip_level", "lz4": "compression_lz4
 # transaction_version: None lets each transaction use Transactions V2 where the
 # cluster finalizes it (KIP-890, Kafka 4.0+), V1 elsewhere; 1 keeps to V1.
 TRANSACTION_VERSIONS = (None, 1)
-# Kafka's limit on the bytes of a string field such as the transactional id.
-_STRING_MAX_BYTES = 0x7FFF
 
 
 @dataclass(frozen=True)
@@ -236,6 +235,10 @@ class ProducerConfig(Mapping):
             object.__setattr__(self, "client_id", f"netkafka-producer-{next(_client_ids)}")
         elif not isinstance(self.client_id, str):
             raise ValueError(f"client_id must be a str or None, got {self.client_id!r}")
+        else:
+            # Every request's header carries it: refused now, not as a silent failure
+            # to encode the first request (which looked like a broker that never answered).
+            wire_string("client_id", self.client_id)
         for name in ("key_serializer", "value_serializer"):
             value = getattr(self, name)
             if value is not None and not callable(value) and not callable(
@@ -370,11 +373,11 @@ class ProducerConfig(Mapping):
         return None if legacy is None else legacy[1]
 
     def _check_transactions(self):
-        if self.transactional_id is not None and (
-                not isinstance(self.transactional_id, str) or not self.transactional_id
-                or len(self.transactional_id.encode("utf-8")) > _STRING_MAX_BYTES):
-            raise ValueError(f"transactional_id must be None or a non-empty str of at most "
-                             f"{_STRING_MAX_BYTES} bytes, got {self.transactional_id!r}")
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise ValueError(f"transactional_id must be None or a non-empty str, "
+                                 f"got {self.transactional_id!r}")
+            wire_string("transactional_id", self.transactional_id)
         check_int("transaction_timeout_ms", self.transaction_timeout_ms, 1, maximum=_INT32_MAX)
         check_choice("transaction_version", self.transaction_version, TRANSACTION_VERSIONS)
         if self.transactional_id is not None and not self.enable_idempotence:

@@ -34,7 +34,7 @@ import logging
 from netkafka import errors
 from netkafka._validate import check_choice, check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
-from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.framing import ApiKey, wire_string
 from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
 
 METADATA_RECOVERY_STRATEGIES = ("none", "rebootstrap")
@@ -220,7 +220,14 @@ class Metadata:
         self._thread.call_soon(self._refresh)
 
     def add_topic(self, topic):
-        """Includes topic in every refresh from now on."""
+        """Includes topic in every refresh from now on.
+
+        Raises:
+            TypeError, IllegalArgumentError: topic is no string a request can carry
+                (framing.wire_string): refused before it joins the set, which every
+                later Metadata request encodes.
+        """
+        wire_string("topic", topic)
         with self._lock:
             if topic in self._topics:
                 return

@@ -38,6 +38,7 @@ from netkafka import errors
 from netkafka.producer._batch_send import (fill_rows, group_rows, keyed_partitions,
                                            partitions_array, place_unkeyed_rows)
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
+from netkafka.protocol.framing import wire_string
 from netkafka.record._columns import Rows
 from netkafka.errors import KafkaTimeoutError
 
@@ -169,6 +170,9 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
     """Producer.send_batch() after serialization: see its docstring."""
     if type(topic) is not str:
         raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+    # Checked here, not only when the topic's metadata is first waited for: that
+    # error would fail the call's rows one by one instead of the call.
+    wire_string("topic", topic)
     rows = Rows(values, keys, headers, timestamps_ms)
     result = BatchSendResult(topic, rows.length)
     if rows.length == 0:
