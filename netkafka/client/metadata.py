@@ -17,6 +17,7 @@ shared between them and the callers is guarded by ``_lock``; callers wait on
 ``_changed``.
 """
 import copy
+import logging
 import threading
 import time
 from typing import NamedTuple
@@ -25,7 +26,11 @@ from netkafka import errors
 from netkafka._validate import check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 from netkafka.protocol.framing import ApiKey
-from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
+from netkafka.protocol.metadata import (
+    check_metadata_response, decode_metadata_response, encode_metadata_request,
+)
+
+_log = logging.getLogger(__name__)
 
 
 class BrokerInfo(NamedTuple):
@@ -401,6 +406,14 @@ class Metadata:
             self._on_answer_failed(conn, errors.error_for_code(
                 response.error_code, f"Metadata answer from {conn.describe()}"), now_ns)
             return
+        try:
+            check_metadata_response(response)
+        except errors.ProtocolError as exc:
+            # Well framed, so the connection and the requests in flight on it stay;
+            # only this answer is refused.
+            self._on_answer_failed(conn, errors.ProtocolError(
+                f"Metadata answer from {conn.describe()} refused: {exc}"), now_ns)
+            return
         snapshot = _snapshot_from(response)
         for broker in snapshot.brokers.values():
             if self._pool.get(broker.node_id) is not None:
@@ -430,6 +443,8 @@ class Metadata:
         self._refresh()
 
     def _on_answer_failed(self, conn, error, now_ns):
+        if isinstance(error, errors.ProtocolError):
+            _log.warning("%s; the metadata cache keeps its last good answer", error)
         with self._changed:
             self._fetching = False
             self._last_attempt_ns = now_ns
