@@ -18,6 +18,7 @@ shared between them and the callers is guarded by ``_lock``; callers wait on
 """
 import copy
 import logging
+import re
 import threading
 import time
 from typing import NamedTuple
@@ -202,7 +203,12 @@ class Metadata:
         self._thread.call_soon(self._refresh)
 
     def add_topic(self, topic):
-        """Includes topic in every refresh from now on."""
+        """Includes topic in every refresh from now on.
+
+        Raises:
+            InvalidTopicError: the name breaks Kafka's rule (check_topic_name).
+        """
+        check_topic_name(topic)
         with self._lock:
             if topic in self._topics:
                 return
@@ -253,7 +259,9 @@ class Metadata:
     def wait_for_topic(self, topic, timeout_s):
         """The TopicInfo of topic once the cache has a leader for each of its
         partitions; raises KafkaTimeoutError naming the topic and the reason, or
-        at once IncompatibleBrokerError once a broker turned out unusable."""
+        at once: InvalidTopicError for a name Kafka's rule or the broker refuses,
+        TopicAuthorizationFailedError, IncompatibleBrokerError once a broker
+        turned out unusable."""
         self.add_topic(topic)
         deadline = time.monotonic() + timeout_s
         with self._changed:
@@ -263,11 +271,12 @@ class Metadata:
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
                 self._raise_fatal_error_locked()
-                if info is not None and info.error_code == _TOPIC_AUTHORIZATION_FAILED:
-                    # As the Java client: the ACLs will not change by waiting.
-                    raise errors.TopicAuthorizationFailedError(
-                        f"topic {topic!r}: this principal may not Describe it (the metadata "
-                        "answer refuses it), so it cannot write to it either")
+                if info is not None and info.error_code in _REFUSED_TOPIC:
+                    # As the Java client: neither the name nor the ACLs change by
+                    # waiting.  Later refreshes need not ask for it again.
+                    self._topics.discard(topic)
+                    raise errors.error_for_code(
+                        info.error_code, f"topic {topic!r}: {_REFUSED_TOPIC[info.error_code]}")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -476,7 +485,42 @@ class Metadata:
         return "; ".join(f"{addr}: {err}" for addr, err in self._errors.items())
 
 
-_TOPIC_AUTHORIZATION_FAILED = errors.TopicAuthorizationFailedError.code
+# The topic errors of a Metadata answer that waiting does not cure (the Java
+# producer fails at once on these two as well), and what they mean here.
+_REFUSED_TOPIC = {
+    errors.InvalidTopicError.code: "the broker refuses the name (INVALID_TOPIC_EXCEPTION)",
+    errors.TopicAuthorizationFailedError.code: (
+        "this principal may not Describe it (the metadata answer refuses it), so it "
+        "cannot write to it either"),
+}
+
+# Kafka's own rule for topic names (org.apache.kafka.common.internals.Topic).
+_TOPIC_NAME_MAX_CHARS = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def check_topic_name(topic):
+    """Refuses, before anything goes on the wire, a name every broker refuses: empty,
+    over 249 characters, '.' or '..', or with a character outside a-z A-Z 0-9 . _ -.
+
+    Raises:
+        InvalidTopicError: naming the topic and what is wrong with it.
+    """
+    if not topic:
+        why = "it is empty"
+    elif len(topic) > _TOPIC_NAME_MAX_CHARS:
+        why = f"it has {len(topic)} characters, more than {_TOPIC_NAME_MAX_CHARS}"
+    elif topic in (".", ".."):
+        why = "'.' and '..' are reserved"
+    elif not _TOPIC_NAME.fullmatch(topic):
+        bad = next(c for c in topic if not _TOPIC_NAME.fullmatch(c))
+        why = f"{bad!r} is not allowed"
+    else:
+        return
+    shown = repr(topic) if len(topic) <= 60 else f"{topic[:40]!r}... ({len(topic)} characters)"
+    raise errors.InvalidTopicError(
+        f"topic {shown} is not a valid Kafka topic name: {why} (Kafka allows 1 to "
+        f"{_TOPIC_NAME_MAX_CHARS} characters from a-z, A-Z, 0-9, '.', '_' and '-')")
 
 
 def _snapshot_from(response):

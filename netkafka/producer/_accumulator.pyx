@@ -418,6 +418,8 @@ cdef class ProducerCore:
             TypeError, ValueError: a bad argument (named), a record larger than
                 max_request_size among them.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            InvalidTopicError: a topic name Kafka's rule or the broker refuses (at
+                once, naming the topic); TopicAuthorizationFailedError likewise.
             BackpressureTimeoutError: no memory within max_block_ms.
             RecordDroppedError: no memory and backoff='drop'.
             WalStorageError: the WAL's disk refused (full, unwritable, failed sync).
@@ -466,6 +468,7 @@ cdef class ProducerCore:
         Raises:
             ProducerClosedError: after close().
             TypeError: an argument of the wrong type (named), as send().
+            InvalidTopicError: as send().
         """
         cdef AccumulatorCore records = self._records
         if self._interceptors is not None:

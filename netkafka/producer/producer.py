@@ -295,10 +295,11 @@ class Producer(ProducerCore):
 
     def _counts_as_undelivered(self, error):
         """produce()'s rule: a refusal of the record itself is counted (flush()
-        raises it later); a wrong argument type, and a refusal of every record (a
-        closed producer, a transactional one between transactions) are raised."""
+        raises it later); a wrong argument type, a topic name that can never be
+        written, and a refusal of every record (a closed producer, a transactional
+        one between transactions) are raised."""
         return (isinstance(error, (errors.KafkaError, ValueError))
-                and not isinstance(error, TypeError)
+                and not isinstance(error, (TypeError, errors.InvalidTopicError))
                 and not self._accumulator.refusing())
 
     def send_batch(self, topic, values, keys=None, headers=None, partitions=None,
@@ -341,6 +342,7 @@ class Producer(ProducerCore):
             TypeError, ValueError: an argument of the wrong kind or length (named);
                 nothing was sent.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            InvalidTopicError: a topic name Kafka's rule or the broker refuses.
             NotImplementedError: api_version below (0, 11): the bulk path writes
                 RecordBatch v2 columns only; send() and produce() write legacy sets.
         """
