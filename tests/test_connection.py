@@ -343,6 +343,26 @@ def test_http_server_port_gives_clear_error_without_hanging(make_server, message
     assert elapsed_s < 10
 
 
+def test_request_never_sent_to_a_silent_endpoint_says_why_in_words():
+    """The request outlives its request_timeout_ms before the handshake gives up: the
+    error says where the connection is, not 'vNone (correlation id -1) ... (last
+    error: None)' of a request never framed."""
+    server = _silent_http_server()
+    pool = IOPool(ConnectionConfig(request_timeout_ms=500, connect_timeout_ms=20000))
+    try:
+        conn = pool.connection(-1, "127.0.0.1", server.server_address[1])
+        with pytest.raises(RequestTimeoutError) as failure:
+            request_metadata(conn, []).result(10)
+    finally:
+        pool.close()
+        server.close()
+    text = str(failure.value)
+    assert text == (f"a Metadata request was not sent to bootstrap server "
+                    f"127.0.0.1:{server.server_address[1]} within request_timeout_ms=500: the "
+                    "connection is still in the ApiVersions handshake (is it a Kafka broker?), "
+                    "no error yet")
+
+
 class _RewritingProxy(_BrokerProxy):
     """Rewrites the first Metadata answer: its correlation id (an out-of-order answer)
     or its size prefix (an absurd size).  Hostile-broker input for the connection's

@@ -1,4 +1,5 @@
 """Cluster metadata: bootstrap, the cache and its refreshes, leaders, failover."""
+import logging
 import socket
 import time
 
@@ -10,7 +11,7 @@ from netkafka import Producer, errors
 from netkafka.client.connection import ConnectionConfig
 from netkafka.errors import KafkaTimeoutError
 from netkafka.client.io_pool import IOPool
-from netkafka.client.metadata import Metadata, parse_bootstrap_servers
+from netkafka.client.metadata import Metadata, parse_bootstrap_servers, request_metadata
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
 
@@ -227,3 +228,28 @@ def test_a_killed_leader_is_replaced_though_the_first_refresh_still_names_it(
     assert after.offset == 1
     assert [r.value for r in read_topic(cluster.bootstrap, topic_name, expected_count=2)] == [
         b"before", b"after"]
+
+
+@pytest.mark.parametrize("closed_first", ["metadata", "pool"])
+def test_an_answer_arriving_during_close_is_dropped_quietly(kafka_broker, caplog,
+                                                             closed_first):
+    """A Metadata answer that lands while the producer closes (the cache closed, or the
+    I/O pool already refusing connections) is dropped: no traceback in the log."""
+    pool = IOPool(ConnectionConfig())
+    metadata = Metadata(pool, kafka_broker.bootstrap)
+    try:
+        snapshot = metadata.wait_for_bootstrap(30)
+        (broker,) = snapshot.brokers.values()
+        conn = pool.connection(broker.node_id, broker.host, broker.port)  # followed on answer
+        answer = request_metadata(conn, [])
+        answer.result(30)
+        caplog.set_level(logging.DEBUG)
+        if closed_first == "metadata":
+            metadata.close()
+        pool.close()
+        metadata._on_answer(conn, answer)  # as the I/O thread delivers it, late
+    finally:
+        metadata.close()
+        pool.close()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+    assert metadata.snapshot() is snapshot

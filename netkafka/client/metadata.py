@@ -404,6 +404,10 @@ class Metadata:
             return None  # the pool is closed
 
     def _on_answer(self, conn, future):
+        with self._lock:
+            if self._closed:  # an answer that arrives during close(): nobody waits for it
+                self._fetching = False
+                return
         error = future.exception()
         now_ns = time.monotonic_ns()
         if error is not None:
@@ -424,9 +428,12 @@ class Metadata:
                 f"Metadata answer from {conn.describe()} refused: {exc}"), now_ns)
             return
         snapshot = _snapshot_from(response)
-        for broker in snapshot.brokers.values():
-            if self._pool.get(broker.node_id) is not None:
-                self._pool.connection(broker.node_id, broker.host, broker.port)
+        try:
+            for broker in snapshot.brokers.values():
+                if self._pool.get(broker.node_id) is not None:
+                    self._pool.connection(broker.node_id, broker.host, broker.port)
+        except KafkaConnectionError:
+            return  # the pool closed meanwhile (the producer's close())
         with self._changed:
             old = self._snapshot
             self._snapshot = snapshot
