@@ -1,5 +1,5 @@
 """Values inside a well-formed Metadata answer are checked before use: each hostile
-answer, served by a fake broker in front of the real one (tests/metadata_proxy.py), is
+answer, served by a fake broker in front of the real one (tests/broker_proxy.py), is
 refused with a ProtocolError naming what was wrong, logged, and the producer goes on with
 its last good metadata; records sent meanwhile are read back from the real broker."""
 import logging
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from metadata_proxy import MetadataProxy
+from broker_proxy import MetadataProxy
 from netkafka import Producer
 from netkafka.errors import KafkaTimeoutError
 from netkafka.testing.admin import create_topic

@@ -3,7 +3,7 @@ after max_block_ms: a name against Kafka's rule before anything goes on the wire
 an INVALID_TOPIC_EXCEPTION or TOPIC_AUTHORIZATION_FAILED in the Metadata answer."""
 import pytest
 
-from metadata_proxy import MetadataProxy
+from broker_proxy import MetadataProxy
 from netkafka import Producer, errors
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
