@@ -328,11 +328,6 @@ cdef class AccumulatorCore:
             if count > len(table._queues):
                 table._queues.extend([None] * (count - len(table._queues)))
 
-    def known_topics(self):
-        """Any thread: the topics send() has met so far."""
-        with self.lock:
-            return list(self._topics)
-
 
 cdef int _partition_arg(object partition) except -1:
     if isinstance(partition, bool) or not isinstance(partition, int):

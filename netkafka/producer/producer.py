@@ -716,10 +716,15 @@ class Producer(ProducerCore):
     # Metadata listener (I/O thread) and the broker-aware partitioner's view.
 
     def on_metadata(self, snapshot, moved):
-        """Gives the accumulator fresh partitions of every topic send() has met."""
-        for topic in self._accumulator.known_topics():
-            info = snapshot.topics.get(topic)
-            if info is not None and info.error_code == errors.NO_ERROR and info.partitions:
+        """Gives the accumulator fresh partitions of the topics send() has met whose
+        partitions or leaders changed (only those: with many topics, an answer about
+        one new topic must not cost a pass over all)."""
+        accumulator = self._accumulator
+        for topic in {topic for topic, _ in moved}:
+            with accumulator.lock:
+                known = accumulator.table_locked(topic) is not None
+            info = snapshot.topics[topic]
+            if known and info.error_code == errors.NO_ERROR and info.partitions:
                 self._give_partitions(topic, info)
 
     def _leaders_for(self, topic):
