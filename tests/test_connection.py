@@ -282,7 +282,8 @@ def _silent_http_server():
 
 @pytest.mark.parametrize("make_server, message", [
     (_silent_http_server, r"the ApiVersions handshake \(is it a Kafka broker\?\) did not "
-                          r"complete within connect_timeout_ms=2000"),
+                          r"complete within this attempt.s setup timeout of \d+ ms "
+                          r"\(socket_connection_setup_timeout_ms=2000"),
     (_Http400Server, r"sent a response size of 1213486160 bytes \(first bytes b'HTTP'.*the "
                      r"peer does not speak the Kafka protocol"),
 ], ids=["silent", "answers-400"])

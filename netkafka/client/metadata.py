@@ -20,10 +20,18 @@ leader) is asked for again, alone, after ``retry_backoff_ms``.  After each
 answer the pool's connections follow the brokers' addresses and the listeners
 (the sender) hear which partition leaders changed.
 
+Re-bootstrap (KIP-899, ``metadata_recovery_strategy="rebootstrap"``): when no
+connection is ready and every known broker's connection has failed since it was
+last ready, the known brokers may all have moved (a cluster replaced behind its
+bootstrap name): the next requests go to the bootstrap addresses again, as at
+the start, until one answers.  With "none" (the default, as the Java 3.x
+client) only the known brokers are asked, however long they stay unreachable.
+
 Threads: refreshes are driven on I/O thread 0 (the "metadata thread"); the
 answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
-``_changed``.
+``_changed``.  Lock order: ``_lock``, then the pool's, then a connection's
+(_pick_connection looks at the pool's connections with ``_lock`` held).
 """
 import copy
 import logging
@@ -33,14 +41,15 @@ import time
 from typing import NamedTuple
 
 from netkafka import errors
-from netkafka._validate import check_int
+from netkafka._validate import check_choice, check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.metadata import (
     check_metadata_response, decode_metadata_response, encode_metadata_request,
 )
 
-_log = logging.getLogger(__name__)
+METADATA_RECOVERY_STRATEGIES = ("none", "rebootstrap")
+_log = logging.getLogger("netkafka.client.metadata")
 
 
 class BrokerInfo(NamedTuple):
@@ -151,12 +160,18 @@ class Metadata:
         retry_backoff_ms: at most one refresh per this interval. Default 100.
         allow_auto_topic_creation: asked of the broker (which also needs
             auto.create.topics.enable). Default True, as the Java producer.
+        metadata_recovery_strategy: "none" or "rebootstrap" (KIP-899, see the
+            module's story). Default "none", as the Java 3.x client.
     """
 
     def __init__(self, pool, bootstrap_servers, metadata_max_age_ms=300000,
-                 retry_backoff_ms=100, allow_auto_topic_creation=True):
+                 retry_backoff_ms=100, allow_auto_topic_creation=True,
+                 metadata_recovery_strategy="none"):
         check_int("metadata_max_age_ms", metadata_max_age_ms, 1)
         check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        check_choice("metadata_recovery_strategy", metadata_recovery_strategy,
+                     METADATA_RECOVERY_STRATEGIES)
+        self._rebootstrap = metadata_recovery_strategy == "rebootstrap"  # immutable
         self._pool = pool  # immutable
         self._bootstrap = parse_bootstrap_servers(bootstrap_servers)  # immutable
         self.metadata_max_age_ms = metadata_max_age_ms  # immutable
@@ -185,6 +200,10 @@ class Metadata:
         self._last_success_ns = 0  # guarded by _lock: when the last full refresh ended
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
+        # Guarded by _lock: asking the bootstrap addresses again, every known broker
+        # being unreachable (re-bootstrap), until one answers; and how often it began.
+        self._rebootstrapping = False
+        self._rebootstraps = 0
         self._errors = {}  # guarded by _lock: address -> last error there
         # Guarded by _lock: an error that waiting cannot fix -- an authentication
         # failure (a certificate, a password) or a broker netkafka cannot use at all
@@ -345,6 +364,13 @@ class Metadata:
         with self._lock:
             return self._updates
 
+    @property
+    def rebootstraps(self):
+        """Times the known brokers were all unreachable and the bootstrap addresses were
+        asked again (metadata_recovery_strategy="rebootstrap")."""
+        with self._lock:
+            return self._rebootstraps
+
     def close(self):
         with self._changed:
             self._closed = True
@@ -439,7 +465,8 @@ class Metadata:
             if ready:
                 ready.sort(key=lambda c: c.node_id < 0)  # known brokers first
                 return ready[0]
-            if self._snapshot is not None and self._snapshot.brokers:
+            if (self._snapshot is not None and self._snapshot.brokers
+                    and not self._rebootstrap_due_locked()):
                 brokers = sorted(self._snapshot.brokers.values())
                 broker = brokers[self._next_candidate % len(brokers)]
                 self._next_candidate += 1
@@ -450,6 +477,23 @@ class Metadata:
             return self._pool.connection(-1 - index, host, port)
         except KafkaConnectionError:
             return None  # the pool is closed
+
+    def _rebootstrap_due_locked(self):
+        """With "rebootstrap": True once every known broker's connection has failed since
+        it was last ready (a broker never tried yet is not unreachable), and until the
+        bootstrap addresses answer."""
+        if not self._rebootstrap or self._rebootstrapping:
+            return self._rebootstrapping
+        connections = [self._pool.get(node_id) for node_id in self._snapshot.brokers]
+        if not all(c is not None and c.consecutive_failures for c in connections):
+            return False
+        self._rebootstrapping = True
+        self._rebootstraps += 1
+        self._next_candidate = 0
+        _log.warning("every known broker (%s) is unreachable: asking bootstrap_servers for "
+                     "metadata again (metadata_recovery_strategy='rebootstrap')",
+                     ", ".join(c.describe() for c in connections))
+        return True
 
     def _on_answer(self, conn, future):
         with self._lock:
@@ -489,6 +533,7 @@ class Metadata:
             self._updates += 1
             self._fetching = False
             self._fatal_error = None  # some broker answers: waiting is not in vain
+            self._rebootstrapping = False
             self._last_attempt_ns = now_ns
             self._next_candidate = 0
             if full:
@@ -534,7 +579,7 @@ class Metadata:
         self._incomplete.discard(topic)
 
     def _candidate_count(self):
-        if self._snapshot is not None and self._snapshot.brokers:
+        if self._snapshot is not None and self._snapshot.brokers and not self._rebootstrapping:
             return len(self._snapshot.brokers)
         return len(self._bootstrap)
 

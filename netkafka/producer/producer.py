@@ -192,7 +192,8 @@ class Producer(ProducerCore):
             metadata = Metadata(pool, config.bootstrap_servers,
                                 metadata_max_age_ms=config.metadata_max_age_ms,
                                 retry_backoff_ms=config.retry_backoff_ms,
-                                allow_auto_topic_creation=config.allow_auto_create_topics)
+                                allow_auto_topic_creation=config.allow_auto_create_topics,
+                                metadata_recovery_strategy=config.metadata_recovery_strategy)
             transaction = None
             if config.transactional_id is not None:
                 idempotence = TransactionalProducerIds(
