@@ -274,6 +274,8 @@ class Request:
 
     def describe(self):
         name = api_name(self.api_key)
+        if self.correlation_id < 0:  # not framed yet: no version or correlation id
+            return f"a {name} request"
         return f"{name} v{self.api_version} (correlation id {self.correlation_id})"
 
 
@@ -1168,11 +1170,17 @@ class BrokerConnection:
                     (expired if now_ns >= request.deadline_ns else keep).append(request)
                 self._submitted = keep
             last_error = self._last_error
+        if expired:
+            if last_error is not None:
+                why = f"the last attempt failed: {last_error}"
+            elif self._state in _STAGE_NAMES:
+                why = f"the connection is still in {_STAGE_NAMES[self._state]}, no error yet"
+            else:
+                why = f"the connection is {self._state}, no error yet"
         for request in expired:
             _complete(request, None, RequestTimeoutError(
                 f"{request.describe()} was not sent to {self._who()} within "
-                f"request_timeout_ms={self.config.request_timeout_ms} "
-                f"(last error: {last_error})"))
+                f"request_timeout_ms={self.config.request_timeout_ms}: {why}"))
 
     def _io_fail(self, error, now_ns, count_failure=True):
         """Closes the socket; every request handed to this connection fails

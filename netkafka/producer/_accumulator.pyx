@@ -328,11 +328,6 @@ cdef class AccumulatorCore:
             if count > len(table._queues):
                 table._queues.extend([None] * (count - len(table._queues)))
 
-    def known_topics(self):
-        """Any thread: the topics send() has met so far."""
-        with self.lock:
-            return list(self._topics)
-
 
 cdef int _partition_arg(object partition) except -1:
     if isinstance(partition, bool) or not isinstance(partition, int):
@@ -420,6 +415,8 @@ cdef class ProducerCore:
                 lone surrogate, over 32767 UTF-8 bytes) is an IllegalArgumentError,
                 refused before the producer keeps it.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            InvalidTopicError: a topic name Kafka's rule or the broker refuses (at
+                once, naming the topic); TopicAuthorizationFailedError likewise.
             BackpressureTimeoutError: no memory within max_block_ms.
             RecordDroppedError: no memory and backoff='drop'.
             WalStorageError: the WAL's disk refused (full, unwritable, failed sync).
@@ -468,6 +465,7 @@ cdef class ProducerCore:
         Raises:
             ProducerClosedError: after close().
             TypeError: an argument of the wrong type (named), as send().
+            InvalidTopicError: as send().
         """
         cdef AccumulatorCore records = self._records
         if self._interceptors is not None:
