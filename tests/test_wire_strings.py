@@ -61,7 +61,7 @@ def test_transactional_offsets_strings_are_checked_when_given():
 
 
 # (what the call is, the call on producer p with a good topic, the error, the message)
-BAD_TOPIC = r"^topic 'orders-\\udc80' is not a valid Kafka topic name: '\\udc80' is not allowed"
+BAD_TOPIC = r"topic 'orders-\\udc80' is not a valid Kafka topic name: '\\udc80' is not allowed"
 
 BAD_CALLS = [
     # A topic is held to Kafka's own name rule (metadata.check_topic_name), stricter than
@@ -69,7 +69,7 @@ BAD_CALLS = [
     ("send, lone surrogate topic", lambda p, topic: p.send(LONE_SURROGATE_TOPIC, b"v"),
      InvalidTopicError, BAD_TOPIC),
     ("send, oversize topic", lambda p, topic: p.send(OVERSIZE_TOPIC, b"v"),
-     InvalidTopicError, r"^topic .* is not a valid Kafka topic name: it has 10923 characters"),
+     InvalidTopicError, r"topic .* is not a valid Kafka topic name: it has 10923 characters"),
     ("produce, lone surrogate topic", lambda p, topic: p.produce(LONE_SURROGATE_TOPIC, b"v"),
      InvalidTopicError, BAD_TOPIC),
     ("send_batch, lone surrogate topic",
