@@ -8,7 +8,8 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean wal-kill
+.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean wal-kill \
+	clang fuzz-build fuzz fuzz-seeds
 
 all: test
 
@@ -85,7 +86,7 @@ demo: build kafka
 # lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
 # the run before any broker starts; then mypy --strict on examples/ and tests/typing/ as a
 # user's type checker reads the stubs (pyproject.toml's [tool.mypy]).
-test: kerberos build kafka
+test: kerberos build kafka fuzz-build
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m pytest tests
@@ -128,6 +129,46 @@ project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print(" ".join(project["dependencies"] + project["optional-dependencies"]["test-core"]))
 endef
 export CORE_REQUIREMENTS
+
+# Coverage-guided fuzzing of the native code (tests/fuzz/targets.py: the response
+# decoders, the Reader, the record builder fed hostile records) with atheris, the test
+# extra's fuzzer.  clang from the OS packages: the native modules are rebuilt by
+# tools/fuzz_build.sh into FUZZ_DIR with AddressSanitizer, UBSan and libFuzzer's coverage
+# hooks (-fsanitize=fuzzer-no-link), which gcc does not have.  `make fuzz` runs each
+# target for FUZZ_RUNS executions, seeded with a real broker's answers
+# (tests/fuzz/seeds, refreshed by `make fuzz-seeds`); a finding stops it, saved under
+# FUZZ_DIR/findings.  `make test` fuzzes each target for 20 s (tests/test_fuzz.py).
+FUZZ_DIR ?= .fuzz
+FUZZ_RUNS ?= 10000000
+FUZZ_TARGETS ?= responses reader records
+FUZZ_ARGS ?=  # more libFuzzer flags, e.g. -max_total_time=600 -jobs=2
+CLANG_PACKAGES := clang-14 libclang-rt-14-dev
+clang:
+	@missing=$$(for package in $(CLANG_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q "ok installed" || echo $$package; \
+	done); \
+	if [ -n "$$missing" ] && ! command -v clang >/dev/null; then \
+		echo "apt-get: installing" $$missing; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+fuzz-build: $(VENV_STAMP) clang
+	tools/fuzz_build.sh $(PY) $(FUZZ_DIR)
+
+fuzz: fuzz-build
+	@mkdir -p $(FUZZ_DIR)/findings
+	@for target in $(FUZZ_TARGETS); do \
+		mkdir -p $(FUZZ_DIR)/corpus/$$target; \
+		echo "== fuzz $$target: $(FUZZ_RUNS) executions"; \
+		env $$(cat $(FUZZ_DIR)/env) $(PY) tests/fuzz/targets.py $$target \
+			-runs=$(FUZZ_RUNS) -rss_limit_mb=4096 -print_final_stats=1 $(FUZZ_ARGS) \
+			-artifact_prefix=$(FUZZ_DIR)/findings/$$target- \
+			$(FUZZ_DIR)/corpus/$$target tests/fuzz/seeds/responses || exit 1; \
+	done
+
+fuzz-seeds: build kafka
+	$(PY) tests/fuzz/capture_seeds.py
 
 # The faults of tests/test_chaos.py (SIGKILL, rolling restart, SIGSTOP, black hole on the
 # three-node cluster), each run CHAOS_ROUNDS times: a race may show in one run of several.

@@ -11,6 +11,7 @@ additions it does not need:
                 also: rounds, load_1m, others_cores, round_seconds, round_client_cpu_s,
                 round_broker_cpu_s
     throughput_tls  the same over TLS (bench/test_bench_tls.py), a table of its own
+    throughput_sasl_ssl  the same over SASL_SSL (bench/test_bench_tls.py), a table too
     latency     suite, client, mode, rate, records, p50_ms, p99_ms, max_ms,
                 client_ns_per_record, broker_ns_per_record
                 also: record_size, acks, linger_ms, load_1m, others_cores
@@ -42,7 +43,8 @@ RESULTS = []
 def record_throughput(benchmark, settings: "peers.Settings", measured: dict,
                       suite: str = "throughput") -> None:
     """measured: {(client, mode): [rounds.Round, ...]}, as rounds.alternate() returns it;
-    suite: "throughput", or "throughput_tls" for rows over the secured broker's TLS."""
+    suite: "throughput", or "throughput_tls" / "throughput_sasl_ssl" for rows over the
+    secured broker's SSL / SASL_SSL listener."""
     rows = []
     for (client, mode), client_rounds in measured.items():
         costs = rounds.summary(client_rounds)

@@ -65,6 +65,9 @@ class Settings:
     linger_ms: int = LINGER_MS
     records_per_commit: Optional[int] = None  # transactions: commit after so many records
     transaction_duration_ms: Optional[int] = None  # the Java tool's commits: after so long
+    # Records above the clients' 1 MiB limits: every client's request (librdkafka: message)
+    # size limit, and the topic's max.message.bytes; None: the defaults.
+    max_request_bytes: Optional[int] = None
 
     @property
     def idempotent(self) -> bool:
@@ -79,6 +82,11 @@ class Settings:
     def python_compression(self):
         return None if self.compression == "none" else self.compression
 
+    def request_limit(self, name: str) -> dict:
+        """{name: max_request_bytes}, name being a client's own setting, or {} when the
+        defaults hold."""
+        return {} if self.max_request_bytes is None else {name: self.max_request_bytes}
+
 
 def payloads(record_size: int, count: int = PAYLOAD_POOL) -> list[bytes]:
     """`count` distinct values of `record_size` random letters, the same on every call."""
@@ -91,6 +99,17 @@ def values_for(record_size: int, records: int) -> list[bytes]:
     """The values of one run: the payload pool cycled up to `records` entries."""
     pool = payloads(record_size)
     return [pool[i % len(pool)] for i in range(records)]
+
+
+def write_properties_file(path: Path, properties: Mapping[str, str]) -> Path:
+    """properties as a Java .properties file (a client.properties), its values escaped as
+    java.util.Properties reads them back (a JAAS line holds '=' and quotes)."""
+    def escaped(text: str) -> str:
+        return (text.replace("\\", "\\\\").replace("\n", "\\n")
+                .replace("=", "\\=").replace(":", "\\:"))
+    path.write_text("".join(f"{escaped(key)}={escaped(value)}\n"
+                            for key, value in properties.items()))
+    return path
 
 
 def write_payload_file(path: Path, record_size: int) -> Path:
@@ -157,7 +176,7 @@ class NetkafkaRunner(_Runner):
             bootstrap_servers=bootstrap, acks=settings.python_acks,
             compression_type=settings.python_compression,
             batch_size=settings.batch_size, linger_ms=settings.linger_ms,
-            **(security or {}), **transactional)
+            **settings.request_limit("max_request_size"), **(security or {}), **transactional)
         if transactional:
             self._producer.init_transactions()
             self.begin_transaction = self._producer.begin_transaction
@@ -208,7 +227,7 @@ class ConfluentRunner(_Runner):
             "enable.idempotence": settings.idempotent,
             "compression.type": settings.compression,
             "batch.size": settings.batch_size, "linger.ms": settings.linger_ms,
-            **(security or {}),
+            **settings.request_limit("message.max.bytes"), **(security or {}),
         }
         if mode == "error_only":
             config["on_delivery"] = self._on_delivery
@@ -268,7 +287,8 @@ class KafkaPythonRunner(_Runner):
             bootstrap_servers=bootstrap, acks=settings.python_acks,
             enable_idempotence=settings.idempotent,
             compression_type=settings.python_compression,
-            batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+            batch_size=settings.batch_size, linger_ms=settings.linger_ms,
+            **settings.request_limit("max_request_size"))
 
     def send_all(self, topic: str, values) -> None:
         send = self._producer.send
@@ -298,7 +318,8 @@ class AiokafkaRunner(_Runner):
                 bootstrap_servers=bootstrap, acks=settings.python_acks,
                 enable_idempotence=settings.idempotent,
                 compression_type=settings.python_compression,
-                max_batch_size=settings.batch_size, linger_ms=settings.linger_ms)
+                max_batch_size=settings.batch_size, linger_ms=settings.linger_ms,
+                **settings.request_limit("max_request_size"))
             await producer.start()
             return producer
 
@@ -382,12 +403,17 @@ def parse_producer_performance(output: str) -> PerfSummary:
 class JavaProducerPerformance:
     """Runs Kafka's ProducerPerformance (kafka-tools, from the jars `make kafka` fetched)."""
 
-    def __init__(self, bootstrap: str, settings: Settings, payload_file: Path):
+    def __init__(self, bootstrap: str, settings: Settings, payload_file: Path,
+                 producer_config: Optional[Path] = None):
+        """producer_config: a Java properties file of further producer settings (TLS,
+        SASL), passed as --command-config (4.x's name of --producer.config), as users pass
+        their client.properties."""
         from netkafka.testing.broker import java_executable, kafka_libs_dir
 
         self.settings = settings
         self._bootstrap = bootstrap
         self._payload_file = payload_file
+        self._producer_config = producer_config
         self._java = java_executable()
         self._classpath = f"{kafka_libs_dir()}/*"
 
@@ -405,8 +431,11 @@ class JavaProducerPerformance:
             f"enable.idempotence={str(s.idempotent).lower()}",
             f"compression.type={s.compression}", f"batch.size={s.batch_size}",
             f"linger.ms={s.linger_ms}",
+            *(f"{name}={value}" for name, value in s.request_limit("max.request.size").items()),
         ] + ([] if s.transaction_duration_ms is None
-             else ["--transaction-duration-ms", str(s.transaction_duration_ms)])
+             else ["--transaction-duration-ms", str(s.transaction_duration_ms)]) + (
+            [] if self._producer_config is None
+            else ["--command-config", str(self._producer_config)])
 
     def run(self, topic: str, records: int, warmup_records: int,
             throughput: int = -1) -> PerfSummary:
@@ -427,16 +456,17 @@ def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Set
     """A client as a contestant whose rounds send `records` values of settings.record_size
     to topic: a Python runner made now (closed by cleanup; security: its further
     settings), with its values prepared outside the rounds, or ProducerPerformance with
-    --warmup-records of half the count, its payload file written into payload_dir."""
+    --warmup-records of half the count, its payload file (and, with security, Java
+    properties, its client.properties) written into payload_dir."""
     # Imported here: bench/memory_probe.py imports this module, and counts what it loads.
     import rounds
 
     if client == "java":
-        if security:
-            raise ValueError("the Java contestant takes no security settings here")
         java = JavaProducerPerformance(
             bootstrap, settings, write_payload_file(payload_dir / "payloads",
-                                                    settings.record_size))
+                                                    settings.record_size),
+            None if not security else write_properties_file(
+                payload_dir / "client.properties", security))
         return rounds.JavaContestant(java, topic, records, records // 2, broker_pids)
     runner = PYTHON_CLIENTS[client](bootstrap, settings, mode, **(
         {"security": security} if security else {}))

@@ -308,7 +308,13 @@ def throughput_tls_lines(rows):
     return throughput_lines(rows, "Throughput over TLS (the secured broker's SSL listener)")
 
 
+def throughput_sasl_ssl_lines(rows):
+    return throughput_lines(rows, "Throughput over SASL_SSL (the secured broker's SASL_SSL "
+                                  "listener, PLAIN)")
+
+
 SECTIONS = {"throughput": throughput_lines, "throughput_tls": throughput_tls_lines,
+            "throughput_sasl_ssl": throughput_sasl_ssl_lines,
             "latency": latency_lines, "memory": memory_lines,
             "transactions": transactions_lines, "spark": spark_lines}
 

@@ -25,8 +25,11 @@ clients' rows go into its extra_info ("clients"), and its own time is the whole 
 The matrix: record size 100 B, 1 KiB, 128 KiB x acks 1, all x compression none, lz4,
 zstd, each cell with 8 client modes.  By default a subset (DEFAULT_CASES: 6 of the 18
 cells); NETKAFKA_BENCH_FULL=1 runs all 18 (three times as long).  The 100 B acks=all cell
-also has send_batch() with a pyarrow array, and beside the matrix, always, netkafka send()
-and kafka-python at kafka-python's defaults (batch 16 KiB, linger 0; acks 1 and all).
+also has send_batch() with a pyarrow array, and beside the matrix, always: netkafka send()
+and kafka-python at kafka-python's defaults (batch 16 KiB, linger 0; acks 1 and all), and
+records of 1 MiB (acks=1, no compression) from netkafka, confluent-kafka and the Java
+producer, whose request limits and topic take 2 MiB (LARGE_MAX_REQUEST_BYTES).  At large
+records CPU per record over the record size is the CPU per byte.
 Names read like `test_throughput[100B-acks1-none]`, so `-k` picks cells, and
 NETKAFKA_BENCH_CLIENTS (client-mode names, comma-separated, e.g.
 "netkafka-send,confluent-kafka-error_only") picks the clients of each:
@@ -52,7 +55,8 @@ from netkafka.testing.admin import create_topic
 
 PARTITIONS = 3
 KiB = 1024
-SIZES = {"100B": 100, "1KiB": KiB, "128KiB": 128 * KiB}
+SIZES = {"100B": 100, "1KiB": KiB, "128KiB": 128 * KiB, "1MiB": peers.MiB}
+MATRIX_SIZES = ("100B", "1KiB", "128KiB")
 ACKS = {"acks1": "1", "acksall": "all"}
 COMPRESSIONS = ("none", "lz4", "zstd")
 CLIENT_MODES = (
@@ -63,6 +67,12 @@ CLIENT_MODES = (
 # send_batch() with a pyarrow array (from the earlier producer benchmark), in this cell.
 ARROW = ("netkafka", "send_batch_arrow")
 ARROW_CELL = ("100B", "acksall", "none")
+# Beside the matrix: records of 1 MiB, the clients whose cost per MB is compared (issue 18).
+LARGE_CELL = ("1MiB", "acks1", "none")
+LARGE_CLIENT_MODES = (("netkafka", "send"), ("confluent-kafka", "error_only"), ("java", "send"))
+# A 1 MiB value with its record's, batch's and request's headers is above every client's
+# (and the broker's) 1 MiB default limit: the clients and the topic get twice that.
+LARGE_MAX_REQUEST_BYTES = 2 * peers.MiB
 # Beside the matrix: netkafka against kafka-python, both at kafka-python's defaults.
 DEFAULTS_CLIENT_MODES = (("netkafka", "send"), ("kafka-python", "send"))
 DEFAULT_BATCH_SIZE = 16384  # kafka-python's (and netkafka's) default batch_size
@@ -113,17 +123,21 @@ SELECTED = selected_clients(os.environ.get("NETKAFKA_BENCH_CLIENTS", ""))
 
 
 def records_per_round(client_mode, record_size: int) -> int:
-    by_count = EXPECTED_MSGS_PER_S[client_mode] * ROUND_SECONDS
+    by_count = max(MIN_RECORDS, EXPECTED_MSGS_PER_S[client_mode] * ROUND_SECONDS)
     by_bytes = EXPECTED_MB_PER_S * peers.MiB * ROUND_SECONDS / record_size
-    wanted = int(min(by_count, by_bytes))
+    # MIN_RECORDS bounds the count, not the bytes: 500 records of 1 MiB would be a round of
+    # several seconds per client.
+    wanted = max(1, int(min(by_count, by_bytes)))
     magnitude = 10 ** max(len(str(wanted)) - 2, 0)  # two significant digits
-    return max(MIN_RECORDS, wanted // magnitude * magnitude)
+    return wanted // magnitude * magnitude
 
 
 def _cells():
-    combos = (itertools.product(SIZES, ACKS, COMPRESSIONS) if FULL else DEFAULT_CASES)
+    combos = (itertools.product(MATRIX_SIZES, ACKS, COMPRESSIONS) if FULL else DEFAULT_CASES)
     cells = [(combo, CLIENT_MODES + ((ARROW,) if combo == ARROW_CELL else ()),
               peers.BATCH_SIZE, peers.LINGER_MS, "-".join(combo)) for combo in combos]
+    cells.append((LARGE_CELL, LARGE_CLIENT_MODES, peers.BATCH_SIZE, peers.LINGER_MS,
+                  "-".join(LARGE_CELL)))
     cells += [(("100B", acks, "none"), DEFAULTS_CLIENT_MODES, DEFAULT_BATCH_SIZE, 0,
                f"100B-{acks}-none-defaults") for acks in ACKS]
     for (size, acks, compression), clients, batch_size, linger_ms, name in cells:
@@ -136,7 +150,9 @@ def _cells():
                          list(_cells()))
 def test_throughput(benchmark, kafka_broker, broker_pids, topic_name, tmp_path, size, acks,
                     compression, batch_size, linger_ms, clients):
-    settings = peers.Settings(SIZES[size], ACKS[acks], compression, batch_size, linger_ms)
+    settings = peers.Settings(SIZES[size], ACKS[acks], compression, batch_size, linger_ms,
+                              max_request_bytes=(LARGE_MAX_REQUEST_BYTES
+                                                 if SIZES[size] >= peers.MiB else None))
     benchmark.group = (f"throughput {size} acks={settings.acks} {compression} "
                        f"batch={batch_size} linger={linger_ms}")
     run_cell(benchmark, settings, clients, kafka_broker.bootstrap, kafka_broker.bootstrap,
@@ -159,7 +175,9 @@ def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pi
         topics, contestants = {}, {}
         for client, mode in clients:
             topic = topics[client, mode] = f"{topic_name}-{client}-{mode}"
-            create_topic(admin_bootstrap, topic, partitions=PARTITIONS)
+            create_topic(admin_bootstrap, topic, partitions=PARTITIONS,
+                         config={"max.message.bytes": str(settings.max_request_bytes)}
+                         if settings.max_request_bytes else None)
             stack.callback(peers.delete_topic, admin_bootstrap, topic)
             records = records_per_round((client, mode), settings.record_size)
             if settings.batch_size != peers.BATCH_SIZE:  # small batches: a fraction of the rate

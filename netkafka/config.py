@@ -29,9 +29,12 @@ from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int
 from netkafka.client.connection import ConnectionConfig
+from netkafka.client.metadata import METADATA_RECOVERY_STRATEGIES
+from netkafka.client.resolver import CLIENT_DNS_LOOKUPS
 from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
 from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
 from netkafka.errors import KafkaConfigurationError, SslConfigError
+from netkafka.protocol.framing import wire_string
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -68,12 +71,9 @@ UNSUPPORTED_OPTIONS = {
 # KIP-390's per-codec levels (the Java client's compression.<codec>.level).
 CODEC_LEVEL_OPTIONS = {"gzip": "compression_gzip_level", "lz4": "compression_lz4_level",
                        "zstd": "compression_zstd_level"}
-CLIENT_DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
 # transaction_version: None lets each transaction use Transactions V2 where the
 # cluster finalizes it (KIP-890, Kafka 4.0+), V1 elsewhere; 1 keeps to V1.
 TRANSACTION_VERSIONS = (None, 1)
-# Kafka's limit on the bytes of a string field such as the transactional id.
-_STRING_MAX_BYTES = 0x7FFF
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,13 @@ class ProducerConfig(Mapping):
     allow_auto_create_topics           honoured (Metadata requests ask for it)
     receive_message_max_bytes          honoured: a larger response is refused
     socket_options                     honoured: setsockopt() on every broker socket
-    socket_connection_setup_timeout_ms honoured: bound on connect + handshakes
+    socket_connection_setup_timeout_ms honoured: bound on connect + handshakes,
+                                       growing with failures up to
+                                       socket_connection_setup_timeout_max_ms
     metrics_enabled                    honoured: False makes metrics() return None
-    client_dns_lookup                  checked, not honoured: the first address of
-                                       a name is used (both modes agree on that)
+    client_dns_lookup                  honoured: names resolved off the I/O
+                                       threads, every address tried in turn
+                                       (client/resolver.py)
     bootstrap_timeout_ms               checked, not honoured: __init__ does not
                                        connect; the first send() waits up to
                                        max_block_ms for metadata instead
@@ -113,6 +116,8 @@ class ProducerConfig(Mapping):
     netkafka's own: io_threads, high_watermark_bytes, low_watermark_bytes,
     backoff, interceptors, compression_level (and the Java client's per-codec
     compression_gzip_level / compression_lz4_level / compression_zstd_level).
+    The Java client's socket_connection_setup_timeout_max_ms and
+    metadata_recovery_strategy (KIP-899 re-bootstrap, client/metadata.py).
     """
 
     bootstrap_servers: object = "localhost:9092"
@@ -152,6 +157,10 @@ class ProducerConfig(Mapping):
     socket_options: object = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
     # Not a kafka-python 3 producer setting (its network manager's); the Java name.
     socket_connection_setup_timeout_ms: int = ConnectionConfig.connect_timeout_ms
+    socket_connection_setup_timeout_max_ms: int = ConnectionConfig.connect_timeout_max_ms
+    # KIP-899: 'none' (the Java 3.x default) or 'rebootstrap': when every known broker
+    # is unreachable, metadata is fetched from bootstrap_servers again.
+    metadata_recovery_strategy: str = "none"
     bootstrap_timeout_ms: int = 30000
     metrics_enabled: object = True
     # Java's ProducerInterceptor: objects with on_send(record) and
@@ -226,6 +235,10 @@ class ProducerConfig(Mapping):
             object.__setattr__(self, "client_id", f"netkafka-producer-{next(_client_ids)}")
         elif not isinstance(self.client_id, str):
             raise ValueError(f"client_id must be a str or None, got {self.client_id!r}")
+        else:
+            # Every request's header carries it: refused now, not as a silent failure
+            # to encode the first request (which looked like a broker that never answered).
+            wire_string("client_id", self.client_id)
         for name in ("key_serializer", "value_serializer"):
             value = getattr(self, name)
             if value is not None and not callable(value) and not callable(
@@ -276,6 +289,10 @@ class ProducerConfig(Mapping):
         check_int("receive_message_max_bytes", self.receive_message_max_bytes, 4)
         check_int("socket_connection_setup_timeout_ms",
                   self.socket_connection_setup_timeout_ms, 1)
+        check_int("socket_connection_setup_timeout_max_ms",
+                  self.socket_connection_setup_timeout_max_ms, 1)
+        check_choice("metadata_recovery_strategy", self.metadata_recovery_strategy,
+                     METADATA_RECOVERY_STRATEGIES)
         check_int("bootstrap_timeout_ms", self.bootstrap_timeout_ms, 0)
         _check_socket_options(self.socket_options)
         _check_interceptors(self.interceptors)
@@ -356,11 +373,11 @@ class ProducerConfig(Mapping):
         return None if legacy is None else legacy[1]
 
     def _check_transactions(self):
-        if self.transactional_id is not None and (
-                not isinstance(self.transactional_id, str) or not self.transactional_id
-                or len(self.transactional_id.encode("utf-8")) > _STRING_MAX_BYTES):
-            raise ValueError(f"transactional_id must be None or a non-empty str of at most "
-                             f"{_STRING_MAX_BYTES} bytes, got {self.transactional_id!r}")
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise ValueError(f"transactional_id must be None or a non-empty str, "
+                                 f"got {self.transactional_id!r}")
+            wire_string("transactional_id", self.transactional_id)
         check_int("transaction_timeout_ms", self.transaction_timeout_ms, 1, maximum=_INT32_MAX)
         check_choice("transaction_version", self.transaction_version, TRANSACTION_VERSIONS)
         if self.transactional_id is not None and not self.enable_idempotence:
@@ -454,6 +471,8 @@ class ProducerConfig(Mapping):
             low_watermark_bytes=self.low_watermark_bytes,
             max_response_bytes=self.receive_message_max_bytes,
             connect_timeout_ms=self.socket_connection_setup_timeout_ms,
+            connect_timeout_max_ms=self.socket_connection_setup_timeout_max_ms,
+            client_dns_lookup=self.client_dns_lookup,
             socket_options=tuple(tuple(option) for option in self.socket_options),
             produce_version=(None if legacy_produce(self.api_version) is None
                              else legacy_produce(self.api_version)[0]),
@@ -496,6 +515,32 @@ JAVA_TLS_SETTINGS = {
                                               {"https": True, "": False}),
     "ssl.truststore.type": (None, {"PEM": None}),
     "ssl.keystore.type": (None, {"PEM": None}),
+}
+# Java client settings netkafka has no keyword for, that client configurations carry
+# often: what to do instead (the error for an unknown setting adds it).
+JAVA_SETTING_HINTS = {
+    "ssl.truststore.password": "a PEM trust store has no password (the Java client "
+                               "refuses one too): drop it",
+    "ssl.keystore.password": "a PEM key store has no store password (the Java client "
+                             "refuses one too); an encrypted key's password is "
+                             "ssl.key.password",
+    "ssl.truststore.certificates": "put the certificates in a PEM file and name it in "
+                                   "ssl.truststore.location",
+    "ssl.keystore.certificate.chain": "put the key and the chain in one PEM file and name "
+                                      "it in ssl.keystore.location",
+    "ssl.keystore.key": "put the key and the chain in one PEM file and name it in "
+                        "ssl.keystore.location",
+    "sasl.login.callback.handler.class": "Java classes cannot run here: for OAUTHBEARER "
+                                         "pass sasl_oauth_token_provider (an OIDC or MSK "
+                                         "IAM provider) to Producer",
+    "sasl.client.callback.handler.class": "Java classes cannot run here: for MSK IAM pass "
+                                          "sasl_oauth_token_provider=netkafka.client.sasl."
+                                          "msk_iam.MskIamTokenProvider(region) to Producer",
+    "sasl.oauthbearer.token.endpoint.url": "pass sasl_oauth_token_provider=netkafka.client."
+                                           "sasl.oauthbearer.OidcClientCredentialsProvider("
+                                           "url, client_id, client_secret) to Producer",
+    "key.serializer": "serializers are Python callables: key_serializer= of Producer",
+    "value.serializer": "serializers are Python callables: value_serializer= of Producer",
 }
 
 
@@ -543,8 +588,10 @@ def producer_keyword(name, origin=None):
     """
     keyword = name.strip().replace(".", "_").replace("-", "_")
     if keyword not in _SETTING_DEFAULTS:
+        hint = JAVA_SETTING_HINTS.get(name.strip().lower())
         raise TypeError(f"unknown producer setting {origin or name!r} (read as {keyword!r}): "
-                        f"not one of netkafka.Producer's keyword arguments")
+                        f"not one of netkafka.Producer's keyword arguments"
+                        + (f"; {hint}" if hint else ""))
     return keyword
 
 

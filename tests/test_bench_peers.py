@@ -89,6 +89,25 @@ def test_java_producer_performance_runs_and_is_parsed(kafka_broker, topic_name, 
     assert peers.acknowledged_records(kafka_broker.bootstrap, topic_name) == RECORDS + 100
 
 
+@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])
+def test_java_producer_performance_takes_a_client_properties(secured_broker, topic_name,
+                                                             tmp_path, listener):
+    """The TLS benchmark's Java settings (a JAAS line: '=' and quotes) reach the JVM intact:
+    its records are written over the secured listener."""
+    for name in ("e2e_results", "test_bench_e2e_throughput"):
+        _bench_module(name)
+    tls_bench = _bench_module("test_bench_tls")
+    plaintext = secured_broker.listeners["PLAINTEXT"].bootstrap
+    create_topic(plaintext, topic_name, partitions=3)
+    bootstrap, security = tls_bench.client_settings(secured_broker, listener)
+    java = peers.JavaProducerPerformance(
+        bootstrap, peers.Settings(1024, acks="all"), peers.write_payload_file(tmp_path / "p", 1024),
+        peers.write_properties_file(tmp_path / "client.properties", security["java"]))
+    summary = java.run(topic_name, RECORDS, warmup_records=0)
+    assert summary.records == RECORDS
+    assert peers.acknowledged_records(plaintext, topic_name) == RECORDS
+
+
 @pytest.mark.parametrize("client, mode", PYTHON_CASES, ids=[f"{c}-{m}" for c, m in PYTHON_CASES])
 def test_runner_gets_every_record_acknowledged(kafka_broker, topic_name, client, mode):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=3)

@@ -11,6 +11,7 @@ import pytest
 
 from batch_helpers import (as_read, connection_states, io_stack, make_batch, new_buffer_pool,
                            release_batches)
+from broker_proxy import BrokerProxy, recv_exactly
 from netkafka import errors
 from netkafka.client.connection import (AUTHENTICATING, CONNECTING, DISCONNECTED,
                                         NEGOTIATING_VERSIONS, READY, TRANSPORT_HANDSHAKE,
@@ -164,47 +165,7 @@ def test_pipelined_requests_on_one_connection_answer_in_order(kafka_broker):
     assert conn.stats()["in_flight_peak"] == 8
 
 
-class _BrokerProxy:
-    """A TCP proxy to the broker: the client's bytes pass through untouched, the
-    broker's go through _answers(src, dst), which each subclass defines."""
-
-    def __init__(self, target):
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.threads = []
-        accept = threading.Thread(target=self._accept, daemon=True)
-        accept.start()
-        self.threads.append(accept)
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            for fn, args in ((self._pipe, (client, upstream)),
-                             (self._answers, (upstream, client))):
-                t = threading.Thread(target=fn, args=args, daemon=True)
-                t.start()
-                self.threads.append(t)
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            dst.close()
-
-    def close(self):
-        self.listener.close()
-
-
-class _RechunkingProxy(_BrokerProxy):
+class _RechunkingProxy(BrokerProxy):
     """Passes the broker's bytes on cut anywhere: each read from the broker goes on
     in segments of sizes cycling through SEGMENTS_BYTES (inside a size prefix, across
     two answers), the last segment of a read cut short."""
@@ -321,7 +282,8 @@ def _silent_http_server():
 
 @pytest.mark.parametrize("make_server, message", [
     (_silent_http_server, r"the ApiVersions handshake \(is it a Kafka broker\?\) did not "
-                          r"complete within connect_timeout_ms=2000"),
+                          r"complete within this attempt.s setup timeout of \d+ ms "
+                          r"\(socket_connection_setup_timeout_ms=2000"),
     (_Http400Server, r"sent a response size of 1213486160 bytes \(first bytes b'HTTP'.*the "
                      r"peer does not speak the Kafka protocol"),
 ], ids=["silent", "answers-400"])
@@ -343,7 +305,27 @@ def test_http_server_port_gives_clear_error_without_hanging(make_server, message
     assert elapsed_s < 10
 
 
-class _RewritingProxy(_BrokerProxy):
+def test_request_never_sent_to_a_silent_endpoint_says_why_in_words():
+    """The request outlives its request_timeout_ms before the handshake gives up: the
+    error says where the connection is, not 'vNone (correlation id -1) ... (last
+    error: None)' of a request never framed."""
+    server = _silent_http_server()
+    pool = IOPool(ConnectionConfig(request_timeout_ms=500, connect_timeout_ms=20000))
+    try:
+        conn = pool.connection(-1, "127.0.0.1", server.server_address[1])
+        with pytest.raises(RequestTimeoutError) as failure:
+            request_metadata(conn, []).result(10)
+    finally:
+        pool.close()
+        server.close()
+    text = str(failure.value)
+    assert text == (f"a Metadata request was not sent to bootstrap server "
+                    f"127.0.0.1:{server.server_address[1]} within request_timeout_ms=500: the "
+                    "connection is still in the ApiVersions handshake (is it a Kafka broker?), "
+                    "no error yet")
+
+
+class _RewritingProxy(BrokerProxy):
     """Rewrites the first Metadata answer: its correlation id (an out-of-order answer)
     or its size prefix (an absurd size).  Hostile-broker input for the connection's
     checks; everything else passes through untouched."""
@@ -357,9 +339,9 @@ class _RewritingProxy(_BrokerProxy):
         frames = 0
         try:
             while True:
-                header = _recv_exactly(src, 8)
+                header = recv_exactly(src, 8)
                 size, correlation_id = struct.unpack(">ii", header)
-                body = _recv_exactly(src, size - 4)
+                body = recv_exactly(src, size - 4)
                 frames += 1
                 if frames == 2 and not self.rewritten.is_set():  # frame 1 is ApiVersions
                     self.rewritten.set()
@@ -374,14 +356,14 @@ class _RewritingProxy(_BrokerProxy):
             dst.close()
 
 
-class _ClosingProxy(_BrokerProxy):
+class _ClosingProxy(BrokerProxy):
     """A broker that closes the connection during version negotiation: the
     ApiVersions request reaches the real broker, its answer is dropped and the
     client's connection closed instead."""
 
     def _answers(self, src, dst):
         try:
-            _recv_exactly(src, 4)  # the broker started answering
+            recv_exactly(src, 4)  # the broker started answering
         except OSError:
             pass
         finally:
@@ -405,16 +387,6 @@ def test_close_during_version_negotiation_names_the_stage(kafka_broker, pool, ca
     assert connection_states(caplog, f"127.0.0.1:{proxy.port}")[:4] == [
         CONNECTING, TRANSPORT_HANDSHAKE, NEGOTIATING_VERSIONS, DISCONNECTED]
     assert conn.stats()["connections_ready"] == 0
-
-
-def _recv_exactly(sock, n):
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise OSError("closed")
-        data += chunk
-    return data
 
 
 @pytest.mark.parametrize("mode, message", [

@@ -1,4 +1,5 @@
 """Cluster metadata: bootstrap, the cache and its refreshes, leaders, failover."""
+import logging
 import socket
 import time
 
@@ -7,10 +8,11 @@ from confluent_kafka import ElectionType, TopicPartition
 
 from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
 from netkafka import Producer, errors
+from netkafka.client import metadata as metadata_module
 from netkafka.client.connection import ConnectionConfig
 from netkafka.errors import KafkaTimeoutError
 from netkafka.client.io_pool import IOPool
-from netkafka.client.metadata import Metadata, parse_bootstrap_servers
+from netkafka.client.metadata import Metadata, parse_bootstrap_servers, request_metadata
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
 
@@ -227,3 +229,68 @@ def test_a_killed_leader_is_replaced_though_the_first_refresh_still_names_it(
     assert after.offset == 1
     assert [r.value for r in read_topic(cluster.bootstrap, topic_name, expected_count=2)] == [
         b"before", b"after"]
+
+
+@pytest.mark.parametrize("closed_first", ["metadata", "pool"])
+def test_an_answer_arriving_during_close_is_dropped_quietly(kafka_broker, caplog,
+                                                             closed_first):
+    """A Metadata answer that lands while the producer closes (the cache closed, or the
+    I/O pool already refusing connections) is dropped: no traceback in the log."""
+    pool = IOPool(ConnectionConfig())
+    metadata = Metadata(pool, kafka_broker.bootstrap)
+    try:
+        snapshot = metadata.wait_for_bootstrap(30)
+        (broker,) = snapshot.brokers.values()
+        conn = pool.connection(broker.node_id, broker.host, broker.port)  # followed on answer
+        answer = request_metadata(conn, [])
+        answer.result(30)
+        caplog.set_level(logging.DEBUG)
+        if closed_first == "metadata":
+            metadata.close()
+        pool.close()
+        metadata._on_answer(conn, answer)  # as the I/O thread delivers it, late
+    finally:
+        metadata.close()
+        pool.close()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+    assert metadata.snapshot() is snapshot
+
+
+def test_a_new_topic_does_not_wait_for_retry_backoff(kafka_broker, topic_name):
+    """A new topic is asked for at once: with retry_backoff_ms far beyond max_block_ms,
+    both a fresh producer's first send and a later send to another new topic resolve
+    (each used to wait out retry_backoff_ms after the answer before it, so they timed
+    out here)."""
+    later = f"{topic_name}-later"
+    for name in (topic_name, later):
+        create_topic(kafka_broker.bootstrap, name)
+    # Without idempotence: InitProducerId's retries wait retry_backoff_ms too.
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, retry_backoff_ms=60000,
+                  max_block_ms=10000, acks=1, enable_idempotence=False) as producer:
+        producer.send(topic_name, b"first").get(30)
+        producer.send(later, b"later").get(30)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, later, 1)] == [b"later"]
+
+
+def test_each_new_topic_is_asked_for_once_and_alone(kafka_broker, topic_name, monkeypatch):
+    """As topics accumulate, the request for a new one names only what is new (so its
+    cost stays flat), and a topic whose answer was usable is not asked for again."""
+    names = [f"{topic_name}-{i:02d}" for i in range(30)]
+    for name in names:
+        create_topic(kafka_broker.bootstrap, name)
+    asked = []  # the topics of each Metadata request, as encoded
+    encode = metadata_module.encode_metadata_request
+
+    def spying_encode(correlation_id, client_id, version, topics=None, *args):
+        asked.append(list(topics))
+        return encode(correlation_id, client_id, version, topics, *args)
+
+    monkeypatch.setattr(metadata_module, "encode_metadata_request", spying_encode)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap) as producer:
+        producer.send(names[0], b"x").get(30)
+        bootstrap_requests = len(asked)  # 1, or 2 when the connection was ready first
+        for name in names[1:]:
+            producer.send(name, b"x").get(30)
+    later = asked[bootstrap_requests:]
+    assert later == [[name] for name in names[1:]]
+    assert [t for request in asked[:bootstrap_requests] for t in request] == [names[0]]

@@ -224,3 +224,81 @@ def test_properties_file_is_read_as_java_reads_it(tmp_path):
                     "client.id: caf\\u00e9\nsasl.jaas.config a\\=b\n")
     assert perf.read_properties(path) == [("bootstrap.servers", "h1:9092,h2:9092"),
                                           ("client.id", "café"), ("sasl.jaas.config", "a=b")]
+
+
+# -- Java-style security properties against the secured broker ---------------------------
+
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+def secured_properties(secured_broker, listener, tmp_path):
+    """A client.properties for `listener` as a Java client's user writes it (alice, by
+    SCRAM in sasl.jaas.config)."""
+    path = tmp_path / "client.properties"
+    path.write_text("".join(f"{key}={value}\n" for key, value in
+                            secured_broker.java_client_config(listener).items()))
+    return path
+
+
+# MTLS through a properties file: tests/test_tls.py.
+@pytest.mark.parametrize("listener", ["SASL_SSL_SCRAM_SHA_512", "SASL_SSL_SCRAM_SHA_256"])
+def test_java_security_properties_reach_the_secured_broker(secured_broker, topic_name, tmp_path,
+                                                           listener):
+    create_topic(secured_broker.listeners["PLAINTEXT"].bootstrap, topic_name, partitions=3)
+    properties = secured_properties(secured_broker, listener, tmp_path)
+    done = run_perf("--topic", topic_name, "--num-records", 500, "--record-size", 50,
+                    "--producer.config", properties, "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["records_sent"] == 500 and summary["records_failed"] == 0
+    # The summary shows the settings as read, never a password.
+    shown = summary["producer_config"]
+    assert shown["security_protocol"] == secured_broker.listeners[listener].security_protocol
+    assert shown["ssl_cafile"] == str(secured_broker.ca_file) and shown["ssl_check_hostname"]
+    for secret in ("sasl_jaas_config", "ssl_password"):
+        assert shown.get(secret, perf.HIDDEN) == perf.HIDDEN
+    for secret in (secured_broker.client_certs["alice"].key_password,
+                   *(passwords["alice"] for passwords in secured_broker.passwords.values())):
+        assert secret not in done.stdout + done.stderr
+    records = read_topic(secured_broker.listeners[listener].bootstrap, topic_name, 500,
+                         client_config=secured_broker.client_config(listener, "bob"))
+    assert len(records) == 500 and {len(r.value) for r in records} == {50}
+
+
+@pytest.mark.parametrize("line, named", [
+    ("ssl.truststore.password=changeit", r"ssl.truststore.password.*a PEM trust store has no "
+                                         r"password"),
+    ("sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler",
+     r"sasl.client.callback.handler.class.*MskIamTokenProvider"),
+    ("ssl.keystore.type=PKCS12", r"ssl.keystore.type='PKCS12': must be 'PEM'"),
+    ("sasl.oauthbearer.token.endpoint.url=https://idp/token",
+     r"sasl.oauthbearer.token.endpoint.url.*OidcClientCredentialsProvider"),
+    (f'sasl.jaas.config={SCRAM_MODULE} required username="alice" password="hunter2-pw"',
+     r"sasl.jaas.config.* is not ended by ';'"),
+    (f'sasl.jaas.config={SCRAM_MODULE} required username="alice" password="hunter2-pw";\n'
+     "sasl.mechanism=PLAIN", r"needs PlainLoginModule"),
+    (f'sasl.jaas.config={SCRAM_MODULE} required username="alice" password="hunter2-pw";\n'
+     "sasl.mechanism=GSSAPI", r"PLAIN and SCRAM login modules only"),
+    (f'sasl.jaas.config={SCRAM_MODULE} required username="alice" password="hunter2-pw";\n'
+     "sasl.plain.password=hunter2-pw", r"sasl_jaas_config and sasl_plain_password are both set"),
+])
+def test_unsupported_security_properties_are_named(tmp_path, line, named):
+    path = tmp_path / "client.properties"
+    path.write_text(f"bootstrap.servers=127.0.0.1:9\nsecurity.protocol=SASL_SSL\n"
+                    f"sasl.mechanism=SCRAM-SHA-512\n{line}\n")
+    done = run_perf("--topic", "t", "--num-records", 10, "--record-size", 10,
+                    "--producer.config", path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert re.search(named, done.stderr), done.stderr
+    assert "hunter2" not in done.stderr
+
+
+def test_the_origin_an_error_names_hides_a_password(tmp_path):
+    path = tmp_path / "client.properties"
+    path.write_text("bootstrap.servers=127.0.0.1:9\nssl.key.password=hunter2-pw\n")
+    done = run_perf("--topic", "t", "--num-records", 10, "--record-size", 10,
+                    "--producer.config", path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert re.search(r"\(ssl.key.password=\[hidden\]\): ssl_password is set but "
+                     r"security_protocol='PLAINTEXT'", done.stderr), done.stderr
+    assert "hunter2" not in done.stderr

@@ -16,7 +16,7 @@ from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, Kafka
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError)
 from netkafka.config import COMPRESSION_TYPES
-from netkafka.errors import SaslConfigError, SslConfigError
+from netkafka.errors import IllegalArgumentError, SaslConfigError, SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
@@ -430,7 +430,17 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"compression_type='lz4' needs Kafka 0\.8\.2\+; api_version=\(0, 8, 1\)"),
     ({"transactional_id": ""}, ValueError, r"transactional_id must be None or a non-empty str"),
     ({"transactional_id": 7}, ValueError, r"transactional_id must be None or a non-empty str"),
-    ({"transactional_id": "t" * 40000}, ValueError, r"of at most 32767 bytes"),
+    ({"transactional_id": "t" * 40000}, IllegalArgumentError,
+     r"transactional_id 'tttt.*\(40000 characters\) cannot be sent: it is 40000 bytes in "
+     r"UTF-8, and a Kafka string holds at most 32767"),
+    ({"transactional_id": "tx-\udc80"}, IllegalArgumentError,
+     r"transactional_id 'tx-\\udc80' cannot be sent: Kafka strings are UTF-8, and "
+     r"'\\udc80' at index 3 has no UTF-8 form \(surrogates not allowed\)"),
+    ({"client_id": "app-\ud800"}, IllegalArgumentError,
+     r"client_id 'app-\\ud800' cannot be sent: Kafka strings are UTF-8"),
+    ({"client_id": "\u20ac" * 11000}, IllegalArgumentError,
+     r"client_id .* cannot be sent: it is 33000 bytes in UTF-8, and a Kafka string holds "
+     r"at most 32767"),
     ({"transactional_id": "tx-1", "acks": 1}, ValueError, r"transactional_id needs acks='all'"),
     ({"transactional_id": "tx-1", "enable_idempotence": False}, ValueError,
      r"transactional_id needs enable_idempotence=True"),

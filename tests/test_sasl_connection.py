@@ -5,9 +5,8 @@ tokens from the local OIDC endpoint, checked by the broker against its JWKS); wh
 wrote is read back by confluent-kafka, configured on its own from the fixture.  Refusals:
 a wrong password, a mechanism the listener does not enable, ACLs denying a topic or the
 cluster's IdempotentWrite.  KIP-368: the REAUTH listener grants sessions of REAUTH_MS, so a
-producer writing for several of them must re-authenticate without losing a record.
-
-SASL_SSL is not here: the TLS transport comes from another branch.
+producer writing for several of them must re-authenticate without losing a record.  Every mechanism also runs over SASL_SSL (the recipes of the README: Confluent
+Cloud's SASL_SSL/PLAIN, MSK's SASL_SSL/SCRAM).
 """
 import time
 
@@ -64,12 +63,15 @@ def read_back(broker, topic, listener, count):
     return sorted((r.key, r.value) for r in records)
 
 
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
 @pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
-def test_each_mechanism_produces_over_sasl_plaintext(secured_broker, topic_name, mechanism):
-    listener = listener_name("SASL_PLAINTEXT", mechanism)
+def test_each_mechanism_produces(secured_broker, topic_name, mechanism, protocol):
+    listener = listener_name(protocol, mechanism)
     admin_topic(secured_broker, topic_name)
+    tls = {"security_protocol": protocol, "ssl_cafile": str(secured_broker.ca_file)} \
+        if protocol == "SASL_SSL" else {}
     producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
-                        **sasl_settings(secured_broker, mechanism))
+                        **{**sasl_settings(secured_broker, mechanism), **tls})
     try:
         sent = send_all(producer, topic_name)
     finally:
@@ -189,6 +191,40 @@ def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_nam
     # Some exchange began with Produce requests awaiting answers, which all succeeded.
     assert sum(s["in_flight_at_reauthentication"] for s in stats) > 0, stats
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)
+
+
+def test_records_queued_when_a_reconnect_is_refused_fail_with_the_authentication_error(
+        secured_broker, topic_name):
+    """A user deleted while its producer is connected: once its session ends (the REAUTH
+    listener's KIP-368 lifetime), the re-authentication and every reconnect are refused.
+    A record sent then is queued for the leader the metadata cache still names; it fails
+    with the broker's refusal at the next refused reconnect, not at delivery_timeout_ms
+    (which would fail it with a timeout error instead)."""
+    mechanism = "SCRAM-SHA-512"
+    user, password = f"dropped-{topic_name[-8:]}", "first-password"
+    admin_topic(secured_broker, topic_name)
+    secured_broker.set_scram_password(user, mechanism, password)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                        sasl_plain_username=user, sasl_plain_password=password,
+                        delivery_timeout_ms=120000)
+    try:
+        first = producer.send(topic_name, key=b"k", value=b"before").get(WAIT_S)
+        secured_broker.delete_scram_user(user, mechanism, password)
+        deadline = time.monotonic() + WAIT_S
+        # The session ends within REAUTH_MS; its re-authentication is refused.
+        while any(conn.state == "ready" for conn in producer._pool.connections()):
+            assert time.monotonic() < deadline, "the producer's connection stayed ready"
+            time.sleep(0.05)
+        future = producer.send(topic_name, key=b"k", value=b"after")
+        with pytest.raises(errors.AuthenticationError) as refused:
+            future.get(WAIT_S)
+    finally:
+        producer.close()
+    assert isinstance(refused.value, errors.SaslAuthenticationFailedError), refused.value
+    assert mechanism in str(refused.value), refused.value
+    records = read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 1)
+    assert records == [(b"k", b"before")] and first.offset == 0
 
 
 def test_connection_settings_check_sasl_and_keep_the_password_out_of_repr():

@@ -615,6 +615,39 @@ def test_jaas_credentials_drive_a_scram_exchange():
     assert scram_exchange(mechanism, scram_server("SCRAM-SHA-256", "svc", 'p"q')) is None
 
 
+def test_jaas_config_setting_carries_the_producers_credentials():
+    """sasl_jaas_config (sasl.jaas.config by the Java client's name) instead of the
+    username and password settings: checked when the Producer is built, used per exchange."""
+    from netkafka.config import ProducerConfig
+    jaas_config = f'{SCRAM_MODULE} required username="svc" password="p\\"q";'
+    config = ProducerConfig.from_kwargs({
+        "bootstrap_servers": "h:1", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": jaas_config})
+    settings = config.connection_config().sasl_settings
+    assert settings["sasl_jaas_config"] == jaas_config
+    mechanism = sasl.create_mechanism(settings, "b1")
+    assert scram_exchange(mechanism, scram_server("SCRAM-SHA-512", "svc", 'p"q')) is None
+    refusals = [
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+          "sasl_jaas_config": jaas_config}, r"names .*ScramLoginModule, but "
+                                            r"sasl.mechanism='PLAIN' needs PlainLoginModule"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+          "sasl_jaas_config": jaas_config.replace("scram.Scram", "plain.Plain"),
+          "sasl_plain_username": "svc"},
+         r"sasl_jaas_config and sasl_plain_username are both set"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
+          "sasl_jaas_config": "org.apache.kafka.common.security.oauthbearer."
+                              "OAuthBearerLoginModule required;"},
+         r"PLAIN and SCRAM login modules only, not for sasl_mechanism='OAUTHBEARER'"),
+        ({"security_protocol": "SSL", "sasl_jaas_config": jaas_config},
+         r"sasl_jaas_config is set but security_protocol='SSL' does not use SASL"),
+    ]
+    for settings, message in refusals:
+        with pytest.raises(SaslConfigError, match=message) as refused:
+            ProducerConfig.from_kwargs({"bootstrap_servers": "h:1", **settings})
+        assert 'p"q' not in str(refused.value)
+
+
 # --- AWS MSK IAM through AWS's signer (static credentials: no network)
 
 class StaticAwsCredentials(botocore_credentials.CredentialProvider):
@@ -650,6 +683,22 @@ def test_msk_iam_token_is_a_presigned_connect_url_for_the_region():
     assert query["X-Amz-Security-Token"] == "session-token-1"
     assert re.fullmatch(r"[0-9a-f]{64}", query["X-Amz-Signature"])
     assert query["User-Agent"].startswith("aws-msk-iam-sasl-signer-python/")
+
+
+def test_token_providers_travel_pickled_as_netkafka_spark_sends_them():
+    """netkafka.spark pickles the settings into its sinks and emitters (cloudpickle): a
+    provider's copy has a lock of its own and no cached token, and makes its own."""
+    import pickle
+    from pyspark import cloudpickle
+    provider = msk_iam.MskIamTokenProvider("eu-west-1",
+                                           aws_credentials_provider=StaticAwsCredentials())
+    provider.token()
+    copy = pickle.loads(cloudpickle.dumps(provider))
+    assert copy._lock is not provider._lock and copy._token is None
+    assert "kafka.eu-west-1.amazonaws.com" in signed_url(copy.token())
+    oidc = oauthbearer.OidcClientCredentialsProvider(
+        "https://idp.example/token", "id", "secret", extensions={"logicalCluster": "lkc-1"})
+    assert pickle.loads(cloudpickle.dumps(oidc)).extensions() == {"logicalCluster": "lkc-1"}
 
 
 def test_msk_iam_token_travels_as_an_oauthbearer_message_the_broker_reads():

@@ -25,7 +25,8 @@ from pyspark import TaskContext, cloudpickle
 from pyspark.sql import SparkSession
 
 from netkafka import spark as nks
-from netkafka.errors import SslConfigError
+from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
+from netkafka.errors import JaasConfigError, SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -391,6 +392,58 @@ def test_spark_conf_keys_configure_the_executors_producers(spark, kafka_broker, 
     assert len(read_topic(kafka_broker.bootstrap, topic_name, 1000)) == 1000
 
 
+@pytest.mark.parametrize("listener, where", [("SASL_SSL_SCRAM_SHA_512", "conf"),
+                                             ("MTLS", "conf"), ("SASL_SSL_SCRAM_SHA_256", "dict")])
+def test_java_security_settings_reach_the_secured_broker(spark, secured_broker, topic_name,
+                                                         listener, where):
+    """A Java client's security settings (PEM stores, sasl.jaas.config) given as Spark conf
+    keys or in the settings dict: the executors' producers authenticate as alice (SCRAM or
+    her certificate), and bob reads every row back on the same listener."""
+    create_topic(secured_broker.listeners["PLAINTEXT"].bootstrap, topic_name,
+                 partitions=TOPIC_PARTITIONS)
+    java = secured_broker.java_client_config(listener)
+    if where == "conf":
+        for key, value in java.items():
+            spark.conf.set(nks.CONF_PREFIX + key, value)
+    try:
+        emit = nks.arrow_emitter(topic_name, None if where == "conf" else java,
+                                 key="key", value="value")
+        frame = rows_frame(spark, 20_000, 4)
+        reports = frame.mapInArrow(emit, emit.schema).collect()
+    finally:
+        for key in java if where == "conf" else ():
+            spark.conf.unset(nks.CONF_PREFIX + key)
+    assert sum(r.delivered for r in reports) == 20_000 and sum(r.failed for r in reports) == 0
+    settings = emit.emission.settings.kwargs
+    assert settings["security_protocol"] == java["security.protocol"]
+    assert settings["ssl_cafile"] == str(secured_broker.ca_file) and settings["ssl_check_hostname"]
+    records = read_topic(secured_broker.listeners[listener].bootstrap, topic_name, 20_000,
+                         timeout_s=120, client_config=secured_broker.client_config(listener, "bob"))
+    assert sorted(row_id(r) for r in records) == list(range(20_000))
+    assert all(r.value == expected_value(row_id(r)) for r in records)
+
+
+def test_an_oidc_token_provider_travels_to_the_executors(spark, secured_broker, topic_name):
+    """OAUTHBEARER has no Java-properties form here: the provider object goes in the
+    settings dict, pickled into the emitter; each executor's copy fetches its own token
+    from the local OIDC endpoint, which the broker checks against its JWKS."""
+    listener = "SASL_SSL_OAUTHBEARER"
+    spec = secured_broker.listeners[listener]
+    create_topic(secured_broker.listeners["PLAINTEXT"].bootstrap, topic_name,
+                 partitions=TOPIC_PARTITIONS)
+    provider = OidcClientCredentialsProvider(secured_broker.oauth.token_url, "alice",
+                                             secured_broker.oauth.clients["alice"])
+    emit = nks.arrow_emitter(topic_name, {
+        "bootstrap.servers": spec.bootstrap, "security.protocol": "SASL_SSL",
+        "ssl.truststore.location": str(secured_broker.ca_file), "sasl.mechanism": "OAUTHBEARER",
+        "sasl_oauth_token_provider": provider}, key="key", value="value")
+    reports = rows_frame(spark, 5000, 2).mapInArrow(emit, emit.schema).collect()
+    assert sum(r.delivered for r in reports) == 5000 and sum(r.failed for r in reports) == 0
+    records = read_topic(spec.bootstrap, topic_name, 5000, timeout_s=120,
+                         client_config=secured_broker.client_config(listener, "bob"))
+    assert sorted(row_id(r) for r in records) == list(range(5000))
+
+
 def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
     with pytest.raises(ValueError, match="no bootstrap servers"):
         nks.partition_sink("t")
@@ -406,6 +459,18 @@ def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
     with pytest.raises(ValueError, match="ssl.keystore.type='JKS': must be 'PEM'"):
         nks.partition_sink("t", {"bootstrap.servers": "h:1", "security.protocol": "SSL",
                                  "ssl.keystore.type": "JKS"})
+    scram = {"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+             "sasl.mechanism": "SCRAM-SHA-512"}
+    with pytest.raises(JaasConfigError, match=r"names .*PlainLoginModule, but "
+                                              r"sasl.mechanism='SCRAM-SHA-512' needs "
+                                              r"ScramLoginModule") as refused:
+        nks.partition_sink("t", {**scram, "sasl.jaas.config":
+                                 "org.apache.kafka.common.security.plain.PlainLoginModule "
+                                 "required username=a password=hunter2;"})
+    assert "hunter2" not in str(refused.value)
+    with pytest.raises(TypeError, match=r"'ssl.keystore.password'.*only key password|"
+                                        r"'ssl.keystore.password'.*ssl.key.password"):
+        nks.partition_sink("t", {**scram, "ssl.keystore.password": "x"})
     with pytest.raises(TypeError, match="config must be None, a dict"):
         nks.partition_sink("t", "bootstrap.servers=h:1")
     with pytest.raises(TypeError, match="key must be a column name"):

@@ -18,6 +18,7 @@ from netkafka.client.connection import (AUTHENTICATING, CONNECTING, NEGOTIATING_
                                         READY, TRANSPORT_HANDSHAKE, ConnectionConfig)
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
+from netkafka.client.resolver import resolve
 from netkafka.client.transport import IOV_MAX, PlainTransport, connect_tcp
 
 
@@ -111,7 +112,7 @@ def free_port():
 
 
 def test_connect_tcp_reports_a_refused_connect_once_writable():
-    transport, err = connect_tcp("127.0.0.1", free_port(), 65536, 65536)
+    transport, err = connect_tcp(socket.AF_INET, ("127.0.0.1", free_port()), 65536, 65536)
     try:
         assert err in (0, errno.EINPROGRESS, errno.ECONNREFUSED)
         with selectors.DefaultSelector() as selector:
@@ -122,9 +123,10 @@ def test_connect_tcp_reports_a_refused_connect_once_writable():
         transport.close()
 
 
-def test_connect_tcp_raises_for_a_name_that_does_not_resolve():
+def test_resolve_raises_for_a_name_that_does_not_resolve():
+    # connect_tcp takes resolved addresses only: names are resolver.py's, off the I/O thread.
     with pytest.raises(socket.gaierror):
-        connect_tcp("no-such-host.invalid", 9092, -1, -1)
+        resolve("no-such-host.invalid", 9092, canonical=False)
 
 
 class _HoldingTransport:

@@ -397,7 +397,10 @@ def test_never_syncs_only_when_asked(tmp_path):
     assert wal.appender.durable_position < wal.appender.position
     wal.sync()
     assert wal.appender.durable_position == wal.appender.position
-    assert wal.metrics()["syncs"] == 1
+    metrics = wal.metrics()
+    assert metrics["syncs"] == 1
+    # What the sync cost is counted: its time, and the CPU of the thread that synced.
+    assert metrics["sync_ns"] > 0 and metrics["sync_cpu_ns"] > 0
     wal.close()
 
 
@@ -409,6 +412,11 @@ def test_interval_syncs_in_the_background(tmp_path):
     while wal.appender.durable_position < position:
         assert time.monotonic() < deadline, "the interval sync never came"
         time.sleep(0.005)
+    # The housekeeping thread's CPU (its syncs among it) is counted after each round.
+    while wal.metrics()["housekeeping_cpu_ns"] == 0:
+        assert time.monotonic() < deadline, "the housekeeping thread's CPU is not counted"
+        time.sleep(0.005)
+    assert wal.metrics()["sync_cpu_ns"] > 0
     wal.close()
 
 

@@ -6,14 +6,22 @@ A request starts with api_key (int16), api_version (int16) and correlation_id
 answers the requests of one connection in the order they were sent, so the
 connection keeps them in a FIFO and checks each answer against the oldest.
 
-Setup: from TCP connect to READY a connection passes, in this order,
-CONNECTING (TCP) -> TRANSPORT_HANDSHAKE (the transport's own, e.g. TLS; plain TCP
+Setup: from DISCONNECTED to READY a connection passes, in this order, RESOLVING
+(the host's addresses, looked up on a resolver thread, resolver.py: an I/O thread
+never waits for DNS; an IP literal skips it) -> CONNECTING (TCP, to one address)
+-> TRANSPORT_HANDSHAKE (the transport's own, e.g. TLS; plain TCP
 has none) -> NEGOTIATING_VERSIONS (ApiVersions) -> AUTHENTICATING (SASL, on SASL_PLAINTEXT
 and SASL_SSL; others pass it at once) -> READY.  _io_advance() is the one place that moves it along; a stage with
 nothing to do passes at once.  Versions come before authentication because the
 SASL requests' versions are negotiated, and brokers answer one ApiVersions
-request before authentication for that reason.  connect_timeout_ms bounds the
-whole setup; a failure names the stage it happened in.
+request before authentication for that reason.  A failure names the stage it
+happened in.  A connection failing in setup moves on to the host's next address
+at once; once every address failed, the round ends, and the next one (after the
+reconnect backoff) resolves the name again.  Each attempt's setup (the lookup, or
+one address from TCP connect to READY) is bounded by a setup timeout that doubles
+with consecutive failed setups, from connect_timeout_ms up to connect_timeout_max_ms,
+with +-20% jitter (the Java client's socket.connection.setup.timeout.ms and its
+max), as the reconnect backoff grows: _exponential_ms() computes both.
 
 SASL (client/sasl/ holds the mechanisms): SaslHandshake v1 names the mechanism,
 then SaslAuthenticate carries each of its messages.  A mechanism's prepare() may
@@ -42,6 +50,7 @@ are guarded by ``_lock`` and say so.
 import collections
 import errno
 import logging
+import math
 import os
 import random
 import selectors
@@ -53,10 +62,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from netkafka import errors
-from netkafka._validate import check_int
+from netkafka._validate import check_choice, check_int
 from netkafka.client.tls import TLS_PROTOCOLS, TlsTransport
 from netkafka.client.sasl import (
     SASL_PROTOCOLS, SaslMechanism, check_sasl_settings, create_mechanism,
+)
+from netkafka.client.resolver import (
+    CLIENT_DNS_LOOKUPS, RESOLVE_CANONICAL_BOOTSTRAP_SERVERS_ONLY, USE_ALL_DNS_IPS, host_port,
+    numeric_addresses, start_resolving,
 )
 from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
@@ -82,6 +95,7 @@ _RX_BUFFER_BYTES = 64 * 1024
 
 # Connection states.  Owned by the I/O thread; published copies under _lock.
 DISCONNECTED = "disconnected"
+RESOLVING = "resolving"  # the host's addresses being looked up on a resolver thread
 CONNECTING = "connecting"  # TCP connect in progress
 TRANSPORT_HANDSHAKE = "transport_handshake"  # the transport's handshake steps
 NEGOTIATING_VERSIONS = "negotiating_versions"  # ApiVersions sent, answer awaited
@@ -97,6 +111,7 @@ _NEXT_STAGE = {
     AUTHENTICATING: READY,
 }
 _STAGE_NAMES = {
+    RESOLVING: "name resolution",
     CONNECTING: "TCP connect",
     TRANSPORT_HANDSHAKE: "the transport handshake",
     NEGOTIATING_VERSIONS: "the ApiVersions handshake (is it a Kafka broker?)",
@@ -114,10 +129,16 @@ class ConnectionConfig:
             handed to the connection fails, and the connection is closed
             (its later answers would be stuck behind the missing one).
             Default 30000.
-        connect_timeout_ms: bound on the whole setup: TCP connect, the
-            transport handshake, the ApiVersions handshake and authentication;
-            a port that accepts but does not speak Kafka fails within it.
-            Default 10000.
+        connect_timeout_ms / connect_timeout_max_ms: the setup timeout (the
+            Producer's socket_connection_setup_timeout_ms and _max_ms): bound on
+            one attempt's setup -- name resolution, or TCP connect, the
+            transport handshake, the ApiVersions handshake and authentication --
+            so a port that accepts but does not speak Kafka fails within it.  It
+            doubles with each consecutive failed setup (a READY connection
+            that fails starts it again), up to the max, +-20% jitter.
+            Defaults 10000 / 30000.
+        client_dns_lookup: use_all_dns_ips or
+            resolve_canonical_bootstrap_servers_only (resolver.py).
         max_in_flight_requests_per_connection: requests written and not yet
             answered, per connection.  Default 5.
         send_buffer_bytes / receive_buffer_bytes: SO_SNDBUF / SO_RCVBUF;
@@ -152,6 +173,8 @@ class ConnectionConfig:
     client_id: str = "netkafka"
     request_timeout_ms: int = 30000
     connect_timeout_ms: int = 10000
+    connect_timeout_max_ms: int = 30000
+    client_dns_lookup: str = USE_ALL_DNS_IPS
     max_in_flight_requests_per_connection: int = 5
     send_buffer_bytes: int = 131072
     receive_buffer_bytes: int = 32768
@@ -182,6 +205,7 @@ class ConnectionConfig:
         for name in (
             "request_timeout_ms",
             "connect_timeout_ms",
+            "connect_timeout_max_ms",
             "max_in_flight_requests_per_connection",
             "reconnect_backoff_max_ms",
             "max_response_bytes",
@@ -198,6 +222,7 @@ class ConnectionConfig:
         check_int("high_watermark_bytes", self.high_watermark_bytes, self.low_watermark_bytes,
                   minimum_text=f"low_watermark_bytes ({self.low_watermark_bytes})")
         check_int("produce_version", self.produce_version, 0, maximum=2, none_allowed=True)
+        check_choice("client_dns_lookup", self.client_dns_lookup, CLIENT_DNS_LOOKUPS)
         if (self.ssl_context is not None) != (self.security_protocol in TLS_PROTOCOLS):
             raise ValueError(f"security_protocol={self.security_protocol!r} needs "
                              f"{'an' if self.ssl_context is None else 'no'} ssl_context")
@@ -249,6 +274,8 @@ class Request:
 
     def describe(self):
         name = api_name(self.api_key)
+        if self.correlation_id < 0:  # not framed yet: no version or correlation id
+            return f"a {name} request"
         return f"{name} v{self.api_version} (correlation id {self.correlation_id})"
 
 
@@ -259,8 +286,9 @@ class BrokerConnection:
     methods (and runs every ``_io_*`` helper).  Any thread may call submit(),
     request(), reserve_outbound(), release_outbound(), has_room(),
     wait_for_room(), describe(), stats(), wakeup(), set_request_source(),
-    update_address() and read address, state, outbound_bytes, writable and
-    api_versions.
+    update_address() and read address, attempt_address, consecutive_failures,
+    state, outbound_bytes, writable and api_versions.  A resolver thread calls
+    _on_resolved() once, and a SASL prepare thread _prepare_sasl().
 
     It implements the backoff module's Backpressured protocol (has_room,
     wait_for_room, describe), so a strategy can wait on it directly.
@@ -295,6 +323,7 @@ class BrokerConnection:
         # _api_versions.
         self._finalized_features = None
         self._last_error = None  # guarded by _lock: why the last connection ended
+        self._published_failures = 0  # guarded by _lock: the I/O thread's _failures
         self._stats = {"connect_attempts": 0, "connections_ready": 0, "requests_sent": 0,
                        "in_flight_peak": 0, "reauthentications": 0,
                        "in_flight_at_reauthentication": 0}  # guarded by _lock
@@ -303,6 +332,13 @@ class BrokerConnection:
         # (set by that thread, only while it is still the one wanted).
         self._sasl_preparing = None
         self._sasl_prepared = None
+        # Guarded by _lock: the token of the name lookup under way on a resolver
+        # thread (set by the I/O thread), and (addresses, error) once it ends (set by
+        # that thread, only while its token is still the one wanted).
+        self._resolving = None
+        self._resolved = None
+        # Guarded by _lock: (host TLS and SASL see, IP address) of the latest attempt.
+        self._attempt = None
 
         # Owned by the I/O thread.
         self._state = DISCONNECTED
@@ -311,8 +347,16 @@ class BrokerConnection:
         self._transport = None
         self._registered_events = 0  # selector interest currently registered
         self._connect_deadline_ns = 0
+        self._setup_timeout_ms = 0  # the current attempt's setup timeout
+        # The round of attempts: the resolved addresses not tried yet, and the one of
+        # the current attempt (a resolver.ResolvedAddress, None before the first).
+        self._io_addresses = collections.deque()
+        self._io_address = None
         self._next_attempt_ns = 0  # reconnect backoff: no attempt before this
-        self._failures = 0  # consecutive failed connections
+        self._failures = 0  # consecutive failed connections: the reconnect backoff's count
+        # Consecutive failed setups, the setup timeout's count: as in the Java client, a
+        # READY connection that fails starts it again from 0 (the broker was reachable).
+        self._setup_failures = 0
         self._last_activity_ns = 0
         self._next_correlation_id = 0
         self._in_flight = collections.deque()  # Requests awaiting an answer, oldest first
@@ -339,7 +383,22 @@ class BrokerConnection:
     @property
     def address(self):
         with self._lock:
-            return f"{self._host}:{self._port}"
+            return host_port(self._host, self._port)
+
+    @property
+    def attempt_address(self):
+        """(host TLS and SASL see, IP address) of the latest connection attempt, or None.
+        The host differs from the address's name in resolve_canonical_bootstrap_servers_only
+        mode (the canonical name of a bootstrap address)."""
+        with self._lock:
+            return self._attempt
+
+    @property
+    def consecutive_failures(self):
+        """Connection attempts (and READY connections) that failed since the last one that
+        became READY: 0 while the broker answers."""
+        with self._lock:
+            return self._published_failures
 
     @property
     def state(self):
@@ -381,8 +440,9 @@ class BrokerConnection:
     def describe(self):
         """Names this connection in errors: node, address, state and last error."""
         with self._lock:
-            who = (f"bootstrap server {self._host}:{self._port}" if self.node_id < 0
-                   else f"broker {self.node_id} at {self._host}:{self._port}")
+            address = host_port(self._host, self._port)
+            who = (f"bootstrap server {address}" if self.node_id < 0
+                   else f"broker {self.node_id} at {address}")
             text = (f"{who} (outbound {self._outbound_bytes} bytes, high watermark "
                     f"{self.config.high_watermark_bytes}, state {self._published_state}")
             if self._last_error is not None:
@@ -510,12 +570,16 @@ class BrokerConnection:
         with self._lock:
             moved = self._address_changed
             self._address_changed = False
-        if moved and self._state != DISCONNECTED:
-            self._io_fail(KafkaConnectionError(
-                f"{self._who()}: broker address changed, reconnecting"), now_ns,
-                count_failure=False)
+        if moved:
+            self._io_addresses.clear()  # the old host's: the next attempt resolves the new one
+            if self._state != DISCONNECTED:
+                self._io_fail(KafkaConnectionError(
+                    f"{self._who()}: broker address changed, reconnecting"), now_ns,
+                    count_failure=False)
         try:
             self._io_check_deadlines(now_ns)
+            if self._state == RESOLVING:
+                self._io_take_resolved(now_ns)
             if self._io_sasl is not None and not self._io_sasl_exchanging:
                 self._io_take_prepared(now_ns)
             elif (self._state == READY and self._io_reauth_at_ns
@@ -602,39 +666,95 @@ class BrokerConnection:
         return source is not None and source.has_pending(self)
 
     def _io_connect(self, now_ns):
+        """The next attempt: to the next address of this round, or a new round, which
+        resolves the host first (on a resolver thread unless it is an IP literal)."""
+        if self._io_addresses:
+            self._io_connect_next(now_ns)
+            return
         with self._lock:
             host, port = self._host, self._port
-        self._connect_deadline_ns = now_ns + self.config.connect_timeout_ms * 1_000_000
+        canonical = (self.node_id < 0 and self.config.client_dns_lookup
+                     == RESOLVE_CANONICAL_BOOTSTRAP_SERVERS_ONLY)
+        addresses = None if canonical else numeric_addresses(host, port)
+        if addresses is not None:
+            self._io_addresses.extend(addresses)
+            self._io_connect_next(now_ns)
+            return
+        token = object()
+        with self._lock:
+            self._resolving, self._resolved = token, None
+        self._io_start_setup_timer(now_ns)
+        self._io_set_state(RESOLVING)
+        start_resolving(host, port, canonical, f"netkafka-resolve-{self.node_id}",
+                        lambda addresses, error: self._on_resolved(token, addresses, error))
+
+    def _on_resolved(self, token, addresses, error):
+        """A resolver thread: hands its answer over, if the connection still wants it."""
+        with self._lock:
+            if self._resolving is not token:
+                return  # timed out or moved meanwhile: nobody waits for it
+            self._resolving = None
+            self._resolved = (addresses, error)
+        self._io_thread.wakeup()
+
+    def _io_take_resolved(self, now_ns):
+        with self._lock:
+            resolved, self._resolved = self._resolved, None
+            host, port = self._host, self._port
+        if resolved is None:
+            return  # still looking up
+        addresses, error = resolved
+        if error is not None or not addresses:
+            raise KafkaConnectionError(
+                f"cannot resolve {host_port(host, port)} for {self._who()}: "
+                f"{error or 'no address'}")
+        self._io_addresses.extend(addresses)
+        self._io_connect_next(now_ns)
+
+    def _io_start_setup_timer(self, now_ns):
+        self._setup_timeout_ms = _exponential_ms(
+            self.config.connect_timeout_ms, self.config.connect_timeout_max_ms,
+            self._setup_failures)
+        self._connect_deadline_ns = now_ns + int(self._setup_timeout_ms * 1_000_000)
+
+    def _io_connect_next(self, now_ns):
+        """Starts a TCP connect to the next address of the round."""
+        address = self._io_address = self._io_addresses.popleft()
+        with self._lock:
+            self._attempt = (address.host, address.sockaddr[0])
+        port = address.sockaddr[1]
+        self._io_start_setup_timer(now_ns)
+        with self._lock:
+            self._stats["connect_attempts"] += 1
+        # CONNECTING before the socket exists: a socket that cannot be made (no IPv6
+        # here) is this address's failure, and the round moves on to the next.
+        self._io_set_state(CONNECTING)
         try:
-            transport, err = connect_tcp(host, port, self.config.send_buffer_bytes,
+            transport, err = connect_tcp(address.family, address.sockaddr,
+                                         self.config.send_buffer_bytes,
                                          self.config.receive_buffer_bytes,
                                          self.config.socket_options)
-        except socket.gaierror as exc:
-            self._io_fail(KafkaConnectionError(
-                f"cannot resolve {host}:{port} for {self._who()}: {exc}"), now_ns)
-            return
         except OSError as exc:
             self._io_fail(_as_kafka_error(exc, self), now_ns)
             return
         if self.config.ssl_context is not None:
-            transport = TlsTransport(transport, self.config.ssl_context, host, f"{host}:{port}")
+            transport = TlsTransport(transport, self.config.ssl_context, address.host,
+                                     host_port(address.host, port))
         self._transport = transport
         self._registered_events = 0
         self._queued_total = self._written_total = 0
-        with self._lock:
-            self._stats["connect_attempts"] += 1
-        self._io_set_state(CONNECTING)
         if err in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
             self._io_set_events(selectors.EVENT_WRITE)
         else:
             self._io_fail(KafkaConnectionError(
-                f"cannot connect to {self._who()}: {os.strerror(err)}"), now_ns)
+                f"cannot connect to {self._who()}{self._io_at_address()}: "
+                f"{os.strerror(err)}"), now_ns)
 
     def _io_finish_connect(self, now_ns):
         err = self._transport.connect_error()
         if err:
             raise KafkaConnectionError(
-                f"cannot connect to {self._who()}: {os.strerror(err)}")
+                f"cannot connect to {self._who()}{self._io_at_address()}: {os.strerror(err)}")
         self._last_activity_ns = now_ns
         self._io_advance(now_ns)
 
@@ -656,7 +776,11 @@ class BrokerConnection:
         else:
             with self._lock:
                 self._stats["connections_ready"] += 1
-            self._failures = 0
+            self._io_count_failures(0)
+            self._setup_failures = 0
+            # The round is over: the next connection resolves the name again (as Java, which
+            # resolves again once a connection that was up goes down: the IPs may change).
+            self._io_addresses.clear()
             if self._listener is not None:
                 self._listener.on_ready(self)
 
@@ -716,9 +840,7 @@ class BrokerConnection:
     def _io_start_sasl(self, now_ns):
         """Starts an exchange with a new mechanism: at once when it has nothing
         to prepare, else once its prepare thread hands it back."""
-        with self._lock:
-            host = self._host
-        mechanism = create_mechanism(self.config.sasl_settings, host)
+        mechanism = create_mechanism(self.config.sasl_settings, self._io_address.host)
         self._io_sasl = mechanism
         if type(mechanism).prepare is SaslMechanism.prepare:
             self._io_sasl_handshake(mechanism, now_ns)
@@ -1026,8 +1148,12 @@ class BrokerConnection:
         if self._state in _STAGE_NAMES:  # setting up
             if now_ns >= self._connect_deadline_ns:
                 self._io_fail(KafkaTimeoutError(
-                    f"{self._who()}: {_STAGE_NAMES[self._state]} did not complete within "
-                    f"connect_timeout_ms={self.config.connect_timeout_ms}"), now_ns)
+                    f"{self._who()}{self._io_at_address()}: {_STAGE_NAMES[self._state]} did "
+                    f"not complete within this attempt's setup timeout of "
+                    f"{self._setup_timeout_ms:.0f} ms (socket_connection_setup_timeout_ms="
+                    f"{self.config.connect_timeout_ms}, doubling per consecutive failed setup up "
+                    f"to socket_connection_setup_timeout_max_ms="
+                    f"{self.config.connect_timeout_max_ms})"), now_ns)
         elif self._state == READY:
             for request in self._in_flight:
                 if now_ns >= request.deadline_ns:
@@ -1044,31 +1170,47 @@ class BrokerConnection:
                     (expired if now_ns >= request.deadline_ns else keep).append(request)
                 self._submitted = keep
             last_error = self._last_error
+        if expired:
+            if last_error is not None:
+                why = f"the last attempt failed: {last_error}"
+            elif self._state in _STAGE_NAMES:
+                why = f"the connection is still in {_STAGE_NAMES[self._state]}, no error yet"
+            else:
+                why = f"the connection is {self._state}, no error yet"
         for request in expired:
             _complete(request, None, RequestTimeoutError(
                 f"{request.describe()} was not sent to {self._who()} within "
-                f"request_timeout_ms={self.config.request_timeout_ms} "
-                f"(last error: {last_error})"))
+                f"request_timeout_ms={self.config.request_timeout_ms}: {why}"))
 
     def _io_fail(self, error, now_ns, count_failure=True):
         """Closes the socket; every request handed to this connection fails
-        with error; the next attempt waits for the reconnect backoff."""
+        with error.  A setup that failed to reach the broker moves on to the
+        round's next address at once; otherwise the round ends, and the next
+        attempt waits for the reconnect backoff."""
         with self._lock:
             self._last_error = str(error)
         was_ready = self._state == READY
+        setting_up = self._state in _STAGE_NAMES
+        next_address = (setting_up and bool(self._io_addresses)
+                        and isinstance(error, (KafkaConnectionError, KafkaTimeoutError)))
         self._io_close_transport()
+        if not next_address:
+            self._io_addresses.clear()
         if count_failure:
-            self._failures += 1
-            self._next_attempt_ns = now_ns + self._backoff_ns()
+            self._setup_failures = self._setup_failures + 1 if setting_up else 0
+            self._io_count_failures(self._failures + 1)
+            self._next_attempt_ns = now_ns + (0 if next_address else int(_exponential_ms(
+                self.config.reconnect_backoff_ms, self.config.reconnect_backoff_max_ms,
+                self._failures - 1) * 1_000_000))
         self._io_set_state(DISCONNECTED)
         self._io_fail_pending(error, include_submitted=True)
         if self._listener is not None:
             self._listener.on_failure(self, error, was_ready)
 
-    def _backoff_ns(self):
-        base = self.config.reconnect_backoff_ms * 2 ** min(self._failures - 1, 30)
-        capped = min(base, self.config.reconnect_backoff_max_ms)
-        return int(capped * random.uniform(0.8, 1.2) * 1_000_000)
+    def _io_count_failures(self, failures):
+        self._failures = failures
+        with self._lock:
+            self._published_failures = failures
 
     def _io_close_transport(self):
         self._io_sasl = None
@@ -1076,6 +1218,7 @@ class BrokerConnection:
         self._io_reauth_at_ns = 0
         with self._lock:
             self._sasl_preparing = self._sasl_prepared = None
+            self._resolving = self._resolved = None
         if self._transport is None:
             return
         if self._registered_events:
@@ -1117,13 +1260,38 @@ class BrokerConnection:
 
     def _who(self):
         with self._lock:
-            host, port = self._host, self._port
+            address = host_port(self._host, self._port)
         if self.node_id < 0:
-            return f"bootstrap server {host}:{port}"
-        return f"broker {self.node_id} at {host}:{port}"
+            return f"bootstrap server {address}"
+        return f"broker {self.node_id} at {address}"
+
+    def _io_at_address(self):
+        """For setup errors: ' (address <ip>)' when the host is a name, so that a failure
+        names which of its addresses failed; else ''."""
+        address = self._io_address
+        if self._state == RESOLVING or address is None:
+            return ""
+        with self._lock:
+            host = self._host
+        ip = address.sockaddr[0]
+        if ip == host:
+            return ""
+        name = "" if address.host == host else f"{address.host}, "
+        return f" ({name}address {ip})"
 
 
 _UNSUPPORTED_VERSION = errors.UnsupportedVersionError.code
+
+
+def _exponential_ms(initial_ms, max_ms, attempts):
+    """The Java client's ExponentialBackoff (multiplier 2, jitter 0.2): initial_ms *
+    2**attempts * uniform(0.8, 1.2), never above max_ms; a max_ms at or below initial_ms
+    gives max_ms, constant.  The reconnect backoff and the setup timeout both grow so."""
+    initial_ms = min(initial_ms, max_ms)
+    if max_ms <= initial_ms:
+        return initial_ms
+    exponent = min(attempts, math.log2(max_ms / max(initial_ms, 1)))
+    return min(initial_ms * 2 ** exponent * random.uniform(0.8, 1.2), max_ms)
 
 
 def _complete(request, response, error):

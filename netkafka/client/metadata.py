@@ -7,25 +7,49 @@ requests go to any connection that is ready (or to a known broker).
 The cache is refreshed every ``metadata_max_age_ms``, and sooner when someone
 asks (request_update(): the sender does on NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_TOPIC_OR_PARTITION and failed requests; this module does when a
-broker connection drops), never more often than ``retry_backoff_ms``.  After
-each answer the pool's connections follow the brokers' addresses and the
-listeners (the sender) hear which partition leaders changed.
+broker connection drops), never more often than ``retry_backoff_ms``.  Such a
+refresh asks for every topic in use.
+
+A new topic does not wait for that: it is asked for at once, in a request of
+its own naming only the new topics (those added while a request is out go
+together in the next one), so the first send to a topic costs one round trip
+however many topics are known.  A request takes its topics when it is framed,
+after the connection's setup: a fresh producer's first send rides on the
+bootstrap request.  A topic whose answer is not usable yet (being created, no
+leader) is asked for again, alone, after ``retry_backoff_ms``.  After each
+answer the pool's connections follow the brokers' addresses and the listeners
+(the sender) hear which partition leaders changed.
+
+Re-bootstrap (KIP-899, ``metadata_recovery_strategy="rebootstrap"``): when no
+connection is ready and every known broker's connection has failed since it was
+last ready, the known brokers may all have moved (a cluster replaced behind its
+bootstrap name): the next requests go to the bootstrap addresses again, as at
+the start, until one answers.  With "none" (the default, as the Java 3.x
+client) only the known brokers are asked, however long they stay unreachable.
 
 Threads: refreshes are driven on I/O thread 0 (the "metadata thread"); the
 answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
-``_changed``.
+``_changed``.  Lock order: ``_lock``, then the pool's, then a connection's
+(_pick_connection looks at the pool's connections with ``_lock`` held).
 """
 import copy
+import logging
+import re
 import threading
 import time
 from typing import NamedTuple
 
 from netkafka import errors
-from netkafka._validate import check_int
+from netkafka._validate import check_choice, check_int
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 from netkafka.protocol.framing import ApiKey
-from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
+from netkafka.protocol.metadata import (
+    check_metadata_response, decode_metadata_response, encode_metadata_request,
+)
+
+METADATA_RECOVERY_STRATEGIES = ("none", "rebootstrap")
+_log = logging.getLogger("netkafka.client.metadata")
 
 
 class BrokerInfo(NamedTuple):
@@ -71,15 +95,18 @@ class ClusterSnapshot(NamedTuple):
 
 
 def request_metadata(conn, topics, allow_auto_topic_creation=True):
-    """Sends one Metadata request for topics (a list; [] asks for brokers
-    only) on conn, at the version negotiated with that broker.  Returns a
-    Future of the decoded answer."""
-    topics = list(topics)
+    """Sends one Metadata request for topics on conn, at the version negotiated
+    with that broker.  Returns a Future of the decoded answer.
+
+    topics: a list ([] asks for brokers only), or a callable returning one,
+    called when the request is framed (after the connection's setup), so that
+    topics added meanwhile go in the same request."""
+    ask = topics if callable(topics) else (lambda fixed=list(topics): fixed)
     client_id = conn.config.client_id
     return conn.request(
         ApiKey.METADATA,
         lambda cid, version: encode_metadata_request(
-            cid, client_id, version, topics, allow_auto_topic_creation),
+            cid, client_id, version, ask(), allow_auto_topic_creation),
         decode_metadata_response)
 
 
@@ -133,12 +160,18 @@ class Metadata:
         retry_backoff_ms: at most one refresh per this interval. Default 100.
         allow_auto_topic_creation: asked of the broker (which also needs
             auto.create.topics.enable). Default True, as the Java producer.
+        metadata_recovery_strategy: "none" or "rebootstrap" (KIP-899, see the
+            module's story). Default "none", as the Java 3.x client.
     """
 
     def __init__(self, pool, bootstrap_servers, metadata_max_age_ms=300000,
-                 retry_backoff_ms=100, allow_auto_topic_creation=True):
+                 retry_backoff_ms=100, allow_auto_topic_creation=True,
+                 metadata_recovery_strategy="none"):
         check_int("metadata_max_age_ms", metadata_max_age_ms, 1)
         check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        check_choice("metadata_recovery_strategy", metadata_recovery_strategy,
+                     METADATA_RECOVERY_STRATEGIES)
+        self._rebootstrap = metadata_recovery_strategy == "rebootstrap"  # immutable
         self._pool = pool  # immutable
         self._bootstrap = parse_bootstrap_servers(bootstrap_servers)  # immutable
         self.metadata_max_age_ms = metadata_max_age_ms  # immutable
@@ -150,14 +183,27 @@ class Metadata:
         self._changed = threading.Condition(self._lock)  # notified on every answer or failure
         self._snapshot = None  # guarded by _lock: latest ClusterSnapshot
         self._topics = set()  # guarded by _lock: topics the producer uses
-        self._need_update = True  # guarded by _lock
+        self._unrequested = set()  # guarded by _lock: of _topics, in no request yet
+        # Guarded by _lock: of _topics, asked for but not usable yet (not in the
+        # answer, being created, a partition without leader): asked again, alone,
+        # after retry_backoff_ms.
+        self._incomplete = set()
+        self._need_update = True  # guarded by _lock: a refresh of every topic is due
         self._requests = 0  # guarded by _lock: request_update() calls so far
         self._requests_at_fetch = 0  # guarded by _lock: _requests when the fetch went out
+        self._full_fetch = False  # guarded by _lock: the request out asks for every topic
+        # Guarded by _lock: the topics the request out asked for, set when it is
+        # framed (empty until then).
+        self._asked = frozenset()
         self._fetching = False  # guarded by _lock: a Metadata request is out
         self._last_attempt_ns = None  # guarded by _lock: when the last request ended
-        self._last_success_ns = 0  # guarded by _lock
+        self._last_success_ns = 0  # guarded by _lock: when the last full refresh ended
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
+        # Guarded by _lock: asking the bootstrap addresses again, every known broker
+        # being unreachable (re-bootstrap), until one answers; and how often it began.
+        self._rebootstrapping = False
+        self._rebootstraps = 0
         self._errors = {}  # guarded by _lock: address -> last error there
         # Guarded by _lock: an error that waiting cannot fix -- an authentication
         # failure (a certificate, a password) or a broker netkafka cannot use at all
@@ -197,12 +243,20 @@ class Metadata:
         self._thread.call_soon(self._refresh)
 
     def add_topic(self, topic):
-        """Includes topic in every refresh from now on."""
+        """Includes topic in every refresh from now on; a new one is asked for at once.
+
+        Raises:
+            InvalidTopicError: the name breaks Kafka's rule (check_topic_name), which
+                also keeps out every string a request cannot carry: refused before it
+                joins the set, which every later Metadata request encodes.
+        """
+        check_topic_name(topic)
         with self._lock:
-            if topic in self._topics:
+            if topic in self._topics or self._closed:
                 return
             self._topics.add(topic)
-        self.request_update()
+            self._unrequested.add(topic)
+        self._thread.call_soon(self._refresh)
 
     def topic_id(self, topic):
         """The topic's id from the cache, or None."""
@@ -248,7 +302,9 @@ class Metadata:
     def wait_for_topic(self, topic, timeout_s):
         """The TopicInfo of topic once the cache has a leader for each of its
         partitions; raises KafkaTimeoutError naming the topic and the reason, or
-        at once IncompatibleBrokerError once a broker turned out unusable."""
+        at once: InvalidTopicError for a name Kafka's rule or the broker refuses,
+        TopicAuthorizationFailedError, IncompatibleBrokerError once a broker
+        turned out unusable."""
         self.add_topic(topic)
         deadline = time.monotonic() + timeout_s
         with self._changed:
@@ -258,11 +314,12 @@ class Metadata:
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
                 self._raise_fatal_error_locked()
-                if info is not None and info.error_code == _TOPIC_AUTHORIZATION_FAILED:
-                    # As the Java client: the ACLs will not change by waiting.
-                    raise errors.TopicAuthorizationFailedError(
-                        f"topic {topic!r}: this principal may not Describe it (the metadata "
-                        "answer refuses it), so it cannot write to it either")
+                if info is not None and info.error_code in _REFUSED_TOPIC:
+                    # As the Java client: neither the name nor the ACLs change by
+                    # waiting.  Later refreshes need not ask for it again.
+                    self._forget_topic_locked(topic)
+                    raise errors.error_for_code(
+                        info.error_code, f"topic {topic!r}: {_REFUSED_TOPIC[info.error_code]}")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -309,6 +366,13 @@ class Metadata:
         with self._lock:
             return self._updates
 
+    @property
+    def rebootstraps(self):
+        """Times the known brokers were all unreachable and the bootstrap addresses were
+        asked again (metadata_recovery_strategy="rebootstrap")."""
+        with self._lock:
+            return self._rebootstraps
+
     def close(self):
         with self._changed:
             self._closed = True
@@ -340,16 +404,22 @@ class Metadata:
 
     def _refresh(self):
         """Sends a Metadata request if one is due and none is out; else makes
-        sure this runs again when the next one is due."""
+        sure this runs again when the next one is due.  Due: at once for new
+        topics; after retry_backoff_ms for a refresh someone asked for and for
+        incomplete topics; after metadata_max_age_ms anyway."""
         now_ns = time.monotonic_ns()
         with self._lock:
             if self._closed or self._fetching:
                 return
-            if self._need_update:
-                due_ns = (now_ns if self._last_attempt_ns is None
-                          else self._last_attempt_ns + self.retry_backoff_ms * 1_000_000)
+            backoff_due_ns = (now_ns if self._last_attempt_ns is None
+                              else self._last_attempt_ns + self.retry_backoff_ms * 1_000_000)
+            age_due_ns = self._last_success_ns + self.metadata_max_age_ms * 1_000_000
+            if self._unrequested:
+                due_ns = now_ns
+            elif self._need_update or self._incomplete:
+                due_ns = backoff_due_ns
             else:
-                due_ns = self._last_success_ns + self.metadata_max_age_ms * 1_000_000
+                due_ns = age_due_ns
             if due_ns > now_ns:
                 if self._timer_at_ns is None or self._timer_at_ns > due_ns:
                     self._timer_at_ns = due_ns
@@ -358,11 +428,31 @@ class Metadata:
             conn = self._pick_connection()
             if conn is None:
                 return  # pool closed
+            backoff_over = backoff_due_ns <= now_ns
+            full = backoff_over and (self._need_update or age_due_ns <= now_ns)
             self._fetching = True
-            self._requests_at_fetch = self._requests
-            topics = sorted(self._topics)
-        request_metadata(conn, topics, self._auto_create).add_done_callback(
+            self._full_fetch = full
+            self._asked = frozenset()
+            if full:
+                self._requests_at_fetch = self._requests
+        request_metadata(conn, lambda: self._topics_to_ask(full, backoff_over),
+                         self._auto_create).add_done_callback(
             lambda f: self._on_answer(conn, f))
+
+    def _topics_to_ask(self, full, retry_incomplete):
+        """The request's topics, when it is framed (on its connection's thread):
+        every topic for a full refresh, else the new ones and, once
+        retry_backoff_ms has passed, the incomplete ones."""
+        with self._lock:
+            if full:
+                asked = frozenset(self._topics)
+            elif retry_incomplete:
+                asked = frozenset(self._unrequested | self._incomplete)
+            else:
+                asked = frozenset(self._unrequested)
+            self._unrequested.clear()
+            self._asked = asked
+        return sorted(asked)
 
     def _on_timer(self):
         with self._lock:
@@ -377,7 +467,8 @@ class Metadata:
             if ready:
                 ready.sort(key=lambda c: c.node_id < 0)  # known brokers first
                 return ready[0]
-            if self._snapshot is not None and self._snapshot.brokers:
+            if (self._snapshot is not None and self._snapshot.brokers
+                    and not self._rebootstrap_due_locked()):
                 brokers = sorted(self._snapshot.brokers.values())
                 broker = brokers[self._next_candidate % len(brokers)]
                 self._next_candidate += 1
@@ -389,7 +480,28 @@ class Metadata:
         except KafkaConnectionError:
             return None  # the pool is closed
 
+    def _rebootstrap_due_locked(self):
+        """With "rebootstrap": True once every known broker's connection has failed since
+        it was last ready (a broker never tried yet is not unreachable), and until the
+        bootstrap addresses answer."""
+        if not self._rebootstrap or self._rebootstrapping:
+            return self._rebootstrapping
+        connections = [self._pool.get(node_id) for node_id in self._snapshot.brokers]
+        if not all(c is not None and c.consecutive_failures for c in connections):
+            return False
+        self._rebootstrapping = True
+        self._rebootstraps += 1
+        self._next_candidate = 0
+        _log.warning("every known broker (%s) is unreachable: asking bootstrap_servers for "
+                     "metadata again (metadata_recovery_strategy='rebootstrap')",
+                     ", ".join(c.describe() for c in connections))
+        return True
+
     def _on_answer(self, conn, future):
+        with self._lock:
+            if self._closed:  # an answer that arrives during close(): nobody waits for it
+                self._fetching = False
+                return
         error = future.exception()
         now_ns = time.monotonic_ns()
         if error is not None:
@@ -401,35 +513,50 @@ class Metadata:
             self._on_answer_failed(conn, errors.error_for_code(
                 response.error_code, f"Metadata answer from {conn.describe()}"), now_ns)
             return
-        snapshot = _snapshot_from(response)
-        for broker in snapshot.brokers.values():
-            if self._pool.get(broker.node_id) is not None:
-                self._pool.connection(broker.node_id, broker.host, broker.port)
+        try:
+            check_metadata_response(response)
+        except errors.ProtocolError as exc:
+            # Well framed, so the connection and the requests in flight on it stay;
+            # only this answer is refused.
+            self._on_answer_failed(conn, errors.ProtocolError(
+                f"Metadata answer from {conn.describe()} refused: {exc}"), now_ns)
+            return
+        with self._lock:
+            old, full = self._snapshot, self._full_fetch
+        snapshot = _snapshot_from(response, None if full else old)
+        try:
+            for broker in snapshot.brokers.values():
+                if self._pool.get(broker.node_id) is not None:
+                    self._pool.connection(broker.node_id, broker.host, broker.port)
+        except KafkaConnectionError:
+            return  # the pool closed meanwhile (the producer's close())
         with self._changed:
-            old = self._snapshot
             self._snapshot = snapshot
             self._updates += 1
             self._fetching = False
             self._fatal_error = None  # some broker answers: waiting is not in vain
-            self._last_attempt_ns = self._last_success_ns = now_ns
+            self._rebootstrapping = False
+            self._last_attempt_ns = now_ns
             self._next_candidate = 0
-            # Again soon if someone asked while this fetch was out (a topic
-            # added, a leader moved), or if the answer is incomplete.
-            self._need_update = (
-                self._requests != self._requests_at_fetch
-                or not self._topics.issubset(snapshot.topics)
-                or any(_stale(info.error_code)
-                       or any(p.leader < 0 or _stale(p.error_code)
-                              for p in info.partitions.values())
-                       for info in snapshot.topics.values()))
+            if full:
+                self._last_success_ns = now_ns
+                # Again soon if someone asked while this fetch was out (a leader moved).
+                self._need_update = self._requests != self._requests_at_fetch
+            for topic in self._asked & self._topics:
+                if _usable(snapshot.topics.get(topic)):
+                    self._incomplete.discard(topic)
+                else:
+                    self._incomplete.add(topic)
             self._changed.notify_all()
             listeners = list(self._listeners)
-        moved = _moved_partitions(old, snapshot)
+        moved = _moved_partitions(old, snapshot, response.topics)
         for listener in listeners:
             listener.on_metadata(snapshot, moved)
         self._refresh()
 
     def _on_answer_failed(self, conn, error, now_ns):
+        if isinstance(error, errors.ProtocolError):
+            _log.warning("%s; the metadata cache keeps its last good answer", error)
         with self._changed:
             self._fetching = False
             self._last_attempt_ns = now_ns
@@ -437,6 +564,10 @@ class Metadata:
             if isinstance(error, errors.AuthenticationError):
                 self._fatal_error = error
             self._need_update = True
+            # Asked, or about to be: again after retry_backoff_ms, not at once (a
+            # broker that fails every request must not be asked in a loop).
+            self._incomplete |= self._asked | self._unrequested
+            self._unrequested.clear()
             # The next address is tried at once while some address is untried
             # in this round; retry_backoff_ms applies after that.
             if self._next_candidate % max(1, self._candidate_count()) != 0:
@@ -444,8 +575,13 @@ class Metadata:
             self._changed.notify_all()
         self._refresh()
 
+    def _forget_topic_locked(self, topic):
+        self._topics.discard(topic)
+        self._unrequested.discard(topic)
+        self._incomplete.discard(topic)
+
     def _candidate_count(self):
-        if self._snapshot is not None and self._snapshot.brokers:
+        if self._snapshot is not None and self._snapshot.brokers and not self._rebootstrapping:
             return len(self._snapshot.brokers)
         return len(self._bootstrap)
 
@@ -461,13 +597,50 @@ class Metadata:
         return "; ".join(f"{addr}: {err}" for addr, err in self._errors.items())
 
 
-_TOPIC_AUTHORIZATION_FAILED = errors.TopicAuthorizationFailedError.code
+# The topic errors of a Metadata answer that waiting does not cure (the Java
+# producer fails at once on these two as well), and what they mean here.
+_REFUSED_TOPIC = {
+    errors.InvalidTopicError.code: "the broker refuses the name (INVALID_TOPIC_EXCEPTION)",
+    errors.TopicAuthorizationFailedError.code: (
+        "this principal may not Describe it (the metadata answer refuses it), so it "
+        "cannot write to it either"),
+}
+
+# Kafka's own rule for topic names (org.apache.kafka.common.internals.Topic).
+_TOPIC_NAME_MAX_CHARS = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
-def _snapshot_from(response):
+def check_topic_name(topic):
+    """Refuses, before anything goes on the wire, a name every broker refuses: empty,
+    over 249 characters, '.' or '..', or with a character outside a-z A-Z 0-9 . _ -.
+
+    Raises:
+        InvalidTopicError: naming the topic and what is wrong with it.
+    """
+    if not topic:
+        why = "it is empty"
+    elif len(topic) > _TOPIC_NAME_MAX_CHARS:
+        why = f"it has {len(topic)} characters, more than {_TOPIC_NAME_MAX_CHARS}"
+    elif topic in (".", ".."):
+        why = "'.' and '..' are reserved"
+    elif not _TOPIC_NAME.fullmatch(topic):
+        bad = next(c for c in topic if not _TOPIC_NAME.fullmatch(c))
+        why = f"{bad!r} is not allowed"
+    else:
+        return
+    shown = repr(topic) if len(topic) <= 60 else f"{topic[:40]!r}... ({len(topic)} characters)"
+    raise errors.InvalidTopicError(
+        f"topic {shown} is not a valid Kafka topic name: {why} (Kafka allows 1 to "
+        f"{_TOPIC_NAME_MAX_CHARS} characters from a-z, A-Z, 0-9, '.', '_' and '-')")
+
+
+def _snapshot_from(response, old=None):
+    """The snapshot of an answer; old: the snapshot an answer naming only some
+    topics updates (its other topics are kept), or None."""
     brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack)
                for b in response.brokers}
-    topics = {}
+    topics = {} if old is None else dict(old.topics)
     for t in response.topics:
         partitions = {
             p.partition: PartitionInfo(p.partition, p.leader, p.leader_epoch,
@@ -477,10 +650,20 @@ def _snapshot_from(response):
     return ClusterSnapshot(brokers, topics, response.controller_id, response.cluster_id)
 
 
-def _moved_partitions(old, new):
-    """(topic, partition) whose leader differs between two snapshots."""
+def _usable(info):
+    """True for a topic whose answer needs no second look soon: complete, or
+    refused for good (a non-retriable error)."""
+    return (info is not None and not _stale(info.error_code)
+            and not any(p.leader < 0 or _stale(p.error_code) for p in info.partitions.values()))
+
+
+def _moved_partitions(old, new, answered):
+    """(topic, partition) of the answered topics whose leader differs between
+    two snapshots."""
     moved = set()
-    for name, info in new.topics.items():
+    for topic in answered:
+        name = topic.name
+        info = new.topics[name]
         before = None if old is None else old.topics.get(name)
         for p, part in info.partitions.items():
             old_part = None if before is None else before.partitions.get(p)

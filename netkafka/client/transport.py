@@ -47,19 +47,17 @@ from netkafka.client._transport import IOV_MAX, PlainTransport
 __all__ = ["IOV_MAX", "PlainTransport", "connect_tcp"]
 
 
-def connect_tcp(host, port, send_buffer_bytes, receive_buffer_bytes,
+def connect_tcp(family, sockaddr, send_buffer_bytes, receive_buffer_bytes,
                 socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)):
-    """Starts a non-blocking TCP connect; returns (PlainTransport, errno of
-    connect_ex).  socket_options: (level, option, value) triples for setsockopt().  Name resolution blocks: brokers are named by addresses or local
-    names here, and a slow resolver would stall the calling I/O thread.
+    """Starts a non-blocking TCP connect to sockaddr, one resolved address (resolver.py:
+    names are resolved before, never here, so that an I/O thread does not block on
+    DNS); returns (PlainTransport, errno of connect_ex).  socket_options: (level,
+    option, value) triples for setsockopt().
 
     Raises:
-        socket.gaierror: host does not resolve.
         OSError: the socket cannot be made or set up (it is closed then).
     """
-    family, kind, proto, _, sockaddr = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
         for level, option, value in socket_options:

@@ -415,11 +415,6 @@ cdef class AccumulatorCore:
             if table is not None:
                 table.forget_sticky_locked()
 
-    def known_topics(self):
-        """Any thread: the topics send() has met so far."""
-        with self.lock:
-            return list(self._topics)
-
 
 cdef int _partition_arg(object partition) except -1:
     if isinstance(partition, bool) or not isinstance(partition, int):
@@ -503,8 +498,12 @@ cdef class ProducerCore:
             ProducerClosedError: after close().
             SerializationError: a serializer failed.
             TypeError, ValueError: a bad argument (named), a record larger than
-                max_request_size among them.
+                max_request_size among them; a topic no Kafka string can carry (a
+                lone surrogate, over 32767 UTF-8 bytes) is an IllegalArgumentError,
+                refused before the producer keeps it.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            InvalidTopicError: a topic name Kafka's rule or the broker refuses (at
+                once, naming the topic); TopicAuthorizationFailedError likewise.
             BackpressureTimeoutError: no memory within max_block_ms.
             RecordDroppedError: no memory and backoff='drop'.
             WalStorageError: the WAL's disk refused (full, unwritable, failed sync).
@@ -554,6 +553,7 @@ cdef class ProducerCore:
         Raises:
             ProducerClosedError: after close().
             TypeError: an argument of the wrong type (named), as send().
+            InvalidTopicError: as send().
         """
         cdef AccumulatorCore records = self._records
         if self._interceptors is not None:

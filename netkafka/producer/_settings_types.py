@@ -40,10 +40,12 @@ class ProducerSettings(TypedDict, total=False):
     reconnect_backoff_max_ms: int
     api_version: Optional[Union[tuple[int, ...], str]]
     allow_auto_create_topics: bool
-    client_dns_lookup: str
+    client_dns_lookup: Literal["use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"]
     receive_message_max_bytes: int
     socket_options: list[tuple[int, int, int]]
     socket_connection_setup_timeout_ms: int
+    socket_connection_setup_timeout_max_ms: int
+    metadata_recovery_strategy: Literal["none", "rebootstrap"]
     bootstrap_timeout_ms: int
     metrics_enabled: bool
     interceptors: Optional[list[Any]]  # objects with on_send / on_acknowledgement
@@ -77,6 +79,7 @@ class ProducerSettings(TypedDict, total=False):
     sasl_kerberos_service_name: str
     sasl_kerberos_domain_name: Optional[str]
     sasl_oauth_token_provider: Any  # an object with token() (kafka-python's interface)
+    sasl_jaas_config: Optional[str]  # netkafka's: PLAIN or SCRAM login module, Java's syntax
     transactional_id: Optional[str]
     transaction_timeout_ms: int
     transaction_version: Optional[int]  # netkafka's: None (V2 where the cluster has it) or 1

@@ -66,6 +66,9 @@ cdef class WalAppender:
     cdef uint64_t _counts[6]               # entries appended, by ENTRY_* type
     cdef uint64_t _appended_bytes          # bytes of entries appended
     cdef uint64_t _syncs                   # syncs that wrote something
+    cdef uint64_t _sync_wall_ns            # time spent in those syncs (msync, directory fsync)
+    cdef uint64_t _sync_cpu_ns             # CPU the syncing threads used in them (kernel
+                                           # writeback and the disk's flush request)
     cdef uint64_t _rolls                   # segments rolled over to
 
     # With `lock` held.  0 when the active segment has room for n more bytes of entries

@@ -44,6 +44,7 @@ from libc.stdint cimport UINT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_
 from libc.string cimport memcpy, strerror
 from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE
 from posix.mman cimport mmap, msync, munmap
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID, clock_gettime, timespec
 from posix.unistd cimport fsync, sysconf, _SC_PAGESIZE
 
 from netkafka.producer._mutex cimport Mutex
@@ -89,6 +90,12 @@ cdef extern from "<sys/mman.h>" nogil:
 cdef enum:
     # Linux's, from 5.14: fault every page in for writing (a write fault, without a write).
     _MADV_POPULATE_WRITE = 23
+
+
+cdef inline uint64_t _clock_ns(int clock) noexcept nogil:
+    cdef timespec now
+    clock_gettime(clock, &now)
+    return <uint64_t>now.tv_sec * 1000000000 + <uint64_t>now.tv_nsec
 
 
 cdef object _os_error(str what, object path, int code):
@@ -706,7 +713,7 @@ cdef class WalAppender:
         cdef list rolled
         cdef MappedSegment active, segment
         cdef Py_ssize_t active_end
-        cdef uint64_t target
+        cdef uint64_t target, wall_ns, cpu_ns
         cdef bint dir_dirty
         cdef int rc = 0, code = 0
         self.sync_lock.take()
@@ -726,6 +733,9 @@ cdef class WalAppender:
                 self._dir_dirty = False
             finally:
                 self.lock.give()
+            # Timed: what a sync costs is the fsync modes' price (metrics()).
+            wall_ns = _clock_ns(CLOCK_MONOTONIC)
+            cpu_ns = _clock_ns(CLOCK_THREAD_CPUTIME_ID)
             try:
                 for segment in rolled:
                     segment._sync(segment.synced_bytes, segment.written_bytes)
@@ -754,6 +764,8 @@ cdef class WalAppender:
                 if target > self._durable:
                     self._durable = target
                 self._syncs += 1
+                self._sync_wall_ns += _clock_ns(CLOCK_MONOTONIC) - wall_ns
+                self._sync_cpu_ns += _clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_ns
             finally:
                 self.lock.give()
         finally:
@@ -780,7 +792,8 @@ cdef class WalAppender:
         self.lock.give()
 
     def metrics(self):
-        """Counters since start: entries by kind, bytes appended, syncs, rolls."""
+        """Counters since start: entries by kind, bytes appended, syncs (how many, the
+        time they took and the CPU the syncing threads used in them), rolls."""
         self.lock.take()
         try:
             return {"records_logged": self._counts[ENTRY_RECORD],
@@ -789,6 +802,8 @@ cdef class WalAppender:
                     "dones_logged": self._counts[ENTRY_DONE],
                     "bytes_logged": self._appended_bytes,
                     "syncs": self._syncs,
+                    "sync_ns": self._sync_wall_ns,
+                    "sync_cpu_ns": self._sync_cpu_ns,
                     "segments_rolled": self._rolls,
                     "position": self._start + <uint64_t>self._pos,
                     "durable_position": self._durable}

@@ -39,6 +39,7 @@ from netkafka.producer._batch_send import (fill_rows, group_rows, keyed_partitio
                                            partitions_array, place_unkeyed_rows)
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
 from netkafka.record._columns import Rows
+from netkafka.client.metadata import check_topic_name
 from netkafka.errors import KafkaTimeoutError
 
 
@@ -169,6 +170,9 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
     """Producer.send_batch() after serialization: see its docstring."""
     if type(topic) is not str:
         raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+    # Here, not only when the topic's metadata is first waited for: the rows would
+    # fail one by one, and send_batch() raises a refusal of every row.
+    check_topic_name(topic)
     rows = Rows(values, keys, headers, timestamps_ms)
     result = BatchSendResult(topic, rows.length)
     if rows.length == 0:

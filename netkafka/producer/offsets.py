@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 # kafka-python's TopicPartition (topic, partition): RecordMetadata's, the same name.
 from netkafka.producer._futures import TopicPartition  # noqa: F401 -- offsets' keys
+from netkafka.protocol.framing import wire_string
 
 OffsetAndMetadata = namedtuple("OffsetAndMetadata", ["offset", "metadata", "leader_epoch"],
                                defaults=("", -1))
@@ -119,6 +120,7 @@ def _topic_partition(key):
                             f"TopicPartition: it has no topic and partition") from None
     if not isinstance(topic, str) or not topic:
         raise ValueError(f"offsets key {key!r}: the topic must be a non-empty str")
+    wire_string(f"offsets key {key!r}: the topic", topic)
     if isinstance(partition, bool) or not isinstance(partition, int) \
             or not 0 <= partition <= _INT32_MAX:
         raise ValueError(f"offsets key {key!r}: the partition must be an int >= 0")
@@ -146,6 +148,8 @@ def _offset_and_metadata(key, value):
                          f"got {offset!r}")
     if metadata is not None and not isinstance(metadata, str):
         raise ValueError(f"{where}: the metadata must be a str or None, got {metadata!r}")
+    if metadata is not None:
+        wire_string(f"{where}: the metadata", metadata)
     if leader_epoch is None:
         leader_epoch = -1
     if isinstance(leader_epoch, bool) or not isinstance(leader_epoch, int) \
@@ -179,6 +183,7 @@ def consumer_group_metadata(group):
     if not isinstance(group_id, str) or not group_id:
         raise ValueError(f"consumer group {group!r}: no group id (a consumer without a "
                          f"group.id has no group offsets to commit)")
+    wire_string("the consumer group id", group_id)
     if isinstance(generation_id, bool) or not isinstance(generation_id, int) \
             or not -1 <= generation_id <= _INT32_MAX:
         raise ValueError(f"consumer group {group_id!r}: the generation id must be an int "
@@ -186,12 +191,15 @@ def consumer_group_metadata(group):
     if not isinstance(member_id, str):
         raise ValueError(f"consumer group {group_id!r}: the member id must be a str, got "
                          f"{member_id!r}")
+    wire_string(f"consumer group {group_id!r}: the member id", member_id)
     if generation_id >= 0 and not member_id:
         raise ValueError(f"consumer group {group_id!r}: generation {generation_id} without a "
                          f"member id (a member of a generation has one)")
     if instance_id is not None and not isinstance(instance_id, str):
         raise ValueError(f"consumer group {group_id!r}: the group instance id must be a str "
                          f"or None, got {instance_id!r}")
+    if instance_id is not None:
+        wire_string(f"consumer group {group_id!r}: the group instance id", instance_id)
     return metadata
 
 

@@ -192,7 +192,8 @@ class Producer(ProducerCore):
             metadata = Metadata(pool, config.bootstrap_servers,
                                 metadata_max_age_ms=config.metadata_max_age_ms,
                                 retry_backoff_ms=config.retry_backoff_ms,
-                                allow_auto_topic_creation=config.allow_auto_create_topics)
+                                allow_auto_topic_creation=config.allow_auto_create_topics,
+                                metadata_recovery_strategy=config.metadata_recovery_strategy)
             transaction = None
             if config.transactional_id is not None:
                 idempotence = TransactionalProducerIds(
@@ -295,10 +296,11 @@ class Producer(ProducerCore):
 
     def _counts_as_undelivered(self, error):
         """produce()'s rule: a refusal of the record itself is counted (flush()
-        raises it later); a wrong argument type, and a refusal of every record (a
-        closed producer, a transactional one between transactions) are raised."""
+        raises it later); a wrong argument type, a topic name that can never be
+        written, and a refusal of every record (a closed producer, a transactional
+        one between transactions) are raised."""
         return (isinstance(error, (errors.KafkaError, ValueError))
-                and not isinstance(error, TypeError)
+                and not isinstance(error, (TypeError, errors.InvalidTopicError))
                 and not self._accumulator.refusing())
 
     def send_batch(self, topic, values, keys=None, headers=None, partitions=None,
@@ -341,6 +343,7 @@ class Producer(ProducerCore):
             TypeError, ValueError: an argument of the wrong kind or length (named);
                 nothing was sent.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
+            InvalidTopicError: a topic name Kafka's rule or the broker refuses.
             NotImplementedError: api_version below (0, 11): the bulk path writes
                 RecordBatch v2 columns only; send() and produce() write legacy sets.
         """
@@ -714,10 +717,15 @@ class Producer(ProducerCore):
     # Metadata listener (I/O thread) and the broker-aware partitioner's view.
 
     def on_metadata(self, snapshot, moved):
-        """Gives the accumulator fresh partitions of every topic send() has met."""
-        for topic in self._accumulator.known_topics():
-            info = snapshot.topics.get(topic)
-            if info is not None and info.error_code == errors.NO_ERROR and info.partitions:
+        """Gives the accumulator fresh partitions of the topics send() has met whose
+        partitions or leaders changed (only those: with many topics, an answer about
+        one new topic must not cost a pass over all)."""
+        accumulator = self._accumulator
+        for topic in {topic for topic, _ in moved}:
+            with accumulator.lock:
+                known = accumulator.table_locked(topic) is not None
+            info = snapshot.topics[topic]
+            if known and info.error_code == errors.NO_ERROR and info.partitions:
                 self._give_partitions(topic, info)
 
     def _leaders_for(self, topic):

@@ -35,7 +35,8 @@ starve the others when max_request_size cuts a request short).  A resent
 batch goes back into its partition's FIFO in send order.
 
 Threads: send(), flush(), close() run on callers' threads; next_request(),
-has_pending() and the answer handling on I/O threads.  All queues and
+has_pending(), the answer handling and on_failure() (a connection refused:
+its queued batches fail at once) on I/O threads.  All queues and
 counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
 connection's, the metadata's, the ProducerIdManager's or the transaction
 state machine's lock, never the other way round.
@@ -162,6 +163,7 @@ class Sender:
         self._metrics = collections.Counter()  # guarded by _lock
 
         pool.set_request_source(self)
+        pool.add_listener(self)
         metadata.add_listener(self)
         if idempotence is not None:
             idempotence.set_new_producer_id_listener(self.restamp_all)
@@ -504,6 +506,30 @@ class Sender:
         conn = None if leader is None else self._pool.get(leader)
         if conn is not None:
             conn.wakeup()
+
+    def on_ready(self, conn):
+        """Pool listener: a connection is ready (it asks for requests itself)."""
+
+    def on_failure(self, conn, error, was_ready):
+        """Pool listener: a broker refused this client's credentials or certificate
+        (a password changed, a user deleted since the last connection).  The batches
+        queued for it fail now with that error, as records fail at once when the
+        first connection is refused, instead of waiting through reconnects that meet
+        the same refusal until delivery_timeout_ms.  Other failures leave them
+        queued: the connection is tried again, or metadata moves them elsewhere."""
+        if not isinstance(error, errors.AuthenticationError):
+            return
+        refused = []
+        with self._lock:
+            for queue in self._queues.pop(conn.node_id, {}).values():
+                for item in queue:
+                    conn.release_outbound(item.size_bytes)
+                    item.node_id = None
+                refused += queue
+        for item in refused:
+            self._complete(item, error=error)
+        if refused and self._idempotence is not None:
+            self._restamp({(item.topic, item.partition) for item in refused})
 
     def on_metadata(self, snapshot, moved):
         """Metadata listener: queued batches follow their partitions' leaders."""

@@ -240,6 +240,9 @@ class WriteAheadLog:
         self._closing = False  # guarded by _work
         self._room = threading.Condition()  # notified when segments are reclaimed
         self._room_changes = 0  # guarded by _room: reclaims and spares made so far
+        # Written by the housekeeping thread after each round (its thread_time_ns());
+        # metrics() reads it without a lock: a counter a round behind at worst.
+        self._housekeeping_cpu_ns = 0
 
         _makedirs(self.directory)
         self._lock_fd = _lock_directory(self.directory)
@@ -468,6 +471,7 @@ class WriteAheadLog:
                     self._appender.sync()
                 self.reclaim()
                 self._prepare_spare()
+                self._housekeeping_cpu_ns = time.thread_time_ns()
             except WalError as exc:
                 # The appender keeps a failed sync and raises it to every caller from
                 # now on; here it is logged once per occurrence.
@@ -606,8 +610,9 @@ class WriteAheadLog:
     def metrics(self):
         """The appender's counters (entries, bytes, syncs, rolls, positions) and the
         log's: segments, bytes on disk, live batches, segments created / recycled /
-        reclaimed / deleted, times the log was full for a record, and what recovery
-        found (torn entries, segments discarded)."""
+        reclaimed / deleted, times the log was full for a record, the CPU its
+        housekeeping thread used (interval syncs, prefaulting, reclaiming), and what
+        recovery found (torn entries, segments discarded)."""
         snapshot = self._appender.metrics()
         with self._appender.lock:
             snapshot.update(self._counts)
@@ -617,6 +622,7 @@ class WriteAheadLog:
         for key in ("segments_created", "segments_recycled", "segments_reclaimed",
                     "segments_deleted", "segments_over_bound", "spares_created", "full"):
             snapshot.setdefault(key, 0)
+        snapshot["housekeeping_cpu_ns"] = self._housekeeping_cpu_ns
         snapshot["torn_entries"] = self._recovery.torn_entries
         snapshot["segments_discarded"] = self._recovery.segments_discarded
         return snapshot

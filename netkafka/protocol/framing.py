@@ -24,6 +24,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from netkafka.errors import IllegalArgumentError
 from netkafka.protocol._reader import Reader
 
 # Kafka's "no id" for topic ids.
@@ -33,6 +34,46 @@ _INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
+# Kafka's bound on a STRING field's UTF-8 bytes (its int16 length; the Java client
+# refuses longer ones in compact strings too).
+STRING_MAX_BYTES = 0x7FFF
+
+
+def wire_string(name, text):
+    """text as a Kafka string field carries it: its UTF-8 bytes.
+
+    Called where the caller hands over a string that goes on the wire (a topic, the
+    client id, a header key ...), so that a string no request could carry is refused
+    there, naming it, before anything keeps it: stored, it would make every later
+    request that carries it fail to encode.
+
+    Args:
+        name: the argument or setting, as the message names it ("topic").
+
+    Raises:
+        TypeError: text is not a str.
+        IllegalArgumentError: text cannot be UTF-8 encoded (a lone surrogate) or its
+            encoding is longer than STRING_MAX_BYTES.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, not {type(text).__name__}")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise IllegalArgumentError(
+            f"{name} {_shortened(text)} cannot be sent: Kafka strings are UTF-8, and "
+            f"{exc.object[exc.start:exc.end]!r} at index {exc.start} has no UTF-8 form "
+            f"({exc.reason})") from None
+    if len(data) > STRING_MAX_BYTES:
+        raise IllegalArgumentError(
+            f"{name} {_shortened(text)} cannot be sent: it is {len(data)} bytes in UTF-8, "
+            f"and a Kafka string holds at most {STRING_MAX_BYTES}")
+    return data
+
+
+def _shortened(text):
+    # A 40 kB name would bury the message.
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
 
 
 class ApiKey(enum.IntEnum):
@@ -149,12 +190,10 @@ class Writer:
             else:
                 self.int16(-1)
             return
-        data = text.encode("utf-8")
+        data = wire_string("a string field", text)
         if compact:
             self.uvarint(len(data) + 1)
         else:
-            if len(data) > 0x7FFF:
-                raise ValueError(f"string of {len(data)} bytes is too long (at most 32767)")
             self.int16(len(data))
         self.buf += data
 

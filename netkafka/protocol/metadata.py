@@ -1,6 +1,13 @@
 """Metadata: the cluster's brokers and, per topic asked for, its partitions
-and their leaders (the client's metadata cache is built from it)."""
+and their leaders (the client's metadata cache is built from it).
+
+The decoder checks that the bytes are well formed; check_metadata_response()
+checks that the values in them can be true before the cache routes records or
+sizes a partition table by them.
+"""
 from dataclasses import dataclass
+
+from netkafka.errors import ProtocolError
 
 from netkafka.protocol.framing import (
     ZERO_UUID, ApiKey, ApiSpec, Node, finish_request, response_reader, start_request,
@@ -139,3 +146,68 @@ def decode_metadata_response(data, version):
     r.expect_end()
     return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics,
                             error_code)
+
+
+_MAX_PORT = 65535
+
+
+def check_metadata_response(response):
+    """Raises ProtocolError naming the first value of a decoded Metadata answer
+    that no broker sends: an empty or inconsistent broker list, a host or port
+    that cannot be connected to, a topic without a name or listed twice, partition
+    indexes that are not exactly 0..count-1, a leader (other than -1: none) that
+    is not a listed broker, a negative node id or epoch.  Afterwards a topic's
+    partition count bounds every index in it, so nothing is sized by an index.
+    """
+    if not response.brokers:
+        raise ProtocolError("the answer lists no brokers")
+    node_ids = set()
+    for broker in response.brokers:
+        _check_broker(broker, node_ids)
+        node_ids.add(broker.node_id)
+    if response.controller_id < -1:
+        raise ProtocolError(f"controller id {response.controller_id} is negative")
+    names = set()
+    for topic in response.topics:
+        if not topic.name:
+            raise ProtocolError(f"a topic has no name ({topic.name!r})")
+        if topic.name in names:
+            raise ProtocolError(f"topic {topic.name!r} is listed twice")
+        names.add(topic.name)
+        _check_partitions(topic, node_ids)
+
+
+def _check_broker(broker, node_ids):
+    who = f"broker {broker.node_id}"
+    if broker.node_id < 0:
+        raise ProtocolError(f"{who} has a negative node id")
+    if broker.node_id in node_ids:
+        raise ProtocolError(f"{who} is listed twice")
+    # A host name or address never holds spaces or control characters; an empty
+    # one would connect to the local host.
+    if not broker.host or not broker.host.isprintable() or " " in broker.host:
+        raise ProtocolError(f"{who} has host {broker.host!r}, not a host name or address")
+    if not 0 < broker.port <= _MAX_PORT:
+        raise ProtocolError(f"{who} has port {broker.port}, outside 1..{_MAX_PORT}")
+
+
+def _check_partitions(topic, node_ids):
+    count = len(topic.partitions)
+    seen = set()
+    for p in topic.partitions:
+        where = f"topic {topic.name!r} partition {p.partition}"
+        if not 0 <= p.partition < count:
+            raise ProtocolError(f"{where}: the index is outside 0..{count - 1} (the answer "
+                                f"lists {count} partitions of the topic)")
+        if p.partition in seen:
+            raise ProtocolError(f"{where} is listed twice")
+        seen.add(p.partition)
+        if p.leader != -1 and p.leader not in node_ids:
+            raise ProtocolError(f"{where}: leader {p.leader} is not among the listed "
+                                f"brokers {sorted(node_ids)} (-1 would mean no leader)")
+        if p.leader_epoch < -1:
+            raise ProtocolError(f"{where}: leader epoch {p.leader_epoch} is negative")
+        for field in ("replicas", "isr", "offline_replicas"):
+            if any(node < 0 for node in getattr(p, field)):
+                raise ProtocolError(f"{where}: {field} {list(getattr(p, field))} holds a "
+                                    "negative node id")

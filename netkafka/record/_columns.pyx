@@ -679,7 +679,10 @@ cdef _HeaderColumns _header_columns(dict headers, Py_ssize_t count):
     columns.names, columns.values = [], []
     for key, column in headers.items():
         if isinstance(key, str):
-            name = key.encode("utf-8")
+            try:
+                name = key.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"headers key {key!r} cannot be UTF-8 encoded: {exc}") from None
         elif PyBytes_Check(key):
             name = key
             try:

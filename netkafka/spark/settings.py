@@ -41,7 +41,8 @@ def producer_settings(config=None):
             keyword arguments; a Java-style dotted name (``bootstrap.servers``,
             ``linger.ms``) stands for its kafka-python name (``bootstrap_servers``,
             ``linger_ms``), and the Java client's PEM TLS settings
-            (``ssl.truststore.location``, ...) theirs (config.JAVA_TLS_SETTINGS).
+            (``ssl.truststore.location``, ...) theirs (config.JAVA_TLS_SETTINGS);
+            ``sasl.jaas.config`` carries PLAIN or SCRAM credentials as in Java.
             Strings are read as the setting's type ("5", "true").
 
     The active Spark session's conf keys under CONF_PREFIX come first (names and
@@ -49,8 +50,10 @@ def producer_settings(config=None):
     batch_size and linger_ms.
 
     Raises:
-        TypeError: an unknown setting (named, with where it came from).
-        ValueError: a bad value, or no bootstrap servers at all.
+        TypeError: an unknown setting (named, with where it came from, and what to
+            use instead for a Java-only one such as ssl.truststore.password).
+        ValueError: a bad value, or no bootstrap servers at all (SslConfigError,
+            SaslConfigError and JaasConfigError for the security settings).
         NotImplementedError: transaction settings.
     """
     if isinstance(config, ProducerSettings):

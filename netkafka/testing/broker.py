@@ -48,6 +48,7 @@ import uuid
 from pathlib import Path
 from typing import Mapping, NamedTuple, Optional, Sequence
 
+from netkafka.client.resolver import host_port
 from netkafka.errors import BrokerHarnessError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -328,6 +329,8 @@ class Listener(NamedTuple):
 
     name: str               # e.g. "SASL_SSL_PLAIN": upper-case letters, digits and '_'
     security_protocol: str  # one of SECURITY_PROTOCOLS
+    # The address it binds and advertises: "::1" makes an IPv6 listener (written [::1]).
+    host: str = HOST
 
 # Nodes started by this process that must not outlive it (everything but `start` from the
 # shell).  Guarded by _LIVE_LOCK: fixtures, tests and atexit may reach it from any thread.
@@ -419,10 +422,12 @@ class Node:
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         bound = [f"{PLAINTEXT_LISTENER}://{self.bootstrap}"]
-        bound += [f"{listener.name}://{self.address(listener.name)}" for listener in listeners]
+        bound += [f"{listener.name}://{host_port(listener.host, self.listener_ports[listener.name])}"
+                  for listener in listeners]
         advertised = [f"{PLAINTEXT_LISTENER}://{self.bootstrap}"]
-        advertised += [f"{listener.name}://{HOST}:"
-                       f"{self.advertised_ports.get(listener.name, self.listener_ports[listener.name])}"
+        advertised += [f"{listener.name}://" + host_port(
+                           listener.host,
+                           self.advertised_ports.get(listener.name, self.listener_ports[listener.name]))
                        for listener in listeners]
         protocols = [f"{PLAINTEXT_LISTENER}:PLAINTEXT", f"{CONTROLLER_LISTENER}:{controller_protocol}"]
         protocols += [f"{listener.name}:{listener.security_protocol}" for listener in listeners]

@@ -10,6 +10,9 @@ timeout can tell.  Connections open when the black hole starts are swallowed fro
 Returning to forwarding serves new connections again; a swallowed connection stays swallowed
 until its client closes it, since bytes are missing from the middle of its stream.
 
+Retargeted, it forwards new connections to another port and closes the open ones: a load
+balancer behind a stable bootstrap address that now points at another listener or cluster.
+
 Threads: one accepts; each connection has one pump thread per direction, blocking on recv.
 Lock order: _lock only (no other lock is taken while holding it).
 """
@@ -52,7 +55,7 @@ class TcpProxy:
     """
 
     def __init__(self, target_port: int, port: int = 0):
-        self.target = (HOST, target_port)  # immutable
+        self.target = (HOST, target_port)  # guarded by _lock (retarget() changes it)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # the acceptor's
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind((HOST, port))
@@ -95,6 +98,16 @@ class TcpProxy:
                 if not connection.swallowed:
                     connection.swallowed = True
                     self.swallowed_connections += 1
+
+    def retarget(self, target_port: int) -> None:
+        """New connections go to target_port from now on; open ones are closed (their
+        clients reconnect, and reach the new target)."""
+        with self._lock:
+            self.target = (HOST, target_port)
+            connections = list(self._connections)
+            self._connections.clear()
+        for connection in connections:
+            connection.close()
 
     def forward(self) -> None:
         """New connections are forwarded again; swallowed ones stay swallowed."""
@@ -155,8 +168,10 @@ class TcpProxy:
                 self._spawn(self._pump, "down", connection, upstream, client)
 
     def _connect_upstream(self) -> Optional[socket.socket]:
+        with self._lock:
+            target = self.target
         try:
-            upstream = socket.create_connection(self.target, timeout=CONNECT_TIMEOUT_S)
+            upstream = socket.create_connection(target, timeout=CONNECT_TIMEOUT_S)
         except OSError:
             return None
         upstream.settimeout(None)

@@ -16,7 +16,9 @@ PLAIN users are in the listeners' JAAS config; SCRAM users are written into the 
 by the storage tool (`format --add-scram`); OAUTHBEARER tokens are RS256 JWTs that the broker
 checks against the key set of an OAuthServer run by the test process (netkafka.testing.oauth),
 which also hands out tokens by the client-credentials grant.  The quorum's CONTROLLER listener
-and the inter-broker traffic (over MTLS) authenticate the broker by its certificate, CN=broker.
+and the inter-broker traffic (over MTLS by default) authenticate the broker by its certificate,
+CN=broker; with a SASL_SSL SCRAM listener between brokers (the secured_cluster fixture's) a
+broker logs in as SCRAM user "broker", made at format time with the others.
 
 The StandardAuthorizer guards everything.  Super users: User:broker and User:admin.  Every
 principal (User:*) is allowed everything on every topic, group and transactional id and
@@ -34,8 +36,11 @@ import time
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional, Sequence
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
-                                   AdminClient, ResourcePatternType, ResourceType)
+                                   AdminClient, ResourcePatternType, ResourceType,
+                                   ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialDeletion, UserScramCredentialUpsertion)
 
 from netkafka.testing.broker import (BROKER_JVM_OPTIONS, DEFAULT_KAFKA_VERSION, PLAINTEXT_LISTENER,
                                      START_TIMEOUT_S, STOP_TIMEOUT_S, Cluster, Listener, kafka_line)
@@ -60,8 +65,18 @@ ADMIN_LISTENER = "SASL_PLAINTEXT_PLAIN"
 PRINCIPAL_MAPPING_RULES = "RULE:^CN=([^,]+).*$/$1/,DEFAULT"
 # Within the JVM: which OAuth URLs the broker may fetch (4.0+ allows none by default, 3.9.1+ all).
 ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+# The mechanisms a broker may replicate with over SASL_SSL: their credentials live in the
+# metadata log, which the quorum (over SSL, by certificate) delivers first.
+INTER_BROKER_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ACL_WAIT_S = 30.0
 ACL_POLL_S = 0.05
+# A SCRAM credential changed at run time is in force once a client can (or can no longer)
+# authenticate with it: probed this often, for up to this long.
+SCRAM_WAIT_S = 30.0
+SCRAM_POLL_S = 0.2
+SCRAM_ITERATIONS = 4096  # the storage tool's and kafka-configs' default
+_SCRAM_MECHANISMS = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
+                     "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
 
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -157,7 +172,12 @@ class SecuredBroker:
         directory: where the certificates (tls/) and the node (kafka/, emptied first) go.
         jvm_options: the broker JVM's options (the allowed-URLs property is added).
         kafka_version: "4" (the secured_broker fixture's) or "3.9", which takes the same settings.
-        node_count: nodes of the cluster, each with every listener; brokers replicate over MTLS.
+        node_count: nodes of the cluster; brokers replicate over inter_broker_listener.
+        listener_names: the client listeners each node has (names of LISTENERS; default all).
+            Fewer start faster; PLAINTEXT and ADMIN_LISTENER are always there (the harness's).
+        inter_broker_listener: the listener brokers replicate over: MTLS (default; the broker
+            is User:broker by its certificate) or a SASL_SSL SCRAM listener (the broker logs
+            in as SCRAM user "broker", made at format time; see INTER_BROKER_SCRAM).
 
     Attributes (the public ones, fixed once constructed; the bootstraps once started):
         listeners: listener name -> SecuredListener (PLAINTEXT and the secured ones).
@@ -171,16 +191,33 @@ class SecuredBroker:
     """
 
     def __init__(self, directory: os.PathLike, *, jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
-                 kafka_version: str = DEFAULT_KAFKA_VERSION, node_count: int = 1):
+                 kafka_version: str = DEFAULT_KAFKA_VERSION, node_count: int = 1,
+                 listener_names: Optional[Sequence[str]] = None,
+                 inter_broker_listener: str = "MTLS"):
         self.directory = Path(directory)
         self.kafka_version = kafka_line(kafka_version).name
         self.node_count = node_count
+        wanted = set(listener_names or (spec.name for spec in LISTENERS))
+        wanted |= {PLAINTEXT_LISTENER, ADMIN_LISTENER, inter_broker_listener}
+        unknown = wanted - {spec.name for spec in LISTENERS}
+        if unknown:
+            raise ValueError(f"no listeners {sorted(unknown)}; known: {[spec.name for spec in LISTENERS]}")
+        self._specs = tuple(spec for spec in LISTENERS if spec.name in wanted)
+        inter_broker = next(spec for spec in self._specs if spec.name == inter_broker_listener)
+        if not (inter_broker.client_auth or (inter_broker.tls and inter_broker.sasl_mechanism
+                                             in INTER_BROKER_SCRAM)):
+            raise ValueError(f"inter_broker_listener={inter_broker_listener!r}: brokers replicate over "
+                             f"MTLS or a SASL_SSL listener of {INTER_BROKER_SCRAM}")
+        self.inter_broker_listener = inter_broker_listener
+        self._inter_broker_spec = inter_broker
         tls = make_tls_files(self.directory / "tls", USERS)
         self.ca_file = tls.ca_file
         self.untrusted_ca_file = tls.untrusted_ca_file
         self.client_certs: dict[str, ClientCertificate] = tls.clients
         self.passwords = {mechanism: {user: secrets.token_urlsafe(12) for user in USERS}
                           for mechanism in PASSWORD_MECHANISMS}
+        # The brokers' own SCRAM password, for an inter-broker SCRAM listener.
+        self._broker_password = secrets.token_urlsafe(12)
         self.oauth = OAuthServer({user: secrets.token_urlsafe(16) for user in USERS}, OAUTH_AUDIENCE)
         self._keystore_file = tls.broker_keystore_file
         self._jvm_options = tuple(jvm_options)
@@ -205,16 +242,16 @@ class SecuredBroker:
             self.cluster = Cluster(
                 self.node_count, directory=self.directory / "kafka",
                 # PLAINTEXT is every node's own; the others are this node's additions.
-                listeners=[Listener(spec.name, spec.security_protocol) for spec in LISTENERS
+                listeners=[Listener(spec.name, spec.security_protocol) for spec in self._specs
                            if spec.name != PLAINTEXT_LISTENER],
-                controller_protocol="SSL", inter_broker_listener="MTLS",
+                controller_protocol="SSL", inter_broker_listener=self.inter_broker_listener,
                 format_options=self._scram_format_options(), extra_config=self._broker_settings(),
                 jvm_options=(*self._jvm_options, f"-D{ALLOWED_URLS_PROPERTY}={self.oauth.jwks_url}"),
                 kafka_version=self.kafka_version,
             )
             self.cluster.start(timeout_s=timeout_s)
             self.listeners = {spec.name: spec._replace(bootstrap=self.cluster.listener_bootstrap(spec.name))
-                              for spec in LISTENERS}
+                              for spec in self._specs}
             self._create_acls(_grants_to_everyone())
         except BaseException:
             self.stop()
@@ -284,6 +321,36 @@ class SecuredBroker:
                 config["sasl.password"] = self.passwords[mechanism][user]
         return config
 
+    def java_client_config(self, listener: str, user: str = "alice",
+                           sasl_mechanism: Optional[str] = None) -> dict:
+        """The Java client's settings that reach `listener` as `user`, as a client.properties
+        file or Spark options hold them: PEM trust store, host names checked; on MTLS a PEM
+        key store (the encrypted key and the certificate in one file, written next to the
+        certificates) with ssl.key.password; on PLAIN and SCRAM listeners the credentials
+        in sasl.jaas.config.  OAUTHBEARER has no such form here (netkafka takes its token
+        endpoint as a provider object).
+        """
+        spec = self._listener(listener)
+        config = {"bootstrap.servers": spec.bootstrap, "security.protocol": spec.security_protocol}
+        if spec.tls:
+            config.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_file),
+                           "ssl.endpoint.identification.algorithm": "https"})
+        if spec.client_auth:
+            cert = self.client_certs[user]
+            keystore = self.directory / "tls" / f"{user}-keystore.pem"
+            keystore.write_bytes(cert.encrypted_key_file.read_bytes() + cert.cert_file.read_bytes())
+            config.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore),
+                           "ssl.key.password": cert.key_password})
+        if spec.sasl_mechanisms:
+            mechanism = sasl_mechanism or spec.sasl_mechanism
+            if mechanism not in PASSWORD_MECHANISMS or mechanism not in spec.sasl_mechanisms:
+                raise ValueError(f"listener {listener} with {mechanism!r}: sasl.jaas.config carries "
+                                 f"the credentials of {PASSWORD_MECHANISMS} only")
+            config["sasl.mechanism"] = mechanism
+            config["sasl.jaas.config"] = (f'{_LOGIN_MODULES[mechanism]} required username="{user}" '
+                                          f'password="{self.passwords[mechanism][user]}";')
+        return config
+
     @property
     def admin_config(self) -> dict:
         """confluent-kafka settings of the super user admin (on ADMIN_LISTENER)."""
@@ -333,12 +400,63 @@ class SecuredBroker:
                                    f"{list(bindings)} after {ACL_WAIT_S:.0f} s")
             time.sleep(ACL_POLL_S)
 
+    # -- SCRAM users at run time -------------------------------------------------------------
+
+    def set_scram_password(self, user: str, mechanism: str, password: str) -> None:
+        """Create SCRAM user `user` for `mechanism`, or change its password, as
+        `kafka-configs --alter --add-config SCRAM-SHA-512=[password=...]` does (the admin
+        API's AlterUserScramCredentials); returns once the broker authenticates it.
+
+        A user made here is no USERS entry: client_config() does not know it.
+        """
+        self._alter_scram(UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(_SCRAM_MECHANISMS[mechanism], SCRAM_ITERATIONS),
+            password.encode()))
+        self._wait_for_scram(user, mechanism, password, accepted=True)
+
+    def delete_scram_user(self, user: str, mechanism: str, password: str) -> None:
+        """Delete `user`'s credential for `mechanism` (`kafka-configs --alter
+        --delete-config`); returns once the broker refuses `password` for it.  Connections
+        already authenticated stay so until their session ends (a re-authentication on
+        the REAUTH listeners) or they close."""
+        self._alter_scram(UserScramCredentialDeletion(user, _SCRAM_MECHANISMS[mechanism]))
+        self._wait_for_scram(user, mechanism, password, accepted=False)
+
+    def _alter_scram(self, alteration) -> None:
+        admin = self.admin()  # kept until the answer: a dropped client fails its futures
+        for future in admin.alter_user_scram_credentials([alteration]).values():
+            future.result()
+
+    def _wait_for_scram(self, user: str, mechanism: str, password: str, accepted: bool) -> None:
+        # The admin's answer means the controller took the change; the broker applies it
+        # from the metadata log a moment later.  A login is what shows it applied.
+        # Any listener of this node (or cluster) that takes the mechanism.
+        spec = next(spec for spec in self.listeners.values() if mechanism in spec.sasl_mechanisms)
+        config = {"bootstrap.servers": spec.bootstrap, "security.protocol": spec.security_protocol,
+                  "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+        if spec.tls:
+            config["ssl.ca.location"] = str(self.ca_file)
+        deadline = time.monotonic() + SCRAM_WAIT_S
+        while True:
+            try:
+                AdminClient(config).list_topics(timeout=SCRAM_POLL_S * 10)
+                works = True
+            except KafkaException:
+                works = False
+            if works == accepted:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the broker still {'refuses' if accepted else 'accepts'} "
+                                   f"{mechanism} user {user!r} after {SCRAM_WAIT_S:.0f} s")
+            time.sleep(SCRAM_POLL_S)
+
     # -- the broker's settings ---------------------------------------------------------------
 
     def _scram_format_options(self) -> list[str]:
         options = []
         for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-            for user, password in self.passwords[mechanism].items():
+            users = {**self.passwords[mechanism], BROKER_COMMON_NAME: self._broker_password}
+            for user, password in users.items():
                 options += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
         return options
 
@@ -363,7 +481,9 @@ class SecuredBroker:
             # A broker with a dozen listeners: one network thread each is plenty for tests.
             "num.network.threads": 1,
         }
-        for spec in LISTENERS:
+        if self._inter_broker_spec.sasl_mechanism:
+            settings["sasl.mechanism.inter.broker.protocol"] = self._inter_broker_spec.sasl_mechanism
+        for spec in self._specs:
             prefix = f"listener.name.{spec.name.lower()}."
             if spec.client_auth:
                 settings[prefix + "ssl.client.auth"] = "required"
@@ -371,17 +491,22 @@ class SecuredBroker:
                 settings[prefix + "sasl.enabled.mechanisms"] = ",".join(spec.sasl_mechanisms)
             for mechanism in spec.sasl_mechanisms:
                 mechanism_prefix = f"{prefix}{mechanism.lower()}."
-                settings[mechanism_prefix + "sasl.jaas.config"] = self._jaas_config(mechanism)
+                settings[mechanism_prefix + "sasl.jaas.config"] = self._jaas_config(
+                    mechanism, as_client=spec.name == self.inter_broker_listener)
                 if mechanism == "OAUTHBEARER":
                     settings[mechanism_prefix + "sasl.server.callback.handler.class"] = _OAUTH_VALIDATOR
                 if spec.name in (REAUTH_LISTENER, PLAINTEXT_REAUTH_LISTENER):
                     settings[mechanism_prefix + "connections.max.reauth.ms"] = REAUTH_MS
         return settings
 
-    def _jaas_config(self, mechanism: str) -> str:
+    def _jaas_config(self, mechanism: str, as_client: bool = False) -> str:
         options = ""
         if mechanism == "PLAIN":
             # The PLAIN server's users: user_<name>="<password>".
             options = "".join(f' user_{user}="{password}"' for user, password in self.passwords["PLAIN"].items())
+        if as_client:
+            # The inter-broker listener's: how a broker logs in to the others (a SCRAM
+            # server reads no options, its users are in the metadata log).
+            options += f' username="{BROKER_COMMON_NAME}" password="{self._broker_password}"'
         return f"{_LOGIN_MODULES[mechanism]} required{options};"
 

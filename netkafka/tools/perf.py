@@ -35,7 +35,7 @@ from array import array
 from jproperties import Properties
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
-from netkafka.config import ProducerConfig, producer_setting
+from netkafka.config import JAVA_TLS_SETTINGS, ProducerConfig, producer_setting
 from netkafka.client.metadata import parse_bootstrap_servers
 
 # At most about this many records per run carry a latency probe.
@@ -54,6 +54,9 @@ BAR_INTERVAL_S = 0.2
 THROTTLE_MIN_SLEEP_S = 0.001
 FIRST_ERRORS_KEPT = 3
 DEFAULT_ROWS_PER_CALL = 1000
+# Settings whose values are secrets: never printed, in the summary or in an error.
+SECRET_SETTINGS = frozenset({"sasl_plain_password", "sasl_jaas_config", "ssl_password"})
+HIDDEN = "[hidden]"
 
 
 # ----------------------------------------------------------------------------------
@@ -152,12 +155,14 @@ def _producer_settings(parser, args):
             parser.error(f"--producer.config {args.producer_config_file}: {exc}")
         for name, text in pairs:
             _put(parser, settings, origins, name, text,
-                 f"--producer.config {args.producer_config_file} ({name}={text})")
+                 f"--producer.config {args.producer_config_file} "
+                 f"({name}={_shown_text(name, text)})")
     for item in args.producer_config:
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
-            parser.error(f"--producer-config {item!r}: expected KEY=VALUE")
-        _put(parser, settings, origins, name.strip(), text.strip(), f"--producer-config {item}")
+            parser.error(f"--producer-config {_shown_text(name, item)!r}: expected KEY=VALUE")
+        _put(parser, settings, origins, name.strip(), text.strip(),
+             f"--producer-config {name.strip()}={_shown_text(name, text.strip())}")
     if args.bootstrap_servers is not None:
         _put(parser, settings, origins, "bootstrap_servers", args.bootstrap_servers,
              f"--bootstrap-servers {args.bootstrap_servers}")
@@ -171,6 +176,20 @@ def _producer_settings(parser, args):
         named = [origin for name, origin in origins.items() if name in str(exc)]
         parser.error(f"{'; '.join(named or origins.values())}: {exc}")
     return settings
+
+
+def _shown_text(name, text):
+    """text as an origin may show it: hidden when name is a secret's (kafka-python's
+    name or the Java client's, e.g. ssl.key.password for ssl_password)."""
+    java = JAVA_TLS_SETTINGS.get(name.strip().lower())
+    keyword = java[0] if java else name.strip().replace(".", "_").replace("-", "_")
+    return HIDDEN if keyword in SECRET_SETTINGS else text
+
+
+def shown_settings(settings):
+    """The Producer settings as the summary prints them: secrets hidden."""
+    return {name: HIDDEN if name in SECRET_SETTINGS else value
+            for name, value in settings.items()}
 
 
 def _put(parser, settings, origins, name, text, origin):
@@ -444,7 +463,7 @@ def run(args, progress_stream=sys.stderr):
                "record_bytes_total": args.payloads.total_bytes(args.num_records),
                "throughput_limit": args.throughput,
                "latency_sample_every": args.latency_sample_every,
-               "producer_config": dict(args.settings)}
+               "producer_config": shown_settings(args.settings)}
     recorder, failures = LatencyRecorder(), Failures()
     producer = Producer(**args.settings)
     try:

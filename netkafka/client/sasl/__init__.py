@@ -23,7 +23,9 @@ a few milliseconds at Kafka's highest iteration count, is the most expensive).  
 mechanism object serves one exchange; a KIP-368 re-authentication builds a new one.
 
 Settings are a mapping with kafka-python's names (``sasl_mechanism``,
-``sasl_plain_username``, ...; missing names take the defaults in SASL_DEFAULTS).
+``sasl_plain_username``, ...; missing names take the defaults in SASL_DEFAULTS), and
+the Java client's ``sasl_jaas_config``: the PLAIN or SCRAM login module's username and
+password in one string, as Spark and properties files pass them (jaas.py).
 ``check_sasl_settings`` is what the Producer calls at construction: each mechanism
 checks its own settings, so a bad one is refused there, naming the setting, not at the
 first connection.
@@ -31,6 +33,7 @@ first connection.
 import abc
 import random
 
+from netkafka.client.sasl import jaas
 from netkafka.errors import SaslConfigError
 
 # kafka-python's SASL settings and their defaults (None: not given).
@@ -42,6 +45,8 @@ SASL_DEFAULTS = {
     "sasl_kerberos_service_name": "kafka",
     "sasl_kerberos_domain_name": None,
     "sasl_oauth_token_provider": None,
+    # netkafka's, the Java client's sasl.jaas.config: instead of the two above.
+    "sasl_jaas_config": None,
 }
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 NON_SASL_PROTOCOLS = ("PLAINTEXT", "SSL")
@@ -150,14 +155,33 @@ class SaslMechanism(abc.ABC):
 
 
 class PasswordMechanism(SaslMechanism):
-    """A mechanism that authenticates with sasl_plain_username and sasl_plain_password
-    (PLAIN, SCRAM): subclasses take ``(username, password)`` and check what their
-    encoding needs of them in ``check_credentials``."""
+    """A mechanism that authenticates with sasl_plain_username and sasl_plain_password,
+    or the same from sasl_jaas_config (PLAIN, SCRAM): subclasses take ``(username,
+    password)`` and check what their encoding needs of them in ``check_credentials``."""
 
     @classmethod
     def check_settings(cls, settings):
-        cls.check_credentials(_require_text(settings, "sasl_plain_username", cls.name),
-                              _require_text(settings, "sasl_plain_password", cls.name))
+        cls.check_credentials(*cls.credentials(settings))
+
+    @classmethod
+    def credentials(cls, settings):
+        """``(username, password)``: the two settings, or sasl_jaas_config's.
+
+        Raises:
+            SaslConfigError: neither way given, both, or a malformed value (named).
+        """
+        jaas_config = setting(settings, "sasl_jaas_config")
+        if jaas_config is None:
+            return (_require_text(settings, "sasl_plain_username", cls.name),
+                    _require_text(settings, "sasl_plain_password", cls.name))
+        given = [name for name in ("sasl_plain_username", "sasl_plain_password")
+                 if setting(settings, name) is not None]
+        if given:
+            # Two sources of one credential: which one wins would be a guess.
+            raise SaslConfigError(
+                f"sasl_jaas_config and {' and '.join(given)} are both set: give the "
+                f"username and password one way")
+        return jaas.credentials_from_jaas(jaas_config, cls.name)
 
     @classmethod
     def check_credentials(cls, username, password):
@@ -166,7 +190,7 @@ class PasswordMechanism(SaslMechanism):
 
     @classmethod
     def from_settings(cls, settings, host):
-        return cls(settings["sasl_plain_username"], settings["sasl_plain_password"])
+        return cls(*cls.credentials(settings))
 
 
 # name -> SaslMechanism subclass; filled at import time below, read-only afterwards
@@ -249,7 +273,16 @@ def check_sasl_settings(settings, security_protocol="PLAINTEXT"):
         raise SaslConfigError(
             f"security_protocol={security_protocol!r} needs sasl_mechanism, one of "
             f"{', '.join(mechanism_names())}")
-    mechanism_class(name).check_settings(settings)
+    cls = mechanism_class(name)
+    if setting(settings, "sasl_jaas_config") is not None and not issubclass(
+            cls, PasswordMechanism):
+        # The other mechanisms' login modules hold keytabs, token endpoints or AWS
+        # roles, which their own settings carry here.
+        raise SaslConfigError(
+            f"sasl_jaas_config is read for the PLAIN and SCRAM login modules only, not "
+            f"for sasl_mechanism={name!r}: give that mechanism's settings instead "
+            f"(sasl_kerberos_* for GSSAPI, sasl_oauth_token_provider for OAUTHBEARER)")
+    cls.check_settings(settings)
 
 
 # The mechanisms.  Imported here, after the interface they build on, so that importing

@@ -195,6 +195,18 @@ class RefreshingTokenProvider(abc.ABC):
 
     _source = "the token provider"
 
+    def __getstate__(self):
+        """Pickled (netkafka.spark's settings travel to the executors in the sink or
+        emitter) without the lock and the cached token: each copy fetches its own."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state.update(_token=None, _refresh_at_s=0.0, _expires_at_s=0.0)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @abc.abstractmethod
     def _fetch_token(self, now_s):
         """A new token and the wall-clock second it expires at: ``(token, expires_at_s)``.

@@ -1,0 +1,163 @@
+"""TCP proxies in front of a real broker: protocol-level fakes for hostile answers.
+
+BrokerProxy passes the client's bytes on untouched and the broker's through a
+subclass's _answers().  MetadataProxy is a fake broker for hostile Metadata answers:
+every request passes to the real broker untouched.  Every Metadata answer is decoded
+(kafka-python, an independent reader), its brokers are pointed at the proxy, so that
+the client's later connections come back through it too, and while ``rewrite`` is set
+the answer is handed to it before kafka-python encodes it again: a hostile value in an
+otherwise well-formed answer.  Other answers pass through untouched.
+"""
+import socket
+import struct
+import threading
+
+from kafka.protocol.metadata import MetadataResponse as KpMetadataResponse
+
+from netkafka.protocol.framing import ApiKey
+from protocol_samples import kafka_python_decode, kafka_python_response
+
+_REQUEST_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
+
+
+def recv_exactly(sock, n):
+    """n bytes from a blocking socket; OSError if it closes first."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    return data
+
+
+def _relay_frames(src, dst, transform):
+    """Passes each size-prefixed frame from src to dst as transform(body) makes it,
+    until either side closes."""
+    try:
+        while True:
+            (size,) = struct.unpack(">i", recv_exactly(src, 4))
+            body = transform(recv_exactly(src, size))
+            dst.sendall(struct.pack(">i", len(body)) + body)
+    except OSError:
+        pass
+    finally:
+        dst.close()
+
+
+class BrokerProxy:
+    """A TCP proxy to the broker: the client's bytes go through _requests(src, dst)
+    (untouched by default), the broker's through _answers(src, dst), which each
+    subclass defines.  One thread per direction and connection."""
+
+    def __init__(self, target):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.sockets = []  # guarded by lock: to close them all at the end
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def bootstrap(self):
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.sockets += [client, upstream]
+            for fn, args in ((self._requests, (client, upstream)),
+                             (self._answers, (upstream, client))):
+                threading.Thread(target=fn, args=args, daemon=True).start()
+
+    def _requests(self, src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self):
+        self.listener.close()
+        with self.lock:
+            sockets, self.sockets = self.sockets, []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
+class MetadataProxy(BrokerProxy):
+    """A fake broker for hostile Metadata answers; target: (host, port) of the real one.
+
+    rewrite: None, or fields -> fields: applied to each Metadata answer's fields
+    (kafka-python's MetadataResponse keyword arguments) while set; ``rewritten``
+    counts the answers it was applied to.
+    """
+
+    def __init__(self, target):
+        self.rewrite = None  # guarded by lock
+        self.replace = None  # guarded by lock
+        self.rewritten = 0  # guarded by lock
+        # Guarded by lock: per upstream socket, correlation id -> Metadata version of
+        # the requests in flight.
+        self.asked = {}
+        super().__init__(target)
+
+    def set_rewrite(self, rewrite, replace=None):
+        """rewrite: as the class says; replace: None, or (old, new) bytes replaced in
+        the encoded answer (bytes no encoder writes, such as a host that is not UTF-8)."""
+        with self.lock:
+            self.rewrite, self.replace = rewrite, replace
+            self.rewritten = 0
+
+    def rewritten_count(self):
+        with self.lock:
+            return self.rewritten
+
+    def _requests(self, src, dst):
+        def note(body):
+            api_key, version, correlation_id = _REQUEST_HEADER.unpack_from(body)
+            if api_key == ApiKey.METADATA:
+                with self.lock:
+                    self.asked.setdefault(dst, {})[correlation_id] = version
+            return body
+        _relay_frames(src, dst, note)
+
+    def _answers(self, src, dst):
+        def answer(body):
+            (correlation_id,) = struct.unpack_from(">i", body)
+            with self.lock:
+                version = self.asked.get(src, {}).pop(correlation_id, None)
+            if version is None:
+                return body
+            return body[:4] + self._metadata_answer(body[4:], version)
+        _relay_frames(src, dst, answer)
+
+    def _metadata_answer(self, data, version):
+        answer = kafka_python_decode(KpMetadataResponse, data, version)
+        fields = dict(throttle_time_ms=0, cluster_id=None, controller_id=-1,
+                      authorized_operations=set(), error_code=0)  # what v0 lacks
+        fields.update({name: getattr(answer, name) for name in (
+            "throttle_time_ms", "cluster_id", "controller_id", "topics",
+            "authorized_operations", "error_code") if hasattr(answer, name)})
+        Broker = KpMetadataResponse.MetadataResponseBroker
+        fields["brokers"] = [Broker(node_id=b.node_id, host="127.0.0.1", port=self.port,
+                                    rack=getattr(b, "rack", None)) for b in answer.brokers]
+        with self.lock:
+            rewrite, replace = self.rewrite, self.replace
+            if rewrite is not None:
+                self.rewritten += 1
+        if rewrite is None:
+            return kafka_python_response(KpMetadataResponse, version, **fields)
+        encoded = kafka_python_response(KpMetadataResponse, version, **rewrite(fields))
+        return encoded if replace is None else encoded.replace(*replace)
