@@ -101,6 +101,46 @@ def test_keyed_records_land_where_kafka_python_murmur2_puts_them(core_broker, to
         (key, kafka_python_partition(key, partitions)) for key in keys)
 
 
+def test_unkeyed_records_keep_one_partition_per_batch_among_keyed_and_placed_ones(
+        core_broker, topic_name):
+    # The hot path keeps the sticky partition it was given until the batch there is
+    # full (KIP-480): keyed records (murmur2) and records with a partition, sent in
+    # between, neither move it nor land elsewhere than they should.
+    partitions = 4
+    create_topic(core_broker.bootstrap, topic_name, partitions=partitions)
+    sent = []  # (kind, future, key, partition asked for)
+    with producer(core_broker.bootstrap, batch_size=4096, linger_ms=2000) as p:
+        for i in range(3000):
+            if i % 7 == 3:
+                key = b"key-%d" % i
+                sent.append(("keyed", p.send(topic_name, b"k" * 100, key=key), key, None))
+            elif i % 11 == 5:
+                sent.append(("placed", p.send(topic_name, b"p" * 100, partition=i % 4),
+                             None, i % 4))
+            else:
+                sent.append(("unkeyed", p.send(topic_name, b"u" * 100), None, None))
+        p.flush()
+        placed = [(kind, future.get(30), key, asked) for kind, future, key, asked in sent]
+        batches = p.metrics()["netkafka"]["batches_created"]
+    for kind, metadata, key, asked in placed:
+        if kind == "keyed":
+            assert metadata.partition == kafka_python_partition(key, partitions)
+        elif kind == "placed":
+            assert metadata.partition == asked
+    runs = []  # [partition, records] of the unkeyed records, in send order
+    for kind, metadata, _, _ in placed:
+        if kind == "unkeyed":
+            if runs and runs[-1][0] == metadata.partition:
+                runs[-1][1] += 1
+            else:
+                runs.append([metadata.partition, 1])
+    # A 4 KiB batch holds at most 35 of these records: about 2,000 unkeyed ones fill
+    # dozens of batches, and the sticky partition moves only when one is full (a
+    # run can be short: keyed and placed records fill batches too).
+    assert 20 <= len(runs) <= batches
+    assert {partition for partition, _ in runs} == set(range(partitions))
+
+
 def test_round_robin_custom_and_broker_aware_partitioners(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
     with producer(kafka_broker.bootstrap, partitioner="round_robin", linger_ms=50) as p:

@@ -45,7 +45,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 from netkafka.producer._futures cimport BatchResult, new_record_future
 from netkafka.producer._mutex cimport Mutex
-from netkafka.producer._partitioner cimport Partitioner
+from netkafka.producer._partitioner cimport Partitioner, keyed_partition
 from netkafka.producer._wal cimport WalAppender
 from netkafka.record._batch cimport RecordBatchBuilder
 from netkafka.record._legacy cimport LegacyMessageSetBuilder
@@ -58,6 +58,7 @@ from netkafka.csrc cimport (
 import collections
 
 from netkafka.errors import WalFullError
+from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
 
 
 cdef enum:
@@ -124,11 +125,21 @@ cdef class TopicTable:
     cdef readonly tuple all_partitions        # partition ids, ascending
     cdef readonly tuple available_partitions  # those with a leader, ascending
     cdef list _queues                         # PartitionQueue or None, by partition id
+    # With a built-in sticky partitioner: its last answer for an unkeyed record, -1
+    # for none (forget_sticky_locked); sticky_epoch counts the times it was forgotten,
+    # so that an answer asked for before a move is not kept after it.
+    cdef int sticky
+    cdef unsigned long sticky_epoch
 
     def __cinit__(self):
         self.all_partitions = ()
         self.available_partitions = ()
         self._queues = []
+        self.sticky = -1
+
+    cdef inline void forget_sticky_locked(self):
+        self.sticky = -1
+        self.sticky_epoch += 1
 
     cdef inline PartitionQueue queue_or_none(self, int partition):
         if 0 <= partition < len(self._queues):
@@ -153,10 +164,21 @@ cdef class AccumulatorCore:
     cdef nk_clock_cache _clock              # lock: "now" for records without a timestamp
     cdef public WalAppender wal             # immutable once set: the WAL's, or None
     cdef public bint wal_always             # immutable: fsync "always" (send() waits)
+    # Immutable: the partitioner is DefaultPartitioner or BrokerAwarePartitioner, whose
+    # choice the hot path makes under `lock` without calling it: murmur2 for a key
+    # (keyed_partition, no lock of its own), and for no key the sticky partition it
+    # last gave, kept in the TopicTable until this accumulator tells it to move on.
+    cdef bint _sticky_builtin
+    # lock: the topic of the last append and its TopicTable (tables are never
+    # removed), so that a run of records to one topic skips the dict.
+    cdef object _last_topic
+    cdef TopicTable _last_table
 
     def __cinit__(self, Partitioner partitioner not None, *args, **kwargs):
         self.lock = Mutex()
         self.partitioner = partitioner
+        self._sticky_builtin = type(partitioner) in (DefaultPartitioner,
+                                                     BrokerAwarePartitioner)
         self._topics = {}
         nk_clock_init(&self._clock, nk_clock_ticks_per_ms())
 
@@ -181,6 +203,7 @@ cdef class AccumulatorCore:
         return self._append_once(topic, partition, key, value, headers, timestamp_ms, track,
                                  context)
 
+    @cython.final
     cdef object _append(self, topic, partition, key, value, headers, timestamp_ms,
                         int track, object context):
         # Encodes one record into its partition's open batch; returns what `track`
@@ -190,6 +213,10 @@ cdef class AccumulatorCore:
         # _append_cold raises.
         if context is not None and (self.wal is None or not PyBytes_CheckExact(context)):
             context = _context_bytes(context, self.wal is not None)
+        if self.wal is None:
+            # No WAL, nothing to wait for room in: no try block to enter per record.
+            return self._append_once(topic, partition, key, value, headers, timestamp_ms,
+                                     track, context)
         try:
             return self._append_once(topic, partition, key, value, headers, timestamp_ms,
                                      track, context)
@@ -197,53 +224,101 @@ cdef class AccumulatorCore:
             return (<object>self)._append_when_wal_has_room(
                 topic, partition, key, value, headers, timestamp_ms, track, context)
 
+    @cython.final
     cdef object _append_once(self, topic, partition, key, value, headers, timestamp_ms,
                              int track, object context):
         cdef TopicTable table
         cdef PartitionQueue queue
         cdef PartitionQueue retired = None
         cdef object appended
-        cdef int chosen
+        cdef int chosen = -1
         cdef int64_t ts = -1
+        cdef unsigned long epoch
+        cdef bint full = False
         if type(topic) is not str:
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         if timestamp_ms is not None:
             ts = checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
-        # 1. The topic's partitions.
+        if partition is not None:
+            chosen = _partition_arg(partition)
+        # 1. The topic's partitions; with a built-in partitioner its choice too, so
+        # that the usual record takes the lock once.
         self.lock.take()
-        table = None if self.refusal is not None else self._topics.get(topic)
-        if table is not None:
-            all_partitions = table.all_partitions
-            available = table.available_partitions
-        self.lock.give()
+        try:
+            table = None if self.refusal is not None else self._table_locked(topic)
+            if table is not None:
+                if chosen < 0 and self._sticky_builtin:
+                    if key is None:
+                        chosen = table.sticky
+                    else:
+                        chosen = keyed_partition(key, len(table.all_partitions), topic)
+                if chosen >= 0:
+                    appended = self._append_chosen_locked(table, chosen, key, value, headers,
+                                                          ts, track, context, &full)
+                    if appended is not None:
+                        return appended
+                    if full:
+                        retired = table.queue_or_none(chosen)
+                else:
+                    all_partitions = table.all_partitions
+                    available = table.available_partitions
+                    epoch = table.sticky_epoch
+        finally:
+            self.lock.give()
         if table is None:
             return self._append_cold(topic, partition, -1, key, value, headers, timestamp_ms,
                                      track, context, None)
-        # 2. The partition: the caller's, or the partitioner's (outside our lock).
-        if partition is None:
+        if chosen < 0:
+            # 2. The partitioner's choice (outside our lock: its own lock, or user code).
             chosen = self.partitioner.partition(topic, key, all_partitions, available)
-        else:
-            chosen = _partition_arg(partition)
-        # 3. The record, into the partition's open batch if it has room.
-        self.lock.take()
-        try:
-            if self.refusal is None:
-                queue = table.queue_or_none(chosen)
-                if queue is not None:
-                    appended = self._append_locked(queue, key, value, headers, ts, track,
-                                                   context)
-                    if appended is not None:
-                        return appended
-                    if queue.open is not None:
-                        # Full: it leaves the open slot now, under this lock; the
-                        # cold path hands it over and opens the next.
-                        queue.retire()
-                        retired = queue
-        finally:
-            self.lock.give()
+            # 3. The record, into the partition's open batch if it has room.
+            self.lock.take()
+            try:
+                if self._sticky_builtin and table.sticky_epoch == epoch:
+                    table.sticky = chosen
+                appended = self._append_chosen_locked(table, chosen, key, value, headers, ts,
+                                                      track, context, &full)
+                if appended is not None:
+                    return appended
+                if full:
+                    retired = table.queue_or_none(chosen)
+            finally:
+                self.lock.give()
         return self._append_cold(topic, partition, chosen, key, value, headers, timestamp_ms,
                                  track, context, retired)
 
+    cdef inline TopicTable _table_locked(self, topic):
+        # The topic's table, or None; the last topic's without the dict.
+        if topic is self._last_topic:
+            return self._last_table
+        table = self._topics.get(topic)
+        if table is not None:
+            self._last_topic = topic
+            self._last_table = table
+        return table
+
+    @cython.final
+    cdef object _append_chosen_locked(self, TopicTable table, int chosen, key, value,
+                                      headers, int64_t ts, int track, object context,
+                                      bint *full):
+        # With the lock held: the record into partition chosen's open batch; what
+        # `track` says, or None (refused, no queue or no open batch yet, or full:
+        # the cold path's turn).  A full batch leaves the open slot now, under this
+        # lock, and *full says so: the cold path hands it over and opens the next.
+        cdef PartitionQueue queue
+        full[0] = False
+        if self.refusal is not None:
+            return None
+        queue = table.queue_or_none(chosen)
+        if queue is None:
+            return None
+        appended = self._append_locked(queue, key, value, headers, ts, track, context)
+        if appended is None and queue.open is not None:
+            queue.retire()
+            full[0] = True
+        return appended
+
+    @cython.final
     cdef object _append_locked(self, PartitionQueue queue, key, value, headers, int64_t ts,
                                int track, object context):
         # With the lock held: the record into queue's open batch, or None when there
@@ -324,9 +399,21 @@ cdef class AccumulatorCore:
                 table = self._topics[topic] = TopicTable()
             table.all_partitions = all_partitions
             table.available_partitions = available_partitions
+            table.forget_sticky_locked()
             count = max(all_partitions) + 1 if all_partitions else 0
             if count > len(table._queues):
                 table._queues.extend([None] * (count - len(table._queues)))
+
+    def forget_sticky(self, topic):
+        """Any thread (takes the lock): the partitioner was told to move topic's
+        unkeyed records on (on_new_batch), so the hot path asks it again.  Called
+        after the partitioner has moved: an answer given before the move is then
+        never kept."""
+        cdef TopicTable table
+        with self.lock:
+            table = self._topics.get(topic)
+            if table is not None:
+                table.forget_sticky_locked()
 
 
 cdef int _partition_arg(object partition) except -1:
@@ -427,6 +514,7 @@ cdef class ProducerCore:
         return self._append_record(topic, value, key, headers, partition, timestamp_ms,
                                    TRACK_FUTURE, context)
 
+    @cython.final
     cdef object _append_record(self, topic, value, key, headers, partition, timestamp_ms,
                                int track, object context):
         cdef AccumulatorCore records = self._records

@@ -2,6 +2,10 @@
 # Partitioner gives C-vtable calls to whichever partitioner the producer was given.
 # Semantics, threads and the on_new_batch flow: _partitioner.pyx's docstring.
 
+# Java's placement of a keyed record (toPositive(murmur2(key)) % num_partitions); no lock.
+cdef int keyed_partition(object key_bytes, Py_ssize_t num_partitions, object topic) except -1
+
+
 cdef class Partitioner:
     cpdef int partition(self, topic, key_bytes, all_partitions,
                         available_partitions) except -1
@@ -13,3 +17,4 @@ cdef class CallablePartitioner(Partitioner):
     cdef readonly str name         # how errors name it
 
     cdef int _checked(self, topic, result, all_partitions) except -1
+

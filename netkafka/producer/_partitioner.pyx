@@ -79,8 +79,10 @@ cdef uint32_t _checked_count(Py_ssize_t num_partitions, object topic) except 0:
     return <uint32_t>num_partitions
 
 
-cdef int _keyed_partition(object key_bytes, Py_ssize_t num_partitions, object topic) except -1:
-    """Java's placement of a keyed record."""
+cdef int keyed_partition(object key_bytes, Py_ssize_t num_partitions, object topic) except -1:
+    """Java's placement of a keyed record: what DefaultPartitioner and
+    BrokerAwarePartitioner give a key, taking no lock (the accumulator's hot path
+    calls it under its own)."""
     cdef uint32_t count = _checked_count(num_partitions, topic)
     cdef Py_buffer view
     _get_key_buffer(key_bytes, &view)
@@ -103,7 +105,7 @@ def default_partition(key_bytes, Py_ssize_t num_partitions):
     """
     if num_partitions <= 0 or num_partitions > INT32_MAX:
         raise ValueError(f"num_partitions must be in 1..2**31-1, got {num_partitions}")
-    return _keyed_partition(key_bytes, num_partitions, None)
+    return keyed_partition(key_bytes, num_partitions, None)
 
 
 cdef class Partitioner:
@@ -149,7 +151,7 @@ cdef class _StickyPartitioner(Partitioner):
         cdef Py_ssize_t n = len(all_partitions)
         cdef _StickyTopic state
         if key_bytes is not None:
-            return _keyed_partition(key_bytes, n, topic)
+            return keyed_partition(key_bytes, n, topic)
         _checked_count(n, topic)
         self._lock.take()
         try:

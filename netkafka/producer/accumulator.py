@@ -194,6 +194,7 @@ class RecordAccumulator(AccumulatorCore):
             # The partitioner's choice would open a new batch: it may move on first
             # (KIP-480: a sticky partition gets one batch, then the next one does).
             self.partitioner.on_new_batch(topic, chosen)
+            self.forget_sticky(topic)  # the hot path asks the partitioner again
             with self.lock:
                 table = self.table_locked(topic)
                 all_partitions = table.all_partitions

@@ -219,6 +219,7 @@ def _partitions_per_row(accumulator, topic, rows, partitions):
             place_unkeyed_rows(rows, per_row, explicit, partitioner, topic, all_partitions,
                                available, accumulator.batch_size_bytes,
                                lambda p: accumulator.open_batch_state(topic, p))
+            accumulator.forget_sticky(topic)  # the plan may have moved the partitioner on
         return per_row
     # Any other partitioner is asked row by row, as send() asks it.
     all_partitions, available = accumulator.topic_partitions(topic)
