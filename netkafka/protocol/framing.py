@@ -40,6 +40,7 @@ class ApiKey(enum.IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
