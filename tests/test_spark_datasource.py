@@ -38,6 +38,8 @@ ROWS = 40_000
 SPARK_PARTITIONS = 4
 TOPIC_PARTITIONS = 3
 FAULT_OPTION = "test.fault"
+FAILED_PARTITION = 1  # the Spark partition whose first attempt fails
+STAMPS_OPTION = "test.stamps"  # a directory where each injected failure leaves a file
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +116,8 @@ class FaultySource(NetkafkaDataSource):
 
     def writer(self, schema, overwrite):
         options = dict(self.options)
-        return FaultyWriter(SinkPlan(_without_fault(options), schema), options[FAULT_OPTION])
+        return FaultyWriter(SinkPlan(_without_fault(options), schema), options[FAULT_OPTION],
+                            options[STAMPS_OPTION])
 
     def streamWriter(self, schema, overwrite):
         options = dict(self.options)
@@ -123,31 +126,40 @@ class FaultySource(NetkafkaDataSource):
 
 
 def _without_fault(options):
-    return {k: v for k, v in options.items() if k != FAULT_OPTION}
+    return {k: v for k, v in options.items() if k not in (FAULT_OPTION, STAMPS_OPTION)}
+
+
+def stamp(directory, what):
+    """Leaves evidence that a failure was injected (the test checks it happened)."""
+    task = TaskContext.get()
+    open(os.path.join(directory, f"{what}-{task.partitionId()}-{task.attemptNumber()}"),
+         "w").close()
 
 
 class FaultyWriter(NetkafkaArrowWriter):
-    def __init__(self, plan, fault):
+    def __init__(self, plan, fault, stamps):
         super().__init__(plan)
         self.fault = fault
+        self.stamps = stamps
 
     def write(self, iterator):
-        first_attempt = TaskContext.get().attemptNumber() == 0
-        if not first_attempt or self.fault == "none":
+        task = TaskContext.get()
+        if task.attemptNumber() != 0 or task.partitionId() != FAILED_PARTITION:
             return super().write(iterator)
         if self.fault == "after_commit":
             message = super().write(iterator)
+            stamp(self.stamps, self.fault)
             raise RuntimeError(f"injected failure after the commit of {message}")
         return super().write(self._failing(iterator))
 
     def _failing(self, iterator):
-        """The input, failing (or killing this worker) after 3 batches of the task's
-        second partition -- once they are delivered, at least once."""
-        partition = TaskContext.get().partitionId()
+        """The input, failing (or killing this worker) after 3 batches -- once they
+        are delivered, at least once."""
         for index, batch in enumerate(iterator):
-            if partition == 1 and index == 3:
+            if index == 3:
                 if not self.plan.exactly_once:
                     nks.worker_producer(self.plan.settings).flush()
+                stamp(self.stamps, self.fault)
                 if self.fault == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError("injected failure before the commit")
@@ -288,30 +300,45 @@ def test_exactly_once_write_and_a_rerun_with_the_same_write_id_adds_nothing(
     assert set(ids.values()) == {2} and len(ids) == ROWS
 
 
+def faulty_write(spark, kafka_broker, topic_name, tmp_path, fault, **options):
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    writer(rows_frame(spark), kafka_broker, topic_name, "netkafka_faulty",
+           **{FAULT_OPTION: fault, STAMPS_OPTION: str(stamps)}, **options).mode("append").save()
+    # The failure happened, once, in the first attempt.
+    assert os.listdir(stamps) == [f"{fault}-{FAILED_PARTITION}-0"]
+
+
 @pytest.mark.parametrize("fault", ["before_commit", "after_commit", "kill"])
-def test_exactly_once_survives_a_failed_task(spark, kafka_broker, topic_name, fault):
+def test_exactly_once_survives_a_failed_task(spark, kafka_broker, topic_name, tmp_path, fault):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
-    writer(rows_frame(spark), kafka_broker, topic_name, "netkafka_faulty", exactlyOnce="true",
-           writeId=topic_name, **{FAULT_OPTION: fault}).mode("append").save()
+    faulty_write(spark, kafka_broker, topic_name, tmp_path, fault, exactlyOnce="true",
+                 writeId=topic_name)
     check_exactly_once(kafka_broker, topic_name)
+    in_log = read_topic(kafka_broker.bootstrap, topic_name, ROWS, timeout_s=120)
+    if fault == "after_commit":
+        # The retry found the partition's marker and sent nothing.
+        assert len(in_log) == ROWS
+    else:
+        # The failed attempt's records are in the log, in its aborted transaction.
+        assert len(in_log) > ROWS
 
 
 @pytest.mark.parametrize("fault", ["before_commit", "after_commit", "kill"])
 def test_at_least_once_shows_the_same_failures_duplicates_by_provenance(
-        spark, kafka_broker, topic_name, fault):
+        spark, kafka_broker, topic_name, tmp_path, fault):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
-    writer(rows_frame(spark), kafka_broker, topic_name, "netkafka_faulty",
-           **{FAULT_OPTION: fault, "netkafka.provenance": "true"}).mode("append").save()
+    faulty_write(spark, kafka_broker, topic_name, tmp_path, fault,
+                 **{"netkafka.provenance": "true"})
     records = read_topic(kafka_broker.bootstrap, topic_name, ROWS, timeout_s=120)
     ids = Counter(row_id(r) for r in records)
     assert set(ids) == set(range(ROWS))
     duplicates = provenance_duplicates(records)
     assert sum(ids.values()) - ROWS == sum(len(a) - 1 for a in duplicates.values()) > 0
-    # Every copy is of the failed partition, its first attempt and its retry.
-    failed_partition = None if fault == "after_commit" else 1
+    # Every copy is of the failed partition: its first attempt and its retry.
     for (partition, _), attempts in duplicates.items():
+        assert partition == FAILED_PARTITION
         assert sorted(attempts) == [0, 1]
-        assert failed_partition is None or partition == failed_partition
 
 
 def test_streaming_query_restarted_from_its_checkpoint_writes_each_batch_once(
@@ -350,3 +377,6 @@ def test_streaming_query_restarted_from_its_checkpoint_writes_each_batch_once(
     assert os.path.exists(stamp)
     assert run(f"commit_once:{stamp}")  # batch 1 again (skipped by its markers), 2, 3
     check_exactly_once(kafka_broker, topic_name, files * per_file)
+    # Batch 1's second run sent nothing at all: its markers were found.
+    in_log = read_topic(kafka_broker.bootstrap, topic_name, files * per_file, timeout_s=120)
+    assert len(in_log) == files * per_file

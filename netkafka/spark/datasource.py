@@ -53,7 +53,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructType, TimestampNTZType, TimestampType)
 
-from netkafka.config import producer_setting
+from netkafka.config import ProducerConfig, producer_setting
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
 from netkafka.spark.settings import producer_settings
@@ -150,17 +150,24 @@ class SinkPlan:
     def __init__(self, options, schema):
         options = dict(options)  # keys lowercased by Spark's CaseInsensitiveDict
         settings = {}
+        origins = {}  # Producer keyword -> the option that set it
         flags = {}
         for name, value in options.items():
             if name.startswith(KAFKA_PREFIX):
                 java = name[len(KAFKA_PREFIX):]
                 if java in _REFUSED_KAFKA:
                     raise ValueError(f"option {name!r} is not supported: {_REFUSED_KAFKA[java]}")
-                settings.update(producer_setting(java, value, f"option {name!r}"))
+                setting = producer_setting(java, value, f"option {name!r}")
             elif name.startswith(PRODUCER_OPTION_PREFIX):
                 keyword = name[len(PRODUCER_OPTION_PREFIX):]
-                settings.update(producer_setting(keyword, value, f"option {name!r}"))
-            elif name in (PROVENANCE_OPTION.lower(), EXACTLY_ONCE_OPTION.lower()):
+                setting = producer_setting(keyword, value, f"option {name!r}")
+            else:
+                setting = None
+            if setting is not None:
+                settings.update(setting)
+                origins.update(dict.fromkeys(setting, name))
+                continue
+            if name in (PROVENANCE_OPTION.lower(), EXACTLY_ONCE_OPTION.lower()):
                 flags[name] = _boolean(name, value)
             elif name not in (TOPIC_OPTION, WRITE_ID_OPTION.lower(), MARKER_TOPIC_OPTION.lower(),
                               *_SPARK_OPTIONS):
@@ -171,7 +178,7 @@ class SinkPlan:
                     f"{WRITE_ID_OPTION}, {PROVENANCE_OPTION}, {MARKER_TOPIC_OPTION}")
         if "bootstrap_servers" not in settings:
             raise ValueError(f"option '{KAFKA_PREFIX}bootstrap.servers' is required")
-        self.settings = producer_settings(settings)
+        self.settings = _checked_settings(settings, origins)
         self.exactly_once = flags.get(EXACTLY_ONCE_OPTION.lower(), False)
         self.write_id = options.get(WRITE_ID_OPTION.lower())
         topic = options.get(TOPIC_OPTION)
@@ -373,6 +380,22 @@ def _check_headers(fields):
         raise TypeError(f"column {field.name!r} is {kind.simpleString()}, it must be "
                         f"array<struct<key:string,value:binary>>")
     return field.name
+
+
+def _checked_settings(settings, origins):
+    """producer_settings(settings), a refusal naming the option at fault."""
+    try:
+        return producer_settings(settings)
+    except (TypeError, ValueError) as exc:
+        error = exc
+    # The refusal names a Producer keyword: find the option by checking each alone.
+    base = {"bootstrap_servers": settings["bootstrap_servers"]}
+    for keyword, option in origins.items():
+        try:
+            ProducerConfig.from_kwargs({**base, keyword: settings[keyword]})
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"option {option!r}: {exc}") from exc
+    raise type(error)(f"options {sorted(origins.values())}: {error}") from error
 
 
 def _boolean(name, value):
