@@ -262,6 +262,8 @@ def test_a_topic_column_sends_each_row_to_its_topic(spark, kafka_broker, topic_n
     ({"exactlyOnce": "true"}, None, "needs option writeId"),
     ({"exactlyOnce": "maybe"}, None, "exactlyonce' must be true or false"),
     ({"writeId": "w"}, None, "writeId means nothing without exactlyOnce"),
+    ({"exactlyOnce": "true", "writeId": "w", "kafka.acks": "1"}, None,
+     "exactlyOnce=true: transactional_id needs acks='all'"),
     ({}, "id as value", "column 'value' is bigint"),
     ({}, "value as v", "needs a 'value' column"),
     ({}, "value, array('x') as headers", "array<struct<key:string,value:binary>>"),

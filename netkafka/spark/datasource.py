@@ -54,6 +54,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructType, TimestampNTZType, TimestampType)
 
 from netkafka.config import ProducerConfig, producer_setting
+from netkafka.errors import KafkaConfigurationError
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
 from netkafka.spark.settings import producer_settings
@@ -194,6 +195,11 @@ class SinkPlan:
                 raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true with a topic column "
                                  f"needs option {MARKER_TOPIC_OPTION} (an existing topic "
                                  f"whose partition 0 carries the commit markers)")
+            try:  # the settings each task's transactional producer will have
+                ProducerConfig.from_kwargs({**self.settings.kwargs, "transactional_id":
+                                            transactional_id(self.write_id, 0)})
+            except (KafkaConfigurationError, TypeError, ValueError) as exc:
+                raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true: {exc}") from exc
         elif self.write_id is not None:
             raise ValueError(f"option {WRITE_ID_OPTION} means nothing without "
                              f"{EXACTLY_ONCE_OPTION}=true")
