@@ -43,17 +43,23 @@ def test_offset_fetch_request_needs_a_partition():
         encode_offset_fetch_request(CORRELATION_ID, CLIENT_ID, 7, "g", {}, True)
 
 
-@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.OFFSET_FETCH])
-def test_offset_fetch_response_decoded_as_kafka_python_encodes_it(version):
+def offset_fetch_response(version, topic, partitions, **fields):
+    """An OffsetFetch response as kafka-python encodes it: partitions are (index, offset,
+    leader epoch, metadata, error code)."""
     Topic = KpOffsetFetchResponse.OffsetFetchResponseTopic
     Partition = Topic.OffsetFetchResponsePartition
-    topics = [Topic(name="topic-\u00e9", version=version, partitions=[
-        Partition(partition_index=0, committed_offset=42, committed_leader_epoch=3,
-                  metadata="m", error_code=0, version=version),
-        Partition(partition_index=3, committed_offset=-1, committed_leader_epoch=-1,
-                  metadata=None, error_code=88, version=version)])]
-    data = kafka_python_response(KpOffsetFetchResponse, version, throttle_time_ms=5,
-                                 topics=topics, error_code=15)
+    topics = [Topic(name=topic, version=version, partitions=[
+        Partition(partition_index=index, committed_offset=offset, committed_leader_epoch=epoch,
+                  metadata=metadata, error_code=code, version=version)
+        for index, offset, epoch, metadata, code in partitions])]
+    return kafka_python_response(KpOffsetFetchResponse, version, topics=topics, **fields)
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.OFFSET_FETCH])
+def test_offset_fetch_response_decoded_as_kafka_python_encodes_it(version):
+    data = offset_fetch_response(version, "topic-\u00e9",
+                                 [(0, 42, 3, "m", 0), (3, -1, -1, None, 88)],
+                                 throttle_time_ms=5, error_code=15)
     epoch = 3 if version >= 5 else -1
     assert decode_offset_fetch_response(data, version) == OffsetFetchResponse(
         5 if version >= 3 else 0, 15 if version >= 2 else 0,
@@ -63,13 +69,8 @@ def test_offset_fetch_response_decoded_as_kafka_python_encodes_it(version):
 
 @pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.OFFSET_FETCH])
 def test_a_truncated_offset_fetch_response_is_refused(version):
-    Topic = KpOffsetFetchResponse.OffsetFetchResponseTopic
-    Partition = Topic.OffsetFetchResponsePartition
-    topics = [Topic(name="t", version=version, partitions=[
-        Partition(partition_index=0, committed_offset=1, committed_leader_epoch=0,
-                  metadata="", error_code=0, version=version)])]
-    data = kafka_python_response(KpOffsetFetchResponse, version, throttle_time_ms=0,
-                                 topics=topics, error_code=0)
+    data = offset_fetch_response(version, "t", [(0, 1, 0, "", 0)], throttle_time_ms=0,
+                                 error_code=0)
     for cut in (1, len(data) // 2, len(data) - 1):
         with pytest.raises(ProtocolError):
             decode_offset_fetch_response(data[:cut], version)

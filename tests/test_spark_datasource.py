@@ -19,8 +19,7 @@ from collections import Counter, defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark import TaskContext, cloudpickle
-from pyspark.sql import SparkSession
+from pyspark import TaskContext
 from pyspark.sql import functions as F
 
 from netkafka import spark as nks
@@ -28,7 +27,7 @@ from netkafka.spark.datasource import (NetkafkaArrowWriter, NetkafkaDataSource,
                                        NetkafkaStreamWriter, SinkPlan)
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
-from test_spark import _stop
+from test_spark import _stop, local_session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
@@ -44,16 +43,10 @@ STAMPS_OPTION = "test.stamps"  # a directory where each injected failure leaves 
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    session = (SparkSession.builder.master("local[2,4]")
-               .appName("netkafka-test-spark-datasource")
-               .config("spark.ui.enabled", "false")
-               .config("spark.jars", ",".join(spark_kafka.connector_jars()))
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
-               .getOrCreate())
+    # Small Arrow batches: the injected failures come after a task's third batch.
+    session = local_session(sys.modules[__name__], "netkafka-test-spark-datasource", **{
+        "spark.jars": ",".join(spark_kafka.connector_jars()),
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "2000"})
     try:
         session.dataSource.register(FaultySource)
         yield session

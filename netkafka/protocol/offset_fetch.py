@@ -37,13 +37,7 @@ def encode_offset_fetch_request(correlation_id, client_id, version, group_id, pa
                          "for all of a group's offsets)")
     w = start_request(API, version, correlation_id, client_id)
     w.string(group_id)
-    w.array_length(len(partitions))
-    for topic, indexes in partitions.items():
-        w.string(topic)
-        w.array_length(len(indexes))
-        for index in indexes:
-            w.int32(index)
-        w.tagged_fields()
+    w.topic_partition_indexes(partitions)
     if version >= REQUIRE_STABLE_VERSION:
         w.boolean(require_stable)
     w.tagged_fields()

@@ -8,8 +8,8 @@ answer, the highest version both sides speak.
 from netkafka.errors import IncompatibleBrokerError, error_for_code
 from netkafka.protocol import (
     add_offsets_to_txn, add_partitions_to_txn, api_versions, describe_producers, end_txn,
-    find_coordinator, init_producer_id, metadata, offset_fetch, produce, sasl_authenticate, sasl_handshake,
-    txn_offset_commit,
+    find_coordinator, init_producer_id, metadata, offset_fetch, produce, sasl_authenticate,
+    sasl_handshake, txn_offset_commit,
 )
 from netkafka.protocol.framing import ApiKey, api_name
 
