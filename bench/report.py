@@ -27,9 +27,9 @@ rss_growth_bytes, allocs_per_record, bytes_per_record}; transactions {suite:
 "transactions", client, mode, records_per_commit, msgs_per_s; optional:
 client_ns_per_record, broker_ns_per_record, commit_p50_ms, commit_p99_ms,
 transaction_duration_ms}; spark {suite: "spark", sink, rows, rows_per_s, spark,
-spark_kafka_connector, and since the data source acks and executor_cpu_ns_per_row}.  Benchmarks without a suite (the
-micro-benchmarks) are not part of it.  An optional key left out (older runs) or None (a
-broker that was not a local process) shows as a dash.
+spark_kafka_connector; since the data source also acks and executor_cpu_ns_per_row}.
+Benchmarks without a suite (the micro-benchmarks) are not part of it.  An optional key
+left out (older runs) or None (a broker that was not a local process) shows as a dash.
 
 A script of bench/ rather than a module of netkafka: it is about this repository's
 benchmark runs, and matplotlib stays out of what users install.

@@ -21,8 +21,9 @@ bytes, each row's own (its id, left-padded), no key.  It is cached in memory and
 before the first round, so generating it is not measured.
 
 Every sink: acks=1 or all (ACKS_LEVELS; Spark's sink and the data source at both, the
-exactly-once data source at all, which transactions need, the other sinks at 1), batch size 1 MiB, linger 5 ms, no compression, no idempotence (acks=1
-turns it off in each client; at acks=all each client's default), one producer per process
+exactly-once data source at all, which transactions need, the other sinks at 1), batch
+size 1 MiB, linger 5 ms, no compression, no idempotence (acks=1 turns it off in each
+client; at acks=all each client's default), one producer per process
 reused across tasks (the exactly-once data source: one per task).  Each round
 writes to a new topic of TOPIC_PARTITIONS partitions.  A round is timed from the action's
 start to its return, i.e. the job's end, which each sink reaches only once the broker has
@@ -294,7 +295,8 @@ class _TopicPerRound:
 def _cases():
     return [pytest.param(acks, sink, id=f"acks={acks}-{sink}") for acks in ACKS_LEVELS
             for sink in SINKS
-            if (acks == 1 and sink not in AT_ACKS_ALL_ONLY) or (acks == "all" and sink in AT_ACKS_ALL)]
+            if (acks == 1 and sink not in AT_ACKS_ALL_ONLY)
+            or (acks == "all" and sink in AT_ACKS_ALL)]
 
 
 @pytest.mark.parametrize("acks, sink", _cases())
