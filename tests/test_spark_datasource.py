@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 
+import confluent_kafka
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -34,6 +35,7 @@ sys.path.insert(0, os.path.join(REPO, "bench"))
 import spark_kafka  # noqa: E402 -- bench/, for the connector's jars
 
 ROWS = 40_000
+BATCH_ROWS = 2000  # spark.sql.execution.arrow.maxRecordsPerBatch
 SPARK_PARTITIONS = 4
 TOPIC_PARTITIONS = 3
 FAULT_OPTION = "test.fault"
@@ -46,7 +48,7 @@ def spark():
     # Small Arrow batches: the injected failures come after a task's third batch.
     session = local_session(sys.modules[__name__], "netkafka-test-spark-datasource", **{
         "spark.jars": ",".join(spark_kafka.connector_jars()),
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "2000"})
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(BATCH_ROWS)})
     try:
         session.dataSource.register(FaultySource)
         yield session
@@ -122,6 +124,22 @@ def _without_fault(options):
     return {k: v for k, v in options.items() if k not in (FAULT_OPTION, STAMPS_OPTION)}
 
 
+def wait_in_log(bootstrap, topic, count):
+    """Waits until topic's partitions hold at least count records (high watermarks,
+    read_uncommitted, by confluent-kafka)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                         "group.id": "netkafka-test-watermarks"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        deadline = time.monotonic() + 60
+        while sum(consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p),
+                                                 timeout=10)[1] for p in partitions) < count:
+            assert time.monotonic() < deadline, f"{count} records never reached {topic}"
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
 def stamp(directory, what):
     """Leaves evidence that a failure was injected (the test checks it happened)."""
     task = TaskContext.get()
@@ -150,7 +168,11 @@ class FaultyWriter(NetkafkaArrowWriter):
         are delivered, at least once."""
         for index, batch in enumerate(iterator):
             if index == 3:
-                if not self.plan.exactly_once:
+                if self.plan.exactly_once:
+                    # The transaction's records so far reach the log (uncommitted).
+                    wait_in_log(self.plan.settings.kwargs["bootstrap_servers"],
+                                self.plan.emission.topic, 3 * BATCH_ROWS)
+                else:
                     nks.worker_producer(self.plan.settings).flush()
                 stamp(self.stamps, self.fault)
                 if self.fault == "kill":
