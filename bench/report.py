@@ -27,9 +27,9 @@ rss_growth_bytes, allocs_per_record, bytes_per_record}; transactions {suite:
 "transactions", client, mode, records_per_commit, msgs_per_s; optional:
 client_ns_per_record, broker_ns_per_record, commit_p50_ms, commit_p99_ms,
 transaction_duration_ms}; spark {suite: "spark", sink, rows, rows_per_s, spark,
-spark_kafka_connector}.  Benchmarks without a suite (the
-micro-benchmarks) are not part of it.  An optional key left out (older runs) or None (a
-broker that was not a local process) shows as a dash.
+spark_kafka_connector; since the data source also acks and executor_cpu_ns_per_row}.
+Benchmarks without a suite (the micro-benchmarks) are not part of it.  An optional key
+left out (older runs) or None (a broker that was not a local process) shows as a dash.
 
 A script of bench/ rather than a module of netkafka: it is about this repository's
 benchmark runs, and matplotlib stays out of what users install.
@@ -283,19 +283,27 @@ def _ms(value):
 
 
 def spark_lines(rows):
-    """Rows/s of each sink, and its ratio to Spark's own Kafka sink run on as many rows."""
-    spark_sink = {row["rows"]: row["rows_per_s"] for row in rows if row["sink"] == SPARK_SINK}
+    """Rows/s of each sink, and its ratio to Spark's own Kafka sink run on as many rows at
+    the same acks (results from before acks was recorded ran at acks=1)."""
+    def key(row):
+        return row["rows"], str(row.get("acks", 1))
+
+    spark_sink = {key(row): row["rows_per_s"] for row in rows if row["sink"] == SPARK_SINK}
     lines = ["## Spark", "",
              "One cached DataFrame of 100-byte values written to the same broker by each sink "
-             "in one Spark session.", "",
-             "| sink | rows | rows/s | x Spark's sink | Spark | connector |",
-             "|---|--:|--:|--:|---|---|"]
-    for row in sorted(rows, key=lambda r: (r["rows"], -r["rows_per_s"])):
-        base = spark_sink.get(row["rows"])
+             "in one Spark session; executor CPU: the Spark JVM's and its Python workers' per "
+             "row (local mode).", "",
+             "| sink | rows | rows/s | x Spark's sink | Spark | connector | acks | "
+             "executor CPU ns/row |",
+             "|---|--:|--:|--:|---|---|---|--:|"]
+    for row in sorted(rows, key=lambda r: (r["rows"], str(r.get("acks", 1)), -r["rows_per_s"])):
+        base = spark_sink.get(key(row))
         ratio_cell = f"{row['rows_per_s'] / base:.2f}" if base else MISSING
+        cpu = row.get("executor_cpu_ns_per_row")
         lines.append(f"| {row['sink']} | {row['rows']:,} | {row['rows_per_s']:,.0f} | "
                      f"{ratio_cell} | "
-                     f"{row['spark']} | {row['spark_kafka_connector']} |")
+                     f"{row['spark']} | {row['spark_kafka_connector']} | {key(row)[1]} | "
+                     f"{MISSING if cpu is None else f'{cpu:,.0f}'} |")
     return lines + [""]
 
 

@@ -94,6 +94,37 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * _TICK_S
 
 
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process pid and its live descendants, with the children
+    each of them has reaped: e.g. a local-mode Spark JVM, its Python worker daemon and the
+    workers it forks (a worker that ended was reaped by its parent, whose children's times
+    hold it; a live process's own times are counted once, by itself)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, of in parents.items() if of == parent and child not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    total = 0.0
+    for member in tree:
+        try:
+            stat = Path(f"/proc/{member}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        # utime, stime, cutime, cstime: fields 14 to 17.
+        total += sum(int(value) for value in fields[11:15]) * _TICK_S
+    return total
+
+
 def _processes_cpu_s(pids: Sequence[int]) -> Optional[float]:
     return sum(process_cpu_s(pid) for pid in pids) if pids else None
 

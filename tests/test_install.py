@@ -92,6 +92,7 @@ def test_sdist_installs_outside_the_checkout_and_sends(sdist, tmp_path, kafka_br
     compiled = {name.split(".", 1)[0].replace("/", ".") for name in names if name.endswith(".so")}
     assert compiled == set(NATIVE_MODULES)
     assert not [name for name in names if name.endswith(".c")]
+    assert "pyspark_netkafka/__init__.py" in names
     run(python, "-m", "pip", "install", "--quiet", "--no-deps", wheel, cwd=str(tmp_path))
 
     script = textwrap.dedent(f"""
@@ -108,3 +109,22 @@ def test_sdist_installs_outside_the_checkout_and_sends(sdist, tmp_path, kafka_br
     (record,) = read_topic(kafka_broker.bootstrap, topic_name, 1)
     assert (record.key, record.value) == (b"k", b"from the sdist")
     assert git_state() == before, "installing the sdist changed the checkout"
+
+    # PySpark's own lookup of Python data sources, as a session runs it at startup, finds
+    # the installed format("netkafka") with no registration code.
+    lookup = textwrap.dedent(f"""
+        import io, pickle, struct
+        from pyspark.sql.worker.lookup_data_sources import _main
+        out = io.BytesIO()
+        _main(io.BytesIO(), out)
+        data = io.BytesIO(out.getvalue())
+        def length():
+            return struct.unpack(">i", data.read(4))[0]
+        for _ in range(length()):
+            name = data.read(length()).decode()
+            source = pickle.loads(data.read(length()))
+            print(name, source.__module__, __import__(source.__module__).__file__)
+    """)
+    found = run(python, "-c", lookup, cwd=str(tmp_path)).split()
+    assert found[:2] == ["netkafka", "netkafka.spark.datasource"], found
+    assert found[2].startswith(str(venv)), found

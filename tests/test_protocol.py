@@ -12,6 +12,7 @@ import uuid
 
 import kafka.errors as kafka_python_errors
 import pytest
+from kafka.protocol.consumer.group import OffsetFetchRequest as KpOffsetFetchRequest
 from kafka.protocol.admin import (
     DescribeProducersRequest as KpDescribeProducersRequest,
     DescribeProducersResponse as KpDescribeProducersResponse,
@@ -205,7 +206,7 @@ def test_api_keys_and_names_agree_with_kafka_python():
     requests = (KpApiVersionsRequest, KpMetadataRequest, KpInitProducerIdRequest, KpProduceRequest,
                 KpFindCoordinatorRequest, KpAddPartitionsToTxnRequest, KpAddOffsetsToTxnRequest,
                 KpEndTxnRequest, KpTxnOffsetCommitRequest, KpSaslHandshakeRequest,
-                KpSaslAuthenticateRequest, KpDescribeProducersRequest)
+                KpSaslAuthenticateRequest, KpDescribeProducersRequest, KpOffsetFetchRequest)
     assert {key: key.kafka_name for key in ApiKey} == {
         cls.API_KEY: cls.__name__.removesuffix("Request") for cls in requests}
     assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"

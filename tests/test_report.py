@@ -253,6 +253,12 @@ def test_spark_rows_are_ratioed_to_spark_sink_of_equal_rows(results, tmp_path):
     data["benchmarks"] += [{**data["benchmarks"][0], "extra_info": dict(
         suite="spark", sink=sink, rows=rows, rows_per_s=rate, **versions)}
         for sink, rows, rate in sinks]
+    # The data source's rows carry acks and the executor's CPU: ratioed at equal acks.
+    data["benchmarks"] += [{**data["benchmarks"][0], "extra_info": dict(
+        suite="spark", sink=sink, rows=1000, rows_per_s=rate, acks="all",
+        executor_cpu_ns_per_row=cpu, **versions)}
+        for sink, rate, cpu in (("spark kafka sink", 200.0, 900.0),
+                                ("netkafka data source", 500.0, 400.0))]
     done = run_report(write_json(data, tmp_path / "spark.json"), tmp_path / "docs")
     assert done.returncode == 0, done.stderr
     header, *rows = tables((tmp_path / "docs" / "benchmarks.md").read_text())["## Spark"]
@@ -261,8 +267,11 @@ def test_spark_rows_are_ratioed_to_spark_sink_of_equal_rows(results, tmp_path):
         ["netkafka arrow emitter", "50", "99", "–"],
         ["netkafka arrow emitter", "1,000", "1,200", "4.00"],
         ["spark kafka sink", "1,000", "300", "1.00"],
-        ["netkafka partition sink", "1,000", "150", "0.50"]]
-    assert rows[0][4:] == ["4.3.0", "4.2.0"]
+        ["netkafka partition sink", "1,000", "150", "0.50"],
+        ["netkafka data source", "1,000", "500", "2.50"],
+        ["spark kafka sink", "1,000", "200", "1.00"]]
+    assert rows[0][4:] == ["4.3.0", "4.2.0", "1", "–"]
+    assert rows[-1][4:] == ["4.3.0", "4.2.0", "all", "900"]
 
 
 def test_absent_suites_are_left_out(results, tmp_path):

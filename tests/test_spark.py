@@ -40,23 +40,29 @@ SAMPLE = 2000
 
 @pytest.fixture(scope="module")
 def spark():
-    # The Python workers must be this interpreter (with netkafka importable), not
-    # whatever python3 is first on PATH.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # The workers cannot import this module (tests/ is not a package on their
-    # path): its functions travel by value.
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    session = (SparkSession.builder.master("local[2,4]")
-               .appName("netkafka-test-spark")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-               .getOrCreate())
+    session = local_session(sys.modules[__name__], "netkafka-test-spark")
     try:
         yield session
     finally:
         _stop(session)
+
+
+def local_session(module, app_name, **conf):
+    """A local[2,4] session for a test module: two task threads, a task may fail 4 times.
+    conf: more Spark conf keys ("spark.jars", ...), the defaults' overridden."""
+    # The Python workers must be this interpreter (with netkafka importable), not
+    # whatever python3 is first on PATH.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # The workers cannot import the test module (tests/ is not a package on their
+    # path): its functions travel by value.
+    cloudpickle.register_pickle_by_value(module)
+    builder = SparkSession.builder.master("local[2,4]").appName(app_name)
+    for key, value in {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+                       "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+                       **conf}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def _stop(session):

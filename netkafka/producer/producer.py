@@ -47,6 +47,8 @@ from netkafka.producer.batch_send import send_batch
 from netkafka.config import ProducerConfig
 from netkafka.producer.idempotence import ProducerIdManager, TransactionalProducerIds
 from netkafka.producer.interceptors import InterceptorChain, ProducerRecord, failed_metadata
+from netkafka.client.coordinator import Coordinators
+from netkafka.client.group_offsets import fetch_committed_offsets
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata
 from netkafka.producer.metrics import ProducerMetrics
@@ -514,6 +516,29 @@ class Producer(ProducerCore):
             ProducerFencedError, ...: the producer cannot go on.
         """
         self._transactions("abort_transaction()").abort_transaction()
+
+    def committed_offsets(self, group_id, partitions, timeout=None):
+        """The offsets group_id has committed for partitions, stable ones: an open
+        transaction's offsets (send_offsets_to_transaction) are waited out, so a
+        caller sees them once it commits, or never (it aborts).
+
+        Args:
+            group_id: the consumer group.
+            partitions: iterable of (topic, partition).
+            timeout: seconds (default max_block_ms).
+
+        Returns:
+            {(topic, partition): the next offset to read, or None if none committed}.
+
+        Raises:
+            KafkaTimeoutError: not answered in time; BrokerError: refused (named).
+        """
+        self._start_if_forked()
+        config = self.config
+        timeout_s = config.max_block_ms / 1000 if timeout is None else timeout
+        return fetch_committed_offsets(
+            Coordinators(self._pool, self._metadata, config.retry_backoff_ms), group_id,
+            partitions, time.monotonic() + timeout_s, config.retry_backoff_ms)
 
     def _transactions(self, what):
         """The TransactionManager a transactional call goes to."""

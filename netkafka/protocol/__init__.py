@@ -13,6 +13,7 @@ first flexible version), its request encoder and its response decoder:
     add_partitions_to_txn.py, add_offsets_to_txn.py, txn_offset_commit.py,
     end_txn.py           the transaction APIs (producer/transaction_manager.py)
     describe_producers.py DescribeProducers, what a leader knows of a producer id
+    offset_fetch.py      OffsetFetch, a consumer group's committed offsets
 
 and what they share:
 

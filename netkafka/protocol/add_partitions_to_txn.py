@@ -24,13 +24,7 @@ def encode_add_partitions_to_txn_request(correlation_id, client_id, version, tra
     w.string(transactional_id)
     w.int64(producer_id)
     w.int16(producer_epoch)
-    w.array_length(len(partitions))
-    for topic, indexes in partitions.items():
-        w.string(topic)
-        w.array_length(len(indexes))
-        for partition in indexes:
-            w.int32(partition)
-        w.tagged_fields()
+    w.topic_partition_indexes(partitions)
     w.tagged_fields()
     return finish_request(w)
 

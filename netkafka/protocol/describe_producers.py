@@ -22,13 +22,7 @@ def encode_describe_producers_request(correlation_id, client_id, version, partit
         partitions: {topic: [partition, ...]}, all led by the broker asked.
     """
     w = start_request(API, version, correlation_id, client_id)
-    w.array_length(len(partitions))
-    for topic, indexes in partitions.items():
-        w.string(topic)
-        w.array_length(len(indexes))
-        for index in indexes:
-            w.int32(index)
-        w.tagged_fields()
+    w.topic_partition_indexes(partitions)
     w.tagged_fields()
     return finish_request(w)
 

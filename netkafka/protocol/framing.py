@@ -81,6 +81,7 @@ class ApiKey(enum.IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
@@ -220,6 +221,17 @@ class Writer:
         """Writes an empty tagged-field section (flexible versions only)."""
         if self.flexible:
             self.buf.append(0)
+
+    def topic_partition_indexes(self, partitions):
+        """Writes {topic: [partition index]} as the array of topics, each its name and
+        its int32 partition indexes, that several requests share."""
+        self.array_length(len(partitions))
+        for topic, indexes in partitions.items():
+            self.string(topic)
+            self.array_length(len(indexes))
+            for index in indexes:
+                self.int32(index)
+            self.tagged_fields()
 
     def take(self):
         """Returns the bytes written so far and starts a new buffer."""

@@ -8,15 +8,16 @@ answer, the highest version both sides speak.
 from netkafka.errors import IncompatibleBrokerError, error_for_code
 from netkafka.protocol import (
     add_offsets_to_txn, add_partitions_to_txn, api_versions, describe_producers, end_txn,
-    find_coordinator, init_producer_id, metadata, produce, sasl_authenticate, sasl_handshake,
-    txn_offset_commit,
+    find_coordinator, init_producer_id, metadata, offset_fetch, produce, sasl_authenticate,
+    sasl_handshake, txn_offset_commit,
 )
 from netkafka.protocol.framing import ApiKey, api_name
 
 # Every API netkafka speaks.
 APIS = (produce.API, metadata.API, api_versions.API, init_producer_id.API, sasl_handshake.API,
         sasl_authenticate.API, find_coordinator.API, add_partitions_to_txn.API,
-        add_offsets_to_txn.API, end_txn.API, txn_offset_commit.API, describe_producers.API)
+        add_offsets_to_txn.API, end_txn.API, txn_offset_commit.API, describe_producers.API,
+        offset_fetch.API)
 
 # {ApiKey: (lowest, highest) version netkafka encodes and decodes}.
 SUPPORTED_VERSIONS = {api.key: api.versions for api in APIS}

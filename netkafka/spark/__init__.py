@@ -1,7 +1,12 @@
-"""Emission from Spark executors: a foreachPartition sink and Arrow / pandas emitters.
+"""Emission from Spark executors: the `netkafka` data source, a foreachPartition sink and
+Arrow / pandas emitters.
 
 Every path ends in Producer.send_batch() in the executor's Python worker:
 
+    NetkafkaDataSource  df.write.format("netkafka") / writeStream: Spark's Kafka
+                     sink's columns and options, the tasks' Arrow batches sent as
+                     the arrow_emitter sends them; exactly once by per-partition
+                     transactions and commit markers (datasource.py's story)
     partition_sink   Rows (or dicts, tuples) -> lists, a chunk of rows at a time
     arrow_emitter    pyarrow RecordBatches -> their binary/string columns (header
                      columns too), read in place by the native encoder, and
@@ -41,6 +46,7 @@ Modules, by role:
     sink      the foreachPartition sink, the worker's producer cache and what a
               task sends (shared with the emitters)
     emitters  the Arrow and pandas emitters
+    datasource  the data source (pyspark_netkafka makes PySpark find it)
 """
 
 try:
@@ -49,6 +55,7 @@ except ImportError as exc:  # pragma: no cover -- depends on the environment
     raise ImportError("netkafka.spark needs PySpark: pip install pyspark") from exc
 
 from netkafka.errors import DeliveryFailedError
+from netkafka.spark.datasource import NetkafkaDataSource
 from netkafka.spark.emitters import (BATCH_REPORT_SCHEMA, ROW_REPORT_SCHEMA, arrow_emitter,
                                      pandas_emitter)
 from netkafka.spark.settings import CONF_PREFIX, SPARK_DEFAULTS, ProducerSettings, producer_settings
@@ -62,6 +69,7 @@ __all__ = [
     "CONF_PREFIX",
     "DeliveryFailedError",
     "FIRST_ERRORS_KEPT",
+    "NetkafkaDataSource",
     "PARTITION_HEADER",
     "PROVENANCE_HEADERS",
     "ProducerSettings",

@@ -81,7 +81,7 @@ class _ArrowEmitter:
         pending = Pending()
         first_row = 0
         for frame in frames:
-            columns = _FrameColumns(pyarrow, frame, self.pandas)
+            columns = FrameColumns(pyarrow, frame, self.pandas)
             count = columns.count
             if count:
                 pending.add(count, columns.send(producer, emission, task_headers, first_row))
@@ -99,7 +99,7 @@ class _ArrowEmitter:
             yield batch.to_pandas() if self.pandas else batch
 
 
-class _FrameColumns:
+class FrameColumns:
     """One input RecordBatch (or pandas DataFrame) as send_batch's pyarrow columns."""
 
     def __init__(self, pyarrow, frame, is_pandas):
@@ -155,7 +155,10 @@ class _FrameColumns:
                             f"(cast it, or pass a function returning such an array)")
         return column
 
-    def send(self, producer, emission, task_headers, first_row):
+    def columns(self, emission, task_headers, first_row):
+        """send_batch()'s (values, keys, headers, partitions, timestamps) of this
+        batch by the emission's specs, provenance headers added (row indices from
+        first_row)."""
         values = self.binary("value", emission.value)
         keys = self.binary("key", emission.key)
         partitions = self.partitions(emission.partition)
@@ -164,8 +167,11 @@ class _FrameColumns:
         if task_headers is not None:
             headers = with_provenance(headers, task_headers, first_row, self.count,
                                        _provenance_arrays)
-        return producer.send_batch(emission.topic, values, keys, headers, partitions,
-                                   timestamps)
+        return values, keys, headers, partitions, timestamps
+
+    def send(self, producer, emission, task_headers, first_row):
+        return producer.send_batch(emission.topic,
+                                   *self.columns(emission, task_headers, first_row))
 
     def partitions(self, spec):
         column = self.array("partition", spec)

@@ -78,8 +78,14 @@ def producer_label(producer):
 class Emission:
     """The driver-side choices every path shares; pickled to the executors."""
 
-    def __init__(self, topic, config, key, value, headers, partition, timestamp, provenance):
-        if not isinstance(topic, str) or not topic:
+    def __init__(self, topic, config, key, value, headers, partition, timestamp, provenance,
+                 topic_per_row=False):
+        # topic_per_row: the data source's topic column names each row's topic; then
+        # topic is None and send_batch() is called per topic (datasource.py).
+        if topic_per_row:
+            if topic is not None:
+                raise TypeError(f"topic must be None with topic_per_row, got {topic!r}")
+        elif not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, got {topic!r}")
         for what, spec in (("key", key), ("value", value), ("partition", partition),
                            ("timestamp", timestamp)):

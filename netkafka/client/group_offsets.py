@@ -1,0 +1,98 @@
+"""A consumer group's committed offsets, read from its group coordinator (OffsetFetch).
+
+A transactional producer commits offsets with send_offsets_to_transaction(); reading
+them back is how a writer learns whether a transaction it may have committed before
+(in a process that died) did commit: netkafka.spark's commit markers.  The read asks
+for stable offsets (require_stable, OffsetFetch v7+): while a transaction holding
+offsets of these partitions is open, the coordinator answers UNSTABLE_OFFSET_COMMIT
+and the read waits it out instead of returning what was committed before it.
+
+Retriable answers (the coordinator loading, moved, an open transaction) and lost
+connections are asked again after retry_backoff_ms until the caller's deadline.
+
+Threads: blocks, so callers' threads only, never an I/O thread.  Nothing here keeps
+state (the Coordinators cache is its own).
+"""
+import time
+
+from netkafka import errors
+from netkafka.errors import KafkaTimeoutError
+from netkafka.protocol.find_coordinator import GROUP
+from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.offset_fetch import (
+    NO_OFFSET, decode_offset_fetch_response, encode_offset_fetch_request,
+)
+
+# Answers after which the coordinator asked may not be the group's any more.
+_COORDINATOR_MOVED = frozenset((errors.NotCoordinatorError.code,
+                                errors.CoordinatorNotAvailableError.code))
+
+
+def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_backoff_ms):
+    """The stable committed offsets of group_id's partitions.
+
+    Args:
+        coordinators: a client.coordinator.Coordinators.
+        group_id: the consumer group.
+        partitions: iterable of (topic, partition).
+        deadline: time.monotonic() by which to have the answer.
+        retry_backoff_ms: wait before asking again after a retriable answer.
+
+    Returns:
+        {(topic, partition): offset, or None if the group has none committed}.
+
+    Raises:
+        KafkaTimeoutError: only retriable answers (or none) before deadline; the last
+            one named.
+        BrokerError: refused for good (e.g. GROUP_AUTHORIZATION_FAILED), named.
+    """
+    by_topic = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    what = f"OffsetFetch of group {group_id!r}"
+    last_error = None
+    while True:
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            raise KafkaTimeoutError(f"{what}: no answer in time"
+                                    + (f"; last error {last_error}" if last_error else ""))
+        conn = None
+        try:
+            conn = coordinators.find(GROUP, group_id, deadline)
+            client_id = conn.config.client_id
+            response = conn.call(
+                ApiKey.OFFSET_FETCH,
+                lambda cid, version: encode_offset_fetch_request(
+                    cid, client_id, version, group_id, by_topic, require_stable=True),
+                decode_offset_fetch_response, remaining_s)
+            error = _error(response, by_topic, f"{what} from {conn.describe()}")
+        except errors.KafkaError as exc:
+            error = exc
+        if error is None:
+            return {key: (None if entry.offset == NO_OFFSET else entry.offset)
+                    for key, entry in response.partitions.items()}
+        if not error.retriable:
+            raise error
+        if conn is not None and (getattr(error, "code", None) in _COORDINATOR_MOVED
+                                 or isinstance(error, (errors.KafkaConnectionError,
+                                                       errors.KafkaTimeoutError))):
+            coordinators.forget(GROUP, group_id, conn)
+        last_error = error
+        time.sleep(min(retry_backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
+
+
+def _error(response, by_topic, where):
+    """The answer's error to act on (the group's, else a partition's: one that is not
+    retriable first), or None; an answer missing a partition asked for is a
+    ProtocolError."""
+    if response.error_code:
+        return errors.error_for_code(response.error_code, where)
+    asked = {(topic, p) for topic, indexes in by_topic.items() for p in indexes}
+    missing = asked - response.partitions.keys()
+    if missing:
+        return errors.ProtocolError(f"{where}: no answer for {sorted(missing)}")
+    failed = [errors.error_for_code(entry.error_code, f"{where}: {topic}-{partition}")
+              for (topic, partition), entry in sorted(response.partitions.items())
+              if entry.error_code]
+    failed.sort(key=lambda error: error.retriable)
+    return failed[0] if failed else None

@@ -1,0 +1,422 @@
+"""The `netkafka` data source: df.write.format("netkafka") and writeStream.format("netkafka").
+
+A drop-in for Spark's Kafka sink (format("kafka")): the same columns and options, so
+switching is one word.
+
+    columns   value (binary or string, required), key (binary or string), topic
+              (string: each row's topic, unless the `topic` option is set), headers
+              (array<struct<key: string, value: binary>>), partition (int);
+              netkafka's addition: timestamp (timestamp, or long epoch ms).  Other
+              columns are ignored, as Spark's sink ignores them.
+    options   topic; kafka.<Java producer setting> (kafka.bootstrap.servers,
+              kafka.acks, kafka.linger.ms, ...); netkafka's own under `netkafka.`:
+              netkafka.producer.<Producer keyword> (netkafka.producer.io_threads),
+              netkafka.provenance (true: the provenance headers of the package's
+              docstring); exactlyOnce, writeId, netkafka.markerTopic (below).
+
+Options and the input's schema are checked where Spark makes the writer (a Python
+worker of the driver), before any task runs: an unknown option, a setting the
+producer refuses or a column of the wrong type fails the write at once, naming it.
+
+Each task's Arrow batches go to Producer.send_batch() as they come (FrameColumns,
+shared with the Arrow emitter): key and value columns are read in place by the
+native encoder, no Python object per row.  Spark's headers column is the exception:
+its per-row lists of (key, value) become Python pairs, as send_batch takes them.
+
+At least once (the default, as Spark's sink): each task sends through its worker's
+shared producer (worker_producer), flushes and fails if a row failed, and Spark
+retries it; a retried task sends its rows again.
+
+Exactly once (exactlyOnce=true, writeId=<id the caller keeps stable>): each Spark
+partition is written in one Kafka transaction by a producer whose transactional id is
+netkafka-spark.<writeId>.<partition id>.  The task first calls init_transactions(),
+which fences an older attempt of the same partition (a retried or speculative task,
+a zombie worker) and aborts what it left open; then it reads its commit marker: the
+offset its marker group, netkafka-spark.<writeId>.<partition id>, has committed for
+partition 0 of the marker topic (the `topic` option, or netkafka.markerTopic).  A
+marker at or past this write's epoch + 1 means the partition was committed before:
+the task reads its input and sends nothing.  Otherwise it sends its rows, commits
+the offset epoch + 1 to the marker group with send_offsets_to_transaction(), and
+commits the transaction: rows and marker become visible together or not at all.
+Batch writes are epoch 0; a streaming query's micro-batch id is the epoch, so each
+micro-batch is written once per partition even when a restarted query runs it again
+from its checkpoint.  What the caller must keep stable: the writeId across re-runs
+of the same write (and a new one for a new write), and the input's partitioning --
+partition i of a re-run must hold the rows partition i held.  Consumers must read
+with isolation.level=read_committed.
+"""
+from dataclasses import dataclass
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
+                               StructType, TimestampNTZType, TimestampType)
+
+from netkafka.config import ProducerConfig, producer_setting
+from netkafka.errors import KafkaConfigurationError
+from netkafka.producer.producer import Producer
+from netkafka.spark.emitters import FrameColumns
+from netkafka.spark.settings import producer_settings
+from netkafka.spark.sink import Emission, Pending, raise_if_failed, worker_producer
+
+SOURCE_NAME = "netkafka"
+# Java producer settings, named as Spark's Kafka sink takes them.
+KAFKA_PREFIX = "kafka."
+# netkafka's own options, and its Producer keywords under PRODUCER_OPTION_PREFIX.
+NETKAFKA_PREFIX = "netkafka."
+PRODUCER_OPTION_PREFIX = "netkafka.producer."
+PROVENANCE_OPTION = "netkafka.provenance"
+MARKER_TOPIC_OPTION = "netkafka.markerTopic"
+EXACTLY_ONCE_OPTION = "exactlyOnce"
+WRITE_ID_OPTION = "writeId"
+TOPIC_OPTION = "topic"
+# Options Spark itself passes to every sink: not the data source's to refuse.
+_SPARK_OPTIONS = frozenset(("path", "checkpointlocation", "queryname"))
+# Spark's sink refuses these too: keys and values are the columns' bytes, and a
+# transactional id is the data source's own (exactlyOnce).
+_REFUSED_KAFKA = {"key.serializer": "keys are sent as the key column's bytes",
+                  "value.serializer": "values are sent as the value column's bytes",
+                  "transactional.id": "exactlyOnce=true makes one per Spark partition"}
+# The id prefix of transactional ids and marker groups.
+ID_PREFIX = "netkafka-spark"
+# The local property Spark's micro-batch execution sets on a streaming query's tasks.
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+_BOOLEANS = {"true": True, "false": False}
+_TEXT = (BinaryType, StringType)
+
+
+class NetkafkaDataSource(DataSource):
+    """format("netkafka"): writes to Kafka (see the module's docstring)."""
+
+    @classmethod
+    def name(cls):
+        return SOURCE_NAME
+
+    def writer(self, schema, overwrite):
+        return NetkafkaArrowWriter(SinkPlan(self.options, schema))
+
+    def streamWriter(self, schema, overwrite):
+        return NetkafkaStreamWriter(SinkPlan(self.options, schema))
+
+
+@dataclass
+class TaskCommit(WriterCommitMessage):
+    """What a task reports to the driver."""
+
+    partition: int  # the Spark partition id
+    rows: int  # rows sent (0 when skipped)
+    skipped: bool  # exactly once: the partition was committed before, nothing sent
+
+
+class NetkafkaArrowWriter(DataSourceArrowWriter):
+    """Batch writes: one task per Spark partition, epoch 0."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def write(self, iterator):
+        return self.plan.write_task(iterator, epoch=0)
+
+    def abort(self, messages):
+        self.plan.fence_unfinished(messages)
+
+
+class NetkafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming writes: each micro-batch's tasks, the batch id their epoch."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def write(self, iterator):
+        task = TaskContext.get()
+        batch_id = None if task is None else task.getLocalProperty(_BATCH_ID_PROPERTY)
+        if batch_id is None:
+            raise RuntimeError(f"a streaming write task without the {_BATCH_ID_PROPERTY} "
+                               f"local property: the micro-batch id is the epoch")
+        return self.plan.write_task(iterator, epoch=int(batch_id))
+
+    def commit(self, messages, batchId):
+        """Nothing to do: each task committed its own transaction."""
+
+    def abort(self, messages, batchId):
+        self.plan.fence_unfinished(messages)
+
+
+class SinkPlan:
+    """The options and columns of one write, checked where Spark makes the writer;
+    pickled to the tasks."""
+
+    def __init__(self, options, schema):
+        options = dict(options)  # keys lowercased by Spark's CaseInsensitiveDict
+        settings = {}
+        origins = {}  # Producer keyword -> the option that set it
+        flags = {}
+        for name, value in options.items():
+            if name.startswith(KAFKA_PREFIX):
+                java = name[len(KAFKA_PREFIX):]
+                if java in _REFUSED_KAFKA:
+                    raise ValueError(f"option {name!r} is not supported: {_REFUSED_KAFKA[java]}")
+                setting = producer_setting(java, value, f"option {name!r}")
+            elif name.startswith(PRODUCER_OPTION_PREFIX):
+                keyword = name[len(PRODUCER_OPTION_PREFIX):]
+                setting = producer_setting(keyword, value, f"option {name!r}")
+            else:
+                setting = None
+            if setting is not None:
+                settings.update(setting)
+                origins.update(dict.fromkeys(setting, name))
+                continue
+            if name in (PROVENANCE_OPTION.lower(), EXACTLY_ONCE_OPTION.lower()):
+                flags[name] = _boolean(name, value)
+            elif name not in (TOPIC_OPTION, WRITE_ID_OPTION.lower(), MARKER_TOPIC_OPTION.lower(),
+                              *_SPARK_OPTIONS):
+                raise ValueError(
+                    f"unknown option {name!r} for format({SOURCE_NAME!r}): producer settings "
+                    f"go as {KAFKA_PREFIX}<Java name> or {PRODUCER_OPTION_PREFIX}<keyword>; "
+                    f"the others are {TOPIC_OPTION}, {EXACTLY_ONCE_OPTION}, "
+                    f"{WRITE_ID_OPTION}, {PROVENANCE_OPTION}, {MARKER_TOPIC_OPTION}")
+        if "bootstrap_servers" not in settings:
+            raise ValueError(f"option '{KAFKA_PREFIX}bootstrap.servers' is required")
+        self.settings = _checked_settings(settings, origins)
+        self.exactly_once = flags.get(EXACTLY_ONCE_OPTION.lower(), False)
+        self.write_id = options.get(WRITE_ID_OPTION.lower())
+        topic = options.get(TOPIC_OPTION)
+        if topic is not None and not topic.strip():
+            raise ValueError(f"option {TOPIC_OPTION!r} is empty")
+        self.marker_topic = options.get(MARKER_TOPIC_OPTION.lower(), topic)
+        if self.exactly_once:
+            if not self.write_id or not self.write_id.strip():
+                raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true needs option "
+                                 f"{WRITE_ID_OPTION}: an id kept the same when the write "
+                                 f"is run again")
+            if self.marker_topic is None:
+                raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true with a topic column "
+                                 f"needs option {MARKER_TOPIC_OPTION} (an existing topic "
+                                 f"whose partition 0 carries the commit markers)")
+            try:  # the settings each task's transactional producer will have
+                ProducerConfig.from_kwargs({**self.settings.kwargs, "transactional_id":
+                                            transactional_id(self.write_id, 0)})
+            except (KafkaConfigurationError, TypeError, ValueError) as exc:
+                raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true: {exc}") from exc
+        elif self.write_id is not None:
+            raise ValueError(f"option {WRITE_ID_OPTION} means nothing without "
+                             f"{EXACTLY_ONCE_OPTION}=true")
+        fields = {field.name.lower(): field for field in schema.fields}
+        _check_column(fields, "value", _TEXT, required=True)
+        present = {name: _check_column(fields, name, types) for name, types in (
+            ("key", _TEXT), ("partition", (IntegerType,)),
+            ("timestamp", (TimestampType, TimestampNTZType, LongType)))}
+        self.topic_column = None
+        if topic is None:
+            self.topic_column = _check_column(fields, "topic", (StringType,), required=True,
+                                               hint=f" or the option {TOPIC_OPTION!r}")
+        headers = _check_headers(fields)
+        self.emission = Emission(
+            topic, self.settings, key=present["key"], value=fields["value"].name,
+            headers=None if headers is None else SparkHeaders(headers),
+            partition=present["partition"], timestamp=present["timestamp"],
+            provenance=flags.get(PROVENANCE_OPTION.lower(), False),
+            topic_per_row=topic is None)
+
+    # -- a task (executor side) ----------------------------------------------------
+
+    def write_task(self, frames, epoch):
+        """Sends this task's rows; returns its TaskCommit."""
+        partition = TaskContext.get().partitionId()
+        if not self.exactly_once:
+            rows = self._send(worker_producer(self.settings), frames)
+            return TaskCommit(partition, rows, skipped=False)
+        producer = Producer(**self.settings.kwargs,
+                            transactional_id=transactional_id(self.write_id, partition))
+        try:
+            # Fences an older attempt of this partition and ends what it left open:
+            # only then does the marker say for good whether it committed.
+            producer.init_transactions()
+            group = marker_group(self.write_id, partition)
+            marker = (self.marker_topic, 0)
+            committed = producer.committed_offsets(group, [marker])[marker]
+            if committed is not None and committed > epoch:
+                for _ in frames:  # Spark's worker expects its input read to the end
+                    pass
+                return TaskCommit(partition, 0, skipped=True)
+            producer.begin_transaction()
+            try:
+                rows = self._send(producer, frames)
+                producer.send_offsets_to_transaction({marker: epoch + 1}, group)
+                producer.commit_transaction()
+            except BaseException:
+                _abort_quietly(producer)
+                raise
+            return TaskCommit(partition, rows, skipped=False)
+        finally:
+            producer.close()
+
+    def _send(self, producer, frames):
+        """Every frame's rows through producer, flushed, failures raised (the task
+        fails, so Spark retries it); returns how many rows."""
+        import pyarrow
+        emission = self.emission
+        task_headers = emission.task_headers() if emission.provenance else None
+        pending = Pending()
+        first_row = 0
+        for frame in frames:
+            columns = FrameColumns(pyarrow, frame, False)
+            count = columns.count
+            if not count:
+                continue
+            parts = columns.columns(emission, task_headers, first_row)
+            if self.topic_column is None:
+                pending.add(emission.topic, producer.send_batch(emission.topic, *parts))
+            else:
+                for topic, topic_parts in _by_topic(pyarrow, frame, self.topic_column, parts):
+                    pending.add(topic, producer.send_batch(topic, *topic_parts))
+            first_row += count
+            for topic, result in pending.done():
+                raise_if_failed(topic, result)
+        producer.flush()
+        for topic, result in pending.done(wait=True):
+            raise_if_failed(topic, result)
+        return first_row
+
+    # -- the driver, after a failed write ------------------------------------------
+
+    def fence_unfinished(self, messages):
+        """Exactly once: ends the transactions the failed tasks of this write may have
+        left open (a worker killed mid-write), so that read_committed consumers of
+        their partitions are not held up until the transactions time out."""
+        if not self.exactly_once:
+            return
+        for partition, message in enumerate(messages):
+            if message is not None:
+                continue
+            with Producer(**self.settings.kwargs,
+                          transactional_id=transactional_id(self.write_id, partition)) as fence:
+                fence.init_transactions()
+
+
+def transactional_id(write_id, partition):
+    """The transactional id of a Spark partition of a write."""
+    return f"{ID_PREFIX}.{write_id}.{partition}"
+
+
+def marker_group(write_id, partition):
+    """The consumer group whose committed offset is a Spark partition's commit marker."""
+    return f"{ID_PREFIX}.{write_id}.{partition}"
+
+
+class SparkHeaders:
+    """The headers function of the data source: Spark's headers column
+    (array<struct<key: string, value: binary>>) as per-row lists of (key, value)."""
+
+    def __init__(self, column):
+        self.column = column
+
+    def __call__(self, frame):
+        column = frame.column(self.column)
+        pairs = column.values
+        keys = pairs.field("key").to_pylist()
+        values = pairs.field("value").to_pylist()
+        offsets = column.offsets.to_pylist()
+        valid = column.is_valid().to_pylist() if column.null_count else None
+        return [list(zip(keys[offsets[i]:offsets[i + 1]], values[offsets[i]:offsets[i + 1]]))
+                if valid is None or valid[i] else []
+                for i in range(len(column))]
+
+
+def _by_topic(pa, frame, topic_column, parts):
+    """(topic, send_batch columns) per distinct topic of the frame's topic column,
+    rows in their order."""
+    import pyarrow.compute as pc
+    topics = frame.column(topic_column)
+    if topics.null_count:
+        raise ValueError(f"the topic column {topic_column!r} is null in "
+                         f"{topics.null_count} rows; set the option {TOPIC_OPTION!r} or "
+                         f"give every row a topic")
+    distinct = pc.unique(topics).to_pylist()
+    if len(distinct) == 1:
+        yield distinct[0], parts
+        return
+    for topic in distinct:
+        rows = pc.indices_nonzero(pc.equal(topics, topic))
+        yield topic, tuple(_take(pa, part, rows) for part in parts)
+
+
+def _take(pa, part, rows):
+    """rows of one send_batch column, whichever form it has."""
+    if part is None:
+        return None
+    if isinstance(part, dict):
+        return {name: column.take(rows) for name, column in part.items()}
+    if isinstance(part, memoryview):  # timestamps: int64 epoch ms
+        taken = pa.Array.from_buffers(pa.int64(), len(part), [None, pa.py_buffer(part)]).take(rows)
+        return memoryview(taken.buffers()[1]).cast("B")[:len(taken) * 8].cast("q")
+    if isinstance(part, list):
+        return [part[i] for i in rows.to_pylist()]
+    return part.take(rows)
+
+
+def _check_column(fields, name, types, required=False, hint=""):
+    """The input's column name (as Spark spells it), None if absent and not required."""
+    field = fields.get(name)
+    if field is None:
+        if required:
+            raise ValueError(f"format({SOURCE_NAME!r}) needs a {name!r} column{hint}; the "
+                             f"input has {[f.name for f in fields.values()]}")
+        return None
+    if not isinstance(field.dataType, types):
+        allowed = " or ".join(t.typeName() for t in types)
+        raise TypeError(f"column {field.name!r} is {field.dataType.simpleString()}, it must be "
+                        f"{allowed}")
+    return field.name
+
+
+def _check_headers(fields):
+    field = fields.get("headers")
+    if field is None:
+        return None
+    kind = field.dataType
+    element = kind.elementType if isinstance(kind, ArrayType) else None
+    if not (isinstance(element, StructType) and len(element.fields) == 2
+            and element.fields[0].name == "key"
+            and isinstance(element.fields[0].dataType, StringType)
+            and element.fields[1].name == "value"
+            and isinstance(element.fields[1].dataType, BinaryType)):
+        raise TypeError(f"column {field.name!r} is {kind.simpleString()}, it must be "
+                        f"array<struct<key:string,value:binary>>")
+    return field.name
+
+
+def _checked_settings(settings, origins):
+    """producer_settings(settings), a refusal naming the option at fault."""
+    try:
+        return producer_settings(settings)
+    except (TypeError, ValueError) as exc:
+        error = exc
+    # The refusal names a Producer keyword: find the option by checking each alone.
+    base = {"bootstrap_servers": settings["bootstrap_servers"]}
+    for keyword, option in origins.items():
+        try:
+            ProducerConfig.from_kwargs({**base, keyword: settings[keyword]})
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"option {option!r}: {exc}") from exc
+    raise type(error)(f"options {sorted(origins.values())}: {error}") from error
+
+
+def _boolean(name, value):
+    text = str(value).strip().lower()
+    if text not in _BOOLEANS:
+        raise ValueError(f"option {name!r} must be true or false, not {value!r}")
+    return _BOOLEANS[text]
+
+
+def _abort_quietly(producer):
+    """Aborts the open transaction after a failure, which stays the error raised;
+    a producer that cannot abort (fenced, closed) leaves it to the next attempt's
+    init_transactions()."""
+    try:
+        producer.abort_transaction()
+    except Exception:  # noqa: BLE001 -- the task's own failure is the one to raise
+        pass
+

@@ -1,0 +1,376 @@
+"""The `netkafka` data source with real PySpark (local mode) against the real broker.
+
+One SparkSession serves the module (with Spark's own Kafka connector on spark.jars,
+for the side-by-side test); local[2,4]: two task threads, a task may fail up to 4
+times, so the injected failures are retried.  What was written is read back by the
+independent reader; exactly-once writes with isolation.level=read_committed.
+
+Failures are injected by a subclass of the data source registered under another name
+(netkafka_faulty), whose writer fails in a task's first attempt: before its commit,
+after its commit (before the task reports success), or by killing its own Python
+worker mid-write.  Every value names its row id, so a lost or repeated row shows.
+"""
+import os
+import signal
+import sys
+import time
+from collections import Counter, defaultdict
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark import TaskContext
+from pyspark.sql import functions as F
+
+from netkafka import spark as nks
+from netkafka.spark.datasource import (NetkafkaArrowWriter, NetkafkaDataSource,
+                                       NetkafkaStreamWriter, SinkPlan)
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+from test_spark import _stop, local_session
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import spark_kafka  # noqa: E402 -- bench/, for the connector's jars
+
+ROWS = 40_000
+BATCH_ROWS = 2000  # spark.sql.execution.arrow.maxRecordsPerBatch
+SPARK_PARTITIONS = 4
+TOPIC_PARTITIONS = 3
+FAULT_OPTION = "test.fault"
+FAILED_PARTITION = 1  # the Spark partition whose first attempt fails
+STAMPS_OPTION = "test.stamps"  # a directory where each injected failure leaves a file
+
+
+@pytest.fixture(scope="module")
+def spark():
+    # Small Arrow batches: the injected failures come after a task's third batch.
+    session = local_session(sys.modules[__name__], "netkafka-test-spark-datasource", **{
+        "spark.jars": ",".join(spark_kafka.connector_jars()),
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(BATCH_ROWS)})
+    try:
+        session.dataSource.register(FaultySource)
+        yield session
+    finally:
+        _stop(session)
+
+
+def rows_frame(spark, count=ROWS, partitions=SPARK_PARTITIONS):
+    """id, key (string) and value (binary naming the id)."""
+    return spark.range(0, count, numPartitions=partitions).selectExpr(
+        "id", "concat('k', cast(id % 101 as string)) as key",
+        "cast(concat('v-', lpad(cast(id as string), 12, '0')) as binary) as value")
+
+
+def row_id(record):
+    return int(record.value[2:14])
+
+
+def writer(frame, kafka_broker, topic, source="netkafka", **options):
+    w = frame.write.format(source).option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+    if topic is not None:
+        w = w.option("topic", topic)
+    for name, value in options.items():
+        w = w.option(name, str(value))
+    return w
+
+
+def committed_ids(kafka_broker, topic, count):
+    records = read_topic(kafka_broker.bootstrap, topic, count, timeout_s=120,
+                         isolation_level="read_committed")
+    return Counter(row_id(r) for r in records), records
+
+
+def check_exactly_once(kafka_broker, topic, count=ROWS):
+    ids, records = committed_ids(kafka_broker, topic, count)
+    assert sorted(ids) == list(range(count))
+    assert max(ids.values()) == 1
+    return records
+
+
+def provenance_duplicates(records):
+    """Rows that arrived more than once, told apart by the provenance headers
+    (stage, partition, row index): {(partition, row index): [attempts]}."""
+    copies = defaultdict(list)
+    for record in records:
+        headers = dict(record.headers)
+        copies[(int(headers[nks.PARTITION_HEADER]), int(headers[nks.ROW_HEADER]))].append(
+            int(headers[nks.ATTEMPT_HEADER]))
+    return {key: attempts for key, attempts in copies.items() if len(attempts) > 1}
+
+
+# ----------------------------------------------------------------------------------
+# Failure injection: the data source under another name, failing in attempt 0
+
+
+class FaultySource(NetkafkaDataSource):
+    @classmethod
+    def name(cls):
+        return "netkafka_faulty"
+
+    def writer(self, schema, overwrite):
+        options = dict(self.options)
+        return FaultyWriter(SinkPlan(_without_fault(options), schema), options[FAULT_OPTION],
+                            options[STAMPS_OPTION])
+
+    def streamWriter(self, schema, overwrite):
+        options = dict(self.options)
+        return FaultyStreamWriter(SinkPlan(_without_fault(options), schema),
+                                  options[FAULT_OPTION])
+
+
+def _without_fault(options):
+    return {k: v for k, v in options.items() if k not in (FAULT_OPTION, STAMPS_OPTION)}
+
+
+def stamp(directory, what):
+    """Leaves evidence that a failure was injected (the test checks it happened)."""
+    task = TaskContext.get()
+    open(os.path.join(directory, f"{what}-{task.partitionId()}-{task.attemptNumber()}"),
+         "w").close()
+
+
+class FaultyWriter(NetkafkaArrowWriter):
+    def __init__(self, plan, fault, stamps):
+        super().__init__(plan)
+        self.fault = fault
+        self.stamps = stamps
+
+    def write(self, iterator):
+        task = TaskContext.get()
+        if task.attemptNumber() != 0 or task.partitionId() != FAILED_PARTITION:
+            return super().write(iterator)
+        if self.fault == "after_commit":
+            message = super().write(iterator)
+            stamp(self.stamps, self.fault)
+            raise RuntimeError(f"injected failure after the commit of {message}")
+        return super().write(self._failing(iterator))
+
+    def _failing(self, iterator):
+        """The input, failing (or killing this worker) after 3 batches -- once they
+        are delivered, at least once."""
+        for index, batch in enumerate(iterator):
+            if index == 3:
+                if not self.plan.exactly_once:
+                    nks.worker_producer(self.plan.settings).flush()
+                stamp(self.stamps, self.fault)
+                if self.fault == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise RuntimeError("injected failure before the commit")
+            yield batch
+
+
+class FaultyStreamWriter(NetkafkaStreamWriter):
+    """Fails the driver's commit of micro-batch 1 once: its tasks committed, the
+    checkpoint does not record the batch, a restarted query runs it again."""
+
+    def __init__(self, plan, fault):
+        super().__init__(plan)
+        self.fault = fault
+
+    def commit(self, messages, batchId):
+        if batchId == 1 and self.fault.startswith("commit_once:"):
+            stamp = self.fault.split(":", 1)[1]
+            if not os.path.exists(stamp):
+                open(stamp, "w").close()
+                raise RuntimeError("injected failure of micro-batch 1's commit")
+        super().commit(messages, batchId)
+
+
+# ----------------------------------------------------------------------------------
+# The data source as Spark's Kafka sink
+
+
+def test_found_without_registration_and_writes_every_row(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    writer(rows_frame(spark), kafka_broker, topic_name).mode("append").save()
+    records = read_topic(kafka_broker.bootstrap, topic_name, ROWS, timeout_s=120)
+    assert sorted(row_id(r) for r in records) == list(range(ROWS))
+    for record in records[:100]:
+        assert record.key == b"k%d" % (row_id(record) % 101)
+
+
+def test_registered_by_class_too(spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    spark.dataSource.register(NetkafkaDataSource)
+    writer(rows_frame(spark, 1000, 2), kafka_broker, topic_name).mode("append").save()
+    assert len(read_topic(kafka_broker.bootstrap, topic_name, 1000)) == 1000
+
+
+def sink_frame(spark, count):
+    """Every column Spark's Kafka sink reads: string keys, binary values (null every
+    7th row: a tombstone), headers (0 to 2 per row, one with a null value) and an
+    explicit partition."""
+    return spark.range(0, count, numPartitions=3).selectExpr(
+        "concat('key-', cast(id % 13 as string)) as key",
+        "case when id % 7 = 3 then null else "
+        "cast(concat('v-', lpad(cast(id as string), 12, '0')) as binary) end as value",
+        "slice(array(named_struct('key', 'h1', 'value', cast(cast(id as string) as binary)),"
+        " named_struct('key', 'h2', 'value', cast(null as binary))), 1, cast(id % 3 as int))"
+        " as headers",
+        "cast(id % 3 as int) as partition")
+
+
+def test_same_records_as_spark_kafka_sink_with_the_same_options(spark, kafka_broker, topic_name):
+    theirs, ours = f"{topic_name}-kafka", f"{topic_name}-netkafka"
+    for topic in (theirs, ours):
+        create_topic(kafka_broker.bootstrap, topic, partitions=TOPIC_PARTITIONS)
+    count = 5000
+    frame = sink_frame(spark, count).cache()
+    options = {"kafka.acks": "all", "kafka.linger.ms": "5"}
+    writer(frame, kafka_broker, theirs, "kafka", **options).mode("append").save()
+    writer(frame, kafka_broker, ours, "netkafka", **options).mode("append").save()
+
+    def seen(topic):
+        return Counter((r.partition, r.key, r.value, tuple(r.headers))
+                       for r in read_topic(kafka_broker.bootstrap, topic, count))
+
+    spark_records, netkafka_records = seen(theirs), seen(ours)
+    assert sum(spark_records.values()) == count
+    assert netkafka_records == spark_records
+    frame.unpersist()
+
+
+def test_a_topic_column_sends_each_row_to_its_topic(spark, kafka_broker, topic_name):
+    topics = [f"{topic_name}-{i}" for i in range(3)]
+    for topic in topics:
+        create_topic(kafka_broker.bootstrap, topic)
+    frame = rows_frame(spark, 3000, 2).withColumn(
+        "topic", F.concat(F.lit(f"{topic_name}-"), (F.col("id") % 3).cast("string")))
+    writer(frame, kafka_broker, None, **{"netkafka.provenance": "true"}).mode("append").save()
+    for i, topic in enumerate(topics):
+        records = read_topic(kafka_broker.bootstrap, topic, 1000)
+        assert sorted(row_id(r) for r in records) == list(range(i, 3000, 3))
+        # Row indices count the Spark partition's rows, all topics together.
+        for record in records:
+            headers = dict(record.headers)
+            assert int(headers[nks.ROW_HEADER]) == row_id(record) - 1500 * int(
+                headers[nks.PARTITION_HEADER])
+
+
+@pytest.mark.parametrize("options, columns, message", [
+    ({"kafka.bootstrap.servers": None, "tpoic": "x"}, None, "unknown option 'tpoic'"),
+    ({"kafka.lingerr.ms": "5"}, None, "kafka.lingerr.ms"),
+    ({"kafka.acks": "several"}, None, "kafka.acks"),
+    ({"kafka.key.serializer": "x"}, None, "kafka.key.serializer' is not supported"),
+    ({"exactlyOnce": "true"}, None, "needs option writeId"),
+    ({"exactlyOnce": "maybe"}, None, "exactlyonce' must be true or false"),
+    ({"writeId": "w"}, None, "writeId means nothing without exactlyOnce"),
+    ({"exactlyOnce": "true", "writeId": "w", "kafka.acks": "1"}, None,
+     "exactlyOnce=true: transactional_id needs acks='all'"),
+    ({}, "id as value", "column 'value' is bigint"),
+    ({}, "value as v", "needs a 'value' column"),
+    ({}, "value, array('x') as headers", "array<struct<key:string,value:binary>>"),
+])
+def test_bad_options_and_columns_fail_before_any_task_naming_them(
+        spark, kafka_broker, topic_name, options, columns, message):
+    frame = rows_frame(spark, 10, 1)
+    if columns is not None:
+        frame = frame.selectExpr(*columns.split(", "))
+    w = writer(frame, kafka_broker, topic_name)
+    for name, value in options.items():
+        if value is not None:
+            w = w.option(name, value)
+    started = time.monotonic()
+    with pytest.raises(Exception, match=message):
+        w.mode("append").save()
+    assert time.monotonic() - started < 30
+
+
+# ----------------------------------------------------------------------------------
+# Exactly once
+
+
+def test_exactly_once_write_and_a_rerun_with_the_same_write_id_adds_nothing(
+        spark, kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    frame = rows_frame(spark)
+    for _ in range(2):
+        writer(frame, kafka_broker, topic_name, exactlyOnce="true",
+               writeId=topic_name).mode("append").save()
+    check_exactly_once(kafka_broker, topic_name)
+    # A new write id is a new write.
+    writer(frame, kafka_broker, topic_name, exactlyOnce="true",
+           writeId=f"{topic_name}-2").mode("append").save()
+    ids, _ = committed_ids(kafka_broker, topic_name, 2 * ROWS)
+    assert set(ids.values()) == {2} and len(ids) == ROWS
+
+
+def faulty_write(spark, kafka_broker, topic_name, tmp_path, fault, **options):
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    writer(rows_frame(spark), kafka_broker, topic_name, "netkafka_faulty",
+           **{FAULT_OPTION: fault, STAMPS_OPTION: str(stamps)}, **options).mode("append").save()
+    # The failure happened, once, in the first attempt.
+    assert os.listdir(stamps) == [f"{fault}-{FAILED_PARTITION}-0"]
+
+
+@pytest.mark.parametrize("fault", ["before_commit", "after_commit", "kill"])
+def test_exactly_once_survives_a_failed_task(spark, kafka_broker, topic_name, tmp_path, fault):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    faulty_write(spark, kafka_broker, topic_name, tmp_path, fault, exactlyOnce="true",
+                 writeId=topic_name)
+    check_exactly_once(kafka_broker, topic_name)
+    if fault == "after_commit":
+        # The retry found the partition's marker and sent nothing: the log holds each
+        # row once even for a read_uncommitted reader.  (Before the commit, what the
+        # failed attempt sent may or may not have left its producer: not checked.)
+        assert len(read_topic(kafka_broker.bootstrap, topic_name, ROWS, timeout_s=120)) == ROWS
+
+
+@pytest.mark.parametrize("fault", ["before_commit", "after_commit", "kill"])
+def test_at_least_once_shows_the_same_failures_duplicates_by_provenance(
+        spark, kafka_broker, topic_name, tmp_path, fault):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    faulty_write(spark, kafka_broker, topic_name, tmp_path, fault,
+                 **{"netkafka.provenance": "true"})
+    records = read_topic(kafka_broker.bootstrap, topic_name, ROWS, timeout_s=120)
+    ids = Counter(row_id(r) for r in records)
+    assert set(ids) == set(range(ROWS))
+    duplicates = provenance_duplicates(records)
+    assert sum(ids.values()) - ROWS == sum(len(a) - 1 for a in duplicates.values()) > 0
+    # Every copy is of the failed partition: its first attempt and its retry.
+    for (partition, _), attempts in duplicates.items():
+        assert partition == FAILED_PARTITION
+        assert sorted(attempts) == [0, 1]
+
+
+def test_streaming_query_restarted_from_its_checkpoint_writes_each_batch_once(
+        spark, kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    files, per_file = 4, 2000
+    for i in range(files):
+        ids = range(i * per_file, (i + 1) * per_file)
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                 "key": [f"k{n % 101}" for n in ids]}),
+                       source / f"part-{i}.parquet")
+        time.sleep(0.05)  # the file source takes files in order of modification
+    schema = "id BIGINT, key STRING"
+
+    def run(fault):
+        stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+                  .parquet(str(source))
+                  .selectExpr("key", "cast(concat('v-', lpad(cast(id as string), 12, '0')) "
+                              "as binary) as value")
+                  .writeStream.format("netkafka_faulty")
+                  .option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+                  .option("topic", topic_name).option("exactlyOnce", "true")
+                  .option("writeId", topic_name).option(FAULT_OPTION, fault)
+                  .option("checkpointLocation", str(checkpoint))
+                  .trigger(availableNow=True).start())
+        try:
+            stream.awaitTermination(180)
+        except Exception:  # noqa: BLE001 -- the injected commit failure stops the query
+            return False
+        return True
+
+    stamp = str(tmp_path / "failed-once")
+    assert not run(f"commit_once:{stamp}")  # batches 0 and 1 written, 1 not checkpointed
+    assert os.path.exists(stamp)
+    assert run(f"commit_once:{stamp}")  # batch 1 again (skipped by its markers), 2, 3
+    check_exactly_once(kafka_broker, topic_name, files * per_file)
+    # Batch 1's second run sent nothing at all: its markers were found.
+    in_log = read_topic(kafka_broker.bootstrap, topic_name, files * per_file, timeout_s=120)
+    assert len(in_log) == files * per_file
