@@ -14,7 +14,8 @@
 # Usage: tools/fuzz_build.sh PYTHON FUZZ_DIR [CLANG]   (idempotent: the modules are
 # rebuilt only when a native source changed since the last build)
 set -eu
-PYTHON=$1
+# Absolute (the build runs in FUZZ_DIR/tree); the venv's own path, not its target.
+PYTHON=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 FUZZ_DIR=$(mkdir -p "$2" && cd "$2" && pwd)
 CLANG=${3:-$(command -v clang || command -v clang-14 || true)}
 if [ -z "$CLANG" ]; then
