@@ -1,0 +1,250 @@
+"""Flat as the work grows (issue 18, items 3 and 4): the client's CPU per record as the
+partitions, the topics and the sending threads multiply.
+
+Partitions (test_partitions): keyed 100 B records spread uniformly (murmur2 of KEYS_PER_
+PARTITION distinct keys per partition, cycled) over one topic of 4, 100, 1,000 and 10,000
+partitions, and over 1,000 topics of 4 partitions (the topic cycles record by record).
+netkafka send() beside confluent-kafka (error-only delivery reports), rounds alternated
+(bench/rounds.py), every client with the suite's settings (peers.Settings: acks=1, no
+compression, linger 5 ms, batch BATCH_SIZE, see below).  A row also carries
+client_ns_ratio_to_4: its client CPU per record over the same client's in the 4-partition
+row of this session (the target: <= 2 at 10,000 partitions).  The Java producer is not in
+these rows: ProducerPerformance sends null keys to one topic, so it can neither spread
+records by key nor over 1,000 topics.
+
+Creating the topics is timed (create_seconds in the rows: a 10,000-partition topic on the
+single test broker takes tens of seconds).
+
+Batch size: NETKAFKA_BENCH_SCALE_BATCH_SIZE (default peers.BATCH_SIZE, 1 MiB).  With
+buffers of batch_size per open batch, buffer_memory / batch_size open batches at most
+(32 at the defaults): above that many partitions, send() waits for memory.
+
+Threads (test_threads): 1, 2, 4 and 8 threads calling send() on one producer ("shared")
+against a producer per thread ("per_thread"), alternated; a round sends THREAD_RECORDS
+records in all (split between the threads) to a 4-partition topic, then flushes.  The
+target: aggregate msgs/s does not fall as threads are added, CPU per record within 1.5x
+of one thread.
+
+Memory per idle partition (test_idle_partition_memory): one record to each of
+IDLE_PARTITIONS partitions, then flush: tracemalloc's and the RSS's growth per partition
+while each holds an open batch, and what stays once they have all drained.
+
+    .venv/bin/python -m pytest bench/test_bench_scale.py --benchmark-only -k "partitions"
+
+NETKAFKA_BENCH_SCALE_RECORDS (default 300,000) sets the records of a round,
+NETKAFKA_BENCH_ROUNDS (default 3) the measured rounds.
+"""
+import contextlib
+import gc
+import os
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+import peers
+import rounds
+from netkafka import Producer
+from netkafka.testing.admin import admin_client, create_topic
+
+RECORD_SIZE = 100
+RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_RECORDS", "300000"))
+ROUNDS = int(os.environ.get("NETKAFKA_BENCH_ROUNDS", "3"))
+BATCH_SIZE = int(os.environ.get("NETKAFKA_BENCH_SCALE_BATCH_SIZE", str(peers.BATCH_SIZE)))
+KEYS_PER_PARTITION = 4
+# (topics, partitions per topic): one topic growing, then many topics.
+LAYOUTS = {"1x4": (1, 4), "1x100": (1, 100), "1x1000": (1, 1000), "1x10000": (1, 10_000),
+           "1000x4": (1000, 4)}
+BASE_LAYOUT = "1x4"
+CREATE_TIMEOUT_S = 600.0  # a 10,000-partition topic on one broker
+THREADS = (1, 2, 4, 8)
+THREAD_RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_THREAD_RECORDS", "400000"))
+THREAD_PARTITIONS = 4
+IDLE_PARTITIONS = 1000
+IDLE_BATCH_SIZE = 16384  # the default batch_size: what an idle partition's batch holds
+
+# client -> its client_ns_per_record in this session's BASE_LAYOUT row.
+_BASE_NS = {}
+
+
+def keyed_records(topics, partitions):
+    """[(topic, key, value)]: RECORDS records, keys spread over every partition of every
+    topic (distinct keys hash uniformly under murmur2), topics cycled record by record."""
+    keys = [b"key-%d" % i for i in range(partitions * KEYS_PER_PARTITION)]
+    values = peers.payloads(RECORD_SIZE)
+    return [(topics[i % len(topics)], keys[i % len(keys)], values[i % len(values)])
+            for i in range(RECORDS)]
+
+
+class NetkafkaKeyed(peers.NetkafkaRunner):
+    """netkafka send() with (topic, key, value) records."""
+
+    def send_all(self, topic, records):
+        send = self._producer.send
+        for topic, key, value in records:
+            send(topic, value, key)
+
+
+class ConfluentKeyed(peers.ConfluentRunner):
+    """confluent-kafka produce() with (topic, key, value) records, as peers polls."""
+
+    def send_all(self, topic, records):
+        produce, poll = self._producer.produce, self._producer.poll
+        for start in range(0, len(records), peers.POLL_EVERY):
+            for topic, key, value in records[start:start + peers.POLL_EVERY]:
+                while True:
+                    try:
+                        produce(topic, value, key)
+                        break
+                    except BufferError:  # its queue is full: serve reports, try again
+                        poll(peers.QUEUE_FULL_POLL_S)
+            poll(0)
+
+
+CLIENTS = {"netkafka-send": NetkafkaKeyed, "confluent-kafka-error_only": ConfluentKeyed}
+
+
+def _delete_topics(bootstrap, names):
+    admin = admin_client(bootstrap)
+    for name, future in admin.delete_topics(list(names), operation_timeout=60).items():
+        future.result()
+
+
+def _create_topics(bootstrap, names, partitions, stack):
+    started = time.perf_counter()
+    for name in names:
+        create_topic(bootstrap, name, partitions=partitions, timeout_s=CREATE_TIMEOUT_S)
+        stack.callback(_delete_topics, bootstrap, [name])
+    return time.perf_counter() - started
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_partitions(benchmark, kafka_broker, broker_pids, topic_name, layout):
+    topic_count, partitions = LAYOUTS[layout]
+    bootstrap = kafka_broker.bootstrap
+    settings = peers.Settings(RECORD_SIZE, "1", batch_size=BATCH_SIZE)
+    benchmark.group = f"scale: {topic_count} topics x {partitions} partitions"
+    with contextlib.ExitStack() as stack:
+        topics, contestants, create_seconds = {}, {}, {}
+        for name, runner_class in CLIENTS.items():
+            names = [f"{topic_name}-{name}-{t}" for t in range(topic_count)]
+            create_seconds[name] = _create_topics(bootstrap, names, partitions, stack)
+            runner = runner_class(bootstrap, settings)
+            stack.callback(runner.close)
+            records = keyed_records(names, partitions)
+            topics[name] = names
+            contestants[name] = rounds.Contestant(
+                lambda runner=runner, records=records: runner.run(None, records),
+                RECORDS, broker_pids, runner)
+        measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
+                                      iterations=1)
+        rows = []
+        for name, client_rounds in measured.items():
+            row = {"suite": "scale_partitions", "client": name, "topics": topic_count,
+                   "partitions_per_topic": partitions, "batch_size": BATCH_SIZE,
+                   "create_seconds": round(create_seconds[name], 2),
+                   **rounds.summary(client_rounds)}
+            if layout == BASE_LAYOUT:
+                _BASE_NS[name] = row["client_ns_per_record"]
+            if name in _BASE_NS:
+                row["client_ns_ratio_to_4"] = round(row["client_ns_per_record"]
+                                                    / _BASE_NS[name], 2)
+            rows.append(row)
+        benchmark.extra_info.update({"suite": "scale_partitions", "clients": rows})
+        for name, contestant in contestants.items():
+            assert sum(peers.acknowledged_records(bootstrap, topic)
+                       for topic in topics[name]) == contestant.records_sent
+
+
+def _threaded_round(producers, topic, values):
+    """Every thread sends its share of values through its producer, then each producer
+    is flushed: a round ends when the broker has every record."""
+    share = len(values) // len(producers)
+
+    def send_share(producer):
+        send = producer.send
+        for value in values[:share]:
+            send(topic, value)
+
+    threads = [threading.Thread(target=send_share, args=(p,)) for p in producers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for producer in set(producers):
+        producer.flush()
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_threads(benchmark, kafka_broker, broker_pids, topic_name, threads):
+    bootstrap = kafka_broker.bootstrap
+    benchmark.group = f"scale: {threads} threads sending"
+    values = peers.values_for(RECORD_SIZE, THREAD_RECORDS // threads * threads)
+    options = dict(bootstrap_servers=bootstrap, acks=1, batch_size=peers.BATCH_SIZE,
+                   linger_ms=peers.LINGER_MS)
+    with contextlib.ExitStack() as stack:
+        contestants, topics = {}, {}
+        for mode in ("shared", "per_thread"):
+            topic = topics[mode] = f"{topic_name}-{mode}"
+            _create_topics(bootstrap, [topic], THREAD_PARTITIONS, stack)
+            if mode == "shared":
+                producers = [stack.enter_context(Producer(**options))] * threads
+            else:
+                producers = [stack.enter_context(Producer(**options)) for _ in range(threads)]
+            contestants[mode] = rounds.Contestant(
+                lambda producers=producers, topic=topic: _threaded_round(producers, topic,
+                                                                         values),
+                len(values), broker_pids)
+        measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
+                                      iterations=1)
+        rows = [{"suite": "scale_threads", "client": "netkafka-send", "mode": mode,
+                 "threads": threads, **rounds.summary(client_rounds)}
+                for mode, client_rounds in measured.items()]
+        benchmark.extra_info.update({"suite": "scale_threads", "clients": rows})
+        for mode, contestant in contestants.items():
+            assert peers.acknowledged_records(bootstrap, topics[mode]) == contestant.records_sent
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_idle_partition_memory(benchmark, kafka_broker, topic_name):
+    """Bytes per partition: Python allocations (tracemalloc) and RSS after one record to
+    each of IDLE_PARTITIONS partitions (each holds an open batch), and after flush (each
+    drained; the pool keeps freed buffers for reuse, which RSS counts)."""
+    bootstrap = kafka_broker.bootstrap
+    with contextlib.ExitStack() as stack:
+        _create_topics(bootstrap, [topic_name], IDLE_PARTITIONS, stack)
+        producer = stack.enter_context(Producer(
+            bootstrap_servers=bootstrap, acks=1, batch_size=IDLE_BATCH_SIZE, linger_ms=60_000,
+            buffer_memory=max(32 << 20, 2 * IDLE_PARTITIONS * IDLE_BATCH_SIZE)))
+        producer.send(topic_name, b"warm-up", partition=0)  # metadata, connection
+        producer.flush()
+        value = b"v" * RECORD_SIZE
+        figures = {}
+
+        def measure():
+            gc.collect()
+            tracemalloc.start()
+            rss_before = _rss_bytes()
+            for partition in range(IDLE_PARTITIONS):
+                producer.send(topic_name, value, partition=partition)
+            gc.collect()
+            figures["open_traced_bytes"] = tracemalloc.get_traced_memory()[0]
+            figures["open_rss_bytes"] = _rss_bytes() - rss_before
+            producer.flush()
+            gc.collect()
+            figures["drained_traced_bytes"] = tracemalloc.get_traced_memory()[0]
+            figures["drained_rss_bytes"] = _rss_bytes() - rss_before
+            tracemalloc.stop()
+
+        benchmark.pedantic(measure, rounds=1, iterations=1)
+        per_partition = {f"{key}_per_partition": round(number / IDLE_PARTITIONS, 1)
+                         for key, number in figures.items()}
+        benchmark.extra_info.update({"suite": "scale_idle_memory",
+                                     "partitions": IDLE_PARTITIONS,
+                                     "batch_size": IDLE_BATCH_SIZE, **figures, **per_partition})
+        assert peers.acknowledged_records(bootstrap, topic_name) == IDLE_PARTITIONS + 1
