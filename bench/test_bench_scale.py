@@ -18,6 +18,8 @@ single test broker takes tens of seconds).
 Batch size: NETKAFKA_BENCH_SCALE_BATCH_SIZE (default peers.BATCH_SIZE, 1 MiB).  With
 buffers of batch_size per open batch, buffer_memory / batch_size open batches at most
 (32 at the defaults): above that many partitions, send() waits for memory.
+NETKAFKA_BENCH_SCALE_BUFFER_MEMORY (bytes; default netkafka's, 32 MiB) sets netkafka's
+buffer_memory, to see the cost per partition apart from that wait.
 
 Threads (test_threads): 1, 2, 4 and 8 threads calling send() on one producer ("shared")
 against a producer per thread ("per_thread"), alternated; a round sends THREAD_RECORDS
@@ -52,6 +54,7 @@ RECORD_SIZE = 100
 RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_RECORDS", "300000"))
 ROUNDS = int(os.environ.get("NETKAFKA_BENCH_ROUNDS", "3"))
 BATCH_SIZE = int(os.environ.get("NETKAFKA_BENCH_SCALE_BATCH_SIZE", str(peers.BATCH_SIZE)))
+BUFFER_MEMORY = os.environ.get("NETKAFKA_BENCH_SCALE_BUFFER_MEMORY")  # None: the default
 KEYS_PER_PARTITION = 4
 # (topics, partitions per topic): one topic growing, then many topics.
 LAYOUTS = {"1x4": (1, 4), "1x100": (1, 100), "1x1000": (1, 1000), "1x10000": (1, 10_000),
@@ -79,6 +82,11 @@ def keyed_records(topics, partitions):
 
 class NetkafkaKeyed(peers.NetkafkaRunner):
     """netkafka send() with (topic, key, value) records."""
+
+    def __init__(self, bootstrap, settings):
+        # peers passes further Producer keywords as `security`; here, buffer_memory.
+        super().__init__(bootstrap, settings, security=None if BUFFER_MEMORY is None
+                         else {"buffer_memory": int(BUFFER_MEMORY)})
 
     def send_all(self, topic, records):
         send = self._producer.send
@@ -143,6 +151,7 @@ def test_partitions(benchmark, kafka_broker, broker_pids, topic_name, layout):
         for name, client_rounds in measured.items():
             row = {"suite": "scale_partitions", "client": name, "topics": topic_count,
                    "partitions_per_topic": partitions, "batch_size": BATCH_SIZE,
+                   "netkafka_buffer_memory": BUFFER_MEMORY,
                    "create_seconds": round(create_seconds[name], 2),
                    **rounds.summary(client_rounds)}
             if layout == BASE_LAYOUT:
