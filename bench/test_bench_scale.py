@@ -51,7 +51,7 @@ import pytest
 import peers
 import rounds
 from netkafka import Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 from netkafka.testing.admin import admin_client, wait_for_leaders, wait_for_serving_leaders
 
@@ -66,6 +66,10 @@ LAYOUTS = {"1x4": (1, 4), "1x100": (1, 100), "1x1000": (1, 1000), "1x10000": (1,
            "1000x4": (1000, 4)}
 BASE_LAYOUT = "1x4"
 CREATE_TIMEOUT_S = 600.0  # a 10,000-partition topic on one broker
+# The KRaft controller refuses an operation of more than 10,000 records
+# (POLICY_VIOLATION "Unable to perform excessively large batch operation"): a topic of
+# 10,000 partitions is created with this many, then grown by this many at a time.
+PARTITIONS_PER_REQUEST = 5000
 THREADS = (1, 2, 4, 8)
 THREAD_RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_THREAD_RECORDS", "400000"))
 THREAD_PARTITIONS = 4
@@ -133,12 +137,19 @@ def _create_topics(bootstrap, names, partitions, stack):
     and waits until every partition's leader serves; returns the seconds that took."""
     started = time.perf_counter()
     admin = admin_client(bootstrap)
-    answers = admin.create_topics([NewTopic(name, num_partitions=partitions,
+    first = min(partitions, PARTITIONS_PER_REQUEST)
+    answers = admin.create_topics([NewTopic(name, num_partitions=first,
                                             replication_factor=1) for name in names],
                                   operation_timeout=CREATE_TIMEOUT_S)
     stack.callback(_delete_topics, bootstrap, names)
     for future in answers.values():
         future.result(timeout=CREATE_TIMEOUT_S)
+    for count in range(first + PARTITIONS_PER_REQUEST, partitions + PARTITIONS_PER_REQUEST,
+                       PARTITIONS_PER_REQUEST):
+        for future in admin.create_partitions(
+                [NewPartitions(name, min(count, partitions)) for name in names],
+                operation_timeout=CREATE_TIMEOUT_S).values():
+            future.result(timeout=CREATE_TIMEOUT_S)
     for name in names:
         wait_for_leaders(admin, name, partitions, CREATE_TIMEOUT_S)
         wait_for_serving_leaders(admin, name, partitions, CREATE_TIMEOUT_S)
