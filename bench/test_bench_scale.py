@@ -36,7 +36,11 @@ IDLE_PARTITIONS partitions, then flush: tracemalloc's and the RSS's growth per p
 while each holds an open batch, and what stays once they have all drained and their
 linger deadlines have passed, with the allocation sites of that.  Pool buffers (batch_size
 each while a batch is open, counted against buffer_memory) are C memory that tracemalloc
-does not see; the RSS does, coarsely.
+does not see; the RSS does, coarsely.  Measured (1,000 partitions, batch_size 16 KiB):
+1,650 B traced per partition with an open batch, 881 B once drained, of which 839 B is
+the partition's queue (PartitionQueue and its empty collections.deque, 760 B); RSS
+4.6 KB per partition after the drain, mostly the pool's cached free buffers (bounded
+by buffer_memory).
 
 Measured (2 shared cores, load 5-14, 2 rounds; client ns per record, ratio to 4
 partitions in brackets; netkafka / confluent-kafka):
