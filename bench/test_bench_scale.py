@@ -56,6 +56,11 @@ partitions in brackets; netkafka / confluent-kafka):
       1,000 partitions  2,652 (11.5x) / 2,490 (2.3x)
       1,000 topics x 4 11,088 (48x) / 11,298 (10.2x)
 
+10,000 partitions: no row yet.  In one run (batch 16 KiB, buffer_memory 2 GiB, load 9)
+the topic was made (the admin client saw every leader serve) but netkafka's send()
+found it in no metadata answer within 60 s, and deleting it timed out waiting for the
+controller; the cause is not known.
+
 Every open batch holds a buffer of batch_size from the pool: with more partitions
 receiving records than buffer_memory / batch_size, nearly every record waits for a
 batch to be acknowledged (linger, then a round trip) before it gets a buffer.  Apart
