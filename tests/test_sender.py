@@ -179,3 +179,58 @@ def test_bad_batches_are_refused_with_the_reason(kafka_broker, topic_name):
 def test_sender_options_are_validated(kafka_broker, options, message):
     with pytest.raises(ValueError, match=message):
         io_stack(kafka_broker.bootstrap, sender_options=options)
+
+
+class _RequestSizes:
+    """A Sender's stats object that keeps the record count of each request it sends."""
+
+    def __init__(self):
+        self.records = []
+
+    def request_sent(self, node_id, records):
+        self.records.append(records)
+
+    def response(self, node_id, latency_ms, *args):
+        pass
+
+    def batch_retried(self, topic, records):
+        pass
+
+
+def test_a_request_carries_many_partitions_and_stops_at_the_first_that_does_not_fit(
+        kafka_broker, topic_name):
+    """Small batches of many partitions share a request; a request that is full stops
+    at the first partition whose batch does not fit (it leads the next request) instead
+    of scanning every queued partition for a smaller one.  Queued while the I/O thread
+    is held: small batches of 3 records on partitions 0, 1, 3, 4, 5 and one of 20 on
+    partition 2, max_request_size = the large one's bytes + a small one's."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=6)
+    buffers = new_buffer_pool()
+    counts = [3, 3, 20, 3, 3, 3]
+    batches = [make_batch(buffers, f"p{p}", count) for p, count in enumerate(counts)]
+    warm = make_batch(buffers, "warm", count=1)
+    sizes = _RequestSizes()
+    stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=1,
+                     sender_options={"stats": sizes, "max_request_size":
+                                     batches[2].view.nbytes + batches[0].view.nbytes})
+    holding, release = threading.Event(), threading.Event()
+    try:
+        stack.sender.send(topic_name, 0, warm.view, 1).result(30)
+        stack.pool.thread_for(stack.metadata.leader_id(topic_name, 0)).call_soon(
+            lambda: (holding.set(), release.wait(30)))
+        assert holding.wait(10)
+        try:
+            futures = [stack.sender.send(topic_name, p, b.view, counts[p])
+                       for p, b in enumerate(batches)]
+        finally:
+            release.set()
+        offsets = [f.result(30).base_offset for f in futures]
+    finally:
+        stack.close()
+    # The warm batch's; partitions 0 and 1 (2 would not fit); 2 and 3; 4 and 5.
+    assert sizes.records == [1, 6, 23, 6]
+    assert offsets == [1, 0, 0, 0, 0, 0]
+    written = [tuple(w) for b in [warm] + batches for w in b.records]
+    assert sorted(as_read(read_topic(kafka_broker.bootstrap, topic_name, len(written))),
+                  key=repr) == sorted(written, key=repr)
+    release_batches([warm] + batches)

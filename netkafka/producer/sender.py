@@ -31,7 +31,9 @@ and starts over under the next epoch) instead of re-stamping it.
 
 Queues: per broker, one FIFO per partition; a request takes the head of each
 partition in turn (round robin across requests, so a busy partition cannot
-starve the others when max_request_size cuts a request short).  A resent
+starve the others when max_request_size cuts a request short), and stops at the
+first head that does not fit: a request costs the partitions it carries, not
+every partition queued.  A resent
 batch goes back into its partition's FIFO in send order.
 
 Threads: send(), flush(), close() run on callers' threads; next_request(),
@@ -345,7 +347,11 @@ class Sender:
                         earliest_retry_ns = head.retry_at_ns
                     continue
                 if chosen and total + head.size_bytes > self.max_request_size:
-                    continue
+                    # Full: stop here, as Java's drain does, rather than look at every
+                    # other queued partition for a smaller batch (with thousands of
+                    # partitions queued, a scan of them all per request).  This
+                    # partition stays first in line for the next request.
+                    break
                 if (self._transaction is not None
                         and not self._transaction.may_send(*key)):
                     continue  # not in the transaction yet: wake_leaders() wakes us

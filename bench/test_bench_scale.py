@@ -1,0 +1,330 @@
+"""Flat as the work grows (issue 18, items 3 and 4): the client's CPU per record as the
+partitions, the topics and the sending threads multiply.
+
+Partitions (test_partitions): keyed 100 B records spread uniformly (murmur2 of KEYS_PER_
+PARTITION distinct keys per partition, cycled) over one topic of 4, 100, 1,000 and 10,000
+partitions, and over 1,000 topics of 4 partitions (the topic cycles record by record).
+netkafka send() beside confluent-kafka (error-only delivery reports), rounds alternated
+(bench/rounds.py), every client with the suite's settings (peers.Settings: acks=1, no
+compression, linger 5 ms, batch BATCH_SIZE, see below).  A row also carries
+client_ns_ratio_to_4: its client CPU per record over the same client's in the 4-partition
+row of this session (the target: <= 2 at 10,000 partitions).  The Java producer is not in
+these rows: ProducerPerformance sends null keys to one topic, so it can neither spread
+records by key nor over 1,000 topics.
+
+Creating the topics is timed (create_seconds in the rows: a 10,000-partition topic on the
+single test broker takes tens of seconds).
+
+Batch size: NETKAFKA_BENCH_SCALE_BATCH_SIZE (default peers.BATCH_SIZE, 1 MiB).  With
+buffers of batch_size per open batch, buffer_memory / batch_size open batches at most
+(32 at the defaults): above that many partitions, send() waits for memory.
+NETKAFKA_BENCH_SCALE_BUFFER_MEMORY (bytes; default netkafka's, 32 MiB) sets netkafka's
+buffer_memory, to see the cost per partition apart from that wait.
+
+Threads (test_threads): 1, 2, 4 and 8 threads calling send() on one producer ("shared")
+against a producer per thread ("per_thread"), alternated; a round sends THREAD_RECORDS
+records in all (split between the threads) to a 4-partition topic, then flushes.  The
+target: aggregate msgs/s does not fall as threads are added, CPU per record within 1.5x
+of one thread.  Measured (400,000 records a round, 3 rounds, load 12): client ns per
+record 201 / 210 / 214 / 211 (shared, 1 / 2 / 4 / 8 threads) and 212 / 207 / 205 / 230
+(a producer per thread): flat.  msgs/s 1.75M / 0.99M / 1.02M / 1.09M shared and 1.06M /
+0.97M / 2.28M / 1.66M per thread: the rounds' wall times vary by 2-4x under that load,
+so msgs/s says little; CPU per record is the figure to read.
+
+Memory per idle partition (test_idle_partition_memory): one record to each of
+IDLE_PARTITIONS partitions, then flush: tracemalloc's and the RSS's growth per partition
+while each holds an open batch, and what stays once they have all drained and their
+linger deadlines have passed, with the allocation sites of that.  Pool buffers (batch_size
+each while a batch is open, counted against buffer_memory) are C memory that tracemalloc
+does not see; the RSS does, coarsely.  Measured (1,000 partitions, batch_size 16 KiB):
+1,650 B traced per partition with an open batch, 881 B once drained, of which 839 B is
+the partition's queue (PartitionQueue and its empty collections.deque, 760 B); RSS
+4.6 KB per partition after the drain, mostly the pool's cached free buffers (bounded
+by buffer_memory).
+
+Measured (2 shared cores, load 5-14, 2 rounds; client ns per record, ratio to 4
+partitions in brackets; netkafka / confluent-kafka):
+
+    1 MiB batches, default buffer_memory (32 MiB), 50,000 records a round:
+      4 partitions        246 / 1,103
+      100 partitions   48,016 (196x) / 1,760 (1.6x)    netkafka at 3,956 msgs/s
+      1,000 partitions 51,624 (210x) / 4,821 (4.4x)
+      1,000 topics x 4 73,052 (298x) / 20,615 (18.7x)
+    1 MiB batches, buffer_memory 2 GiB (2,048 batches), 100,000 records a round:
+      4 partitions        231 / 1,104
+      100 partitions      427 (1.9x) / 1,645 (1.5x)
+      1,000 partitions  2,652 (11.5x) / 2,490 (2.3x)
+      1,000 topics x 4 11,088 (48x) / 11,298 (10.2x)
+
+10,000 partitions: no row yet.  In one run (batch 16 KiB, buffer_memory 2 GiB, load 9)
+the topic was made (the admin client saw every leader serve) but netkafka's send()
+found it in no metadata answer within 60 s, and deleting it timed out waiting for the
+controller; the cause is not known.
+
+Every open batch holds a buffer of batch_size from the pool: with more partitions
+receiving records than buffer_memory / batch_size, nearly every record waits for a
+batch to be acknowledged (linger, then a round trip) before it gets a buffer.  Apart
+from that wait, at 1,000 partitions a batch holds about one record, so the cost per
+record is netkafka's cost per batch (about 2.5 us, as confluent-kafka's).
+
+    .venv/bin/python -m pytest bench/test_bench_scale.py --benchmark-only -k "partitions"
+
+NETKAFKA_BENCH_SCALE_RECORDS (default 300,000) sets the records of a round,
+NETKAFKA_BENCH_ROUNDS (default 3) the measured rounds.
+"""
+import contextlib
+import gc
+import os
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+import peers
+import rounds
+from netkafka import Producer
+from confluent_kafka.admin import NewPartitions, NewTopic
+
+from netkafka.testing.admin import admin_client, wait_for_leaders, wait_for_serving_leaders
+
+RECORD_SIZE = 100
+RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_RECORDS", "300000"))
+ROUNDS = int(os.environ.get("NETKAFKA_BENCH_ROUNDS", "3"))
+BATCH_SIZE = int(os.environ.get("NETKAFKA_BENCH_SCALE_BATCH_SIZE", str(peers.BATCH_SIZE)))
+BUFFER_MEMORY = os.environ.get("NETKAFKA_BENCH_SCALE_BUFFER_MEMORY")  # None: the default
+KEYS_PER_PARTITION = 4
+# (topics, partitions per topic): one topic growing, then many topics.
+LAYOUTS = {"1x4": (1, 4), "1x100": (1, 100), "1x1000": (1, 1000), "1x10000": (1, 10_000),
+           "1000x4": (1000, 4)}
+BASE_LAYOUT = "1x4"
+CREATE_TIMEOUT_S = 600.0  # a 10,000-partition topic on one broker
+# The KRaft controller refuses an operation of more than 10,000 records
+# (POLICY_VIOLATION "Unable to perform excessively large batch operation"): a topic of
+# 10,000 partitions is created with this many, then grown by this many at a time.
+PARTITIONS_PER_REQUEST = 5000
+THREADS = (1, 2, 4, 8)
+THREAD_RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_THREAD_RECORDS", "400000"))
+THREAD_PARTITIONS = 4
+IDLE_PARTITIONS = 1000
+IDLE_BATCH_SIZE = 16384  # the default batch_size: what an idle partition's batch holds
+# Longer than sending a record to each partition takes on a loaded machine, so every
+# partition holds an open batch when it is measured.
+IDLE_LINGER_MS = 2000
+TOP_SITES = 8  # allocation sites reported for what an idle partition keeps
+
+# client -> its client_ns_per_record in this session's BASE_LAYOUT row.
+_BASE_NS = {}
+
+
+def keyed_records(topics, partitions):
+    """[(topic, key, value)]: RECORDS records, keys spread over every partition of every
+    topic (distinct keys hash uniformly under murmur2), topics cycled record by record."""
+    keys = [b"key-%d" % i for i in range(partitions * KEYS_PER_PARTITION)]
+    values = peers.payloads(RECORD_SIZE)
+    return [(topics[i % len(topics)], keys[i % len(keys)], values[i % len(values)])
+            for i in range(RECORDS)]
+
+
+class NetkafkaKeyed(peers.NetkafkaRunner):
+    """netkafka send() with (topic, key, value) records."""
+
+    def __init__(self, bootstrap, settings):
+        # peers passes further Producer keywords as `security`; here, buffer_memory.
+        super().__init__(bootstrap, settings, security=None if BUFFER_MEMORY is None
+                         else {"buffer_memory": int(BUFFER_MEMORY)})
+
+    def send_all(self, topic, records):
+        send = self._producer.send
+        for topic, key, value in records:
+            send(topic, value, key)
+
+
+class ConfluentKeyed(peers.ConfluentRunner):
+    """confluent-kafka produce() with (topic, key, value) records, as peers polls."""
+
+    def send_all(self, topic, records):
+        produce, poll = self._producer.produce, self._producer.poll
+        for start in range(0, len(records), peers.POLL_EVERY):
+            for topic, key, value in records[start:start + peers.POLL_EVERY]:
+                while True:
+                    try:
+                        produce(topic, value, key)
+                        break
+                    except BufferError:  # its queue is full: serve reports, try again
+                        poll(peers.QUEUE_FULL_POLL_S)
+            poll(0)
+
+
+CLIENTS = {"netkafka-send": NetkafkaKeyed, "confluent-kafka-error_only": ConfluentKeyed}
+
+
+def _delete_topics(bootstrap, names):
+    admin = admin_client(bootstrap)
+    for name, future in admin.delete_topics(list(names), operation_timeout=60).items():
+        future.result()
+
+
+def _create_topics(bootstrap, names, partitions, stack):
+    """Creates the topics in one request (one at a time, 1,000 topics took many minutes)
+    and waits until every partition's leader serves; returns the seconds that took."""
+    started = time.perf_counter()
+    admin = admin_client(bootstrap)
+    first = min(partitions, PARTITIONS_PER_REQUEST)
+    answers = admin.create_topics([NewTopic(name, num_partitions=first,
+                                            replication_factor=1) for name in names],
+                                  operation_timeout=CREATE_TIMEOUT_S)
+    stack.callback(_delete_topics, bootstrap, names)
+    for future in answers.values():
+        future.result(timeout=CREATE_TIMEOUT_S)
+    for count in range(first + PARTITIONS_PER_REQUEST, partitions + PARTITIONS_PER_REQUEST,
+                       PARTITIONS_PER_REQUEST):
+        for future in admin.create_partitions(
+                [NewPartitions(name, min(count, partitions)) for name in names],
+                operation_timeout=CREATE_TIMEOUT_S).values():
+            future.result(timeout=CREATE_TIMEOUT_S)
+    for name in names:
+        wait_for_leaders(admin, name, partitions, CREATE_TIMEOUT_S)
+        wait_for_serving_leaders(admin, name, partitions, CREATE_TIMEOUT_S)
+    return time.perf_counter() - started
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_partitions(benchmark, kafka_broker, broker_pids, topic_name, layout):
+    topic_count, partitions = LAYOUTS[layout]
+    bootstrap = kafka_broker.bootstrap
+    settings = peers.Settings(RECORD_SIZE, "1", batch_size=BATCH_SIZE)
+    benchmark.group = f"scale: {topic_count} topics x {partitions} partitions"
+    with contextlib.ExitStack() as stack:
+        topics, contestants, create_seconds = {}, {}, {}
+        for name, runner_class in CLIENTS.items():
+            names = [f"{topic_name}-{name}-{t}" for t in range(topic_count)]
+            create_seconds[name] = _create_topics(bootstrap, names, partitions, stack)
+            runner = runner_class(bootstrap, settings)
+            stack.callback(runner.close)
+            records = keyed_records(names, partitions)
+            topics[name] = names
+            contestants[name] = rounds.Contestant(
+                lambda runner=runner, records=records: runner.run(None, records),
+                RECORDS, broker_pids, runner)
+        measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
+                                      iterations=1)
+        rows = []
+        for name, client_rounds in measured.items():
+            row = {"suite": "scale_partitions", "client": name, "topics": topic_count,
+                   "partitions_per_topic": partitions, "batch_size": BATCH_SIZE,
+                   "netkafka_buffer_memory": BUFFER_MEMORY,
+                   "create_seconds": round(create_seconds[name], 2),
+                   **rounds.summary(client_rounds)}
+            if layout == BASE_LAYOUT:
+                _BASE_NS[name] = row["client_ns_per_record"]
+            if name in _BASE_NS:
+                row["client_ns_ratio_to_4"] = round(row["client_ns_per_record"]
+                                                    / _BASE_NS[name], 2)
+            rows.append(row)
+        benchmark.extra_info.update({"suite": "scale_partitions", "clients": rows})
+        for name, contestant in contestants.items():
+            assert sum(peers.acknowledged_records(bootstrap, topic)
+                       for topic in topics[name]) == contestant.records_sent
+
+
+def _threaded_round(producers, topic, values):
+    """Every thread sends its share of values through its producer, then each producer
+    is flushed: a round ends when the broker has every record."""
+    share = len(values) // len(producers)
+
+    def send_share(producer):
+        send = producer.send
+        for value in values[:share]:
+            send(topic, value)
+
+    threads = [threading.Thread(target=send_share, args=(p,)) for p in producers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for producer in set(producers):
+        producer.flush()
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_threads(benchmark, kafka_broker, broker_pids, topic_name, threads):
+    bootstrap = kafka_broker.bootstrap
+    benchmark.group = f"scale: {threads} threads sending"
+    values = peers.values_for(RECORD_SIZE, THREAD_RECORDS // threads * threads)
+    options = dict(bootstrap_servers=bootstrap, acks=1, batch_size=peers.BATCH_SIZE,
+                   linger_ms=peers.LINGER_MS)
+    with contextlib.ExitStack() as stack:
+        contestants, topics = {}, {}
+        for mode in ("shared", "per_thread"):
+            topic = topics[mode] = f"{topic_name}-{mode}"
+            _create_topics(bootstrap, [topic], THREAD_PARTITIONS, stack)
+            if mode == "shared":
+                producers = [stack.enter_context(Producer(**options))] * threads
+            else:
+                producers = [stack.enter_context(Producer(**options)) for _ in range(threads)]
+            contestants[mode] = rounds.Contestant(
+                lambda producers=producers, topic=topic: _threaded_round(producers, topic,
+                                                                         values),
+                len(values), broker_pids)
+        measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
+                                      iterations=1)
+        rows = [{"suite": "scale_threads", "client": "netkafka-send", "mode": mode,
+                 "threads": threads, **rounds.summary(client_rounds)}
+                for mode, client_rounds in measured.items()]
+        benchmark.extra_info.update({"suite": "scale_threads", "clients": rows})
+        for mode, contestant in contestants.items():
+            assert peers.acknowledged_records(bootstrap, topics[mode]) == contestant.records_sent
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_idle_partition_memory(benchmark, kafka_broker, topic_name):
+    """Bytes per partition: Python allocations (tracemalloc) and RSS after one record to
+    each of IDLE_PARTITIONS partitions (each holds an open batch), and after flush (each
+    drained; the pool keeps freed buffers for reuse, which RSS counts)."""
+    bootstrap = kafka_broker.bootstrap
+    with contextlib.ExitStack() as stack:
+        _create_topics(bootstrap, [topic_name], IDLE_PARTITIONS, stack)
+        producer = stack.enter_context(Producer(
+            bootstrap_servers=bootstrap, acks=1, batch_size=IDLE_BATCH_SIZE,
+            linger_ms=IDLE_LINGER_MS,
+            buffer_memory=max(32 << 20, 2 * IDLE_PARTITIONS * IDLE_BATCH_SIZE)))
+        producer.send(topic_name, b"warm-up", partition=0)  # metadata, connection
+        producer.flush()
+        value = b"v" * RECORD_SIZE
+        figures = {}
+
+        def measure():
+            gc.collect()
+            tracemalloc.start()
+            rss_before = _rss_bytes()
+            for partition in range(IDLE_PARTITIONS):
+                producer.send(topic_name, value, partition=partition)
+            gc.collect()
+            figures["open_traced_bytes"] = tracemalloc.get_traced_memory()[0]
+            figures["open_rss_bytes"] = _rss_bytes() - rss_before
+            producer.flush()
+            # The linger timer holds a flushed batch until its deadline: past it, what
+            # stays is what an idle partition costs.
+            time.sleep(2 * IDLE_LINGER_MS / 1000)
+            gc.collect()
+            figures["drained_traced_bytes"] = tracemalloc.get_traced_memory()[0]
+            figures["drained_rss_bytes"] = _rss_bytes() - rss_before
+            # Where what stays after the drain was allocated: the largest sites.
+            figures["drained_top_sites"] = [
+                f"{stat.traceback[0].filename.rsplit('/', 2)[-1]}:{stat.traceback[0].lineno} "
+                f"{stat.size} B in {stat.count}"
+                for stat in tracemalloc.take_snapshot().statistics("lineno")[:TOP_SITES]]
+            tracemalloc.stop()
+
+        benchmark.pedantic(measure, rounds=1, iterations=1)
+        per_partition = {f"{key}_per_partition": round(number / IDLE_PARTITIONS, 1)
+                         for key, number in figures.items() if key != "drained_top_sites"}
+        benchmark.extra_info.update({"suite": "scale_idle_memory",
+                                     "partitions": IDLE_PARTITIONS,
+                                     "batch_size": IDLE_BATCH_SIZE, **figures, **per_partition})
+        assert peers.acknowledged_records(bootstrap, topic_name) == IDLE_PARTITIONS + 1
