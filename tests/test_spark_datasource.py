@@ -63,7 +63,12 @@ def rows_frame(spark, count=ROWS, partitions=SPARK_PARTITIONS):
 
 
 def row_id(record):
-    return int(record.value[2:14])
+    return value_id(record.value)
+
+
+def value_id(value):
+    """The row id a value names."""
+    return int(value[2:14])
 
 
 def writer(frame, kafka_broker, topic, source="netkafka", **options):
@@ -198,17 +203,20 @@ def test_registered_by_class_too(spark, kafka_broker, topic_name):
 
 
 def sink_frame(spark, count):
-    """Every column Spark's Kafka sink reads: string keys, binary values (null every
-    7th row: a tombstone), headers (0 to 2 per row, one with a null value) and an
-    explicit partition."""
+    """Every column Spark's Kafka sink reads: string keys (null every 11th row),
+    binary values (null every 7th row: a tombstone, never one without a key, so
+    every unkeyed record names its row), headers (0 to 2 per row, one with a null
+    value) and an explicit partition, null every 5th row (the partitioner's
+    choice)."""
     return spark.range(0, count, numPartitions=3).selectExpr(
-        "concat('key-', cast(id % 13 as string)) as key",
+        "case when id % 11 = 4 and id % 7 != 3 then null else "
+        "concat('key-', cast(id % 13 as string)) end as key",
         "case when id % 7 = 3 then null else "
         "cast(concat('v-', lpad(cast(id as string), 12, '0')) as binary) end as value",
         "slice(array(named_struct('key', 'h1', 'value', cast(cast(id as string) as binary)),"
         " named_struct('key', 'h2', 'value', cast(null as binary))), 1, cast(id % 3 as int))"
         " as headers",
-        "cast(id % 3 as int) as partition")
+        "case when id % 5 = 1 then null else cast(id % 3 as int) end as partition")
 
 
 def test_same_records_as_spark_kafka_sink_with_the_same_options(spark, kafka_broker, topic_name):
@@ -222,11 +230,22 @@ def test_same_records_as_spark_kafka_sink_with_the_same_options(spark, kafka_bro
     writer(frame, kafka_broker, ours, "netkafka", **options).mode("append").save()
 
     def seen(topic):
-        return Counter((r.partition, r.key, r.value, tuple(r.headers))
-                       for r in read_topic(kafka_broker.bootstrap, topic, count))
+        """Each record with its partition -- but for a row without key nor partition,
+        whose partition is the sticky partitioner's (timing-dependent) choice: None."""
+        records = Counter()
+        for r in read_topic(kafka_broker.bootstrap, topic, count):
+            free = r.key is None and row_id(r) % 5 == 1
+            records[(None if free else r.partition, r.key, r.value, tuple(r.headers))] += 1
+        return records
 
     spark_records, netkafka_records = seen(theirs), seen(ours)
     assert sum(spark_records.values()) == count
+    # Both kinds of null-partition rows are there: keyed (placed by murmur2, compared
+    # with their partitions) and unkeyed (compared as a multiset, partitions aside).
+    keyed_free = sum(n for (p, k, v, h), n in spark_records.items()
+                     if k is not None and v is not None and value_id(v) % 5 == 1)
+    unkeyed_free = sum(n for (p, k, v, h), n in spark_records.items() if p is None)
+    assert keyed_free > 500 and unkeyed_free > 50
     assert netkafka_records == spark_records
     frame.unpersist()
 
