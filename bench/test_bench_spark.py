@@ -14,6 +14,11 @@ one run, through one Spark session (local[2]: two task threads, two Python worke
     netkafka partition sink   df.foreachPartition(netkafka.spark.partition_sink(...))
     confluent-kafka sink      df.foreachPartition(spark_confluent.partition_sink(...)): one
                               librdkafka producer per Python worker, as netkafka's
+    netkafka stage: consume   the data source cut short (bench/spark_stages.py, acks=1 only):
+    netkafka stage: columns   its Arrow writer only reads the batches (JVM -> Arrow -> Python
+                              worker), or also builds their send_batch() columns; the full
+                              data source's time and CPU beyond them are the encoder, the
+                              send and the broker's
 
 The DataFrame: ROWS rows (NETKAFKA_SPARK_BENCH_ROWS; 10,000,000 by default, SMOKE_ROWS under
 --benchmark-disable) in SPARK_PARTITIONS partitions, one binary column `value` of VALUE_BYTES
@@ -36,7 +41,8 @@ read back (netkafka.testing.reader, read_committed) and compared value for value
 
 extra_info: rows, acks, rows_per_s (from the minimum time), ratio_to_spark_sink (same acks),
 executor_cpu_ns_per_row (the median round's CPU of the Spark JVM and its Python workers --
-in local mode the executor, with the driver's small share -- per row), the Spark and
+in local mode the executor, with the driver's small share -- per row), of which
+python_worker_cpu_ns_per_row is the Python workers' (all but the JVM's own threads), the Spark and
 connector versions and the load average.  A table of the same is printed at the end.
 
     NETKAFKA_SPARK_BENCH_ROWS=10000000 .venv/bin/python -m pytest bench/test_bench_spark.py \\
@@ -56,7 +62,8 @@ pyspark = pytest.importorskip("pyspark")
 
 import spark_confluent  # noqa: E402  (bench/, on the executors' PYTHONPATH too)
 import spark_kafka  # noqa: E402
-from rounds import process_tree_cpu_s  # noqa: E402
+import spark_stages  # noqa: E402  (bench/, on the executors' PYTHONPATH too)
+from rounds import process_cpu_s, process_tree_cpu_s  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import OffsetSpec  # noqa: E402
 
@@ -116,6 +123,8 @@ def spark():
                            os.pathsep.join([str(bench_dir), str(netkafka_root)]))
                    .getOrCreate())
         session.sparkContext.setLogLevel("ERROR")
+        for source in spark_stages.STAGE_SOURCES:
+            session.dataSource.register(source)
         try:
             yield session
         finally:
@@ -161,11 +170,11 @@ def results(request):
         reporter.write_line("")
         reporter.write_line(f"Spark -> Kafka, {_rows(request.config):,} rows x {VALUE_BYTES} "
                             f"B (rows/s from the minimum time; executor CPU per row, median)")
-        for (acks, sink), (rate, cpu_ns) in measured.items():
+        for (acks, sink), (rate, cpu_ns, python_ns) in measured.items():
             spark_rate = measured.get((acks, SPARK_SINK), (None,))[0]
             ratio = f"{rate / spark_rate:5.2f}x Spark's sink" if spark_rate else ""
             reporter.write_line(f"  acks={acks:<4} {sink:<34} {rate:>12,.0f} rows/s "
-                                f"{cpu_ns:>8,.0f} ns/row  {ratio}")
+                                f"{cpu_ns:>8,.0f} ns/row ({python_ns:,.0f} Python)  {ratio}")
 
 
 def _format_writer(source, **extra):
@@ -242,7 +251,11 @@ SINKS = {
     "netkafka arrow emitter": _netkafka_arrow_emitter,
     "netkafka partition sink": _netkafka_partition_sink,
     "confluent-kafka sink": _confluent_sink,
+    "netkafka stage: consume": _format_writer("netkafka_consume"),
+    "netkafka stage: columns": _format_writer("netkafka_columns"),
 }
+# The data source cut short: nothing reaches the topic.
+STAGES = ("netkafka stage: consume", "netkafka stage: columns")
 
 
 class _TopicPerRound:
@@ -309,17 +322,21 @@ def test_spark_to_kafka(benchmark, kafka_broker, topic_name, spark, frame, rows,
     expected = None
     if rows <= CONTENT_CHECK_ROWS:
         expected = sorted(str(i).rjust(VALUE_BYTES, ".").encode() for i in range(rows))
-    rounds_topics = _TopicPerRound(kafka_broker.bootstrap, topic_name, rows, expected,
+    if sink in STAGES:
+        expected = None
+    rounds_topics = _TopicPerRound(kafka_broker.bootstrap, topic_name,
+                                   0 if sink in STAGES else rows, expected,
                                    transactional="exactly-once" in sink)
     write = SINKS[sink](frame, kafka_broker.bootstrap, acks)
     # The Spark JVM (the gateway's process, this one's child) and its Python workers.
     executor_pid = spark.sparkContext._gateway.proc.pid
-    cpu_s = []
+    cpu_s = []  # per round: (executor, its Python workers)
 
     def measured_write(topic):
-        before = process_tree_cpu_s(executor_pid)
+        before, jvm_before = process_tree_cpu_s(executor_pid), process_cpu_s(executor_pid)
         write(topic)
-        cpu_s.append(process_tree_cpu_s(executor_pid) - before)
+        executor = process_tree_cpu_s(executor_pid) - before
+        cpu_s.append((executor, executor - (process_cpu_s(executor_pid) - jvm_before)))
 
     rounds = int(os.environ.get(ROUNDS_VARIABLE) or DEFAULT_ROUNDS)
     benchmark.group = f"Spark -> Kafka, {rows} rows x {VALUE_BYTES} B, acks={acks}"
@@ -337,10 +354,12 @@ def test_spark_to_kafka(benchmark, kafka_broker, topic_name, spark, frame, rows,
     if benchmark.disabled:
         return
     rate = rows / benchmark.stats.stats.min
-    cpu_ns = statistics.median(cpu_s[WARMUP_ROUNDS:]) * 1e9 / rows
-    results[(acks, sink)] = (rate, cpu_ns)
+    cpu_ns, python_ns = (statistics.median(each) * 1e9 / rows
+                         for each in zip(*cpu_s[WARMUP_ROUNDS:]))
+    results[(acks, sink)] = (rate, cpu_ns, python_ns)
     benchmark.extra_info["rows_per_s"] = round(rate)
     benchmark.extra_info["executor_cpu_ns_per_row"] = round(cpu_ns)
+    benchmark.extra_info["python_worker_cpu_ns_per_row"] = round(python_ns)
     if (acks, SPARK_SINK) in results:
         benchmark.extra_info["ratio_to_spark_sink"] = round(
             rate / results[(acks, SPARK_SINK)][0], 3)

@@ -63,7 +63,12 @@ def rows_frame(spark, count=ROWS, partitions=SPARK_PARTITIONS):
 
 
 def row_id(record):
-    return int(record.value[2:14])
+    return value_id(record.value)
+
+
+def value_id(value):
+    """The row id a value names."""
+    return int(value[2:14])
 
 
 def writer(frame, kafka_broker, topic, source="netkafka", **options):
@@ -138,7 +143,9 @@ class FaultyWriter(NetkafkaArrowWriter):
 
     def write(self, iterator):
         task = TaskContext.get()
-        if task.attemptNumber() != 0 or task.partitionId() != FAILED_PARTITION:
+        every_attempt = self.fault == "kill_always"
+        if task.partitionId() != FAILED_PARTITION or (task.attemptNumber() != 0
+                                                      and not every_attempt):
             return super().write(iterator)
         if self.fault == "after_commit":
             message = super().write(iterator)
@@ -154,7 +161,11 @@ class FaultyWriter(NetkafkaArrowWriter):
                 if not self.plan.exactly_once:
                     nks.worker_producer(self.plan.settings).flush()
                 stamp(self.stamps, self.fault)
-                if self.fault == "kill":
+                if self.fault == "kill_always":
+                    # Time for linger to send what the open transaction holds, so
+                    # the log has records of it for the driver to end.
+                    time.sleep(1)
+                if self.fault in ("kill", "kill_always"):
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError("injected failure before the commit")
             yield batch
@@ -198,17 +209,20 @@ def test_registered_by_class_too(spark, kafka_broker, topic_name):
 
 
 def sink_frame(spark, count):
-    """Every column Spark's Kafka sink reads: string keys, binary values (null every
-    7th row: a tombstone), headers (0 to 2 per row, one with a null value) and an
-    explicit partition."""
+    """Every column Spark's Kafka sink reads: string keys (null every 11th row),
+    binary values (null every 7th row: a tombstone, never one without a key, so
+    every unkeyed record names its row), headers (0 to 2 per row, one with a null
+    value) and an explicit partition, null every 5th row (the partitioner's
+    choice)."""
     return spark.range(0, count, numPartitions=3).selectExpr(
-        "concat('key-', cast(id % 13 as string)) as key",
+        "case when id % 11 = 4 and id % 7 != 3 then null else "
+        "concat('key-', cast(id % 13 as string)) end as key",
         "case when id % 7 = 3 then null else "
         "cast(concat('v-', lpad(cast(id as string), 12, '0')) as binary) end as value",
         "slice(array(named_struct('key', 'h1', 'value', cast(cast(id as string) as binary)),"
         " named_struct('key', 'h2', 'value', cast(null as binary))), 1, cast(id % 3 as int))"
         " as headers",
-        "cast(id % 3 as int) as partition")
+        "case when id % 5 = 1 then null else cast(id % 3 as int) end as partition")
 
 
 def test_same_records_as_spark_kafka_sink_with_the_same_options(spark, kafka_broker, topic_name):
@@ -222,11 +236,22 @@ def test_same_records_as_spark_kafka_sink_with_the_same_options(spark, kafka_bro
     writer(frame, kafka_broker, ours, "netkafka", **options).mode("append").save()
 
     def seen(topic):
-        return Counter((r.partition, r.key, r.value, tuple(r.headers))
-                       for r in read_topic(kafka_broker.bootstrap, topic, count))
+        """Each record with its partition -- but for a row without key nor partition,
+        whose partition is the sticky partitioner's (timing-dependent) choice: None."""
+        records = Counter()
+        for r in read_topic(kafka_broker.bootstrap, topic, count):
+            free = r.key is None and row_id(r) % 5 == 1
+            records[(None if free else r.partition, r.key, r.value, tuple(r.headers))] += 1
+        return records
 
     spark_records, netkafka_records = seen(theirs), seen(ours)
     assert sum(spark_records.values()) == count
+    # Both kinds of null-partition rows are there: keyed (placed by murmur2, compared
+    # with their partitions) and unkeyed (compared as a multiset, partitions aside).
+    keyed_free = sum(n for (p, k, v, h), n in spark_records.items()
+                     if k is not None and v is not None and value_id(v) % 5 == 1)
+    unkeyed_free = sum(n for (p, k, v, h), n in spark_records.items() if p is None)
+    assert keyed_free > 500 and unkeyed_free > 50
     assert netkafka_records == spark_records
     frame.unpersist()
 
@@ -374,3 +399,55 @@ def test_streaming_query_restarted_from_its_checkpoint_writes_each_batch_once(
     # Batch 1's second run sent nothing at all: its markers were found.
     in_log = read_topic(kafka_broker.bootstrap, topic_name, files * per_file, timeout_s=120)
     assert len(in_log) == files * per_file
+
+
+def test_exactly_once_write_failing_for_good_leaves_no_transaction_open(
+        spark, kafka_broker, topic_name, tmp_path):
+    """Spark partition 1's worker is killed in every attempt, mid-transaction: the job
+    fails, and the driver's abort ends the transactions left open (long before their
+    timeout), so read_committed readers are not held up and see none of its rows."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from netkafka.producer.producer import Producer
+    from netkafka.spark.datasource import transactional_id
+
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    with pytest.raises(Exception):
+        writer(rows_frame(spark), kafka_broker, topic_name, "netkafka_faulty",
+               exactlyOnce="true", writeId=topic_name,
+               **{"kafka.transaction.timeout.ms": "600000", FAULT_OPTION: "kill_always",
+                  STAMPS_OPTION: str(stamps)}).mode("append").save()
+    assert sorted(os.listdir(stamps)) == [f"kill_always-{FAILED_PARTITION}-{attempt}"
+                                          for attempt in range(4)]
+    per_partition = ROWS // SPARK_PARTITIONS
+    failed = range(FAILED_PARTITION * per_partition, (FAILED_PARTITION + 1) * per_partition)
+    # The killed attempts' records are in the log...
+    in_log = Counter(row_id(r) for r in read_topic(kafka_broker.bootstrap, topic_name,
+                                                   ROWS - per_partition, timeout_s=120))
+    assert any(i in in_log for i in failed)
+    # ... in no open transaction: the last stable offset is each partition's end.
+    ends = {}
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap,
+                             "group.id": f"{topic_name}-{isolation}",
+                             "isolation.level": isolation})
+        try:
+            ends[isolation] = [consumer.get_watermark_offsets(
+                TopicPartition(topic_name, p), timeout=30, cached=False)[1]
+                for p in range(TOPIC_PARTITIONS)]
+        finally:
+            consumer.close()
+    assert ends["read_committed"] == ends["read_uncommitted"]
+    ids, _ = committed_ids(kafka_broker, topic_name, ROWS - per_partition)
+    assert sorted(ids) == sorted(set(range(ROWS)) - set(failed))
+    # The partition's transactional id is free at once: a new producer takes it and commits.
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, acks="all",
+                  transactional_id=transactional_id(topic_name, FAILED_PARTITION)) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic_name, b"v-%012d" % failed[0])
+        producer.commit_transaction()
+    ids, _ = committed_ids(kafka_broker, topic_name, ROWS - per_partition + 1)
+    assert ids[failed[0]] == 1 and sum(ids.values()) == ROWS - per_partition + 1

@@ -30,7 +30,8 @@ def arrow_emitter(topic: str, config: Optional[Mapping[str, Any]] = None, *, key
         key, value: a column name or index of binary or string type, or a function
             of the RecordBatch returning such an array (or a list of bytes).  They
             are read in place by the native encoder.
-        partition: None, or a column (or function) of ints.
+        partition: None, or a column (or function) of ints; a null leaves the
+            row's partition to the partitioner.
         timestamp: None (now), or a column (or function) of epoch ms ints or of
             Arrow timestamps; null means now.
         headers: None, a list of column names (binary or string; read in place
@@ -177,10 +178,11 @@ class FrameColumns:
         column = self.array("partition", spec)
         if column is None:
             return None
-        if not self.pyarrow.types.is_integer(column.type) or column.null_count:
-            raise TypeError(f"partition: a column of {column.type}"
-                            f"{' with nulls' if column.null_count else ''} is not ints")
-        # Partition ids are small ints, which CPython keeps one object of each.
+        if not self.pyarrow.types.is_integer(column.type):
+            raise TypeError(f"partition: a column of {column.type} is not ints")
+        # Partition ids are small ints, which CPython keeps one object of each.  A
+        # null is None: the partitioner chooses that row's partition, as Spark's
+        # Kafka sink leaves a null partition to its producer's partitioner.
         return column.to_pylist()
 
     def epoch_ms(self, spec):

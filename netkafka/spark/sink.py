@@ -311,10 +311,11 @@ def _bytes_column(what, column):
 
 
 def _check_partitions(column):
+    """None is the partitioner's choice (send_batch's)."""
     kinds = set(map(type, column))
-    if kinds != {int}:
-        raise TypeError(f"partition: every row needs an int, got "
-                        f"{sorted(t.__name__ for t in kinds - {int})}")
+    if not kinds <= {int, type(None)}:
+        raise TypeError(f"partition: every row needs an int or None, got "
+                        f"{sorted(t.__name__ for t in kinds - {int, type(None)})}")
 
 
 def _epoch_ms_column(column):
