@@ -59,7 +59,8 @@ $(KAFKA_3_9_STAMP): kafka-3.9.pom.xml
 
 kafka: $(KAFKA_STAMP) $(KAFKA_3_9_STAMP)
 
-# Spark's own Kafka sink, which bench/test_bench_spark.py measures netkafka against: the
+# Spark's own Kafka sink, which bench/test_bench_spark.py measures netkafka against and
+# tests/test_spark_datasource.py writes the same DataFrame through (so `make test` needs it): the
 # spark-sql-kafka-0-10 connector of the installed pyspark's Spark and Scala versions
 # (bench/spark_kafka.py), with what pyspark lacks of its dependencies, into
 # .cache/spark-kafka/<spark>_<scala>/.  pyspark can reach pip before its connector reaches
@@ -86,7 +87,7 @@ demo: build kafka
 # lint-imports first: an upward import between the layers (pyproject.toml's contract) fails
 # the run before any broker starts; then mypy --strict on examples/ and tests/typing/ as a
 # user's type checker reads the stubs (pyproject.toml's [tool.mypy]).
-test: kerberos build kafka fuzz-build
+test: kerberos build kafka spark-kafka fuzz-build
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m pytest tests
