@@ -348,9 +348,11 @@ class WriteAheadLog:
                         or self._total_bytes + max(self.segment_bytes, needed)
                         <= self._record_limit_bytes):
                     return True
-                reclaimable = self._reclaimable_locked()
-            if attempt or not reclaimable:
+            if attempt:
                 return False
+            # Reclaimed here even when nothing looks reclaimable: the housekeeping
+            # thread may be reclaiming right now (segments taken out of the list, not
+            # yet deleted or made the spare), and reclaim() waits for it on sync_lock.
             self.reclaim()
 
     def wait_for_room(self, timeout_s):
