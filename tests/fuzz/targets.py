@@ -42,6 +42,7 @@ types and forms count as coverage), the native modules by clang's
 """
 import array
 import os
+import shlex
 import sys
 
 import atheris
@@ -304,7 +305,11 @@ def main(argv):
     target = TARGETS[argv[1]]
     # Which build is fuzzed: tests/test_fuzz.py checks it is the sanitized one.
     print(f"targets: netkafka from {os.path.dirname(netkafka.__file__)}", file=sys.stderr)
-    atheris.Setup([argv[0]] + argv[2:], target)
+    # libFuzzer's -jobs / -fork start more fuzzers by running argv[0] through the
+    # shell: make that this interpreter, this script and this target.
+    command = " ".join(shlex.quote(word)
+                       for word in (sys.executable, os.path.abspath(argv[0]), argv[1]))
+    atheris.Setup([command] + argv[2:], target)
     atheris.Fuzz()
 
 
