@@ -98,7 +98,8 @@ class RecordAccumulator(AccumulatorCore):
             shared Compressor (when compressing does not pay: sent uncompressed).
         compression_level: the codec's level (KIP-390), None for its default.
         buffer_memory: bound on the memory of all batches not yet completed.
-        linger_ms: how long a batch below batch_size waits for more records.
+        linger_ms: how long a batch below batch_size waits for more records (longer
+            while its partition has batches queued in the sender, see Linger above).
         max_block_ms: bound on an append waiting for memory.
         delivery_timeout_ms: a batch older than this when it is handed over fails
             without being sent (the sender bounds the rest of its way).
