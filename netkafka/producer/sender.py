@@ -36,7 +36,8 @@ first head that does not fit: a request costs the partitions it carries, not
 every partition queued.  A resent
 batch goes back into its partition's FIFO in send order.
 
-Threads: send(), flush(), close() run on callers' threads; next_request(),
+Threads: send(), flush(), close() run on callers' threads (and hold_while_queued()
+on the accumulator's linger thread); next_request(),
 has_pending(), the answer handling and on_failure() (a connection refused:
 its queued batches fail at once) on I/O threads.  All queues and
 counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
@@ -159,6 +160,10 @@ class Sender:
         # (one timer per node, not one per drain attempt).
         self._retry_wakeup_ns = {}
         self._unrouted = collections.deque()  # guarded by _lock: batches with no leader known
+        # Guarded by _lock: (topic, partition) -> release(), the accumulator's, called (no
+        # lock held) once a request takes the last batch queued for the partition
+        # (hold_while_queued()).
+        self._held = {}
         self._pending = 0  # guarded by _lock: batches handed over, not yet completed
         self._closed = False  # guarded by _lock
         self._sweep_at_ns = None  # guarded by _lock: delivery-timeout sweep scheduled then
@@ -252,6 +257,20 @@ class Sender:
             conn.wakeup()
         return future
 
+    def hold_while_queued(self, topic, partition, release):
+        """The accumulator, a batch's linger_ms having passed: whether the partition
+        has batches queued for its leader and not yet in a request.  If so, a batch
+        handed over now would only wait behind them (in a pooled buffer of its own),
+        so it may stay open and take more records; release() is called, on an I/O
+        thread with no lock held, once a request takes the last of them."""
+        key = (topic, partition)
+        leader = self._metadata.leader_id(topic, partition)
+        with self._lock:
+            if not self._queues.get(leader, {}).get(key):
+                return False
+            self._held[key] = release
+            return True
+
     def flush(self, timeout_s=None):
         """Waits until every batch handed over is completed; raises
         KafkaTimeoutError if some are still pending after timeout_s."""
@@ -320,7 +339,7 @@ class Sender:
             if not partitions:
                 return None  # the usual answer to a connection between requests
             now_ns = time.monotonic_ns()
-            chosen, expired, woken = [], [], set()
+            chosen, expired, woken, released = [], [], set(), []
             total = 0
             earliest_retry_ns = wakeup_at_ns = None
             # One snapshot for the whole request: leaders and topic ids agree, and
@@ -340,6 +359,7 @@ class Sender:
                 self._expire_locked(queue, conn, now_ns, expired)
                 if not queue:
                     del partitions[key]
+                    self._release_held_locked(key, released)
                     continue
                 head = queue[0]
                 if head.retry_at_ns > now_ns:
@@ -364,6 +384,8 @@ class Sender:
                 del partitions[key]
                 if queue:
                     partitions[key] = queue
+                else:
+                    self._release_held_locked(key, released)
             if not partitions:
                 del self._queues[node_id]
             if earliest_retry_ns is not None:
@@ -375,6 +397,8 @@ class Sender:
             self._pool.thread_for(node_id).call_later(
                 (wakeup_at_ns - now_ns) / 1e6, conn.wakeup)
         self._fail_expired(expired)
+        for release in released:
+            release()
         for leader in woken:
             other = None if leader is None else self._pool.get(leader)
             if other is not None:
@@ -612,6 +636,14 @@ class Sender:
             if queued.seq > item.seq:
                 queue.insert(index, item)
                 return
+
+    def _release_held_locked(self, key, released):
+        """With _lock held: key's queue is empty; its held batch's release() goes to
+        released, to be called once the lock is released."""
+        if self._held:
+            release = self._held.pop(key, None)
+            if release is not None:
+                released.append(release)
 
     def _expire_locked(self, queue, conn, now_ns, expired):
         """With _lock held: moves the batches at the front of queue (a partition's,
