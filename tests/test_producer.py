@@ -5,6 +5,7 @@ Every check compares what the test handed to send() with what an independent rea
 the futures reported: offsets, partitions, timestamps, sizes.
 """
 import os
+import struct
 import threading
 import time
 
@@ -66,6 +67,49 @@ def test_round_trip_is_byte_exact_for_every_codec(core_broker, topic_name, codec
         assert meta.serialized_value_size == (-1 if value is None else len(value))
         assert meta.serialized_header_size == (
             -1 if not headers else sum(len(k) + len(v or b"") for k, v in headers))
+
+
+def stored_batches(node, topic, partition):
+    """(record count, attributes) of every batch the broker node stored for the
+    partition, read from its log segments (the v2 batch header: attributes at byte 21,
+    the record count at byte 57)."""
+    batches = []
+    for segment in sorted(node.data_dir.glob(f"{topic}-{partition}/*.log")):
+        data, position = segment.read_bytes(), 0
+        while position + 61 <= len(data):
+            (length,) = struct.unpack_from(">i", data, position + 8)
+            (attributes,) = struct.unpack_from(">h", data, position + 21)
+            (count,) = struct.unpack_from(">i", data, position + 57)
+            batches.append((count, attributes))
+            position += 12 + length
+    return batches
+
+
+def test_batches_sealed_while_the_pool_is_full_reach_the_broker_compressed(kafka_broker,
+                                                                          topic_name):
+    # A producer faster than its broker keeps its buffer pool full; a batch sealed
+    # then has no pool memory for its compressed copy and used to go out uncompressed
+    # (the broker then took six times the bytes of these records).  The pool's
+    # compression reserve takes the copy instead.  Two batch buffers beside the reserve
+    # and one request in flight: nearly every seal meets a full pool.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    values = [bytes([65 + i % 26]) * 20 + os.urandom(8) + b"payload" * 10 for i in range(64)]
+    count = 20_000
+    with producer(kafka_broker.bootstrap, compression_type="lz4", batch_size=16384,
+                  buffer_memory=4 * 16384, linger_ms=5,
+                  max_in_flight_requests_per_connection=1) as p:
+        pool = p._accumulator._pool
+        assert pool.has_compression_reserve
+        for i in range(count):
+            p.send(topic_name, values[i % len(values)])
+        p.flush()
+        assert pool.reserve_lends > 0, "no seal met a full pool: the test proved nothing"
+    records = read_topic(kafka_broker.bootstrap, topic_name, count)
+    assert [r.value for r in records] == [values[i % len(values)] for i in range(count)]
+    batches = stored_batches(kafka_broker.nodes[0], topic_name, 0)
+    assert sum(records for records, _ in batches) == count
+    lz4 = 3  # the codec id in the attributes' low three bits
+    assert [attributes & 7 for _, attributes in batches] == [lz4] * len(batches)
 
 
 def test_metadata_offsets_are_the_consumed_offsets_per_partition(kafka_broker, topic_name):
