@@ -5,7 +5,6 @@ Every check compares what the test handed to send() with what an independent rea
 the futures reported: offsets, partitions, timestamps, sizes.
 """
 import os
-import struct
 import threading
 import time
 
@@ -21,6 +20,7 @@ from netkafka.errors import IllegalArgumentError, SaslConfigError, SslConfigErro
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
+from netkafka.testing.segments import stored_batches
 
 CODECS = [codec for codec in COMPRESSION_TYPES if codec != "none"]  # None stands for "none"
 
@@ -69,22 +69,6 @@ def test_round_trip_is_byte_exact_for_every_codec(core_broker, topic_name, codec
             -1 if not headers else sum(len(k) + len(v or b"") for k, v in headers))
 
 
-def stored_batches(node, topic, partition):
-    """(record count, attributes) of every batch the broker node stored for the
-    partition, read from its log segments (the v2 batch header: attributes at byte 21,
-    the record count at byte 57)."""
-    batches = []
-    for segment in sorted(node.data_dir.glob(f"{topic}-{partition}/*.log")):
-        data, position = segment.read_bytes(), 0
-        while position + 61 <= len(data):
-            (length,) = struct.unpack_from(">i", data, position + 8)
-            (attributes,) = struct.unpack_from(">h", data, position + 21)
-            (count,) = struct.unpack_from(">i", data, position + 57)
-            batches.append((count, attributes))
-            position += 12 + length
-    return batches
-
-
 def test_batches_sealed_while_the_pool_is_full_reach_the_broker_compressed(kafka_broker,
                                                                           topic_name):
     # A producer faster than its broker keeps its buffer pool full; a batch sealed
@@ -106,10 +90,10 @@ def test_batches_sealed_while_the_pool_is_full_reach_the_broker_compressed(kafka
         assert pool.reserve_lends > 0, "no seal met a full pool: the test proved nothing"
     records = read_topic(kafka_broker.bootstrap, topic_name, count)
     assert [r.value for r in records] == [values[i % len(values)] for i in range(count)]
-    batches = stored_batches(kafka_broker.nodes[0], topic_name, 0)
-    assert sum(records for records, _ in batches) == count
-    lz4 = 3  # the codec id in the attributes' low three bits
-    assert [attributes & 7 for _, attributes in batches] == [lz4] * len(batches)
+    batches = stored_batches(kafka_broker.nodes[0].data_dir, topic_name)
+    assert sum(batch.record_count for batch in batches) == count
+    lz4 = 3
+    assert [batch.codec for batch in batches] == [lz4] * len(batches)
 
 
 def test_metadata_offsets_are_the_consumed_offsets_per_partition(kafka_broker, topic_name):
