@@ -12,7 +12,7 @@ mark_acknowledged() / mark_failed() -> DONE -> release() -> RELEASED.  Its memor
 back to the pool only from DONE with no exported view alive: bytes that may still be
 on their way to a socket are never reused.
 
-Threads: the pool is shared (BufferPool's docstring gives its two locks); a batch is
+Threads: the pool is shared (BufferPool's docstring gives its locks); a batch is
 owned by one thread at a time (PooledBatch's, in _pool.pxd).
 """
 import threading
@@ -54,7 +54,8 @@ cdef class BufferPool:
     Blocked acquires sleep on _lock, a threading.Condition that guards no state: a
     release notifies it only when _waiters says someone sleeps there, so giving
     memory back never runs Python code otherwise (it may run from __dealloc__, even
-    at interpreter exit).
+    at interpreter exit).  _reserve_lock is held by the thread the compression reserve
+    is lent to; lock order: _reserve_lock, then the Compressor's lock and _mutex.
 
     The compression reserve (compression_reserve=True): one buffer set aside, out of
     total_bytes, for a sealing batch's compressed copy when the pool has no room for
