@@ -143,8 +143,10 @@ class RecordAccumulator(AccumulatorCore):
         # Thread-safe.
         self._compressor = None if codec is None else Compressor(codec, compression_level)
         buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
-        # Thread-safe (its own mutex).
-        self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size))
+        # Thread-safe (its own mutex).  With a codec, a buffer of it is set aside so a
+        # batch sealed while the pool is full still goes out compressed (BufferPool).
+        self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size),
+                                compression_reserve=self._compressor is not None)
         self._linger_ns = linger_ms * 1_000_000  # immutable
         self._max_block_ms = max_block_ms  # immutable
         self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000  # immutable

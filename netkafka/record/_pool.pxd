@@ -24,11 +24,21 @@ cdef class BufferPool:
     cdef int _waiters                           # threads sleeping in acquire() (_mutex)
     cdef object _lock                           # threading.Condition blocked acquires sleep on;
                                                 # guards no field
+    cdef readonly bint has_compression_reserve  # a buffer is set aside for compressed copies
+    cdef unsigned char *_reserve                # that buffer, counted in _in_use_bytes for good;
+                                                # NULL while lent (held with _reserve_lock)
+    cdef PyThread_type_lock _reserve_lock       # held by the sealing thread the reserve is lent to
+    cdef readonly Py_ssize_t reserve_lends      # times the reserve was lent (written with
+                                                # _reserve_lock held; a statistic)
 
     # Thread-safe: a buffer of max(size_bytes, buffer_size_bytes), or None if no room.
     cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes)
     cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes, bint pooled) noexcept
     cdef void _add_waiter(self, int change) noexcept
+    # The compression reserve, waited for with the GIL released; give it back with
+    # _return_reserve (a PooledBuffer marked reserve does so when given back).
+    cdef PooledBuffer _take_reserve(self)
+    cdef void _return_reserve(self, unsigned char *data) noexcept
 
 
 cdef class PooledBuffer:
@@ -38,6 +48,8 @@ cdef class PooledBuffer:
     cdef readonly Py_ssize_t capacity_bytes     # usable bytes at data
     cdef readonly bint pooled                   # True: returns to the free list; False: one-off
     cdef readonly bint claimed                  # True once a builder owns it (no second owner)
+    cdef readonly bint reserve                  # True: the pool's compression reserve, lent to the
+                                                # thread sealing one batch; goes back to the reserve
     cdef BufferPool pool                        # where data goes back to
 
     cdef void _give_back(self) noexcept
