@@ -857,6 +857,7 @@ class WriteAheadLog:
             reader.feed(self._segments[active.segment_id], entries)
             for segment in later:
                 reader.feed(segment, _wal.scan(segment.mapped, only=candidates)[0])
+            reader.check()
             for batch_id in candidates:
                 old = self._live.get(batch_id)
                 if old is None:
@@ -882,16 +883,28 @@ class WriteAheadLog:
 
 class _BatchReader:
     """Folds a log's entries, fed in log order, into the batches they describe: what
-    recovery replays, and what relocation copies forward."""
+    recovery replays, and what relocation copies forward.
+
+    A moved batch's entries before its MOVE may have lost their beginning with a
+    reclaimed segment: an entry that does not follow its batch is an error only if
+    no MOVE of that batch (nor its DONE) comes after it (check())."""
 
     def __init__(self, directory):
         self.directory = directory  # immutable: for error messages
         self.batches = {}  # batch id -> RecoveredBatch, live as far as fed
+        # batch id -> why its entries do not add up, until a MOVE or DONE of it.
+        self._broken = {}
         self.max_batch_id = 0
+
+    def check(self):
+        """Raises WalCorruptError if a batch's entries do not add up."""
+        for message in self._broken.values():
+            raise WalCorruptError(message)
 
     def live(self):
         """(sealed, unsealed): sealed in the order of their SEAL entries, unsealed in
         the order they were opened."""
+        self.check()
         sealed = sorted((b for b in self.batches.values() if b.seal is not None),
                         key=lambda b: b.seal_place)
         unsealed = sorted((b for b in self.batches.values() if b.seal is None),
@@ -907,6 +920,8 @@ class _BatchReader:
                 continue
             batch_id = entry[1]
             self.max_batch_id = max(self.max_batch_id, batch_id)
+            if batch_id in self._broken and kind != _wal.MOVE and kind != _wal.DONE:
+                continue
             batch = batches.get(batch_id)
             if kind == _wal.RECORD:
                 _, _, index, partition, timestamp_ms, topic, record, context = entry
@@ -915,34 +930,38 @@ class _BatchReader:
                         batch_id, topic, partition, segment.segment_id)
                 if batch.seal is not None or index != len(batch.records) or (
                         topic, partition) != (batch.topic, batch.partition):
-                    raise WalCorruptError(
-                        f"WAL {self.directory}: record {index} of batch {batch_id} "
-                        f"({topic}-{partition}) in {segment.path} does not follow the "
-                        f"batch's {len(batch.records)} records of "
-                        f"{batch.topic}-{batch.partition}")
+                    self._break(batch_id,
+                                f"WAL {self.directory}: record {index} of batch {batch_id} "
+                                f"({topic}-{partition}) in {segment.path} does not follow "
+                                f"the batch's {len(batch.records)} records of "
+                                f"{batch.topic}-{batch.partition}")
+                    continue
                 batch.records.append(RecoveredRecord(index, timestamp_ms, record, context))
             elif kind == _wal.SEAL:
                 (_, _, topic, partition, producer_id, epoch, base_sequence, count,
                  attributes, batch_crc, batch_bytes, offset) = entry
                 if batch is None or batch.seal is not None or count != len(batch.records):
-                    raise WalCorruptError(
-                        f"WAL {self.directory}: the seal of batch {batch_id} in "
-                        f"{segment.path} does not match its records")
+                    self._break(batch_id, f"WAL {self.directory}: the seal of batch "
+                                          f"{batch_id} in {segment.path} does not match "
+                                          f"its records")
+                    continue
                 batch.seal = Seal(producer_id, epoch, base_sequence, count, attributes,
                                   batch_crc, batch_bytes)
                 batch.seal_place = (segment.segment_id, offset)
             elif kind == _wal.RESTAMP:
                 _, _, producer_id, epoch, base_sequence, batch_crc = entry
                 if batch is None or batch.seal is None:
-                    raise WalCorruptError(
-                        f"WAL {self.directory}: batch {batch_id} restamped in "
-                        f"{segment.path} before it was sealed")
+                    self._break(batch_id, f"WAL {self.directory}: batch {batch_id} "
+                                          f"restamped in {segment.path} before it was "
+                                          f"sealed")
+                    continue
                 batch.seal = batch.seal._replace(
                     producer_id=producer_id, producer_epoch=epoch,
                     base_sequence=base_sequence, batch_crc=batch_crc)
             elif kind == _wal.MOVE:
                 # The whole batch as it was when copied: what came before is superseded.
                 _, _, topic, partition, seal, seal_place, records = entry
+                self._broken.pop(batch_id, None)
                 batch = batches[batch_id] = RecoveredBatch(batch_id, topic, partition,
                                                            segment.segment_id)
                 batch.records = [RecoveredRecord(index, timestamp_ms, record, context)
@@ -953,6 +972,11 @@ class _BatchReader:
                     batch.seal_place = seal_place
             else:  # DONE: nothing of it is replayed
                 batches.pop(batch_id, None)
+                self._broken.pop(batch_id, None)
+
+    def _break(self, batch_id, message):
+        self.batches.pop(batch_id, None)
+        self._broken.setdefault(batch_id, message)
 
 
 _MOVE_FIXED = struct.Struct("<QQQqiiihhIIH")
