@@ -132,16 +132,18 @@ def test_acknowledged_segments_are_recycled_and_their_old_entries_never_read(tmp
 
 # -- relocation: a batch that does not complete pins nothing -------------------------------
 
-def stream_done_batches(wal, count, every=None):
-    """count batches of 5 x 800 bytes, each acknowledged at once (reclaiming after
-    each, as the housekeeping thread would); every(n) is called before batch n."""
+def stream_done_batches(wal, count, every=None, reclaim=True):
+    """count batches of 5 x 800 bytes, each acknowledged at once (and reclaiming after
+    each, as the housekeeping thread would, unless reclaim is False); every(n) is
+    called before batch n."""
     for n in range(count):
         if every is not None:
             every(n)
         batch_id = fill_batch(wal, "busy", 0, [b"p" * 800] * 5)
         wal.log_seal(batch_id, "busy", 0, 1, 0, 0, 5, 0, 0, 0)
         wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
-        wal.reclaim()
+        if reclaim:
+            wal.reclaim()
 
 
 def test_batches_that_never_complete_are_moved_forward_and_the_log_stays_bounded(tmp_path):
@@ -221,6 +223,25 @@ def test_a_move_is_made_only_when_it_frees_four_times_its_copy_and_not_retried_t
     assert 1 <= metrics["relocations_deferred"] <= 3, metrics
     assert len(segments(tmp_path)) <= 4
     wal.close()
+
+
+def test_records_logged_before_their_batchs_move_are_read_though_its_start_is_gone(
+        tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    growing = fill_batch(wal, "slow", 0, [b"r0"])
+    with wal._reclaim_lock:  # the housekeeping thread moves nothing meanwhile
+        stream_done_batches(wal, 40, reclaim=False)  # 160 KiB: the third segment
+        wal.append_record(growing, 1, "slow", 0, 1001, b"r1")
+    wal.reclaim()  # r0 and r1 moved, behind r1's own entry; r0's segment deleted
+    assert wal.metrics()["batches_relocated"] == 1
+    assert segment_name(1) not in segments(tmp_path)
+    wal.append_record(growing, 2, "slow", 0, 1002, b"r2")
+    wal.close()
+    # r1's entry ahead of the MOVE does not follow anything read: the MOVE after it
+    # says what the batch is.
+    [batch] = open_wal(tmp_path).recovery().unsealed
+    assert [(r.index, r.record) for r in batch.records] == [(0, b"r0"), (1, b"r1"),
+                                                            (2, b"r2")]
 
 
 MOVE_THEN_DIE = """

@@ -47,7 +47,8 @@ thread syncs every fsync_interval_ms: a machine crash loses at most that much),
 see _wal.pyx).  sync() forces one in any mode.
 
 Recovery (at open): segments are read in id order along their chain, DONE entries
-first (so that finished batches are skipped), then the rest.  The log ends at the
+first (so that finished batches are skipped), then the rest (a MOVE replacing what
+was read of its batch: _BatchReader).  The log ends at the
 first torn entry (a good tag over a bad checksum: counted in torn_entries), at a
 segment that ends without a ROLL entry while others follow, or at a ROLL entry whose
 segment is missing or unreadable; segments past that end were never reported
