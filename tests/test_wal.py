@@ -2,6 +2,9 @@
 
 What is checked: entries come back from a reopened directory as written; the log rolls
 over, reclaims and recycles segments (and never reads a recycled segment's old entries);
+batches that do not complete are moved forward, so that they pin no old segment, and
+come back whole and in order, also from a process killed between the move and the
+delete;
 a process SIGKILLed at random moments leaves a log holding every operation it completed
 and nothing torn; a torn entry (what a machine crash leaves) is cut and counted once;
 the bound, the lock file, the version header and the OS's refusals give their errors;
