@@ -14,7 +14,9 @@ requests_sent).  The hook slows the thread down: CPU is not measured in this mod
 functions most called per request are listed too, to show where the calls go.
 
 cpu: each thread's CPU time (pthread_getcpuclockid) per record, median of the rounds, with
-the load; the I/O thread is netkafka-io-0.
+the load; the I/O thread is netkafka-io-0, whose time is also split into user and system
+(the kernel's: socket writes and, on loopback, the receiving side's TCP work) from
+/proc/self/task/<tid>/stat (clock ticks: give a round a second or more).
 """
 import collections
 import json
@@ -28,6 +30,7 @@ import floor_probe
 import peers
 
 TOP_FUNCTIONS = 40
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def _requests_sent(producer) -> int:
@@ -79,6 +82,16 @@ def count_calls(bootstrap: str, topic: str, record_size: int, records: int,
                     for name, count in per_function.most_common(TOP_FUNCTIONS)}}
 
 
+def _io_thread_user_system_s() -> tuple:
+    """(user, system) CPU seconds of netkafka-io-0, from /proc."""
+    for thread in threading.enumerate():
+        if thread.name == "netkafka-io-0":
+            stat = open(f"/proc/self/task/{thread.native_id}/stat").read()
+            fields = stat[stat.rindex(")") + 2:].split()  # from field 3 (state) on
+            return int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S
+    raise RuntimeError("the producer has no netkafka-io-0 thread")
+
+
 def measure_cpu(bootstrap: str, topic: str, record_size: int, records: int,
                 round_count: int) -> dict:
     runner = peers.NetkafkaRunner(bootstrap, peers.Settings(record_size), "send")
@@ -88,12 +101,16 @@ def measure_cpu(bootstrap: str, topic: str, record_size: int, records: int,
         threads_s, loads, requests = [], [], []
         for _ in range(round_count):
             before, sent = floor_probe.threads_cpu_s(), _requests_sent(runner._producer)
+            io_before = _io_thread_user_system_s()
             started = time.process_time()
             runner.run(topic, values)
             process_s = time.process_time() - started
             after = floor_probe.threads_cpu_s()
+            io_after = _io_thread_user_system_s()
             threads = {name: after[name] - before.get(name, 0.0) for name in after}
             threads["process"] = process_s
+            threads["netkafka-io-0 user"] = io_after[0] - io_before[0]
+            threads["netkafka-io-0 system"] = io_after[1] - io_before[1]
             threads_s.append(threads)
             requests.append(_requests_sent(runner._producer) - sent)
             loads.append(os.getloadavg()[0])
