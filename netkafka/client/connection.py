@@ -53,6 +53,7 @@ import collections
 import errno
 import logging
 import math
+import operator
 import os
 import random
 import selectors
@@ -92,6 +93,9 @@ _MiB = 1024 * 1024
 _log = logging.getLogger("netkafka.client.connection")
 
 _SIZE = struct.Struct(">i")
+# A request's deadline, as a C callable: io_next_deadline_ns() runs on every turn of
+# the I/O loop, and a generator there cost a Python call per request in flight.
+_DEADLINE_NS = operator.attrgetter("deadline_ns")
 # The receive buffer's usual size: a few Produce answers at once.  A larger
 # response gets a buffer of its own size while it is read.
 _RX_BUFFER_BYTES = 64 * 1024
@@ -611,7 +615,7 @@ class BrokerConnection:
             deadline = self._connect_deadline_ns
         elif self._state == READY:
             if self._in_flight:
-                deadline = min(r.deadline_ns for r in self._in_flight)
+                deadline = min(map(_DEADLINE_NS, self._in_flight))
             elif not self._write_queue and not self._io_has_work():
                 deadline = (self._last_activity_ns
                             + self.config.connections_max_idle_ms * 1_000_000)
@@ -620,7 +624,7 @@ class BrokerConnection:
                             else min(deadline, self._io_reauth_at_ns))
         with self._lock:
             if self._submitted:
-                oldest = min(r.deadline_ns for r in self._submitted)
+                oldest = min(map(_DEADLINE_NS, self._submitted))
                 deadline = oldest if deadline is None else min(deadline, oldest)
         if self._state == DISCONNECTED and self._io_has_work():
             deadline = (self._next_attempt_ns if deadline is None
@@ -1042,7 +1046,8 @@ class BrokerConnection:
         wanted = selectors.EVENT_READ | (
             selectors.EVENT_WRITE if self._write_queue or self._transport.output_pending
             else 0)
-        self._io_set_events(wanted)
+        if wanted != self._registered_events:  # the usual case needs no call
+            self._io_set_events(wanted)
 
     def _io_set_events(self, events):
         if events == self._registered_events:

@@ -597,7 +597,8 @@ class RecordAccumulator(AccumulatorCore):
         if error is not None and self._spools(error):
             self._spool_batch(batch, view, error)
             return
-        self._log_outcome(batch, error)
+        if batch.wal_id:  # without a WAL, no call: this runs for every batch
+            self._log_outcome(batch, error)
         builder = batch.builder
         if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
@@ -682,7 +683,8 @@ class RecordAccumulator(AccumulatorCore):
         if error is not None and self._spools(error):
             self._spool.keep(batch, view)
             return
-        self._log_outcome(batch, error)
+        if batch.wal_id:  # without a WAL, no call: this runs for every batch
+            self._log_outcome(batch, error)
         builder = batch.builder
         if error is not None:
             _log.error("a spooled batch of %d records to %s-%d failed for good: %s",
