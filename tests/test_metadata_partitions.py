@@ -1,20 +1,45 @@
-"""Topics that grow: partitions added to a topic in use reach the producer's partitioner
-(issue 18 item 3, issue 14).  Keyed records are placed by kafka-python's murmur2 (an
-independent copy of the Java rule) and read back by confluent-kafka."""
+"""Large and growing topics (issue 18 item 3, issue 14): partitions added to a topic in
+use reach the producer's partitioner; a topic of 10,000 partitions works; a broker too
+busy to answer Metadata in time is named as the reason when a send() times out.  Keyed
+records are placed by kafka-python's murmur2 (an independent copy of the Java rule) and
+read back by confluent-kafka.
+
+The 10,000-partition send() that timed out ("not in the last metadata answer yet")
+in bench/test_bench_scale.py: that benchmark made two such topics (one per client) on
+the session's broker, whose 512 MiB heap holds about 10,000 partitions
+(broker.BROKER_HEAP_PARTITIONS): the broker spent most of its time collecting garbage
+(seen again in a re-run), too starved to answer the topic's Metadata requests in time
+(inferred).  test_a_topic_of_many_partitions shows the client with 10,000
+partitions on a broker whose heap holds them (make big-topic: creating them takes
+90-210 s on one loaded broker); test_a_broker_too_slow_to_answer_metadata_is_named
+reproduces the client's side in the suite, answers held back past request_timeout_ms.
+"""
+import os
 import threading
 import time
 
+import pytest
 from confluent_kafka.admin import NewPartitions
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
+from broker_proxy import MetadataProxy
 from netkafka import Producer
+from netkafka.errors import KafkaTimeoutError
 from netkafka.testing.admin import (
     admin_client, create_topic, wait_for_leaders, wait_for_serving_leaders,
+)
+from netkafka.testing.broker import (
+    BROKER_HEAP_PARTITIONS, FAST_START_JVM_OPTIONS, Cluster, jvm_options_with_heap,
 )
 from netkafka.testing.reader import read_topic
 
 WAIT_S = 60.0
 KEYS = [b"key-%d" % i for i in range(64)]
+# make big-topic sets it (10,000); 0 skips test_a_topic_of_many_partitions.
+BIG_TOPIC_PARTITIONS = int(os.environ.get("NETKAFKA_BIG_TOPIC_PARTITIONS", "0"))
+BIG_TOPIC_WAIT_S = 900.0
+# 512 MiB per BROKER_HEAP_PARTITIONS, and as much again for headroom.
+BIG_TOPIC_HEAP_MIB = 1024 * max(1, -(-BIG_TOPIC_PARTITIONS // BROKER_HEAP_PARTITIONS))
 
 
 def java_partition(key, partitions):
@@ -37,9 +62,9 @@ def send_keyed(producer, topic, tag):
     return {value: future.get(WAIT_S).partition for value, future in futures.items()}
 
 
-def check_read_back(bootstrap, topic, placed):
+def check_read_back(bootstrap, topic, placed, timeout_s=WAIT_S):
     """Every record acknowledged is in the log once, in the partition its ack named."""
-    records = read_topic(bootstrap, topic, len(placed))
+    records = read_topic(bootstrap, topic, len(placed), timeout_s=timeout_s)
     assert sorted((r.value, r.partition) for r in records) == sorted(placed.items())
 
 
@@ -109,3 +134,68 @@ def test_partitions_added_while_send_waits_for_the_topic_are_used(
         placed.update(after)
     assert after == {b"after-" + k: java_partition(k, 4) for k in KEYS}
     check_read_back(bootstrap, topic_name, placed)
+
+
+@pytest.fixture(scope="module")
+def big_topic_broker(tmp_path_factory):
+    """A broker of its own whose heap holds BIG_TOPIC_PARTITIONS partitions."""
+    with Cluster(1, directory=tmp_path_factory.mktemp("kafka-big-topic"),
+                 jvm_options=jvm_options_with_heap(FAST_START_JVM_OPTIONS,
+                                                   BIG_TOPIC_HEAP_MIB)) as cluster:
+        yield cluster
+
+
+@pytest.mark.skipif(not BIG_TOPIC_PARTITIONS,
+                    reason="slow: make big-topic (NETKAFKA_BIG_TOPIC_PARTITIONS=10000)")
+def test_a_topic_of_many_partitions(big_topic_broker, topic_name):
+    """A topic made in steps, as a large one must be (admin.PARTITIONS_PER_REQUEST): a
+    fresh producer's first send() finds every partition, a record to each partition and
+    keyed records land where they should, and all are read back."""
+    bootstrap, partitions = big_topic_broker.bootstrap, BIG_TOPIC_PARTITIONS
+    started = time.perf_counter()
+    create_topic(bootstrap, topic_name, partitions, timeout_s=BIG_TOPIC_WAIT_S)
+    print(f"{partitions} partitions made and serving in {time.perf_counter() - started:.0f} s")
+    with Producer(bootstrap_servers=bootstrap, acks=1) as producer:
+        futures = {b"p-%d" % p: producer.send(topic_name, b"p-%d" % p, partition=p)
+                   for p in range(partitions)}
+        placed = {value: future.get(WAIT_S).partition for value, future in futures.items()}
+        keyed = send_keyed(producer, topic_name, b"keyed-")
+    assert placed == {b"p-%d" % p: p for p in range(partitions)}
+    assert keyed == {b"keyed-" + k: java_partition(k, partitions) for k in KEYS}
+    # The reader takes over 60 s for 10,000 partitions on a loaded machine.
+    check_read_back(bootstrap, topic_name, {**placed, **keyed}, BIG_TOPIC_WAIT_S)
+
+
+def test_a_broker_too_slow_to_answer_metadata_is_named(kafka_broker, topic_name):
+    """Metadata answers about the topic held back past request_timeout_ms (as from a
+    broker collecting garbage): send() times out naming the timed-out request, not
+    only "not in the last metadata answer yet"; once answers come in time again, the
+    same producer sends to the topic."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    other = f"{topic_name}-other"
+    create_topic(kafka_broker.bootstrap, other)
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    proxy = MetadataProxy((host, int(port)))
+    held_s = 2.0  # beyond request_timeout_ms below
+
+    def hold_back(fields):
+        if any(topic.name == topic_name for topic in fields["topics"]):
+            time.sleep(held_s)
+        return fields
+
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, acks=1, request_timeout_ms=1000,
+                      max_block_ms=4000, retry_backoff_ms=100) as producer:
+            producer.send(other, b"bootstrapped").get(WAIT_S)
+            proxy.set_rewrite(hold_back)
+            with pytest.raises(KafkaTimeoutError) as failure:
+                producer.send(topic_name, b"lost")
+            message = str(failure.value)
+            assert "not in the last metadata answer yet; the last Metadata request " \
+                   "failed:" in message
+            assert "within request_timeout_ms=1000" in message
+            proxy.set_rewrite(None)
+            producer.send(topic_name, b"later").get(WAIT_S)
+    finally:
+        proxy.close()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"later"]

@@ -24,10 +24,10 @@ the topic's leader 30-70 ms later (one broker, measured), so a full
 ``retry_backoff_ms`` was most of a fresh producer's first send to a new topic (121 ms
 median; 67 ms with this backoff; confluent-kafka 107 ms); a topic that stays
 unusable (no such topic and no auto-creation, a lost leader) is still asked for at
-most every ``retry_backoff_ms`` after the first few tries.  (The Java client backs off ``retry.backoff.ms`` and more, exponentially,
-after each answer; librdkafka asks once at once, then from
-``topic.metadata.refresh.fast.interval.ms``, exponentially.)  After each
-answer the pool's connections follow the brokers' addresses and the listeners
+most every ``retry_backoff_ms`` after the first few tries.  (The Java client backs off
+``retry.backoff.ms`` and more, exponentially, after each answer; librdkafka asks once
+at once, then from ``topic.metadata.refresh.fast.interval.ms``, exponentially.)  After
+each answer the pool's connections follow the brokers' addresses and the listeners
 (the sender) hear which partition leaders changed.
 
 Re-bootstrap (KIP-899, ``metadata_recovery_strategy="rebootstrap"``): when no
@@ -216,6 +216,11 @@ class Metadata:
         self._rebootstrapping = False
         self._rebootstraps = 0
         self._errors = {}  # guarded by _lock: address -> last error there
+        # Guarded by _lock: why the last Metadata request failed (e.g. no answer within
+        # request_timeout_ms from a broker busy collecting garbage), None once one is
+        # answered: a wait for a topic that times out says so rather than only "not in
+        # the last answer".
+        self._last_failure = None
         # Guarded by _lock: an error that waiting cannot fix -- an authentication
         # failure (a certificate, a password) or a broker netkafka cannot use at all
         # (IncompatibleBrokerError, e.g. Kafka 4.x with a legacy api_version) --
@@ -335,8 +340,13 @@ class Metadata:
                 if remaining <= 0 or self._closed:
                     break
                 self._changed.wait(remaining)
-            reason = (self._describe_errors() if self._snapshot is None
-                      else _topic_state(info))
+            if self._snapshot is None:
+                reason = self._describe_errors()
+            elif self._last_failure is not None:
+                reason = (f"{_topic_state(info)}; the last Metadata request failed: "
+                          f"{self._last_failure}")
+            else:
+                reason = _topic_state(info)
         raise KafkaTimeoutError(
             f"topic {topic!r} not available in metadata after {timeout_s * 1000:.0f} ms: "
             f"{reason}")
@@ -546,6 +556,7 @@ class Metadata:
             self._updates += 1
             self._fetching = False
             self._fatal_error = None  # some broker answers: waiting is not in vain
+            self._last_failure = None
             self._rebootstrapping = False
             self._last_attempt_ns = now_ns
             self._next_candidate = 0
@@ -573,7 +584,7 @@ class Metadata:
         with self._changed:
             self._fetching = False
             self._last_attempt_ns = now_ns
-            self._errors[conn.address] = str(error)
+            self._errors[conn.address] = self._last_failure = str(error)
             if isinstance(error, errors.AuthenticationError):
                 self._fatal_error = error
             self._need_update = True
