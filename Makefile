@@ -8,7 +8,7 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.fetched
 KAFKA_3_9_STAMP := .cache/kafka-3.9/.fetched
 
-.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean wal-kill \
+.PHONY: all kerberos venv build kafka spark-kafka demo test test-versions chaos soak bench report clean wal-kill big-topic \
 	clang fuzz-build fuzz fuzz-seeds
 
 all: test
@@ -188,6 +188,14 @@ SOAK_RATE ?= 1000
 soak: build kafka
 	$(PY) -m netkafka.testing.soak --minutes $(SOAK_MINUTES) \
 		--restart-every-minutes $(SOAK_RESTART_MINUTES) --rate $(SOAK_RATE)
+
+# A topic of BIG_TOPIC_PARTITIONS partitions on a broker of its own, whose heap is sized
+# for them (tests/test_metadata_partitions.py::test_a_topic_of_many_partitions): creating
+# 10,000 partitions on one broker takes 90-210 s, so `make test` skips it.
+BIG_TOPIC_PARTITIONS ?= 10000
+big-topic: build kafka
+	NETKAFKA_BIG_TOPIC_PARTITIONS=$(BIG_TOPIC_PARTITIONS) $(PY) -m pytest \
+		tests/test_metadata_partitions.py -k many_partitions -s
 
 # The write-ahead log's kill harness at length (tests/test_wal_kill.py): a producer at
 # steady load SIGKILLed 200 times with wal_fsync='always' (and 50 with 'interval'),

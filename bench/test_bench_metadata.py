@@ -4,11 +4,14 @@ Two cases, one record of 100 B each time, acks=1 (no idempotence: no InitProduce
 round trip for either client), linger 0:
 
     first-ack    a fresh producer, from its construction to the acknowledgement of its
-                 first record (to a topic that exists) -- what a Spark task, a CLI tool or
-                 a serverless function pays on every start.  ROUNDS rounds; the producer
-                 is closed between rounds, outside the time.  For netkafka, extra_info
-                 counts the rounds by Metadata answers received before the ack (1: the
-                 topic rode on the bootstrap request).
+                 first record -- what a Spark task, a CLI tool or a serverless function
+                 pays on every start -- to a topic that exists ("existing"), and to a
+                 topic of its own per round that the broker creates when the producer
+                 first asks for it ("auto-created": its first Metadata answer says
+                 UNKNOWN_TOPIC_OR_PARTITION, so the client must ask again).  ROUNDS rounds;
+                 the producer is closed between rounds, outside the time.  For
+                 netkafka, extra_info counts the rounds by Metadata answers received
+                 before the ack (1: the topic rode on the bootstrap request).
     new-topics   one producer, bootstrapped on a topic of its own first, then one record
                  to each of NEW_TOPICS topics it has never met (created beforehand, one
                  partition each, and written once by a probe producer so that the
@@ -23,6 +26,7 @@ round trip for either client), linger 0:
     .venv/bin/python -m pytest bench/test_bench_metadata.py --benchmark-only
 """
 import collections
+import itertools
 import os
 import statistics
 import time
@@ -84,10 +88,15 @@ class ConfluentClient:
 MAKERS = {"netkafka": NetkafkaClient, "confluent-kafka": ConfluentClient}
 
 
+@pytest.mark.parametrize("topic", ["existing", "auto-created"])
 @pytest.mark.parametrize("client", CLIENTS)
-def test_construction_to_first_ack(benchmark, kafka_broker, topic_name, client):
-    benchmark.group = "metadata: construction to first ack, 100 B, acks=1"
-    create_topic(kafka_broker.bootstrap, topic_name)
+def test_construction_to_first_ack(benchmark, kafka_broker, topic_name, client, topic):
+    benchmark.group = f"metadata: construction to first ack, {topic} topic, 100 B, acks=1"
+    if topic == "existing":
+        create_topic(kafka_broker.bootstrap, topic_name)
+        topics = itertools.repeat(topic_name)
+    else:  # the broker's auto.create.topics.enable is on (the harness's default)
+        topics = (f"{topic_name}-{n}" for n in itertools.count())
     make = MAKERS[client]
     made = []
     answers = collections.Counter()  # Metadata answers before the first ack -> rounds
@@ -99,14 +108,14 @@ def test_construction_to_first_ack(benchmark, kafka_broker, topic_name, client):
     def first_ack():
         producer = make(kafka_broker.bootstrap)
         made.append(producer)
-        producer.send_and_wait(topic_name)
+        producer.send_and_wait(next(topics))
         answers[producer.metadata_answers()] += 1
 
     try:
         benchmark.pedantic(first_ack, setup=close_previous, rounds=ROUNDS, warmup_rounds=1)
     finally:
         close_previous()
-    benchmark.extra_info.update(client=client, acks="1", record_bytes=len(VALUE))
+    benchmark.extra_info.update(client=client, topic=topic, acks="1", record_bytes=len(VALUE))
     if None not in answers:
         benchmark.extra_info["metadata_answers_before_first_ack"] = {
             str(count): rounds for count, rounds in sorted(answers.items())}

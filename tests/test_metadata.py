@@ -294,3 +294,14 @@ def test_each_new_topic_is_asked_for_once_and_alone(kafka_broker, topic_name, mo
     later = asked[bootstrap_requests:]
     assert later == [[name] for name in names[1:]]
     assert [t for request in asked[:bootstrap_requests] for t in request] == [names[0]]
+
+
+def test_an_auto_created_topic_is_asked_again_before_retry_backoff(kafka_broker, topic_name):
+    """The first answer about a topic the broker auto-creates finds it unusable; it is
+    asked again after an eighth of retry_backoff_ms, then a quarter, ... -- not only
+    after all of it: here retry_backoff_ms is beyond max_block_ms, and the send
+    resolves (it used to time out)."""
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, retry_backoff_ms=16000,
+                  max_block_ms=10000, acks=1, enable_idempotence=False) as producer:
+        producer.send(topic_name, b"first").get(30)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"first"]

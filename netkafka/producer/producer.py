@@ -422,9 +422,26 @@ class Producer(ProducerCore):
         self._give_partitions(topic, info)
 
     def _give_partitions(self, topic, info):
-        ids = sorted(info.partitions)
-        self._accumulator.set_partitions(
-            topic, ids, [p for p in ids if info.partitions[p].leader >= 0])
+        """Gives the accumulator the topic's partitions as info (a TopicInfo) says, then
+        as every newer answer about the topic says, until none is newer.
+
+        A send() thread back from waiting for the topic and the I/O threads' on_metadata
+        call this in any order, each with the answer it read; the last to write checks
+        last, so the table ends as the newest answer has it.  (It used to keep the
+        partitions of whichever wrote last: a send() thread that read the topic before
+        partitions were added, and wrote after on_metadata had skipped the topic, not
+        known yet, left the new partitions unused, since the answers after it moved
+        no leader and on_metadata never looked at the topic again.)"""
+        while True:
+            if info.error_code == errors.NO_ERROR and info.partitions:
+                ids = sorted(info.partitions)
+                self._accumulator.set_partitions(
+                    topic, ids, [p for p in ids if info.partitions[p].leader >= 0])
+            # An answer that does not name the topic keeps its TopicInfo object.
+            newest = self._metadata.snapshot().topics.get(topic)
+            if newest is None or newest is info:
+                return
+            info = newest
 
     # ------------------------------------------------------------------
     # Transactions (transactional_id set): kafka-python's calls.
@@ -749,9 +766,8 @@ class Producer(ProducerCore):
         for topic in {topic for topic, _ in moved}:
             with accumulator.lock:
                 known = accumulator.table_locked(topic) is not None
-            info = snapshot.topics[topic]
-            if known and info.error_code == errors.NO_ERROR and info.partitions:
-                self._give_partitions(topic, info)
+            if known:  # else send() gives it when it first meets the topic
+                self._give_partitions(topic, snapshot.topics[topic])
 
     def _leaders_for(self, topic):
         snapshot = self._metadata.snapshot()

@@ -10,10 +10,16 @@ import time
 from typing import Mapping, Optional
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient, ClusterMetadata, NewPartitions, NewTopic, OffsetSpec,
+)
 
 CREATE_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.05
+# The KRaft controller refuses an operation of more than 10,000 records (POLICY_VIOLATION
+# "Unable to perform excessively large batch operation"): a larger topic is created with
+# this many partitions, then grown by this many at a time.
+PARTITIONS_PER_REQUEST = 5000
 
 
 def admin_client(bootstrap: str, client_config: Optional[Mapping[str, object]] = None) -> AdminClient:
@@ -66,6 +72,8 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
                  client_config: Optional[Mapping[str, object]] = None) -> ClusterMetadata:
     """Create a topic and wait until every partition's leader accepts requests.
 
+    A topic of more than PARTITIONS_PER_REQUEST partitions is made in steps of that many.
+
     Args:
         config: topic-level settings, e.g. {"min.insync.replicas": "2"}.
         client_config: further settings of the admin client (a secured listener's).
@@ -79,9 +87,15 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
         TimeoutError: the partitions had no serving leader within timeout_s.
     """
     admin = admin_client(bootstrap, client_config)
-    topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+    first = min(partitions, PARTITIONS_PER_REQUEST)
+    topic = NewTopic(name, num_partitions=first, replication_factor=replication_factor,
                      config=dict(config or {}))
     admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)
+    for count in range(first + PARTITIONS_PER_REQUEST, partitions + PARTITIONS_PER_REQUEST,
+                       PARTITIONS_PER_REQUEST):
+        grown = NewPartitions(name, min(count, partitions))
+        admin.create_partitions([grown], operation_timeout=timeout_s)[name].result(
+            timeout=timeout_s)
     metadata = wait_for_leaders(admin, name, partitions, timeout_s)
     wait_for_serving_leaders(admin, name, partitions, timeout_s)
     return metadata
