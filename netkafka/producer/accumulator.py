@@ -19,8 +19,11 @@ next, unless another thread is draining that partition already, in which case th
 thread will take it before it stops.
 
 Memory: every batch's buffers come from the BufferPool, bounded by buffer_memory.
-When it is full, opening a batch applies the backoff strategy (block, park or drop,
-see backoff.py), bounded by max_block_ms.  Connection watermarks are the sender's.
+A batch starts in a FIRST_BUFFER_BYTES buffer and moves to one twice as large when a
+record does not fit (while open, up to batch_size); when the pool has no room for
+that, the batch counts as full and goes.  When the pool has no room for a new batch,
+opening it applies the backoff strategy (block, park or drop, see backoff.py),
+bounded by max_block_ms.  Connection watermarks are the sender's.
 
 Linger: one thread, "netkafka-linger", sleeps on a condition until the earliest
 linger deadline of an open batch (no polling), then moves that batch to the ready
@@ -65,6 +68,11 @@ from netkafka.producer.wal import OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED
 _log = logging.getLogger("netkafka.producer.accumulator")
 
 
+# The buffer a batch starts in (it doubles, up to batch_size, as records come): memory
+# is charged for what batches hold, so buffer_memory / batch_size does not bound the
+# partitions that can have an open batch.  The Java client's default batch_size, which
+# a batch of a few records at 100 B rarely outgrows.
+FIRST_BUFFER_BYTES = 16 * 1024
 # How many errors of fire-and-forget records flush() names (the count is exact).
 FIRST_ERRORS_KEPT = 5
 # A sealed RecordBatch v2's CRC32C and attributes, at offset 17: what a SEAL entry keeps.
@@ -131,8 +139,9 @@ class RecordAccumulator(AccumulatorCore):
         # Thread-safe.
         self._compressor = None if codec is None else Compressor(codec, compression_level)
         buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
-        # Thread-safe (its own mutex).
-        self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size))
+        # Thread-safe (its own mutex).  Batches start in FIRST_BUFFER_BYTES and grow.
+        self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size),
+                                min(FIRST_BUFFER_BYTES, buffer_size))
         self._linger_ns = linger_ms * 1_000_000  # immutable
         self._max_block_ms = max_block_ms  # immutable
         self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000  # immutable
@@ -207,7 +216,7 @@ class RecordAccumulator(AccumulatorCore):
 
     def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms, track, context):
         deadline = time.monotonic() + self._max_block_ms / 1000
-        size_bytes = 0  # 0: a pool-sized buffer; more for a record larger than that
+        size_bytes = 0  # 0: the smallest class; more for a first record larger than that
         buffer = None
         try:
             while True:
@@ -857,7 +866,7 @@ class _PoolRoom:
         self.buffer = None  # the buffer wait_for_room took, for the caller
 
     def has_room(self):
-        needed = max(self.size_bytes, self.pool.buffer_size_bytes)
+        needed = self.pool.capacity_for(self.size_bytes)
         return self.buffer is not None or self.pool.available_bytes >= needed
 
     def wait_for_room(self, timeout_s):
