@@ -8,11 +8,13 @@ reads them back with confluent-kafka; the exhaustion test freezes the broker so 
 growth and new batches meet a full pool under block, park and drop.
 """
 import array
+import time
 
 import pytest
 
 from netkafka import Producer
-from netkafka.errors import BackpressureTimeoutError, BatchStateError, RecordDroppedError
+from netkafka.errors import (BackpressureTimeoutError, BatchStateError, KafkaTimeoutError,
+                             RecordDroppedError)
 from netkafka.producer import accumulator
 from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
 from netkafka.record._legacy import LegacyMessageSetBuilder
@@ -251,7 +253,14 @@ def test_growth_and_new_batches_meet_a_full_pool_under_each_backoff(kafka_broker
                         delivery_timeout_ms=90_000)
     futures = []
     try:
-        producer.send(topic_name, b"warm", partition=0)
+        deadline = time.monotonic() + 30
+        while True:  # max_block_ms is short: the new topic's metadata may take longer
+            try:
+                producer.send(topic_name, b"warm", partition=0)
+                break
+            except KafkaTimeoutError:
+                if time.monotonic() > deadline:
+                    raise
         producer.flush(30)  # connected, metadata known; linger would hold it a minute
         nodes[0].pause()  # nothing is acknowledged: batches keep their memory
         try:
