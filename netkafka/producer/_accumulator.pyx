@@ -105,6 +105,9 @@ cdef class PartitionQueue:
     cdef public Batch open         # the batch taking records, or None
     cdef readonly object ready     # collections.deque of closed Batches, oldest first
     cdef public bint draining      # a thread is handing `ready` to the sender
+    # Bytes the last retired batch held: the next one starts in a buffer that size, so a
+    # busy partition does not copy each batch up through every size class again.
+    cdef readonly Py_ssize_t last_batch_bytes
 
     def __cinit__(self, topic, int partition):
         self.topic = topic
@@ -114,6 +117,7 @@ cdef class PartitionQueue:
     cpdef retire(self):
         """With the accumulator's lock held: the open batch goes to the ready
         queue, to be handed over by _drain()."""
+        self.last_batch_bytes = self.open.builder._pos_bytes
         self.ready.append(self.open)
         self.open = None
 

@@ -19,9 +19,10 @@ next, unless another thread is draining that partition already, in which case th
 thread will take it before it stops.
 
 Memory: every batch's buffers come from the BufferPool, bounded by buffer_memory.
-A batch starts in a FIRST_BUFFER_BYTES buffer and moves to one twice as large when a
-record does not fit (while open, up to batch_size); when the pool has no room for
-that, the batch counts as full and goes.  When the pool has no room for a new batch,
+A batch starts in a FIRST_BUFFER_BYTES buffer (or as large as its partition's last
+batch, when the pool has room for that) and moves to one twice as large when a record
+does not fit (while open, up to batch_size); when the pool has no room for that, the
+batch counts as full and goes.  When the pool has no room for a new batch,
 opening it applies the backoff strategy (block, park or drop, see backoff.py),
 bounded by max_block_ms.  Connection watermarks are the sender's.
 
@@ -233,7 +234,7 @@ class RecordAccumulator(AccumulatorCore):
                         queue.retire()
                         retired = True
                     if buffer is None:
-                        buffer = self._pool.try_acquire(size_bytes)
+                        buffer = self._first_buffer(queue, size_bytes)
                     if buffer is not None:
                         batch, buffer = self._open_locked(queue, buffer), None
                         try:
@@ -384,6 +385,17 @@ class RecordAccumulator(AccumulatorCore):
                     outcome.appended(rows, batch.result, first, run_start, start - run_start)
             if retired:
                 self._drain(queue)
+
+    def _first_buffer(self, queue, size_bytes):
+        """With the lock held: a buffer for queue's next batch, or None.  As large as
+        its last batch was (at most batch_size) if the pool has room for that, else
+        of size_bytes (0: the smallest class), which is what a wait waits for."""
+        hint_bytes = min(queue.last_batch_bytes, self._batch_size)
+        if hint_bytes > self._pool.capacity_for(size_bytes):
+            buffer = self._pool.try_acquire(hint_bytes)
+            if buffer is not None:
+                return buffer
+        return self._pool.try_acquire(size_bytes)
 
     def _append_rows_to(self, rows, start, batch, queue):
         """With the lock held: rows from start on into batch while it has room (and,
