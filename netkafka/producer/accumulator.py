@@ -19,8 +19,8 @@ next, unless another thread is draining that partition already, in which case th
 thread will take it before it stops.
 
 Memory: every batch's buffers come from the BufferPool, bounded by buffer_memory.
-A batch starts in a FIRST_BUFFER_BYTES buffer (or as large as its partition's last
-batch, when the pool has room for that) and moves to one twice as large when a record
+A batch starts in a FIRST_BUFFER_BYTES buffer (or as large as its partition's recent
+batches, when the pool has room for that) and moves to one twice as large when a record
 does not fit (while open, up to batch_size); when the pool has no room for that, the
 batch counts as full and goes.  When the pool has no room for a new batch,
 opening it applies the backoff strategy (block, park or drop, see backoff.py),
@@ -388,8 +388,9 @@ class RecordAccumulator(AccumulatorCore):
 
     def _first_buffer(self, queue, size_bytes):
         """With the lock held: a buffer for queue's next batch, or None.  As large as
-        its last batch was (at most batch_size) if the pool has room for that, else
-        of size_bytes (0: the smallest class), which is what a wait waits for."""
+        its recent batches were (PartitionQueue.last_batch_bytes, at most batch_size) if
+        the pool has room for that, else of size_bytes (0: the smallest class), which
+        is what a wait waits for."""
         hint_bytes = min(queue.last_batch_bytes, self._batch_size)
         if hint_bytes > self._pool.capacity_for(size_bytes):
             buffer = self._pool.try_acquire(hint_bytes)
