@@ -9,7 +9,9 @@ additions it does not need:
                 batch_size, linger_ms, records, seconds, msgs_per_s, mb_per_s,
                 client_ns_per_record, broker_ns_per_record
                 also: rounds, load_1m, others_cores, round_seconds, round_client_cpu_s,
-                round_broker_cpu_s
+                round_broker_cpu_s; with a broker of this machine, how it stored the
+                client's records (peers.stored_shape): stored_batches, records_per_batch,
+                stored_bytes_per_record, uncompressed_batches
     throughput_tls  the same over TLS (bench/test_bench_tls.py), a table of its own
     throughput_sasl_ssl  the same over SASL_SSL (bench/test_bench_tls.py), a table too
     latency     suite, client, mode, rate, records, p50_ms, p99_ms, max_ms,
@@ -32,6 +34,7 @@ this machine), load_1m (the 1-minute load average at the end of a round, or of t
 benchmark) and others_cores (cores other processes kept busy): the machine is shared.
 """
 import os
+from typing import Optional
 
 import peers
 import rounds
@@ -41,10 +44,11 @@ RESULTS = []
 
 
 def record_throughput(benchmark, settings: "peers.Settings", measured: dict,
-                      suite: str = "throughput") -> None:
+                      suite: str = "throughput", shapes: Optional[dict] = None) -> None:
     """measured: {(client, mode): [rounds.Round, ...]}, as rounds.alternate() returns it;
     suite: "throughput", or "throughput_tls" / "throughput_sasl_ssl" for rows over the
-    secured broker's SSL / SASL_SSL listener."""
+    secured broker's SSL / SASL_SSL listener; shapes: {(client, mode): peers.stored_shape()}
+    where the broker's files could be read."""
     rows = []
     for (client, mode), client_rounds in measured.items():
         costs = rounds.summary(client_rounds)
@@ -54,6 +58,7 @@ def record_throughput(benchmark, settings: "peers.Settings", measured: dict,
             "compression": settings.compression, "batch_size": settings.batch_size,
             "linger_ms": settings.linger_ms, **costs,
             "mb_per_s": round(peers.mb_per_s(costs["msgs_per_s"], settings.record_size), 2),
+            **(shapes or {}).get((client, mode), {}),
         })
     benchmark.extra_info.update({"suite": suite, "clients": rows})
     RESULTS.extend(rows)

@@ -493,6 +493,25 @@ def acknowledged_records(bootstrap: str, topic: str) -> int:
     return sum(future.result().offset for future in answers.values())
 
 
+def stored_shape(data_dirs: Sequence[Path], topic: str) -> dict:
+    """How the broker stored a topic's records, read from its nodes' log segments
+    (netkafka.testing.segments): batches, records per batch (mean), stored bytes per
+    record (batch headers included) and the batches stored uncompressed -- the request
+    shape the broker was sent, warm-up included.  A replicated partition counts once per
+    node holding it."""
+    from netkafka.testing.segments import stored_batches
+
+    batches = [batch for data_dir in data_dirs for batch in stored_batches(data_dir, topic)]
+    records = sum(batch.record_count for batch in batches)
+    return {
+        "stored_batches": len(batches),
+        "records_per_batch": round(records / len(batches), 1) if batches else None,
+        "stored_bytes_per_record": (round(sum(batch.size_bytes for batch in batches) / records, 2)
+                                    if records else None),
+        "uncompressed_batches": sum(1 for batch in batches if batch.codec == 0),
+    }
+
+
 def delete_topic(bootstrap: str, topic: str) -> None:
     """Frees the broker's disk: a full run writes tens of GB."""
     from netkafka.testing.admin import admin_client

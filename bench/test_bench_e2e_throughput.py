@@ -156,11 +156,12 @@ def test_throughput(benchmark, kafka_broker, broker_pids, topic_name, tmp_path, 
     benchmark.group = (f"throughput {size} acks={settings.acks} {compression} "
                        f"batch={batch_size} linger={linger_ms}")
     run_cell(benchmark, settings, clients, kafka_broker.bootstrap, kafka_broker.bootstrap,
-             broker_pids, topic_name, tmp_path)
+             broker_pids, topic_name, tmp_path,
+             data_dirs=[node.data_dir for node in getattr(kafka_broker, "nodes", ())])
 
 
 def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pids, topic_name,
-             payload_dir, security=None, suite="throughput"):
+             payload_dir, security=None, suite="throughput", data_dirs=()):
     """One cell: a topic and a contestant per (client, mode) of clients, their rounds
     alternated and recorded, then every topic checked to hold every record its client sent.
 
@@ -169,6 +170,8 @@ def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pi
             and deleted (a secured broker's PLAINTEXT listener).
         security: {client: its further settings} (TLS, SASL) for the Python clients.
         suite: the rows' suite (e2e_results.record_throughput).
+        data_dirs: the broker nodes' log directories, where each client's batches are
+            read back (peers.stored_shape); () for a broker that is no process here.
     """
     security = security or {}
     with contextlib.ExitStack() as stack:  # runners closed, then topics deleted
@@ -187,7 +190,9 @@ def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pi
                 stack, security.get(client))
         measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
                                       iterations=1)
-        e2e_results.record_throughput(benchmark, settings, measured, suite)
+        shapes = {key: peers.stored_shape(data_dirs, topics[key]) for key in contestants
+                  } if data_dirs else {}
+        e2e_results.record_throughput(benchmark, settings, measured, suite, shapes)
         for key, contestant in contestants.items():
             assert (peers.acknowledged_records(admin_bootstrap, topics[key])
                     == contestant.records_sent)

@@ -8,6 +8,7 @@ import pytest
 
 from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
                            rss_bytes)
+from netkafka import Producer
 from netkafka.producer.backoff import BackoffStrategy, Block, Drop, Park, backoff_strategy
 from netkafka.errors import BackpressureTimeoutError, RecordDroppedError
 from netkafka.testing.admin import create_topic
@@ -302,3 +303,43 @@ def test_backoff_setting_is_validated():
         backoff_strategy(42)
     with pytest.raises(ValueError, match="park_us must be a number > 0, got 0"):
         Park(park_us=0)
+
+
+def test_a_frozen_brokers_partitions_take_memory_for_their_records_not_for_their_lingers(
+        kafka_broker, node, topic_name):
+    """Records trickling to a frozen broker's partition: each linger_ms used to seal a batch
+    of a few records into a pooled buffer of its own, queued behind the ones before it, so
+    that a silent broker took all of buffer_memory within seconds and then send() blocked for
+    every partition (tests/test_chaos.py's black hole).  While the partition has batches
+    queued, its open batch stays open and takes the records instead."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    records = 1500
+    producer = Producer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=1, acks="all",
+                        max_in_flight_requests_per_connection=1, request_timeout_ms=30000)
+    try:
+        producer.send(topic_name, b"first", partition=0).get(30)  # connected, metadata known
+        created_before = producer.metrics()["netkafka"]["batches_created"]
+        node.pause()
+        try:
+            futures = []
+            lowest_available = None
+            for n in range(records):  # one record a millisecond: 1.5 s, 1,500 lingers
+                futures.append(producer.send(topic_name, b"%d" % n, partition=0))
+                time.sleep(0.001)
+                if n % 100 == 0:
+                    available = producer.metrics()["netkafka"]["buffer_available_bytes"]
+                    lowest_available = min(available, lowest_available or available)
+        finally:
+            node.resume()
+        offsets = [future.get(60).offset for future in futures]
+        stats = producer.metrics()["netkafka"]
+    finally:
+        producer.close()
+    batches = stats["batches_created"] - created_before
+    # Before: one batch per linger, about 1,000 (and as many 16 KiB buffers).  After: the one
+    # in the request, one queued behind it, and the open one taking every record meanwhile.
+    assert batches <= 10, f"{batches} batches for {records} records sent to a frozen broker"
+    assert stats["buffer_total_bytes"] - lowest_available <= 10 * 16384
+    assert offsets == sorted(offsets)
+    read = read_topic(kafka_broker.bootstrap, topic_name, expected_count=records + 1)
+    assert [r.value for r in read] == [b"first"] + [b"%d" % n for n in range(records)]

@@ -8,6 +8,7 @@ reads them back with confluent-kafka; the exhaustion test freezes the broker so 
 growth and new batches meet a full pool under block, park and drop.
 """
 import array
+import threading
 import time
 
 import pytest
@@ -16,12 +17,14 @@ from netkafka import Producer
 from netkafka.errors import (BackpressureTimeoutError, BatchStateError, KafkaTimeoutError,
                              RecordDroppedError)
 from netkafka.producer import accumulator
-from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
+from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._compression import Compressor
 from netkafka.record._legacy import LegacyMessageSetBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
+from test_pooled_batch import decode
 from test_records import check_batch, sealed_bytes
 
 KiB = 1024
@@ -206,6 +209,63 @@ def test_legacy_sets_grow_too(magic):
     builder.mark_acknowledged()
     builder.release()
     assert pool.in_use_bytes == 0
+
+
+@pytest.mark.parametrize("fmt", ["v2", "v1", "v0"])
+def test_batches_of_any_class_sealed_while_the_pool_is_full_compress_into_the_reserve(fmt):
+    # The reserve is of the largest class (a full batch's copy may need all of it); a
+    # batch of any class takes its copy back into its own buffer, so the reserve is
+    # whole again for the next seal: a small batch sealed first, then a full one.
+    gzip = 1
+    compressor = Compressor(gzip)
+    buffer_bytes = pool_buffer_size_bytes(64 * KiB, compressor)
+    total_bytes = buffer_bytes + 64 * KiB + 8 * 16 * KiB  # the reserve, one full, 8 small
+    pool = BufferPool(buffer_bytes, total_bytes, 16 * KiB, compression_reserve=True)
+    assert pool.has_compression_reserve and pool.in_use_bytes == buffer_bytes
+
+    def new_builder():
+        if fmt == "v2":
+            return RecordBatchBuilder(pool.try_acquire(), 64 * KiB, MiB, compressor)
+        return LegacyMessageSetBuilder(int(fmt[1]), pool.try_acquire(), 64 * KiB, MiB,
+                                       compressor)
+
+    def fill(builder, limit):
+        expected = []
+        for i in range(limit):
+            key, value = b"key-%d" % i, b"value %06d " % i * 20
+            if builder.append(key, value) < 0:
+                break
+            expected.append((i, key, value))
+        return expected
+
+    large = new_builder()
+    expected = {large: fill(large, 10_000)}
+    assert large.is_full and pool.in_use_bytes == buffer_bytes + 64 * KiB
+    small = [new_builder() for _ in range(8)]
+    expected.update((builder, fill(builder, 20)) for builder in small)
+    assert pool.available_bytes == 0 and pool.in_use_bytes == total_bytes
+    order = [small[0], large] + small[1:]
+    views = []
+    # On another thread: a reserve not given back would make a later seal wait forever.
+    sealer = threading.Thread(target=lambda: views.extend(b.seal() for b in order),
+                              daemon=True)
+    sealer.start()
+    sealer.join(30)
+    assert not sealer.is_alive() and len(views) == len(order), "a seal waited for the reserve"
+    assert pool.reserve_lends == len(order)
+    assert pool.in_use_bytes == total_bytes, "a copy took memory beyond the reserve"
+    for builder, view in zip(order, views):
+        assert builder.sealed_codec == gzip, "compressed although the pool was full"
+        assert decode(view) == expected[builder]
+        view.release()
+        builder.mark_acknowledged()
+        builder.release()
+    assert pool.in_use_bytes == buffer_bytes, "only the reserve stays set aside"
+    # Every class is whole: the largest and the smallest are handed out again.
+    again = [pool.try_acquire(buffer_bytes), pool.try_acquire()]
+    assert [buf.capacity_bytes for buf in again] == [buffer_bytes, 16 * KiB]
+    for buf in again:
+        buf.release()
 
 
 def test_the_accumulator_starts_batches_in_the_smallest_class():

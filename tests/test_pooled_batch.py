@@ -4,6 +4,9 @@
 The bytes are read back by kafka-python's MemoryRecords, which takes all three formats
 (not netkafka's own decoder).
 """
+import os
+import threading
+
 import kafka.record.memory_records as kafka_python_records
 import pytest
 
@@ -97,6 +100,83 @@ def test_full_pool_at_seal_sends_uncompressed_and_never_waits(fmt):
         builder.mark_failed()
         builder.release()
     assert pool.in_use_bytes == 0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_full_pool_at_seal_compresses_into_the_reserve(fmt):
+    # Every buffer but the reserve is held by an open batch: each seal borrows the
+    # reserve for its copy, and its plain buffer becomes the reserve in turn.
+    pool = BufferPool(BUFFER_BYTES, 3 * BUFFER_BYTES, compression_reserve=True)
+    assert pool.has_compression_reserve and pool.in_use_bytes == BUFFER_BYTES
+    builders = [new_builder(fmt, pool), new_builder(fmt, pool)]
+    assert pool.available_bytes == 0
+    views = []
+    for lends, builder in enumerate(builders, 1):
+        expected = fill(builder)
+        views.append(builder.seal())
+        assert builder.sealed_codec == GZIP, "compressed although the pool was full"
+        assert decode(views[-1]) == expected
+        assert pool.reserve_lends == lends
+        assert pool.in_use_bytes == 3 * BUFFER_BYTES, "the plain buffer is the reserve now"
+    for builder, view in zip(builders, views):
+        view.release()
+        builder.mark_acknowledged()
+        builder.release()
+    assert pool.in_use_bytes == BUFFER_BYTES, "only the reserve stays set aside"
+
+
+def test_the_reserve_comes_back_when_compressing_does_not_pay():
+    pool = BufferPool(BUFFER_BYTES, 3 * BUFFER_BYTES, compression_reserve=True)
+    tiny, compressible = new_builder("v2", pool), new_builder("v2", pool)
+    tiny.append(None, os.urandom(16))  # gzip's own header and trailer alone are longer
+    tiny.seal()
+    assert tiny.sealed_codec == 0 and pool.reserve_lends == 1
+    expected = fill(compressible)
+    # Sealed on another thread: were the reserve not back, this seal would wait for it.
+    sealed = []
+    sealer = threading.Thread(target=lambda: sealed.append(compressible.seal()), daemon=True)
+    sealer.start()
+    sealer.join(10)
+    assert not sealer.is_alive(), "the reserve was not given back"
+    assert compressible.sealed_codec == GZIP and decode(sealed[0]) == expected
+    assert pool.reserve_lends == 2
+
+
+def test_threads_sealing_at_once_take_turns_with_the_reserve():
+    threads_count = 4
+    pool = BufferPool(BUFFER_BYTES, (threads_count + 1) * BUFFER_BYTES,
+                      compression_reserve=True)
+    builders = [new_builder("v2", pool) for _ in range(threads_count)]
+    assert pool.available_bytes == 0
+    expected = [fill(builder, 100) for builder in builders]
+    start = threading.Barrier(threads_count)
+    views = [None] * threads_count
+
+    def seal(i):
+        start.wait()
+        views[i] = builders[i].seal()
+
+    threads = [threading.Thread(target=seal, args=(i,), daemon=True)
+               for i in range(threads_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a seal never got the reserve"
+    for builder, view, records in zip(builders, views, expected):
+        assert builder.sealed_codec == GZIP and decode(view) == records
+        view.release()
+        builder.mark_acknowledged()
+        builder.release()
+    assert pool.reserve_lends == threads_count
+    assert pool.in_use_bytes == BUFFER_BYTES
+
+
+def test_a_pool_of_one_buffer_has_no_reserve():
+    # The reserve would leave no buffer for any batch: such a pool seals uncompressed
+    # when full, as a pool without a reserve does.
+    pool = BufferPool(BUFFER_BYTES, 2 * BUFFER_BYTES - 1, compression_reserve=True)
+    assert not pool.has_compression_reserve and pool.in_use_bytes == 0
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

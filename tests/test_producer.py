@@ -20,6 +20,7 @@ from netkafka.errors import IllegalArgumentError, SaslConfigError, SslConfigErro
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
+from netkafka.testing.segments import stored_batches
 
 CODECS = [codec for codec in COMPRESSION_TYPES if codec != "none"]  # None stands for "none"
 
@@ -66,6 +67,33 @@ def test_round_trip_is_byte_exact_for_every_codec(core_broker, topic_name, codec
         assert meta.serialized_value_size == (-1 if value is None else len(value))
         assert meta.serialized_header_size == (
             -1 if not headers else sum(len(k) + len(v or b"") for k, v in headers))
+
+
+def test_batches_sealed_while_the_pool_is_full_reach_the_broker_compressed(kafka_broker,
+                                                                          topic_name):
+    # A producer faster than its broker keeps its buffer pool full; a batch sealed
+    # then has no pool memory for its compressed copy and used to go out uncompressed
+    # (the broker then took six times the bytes of these records).  The pool's
+    # compression reserve takes the copy instead.  Two batch buffers beside the reserve
+    # and one request in flight: nearly every seal meets a full pool.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    values = [bytes([65 + i % 26]) * 20 + os.urandom(8) + b"payload" * 10 for i in range(64)]
+    count = 20_000
+    with producer(kafka_broker.bootstrap, compression_type="lz4", batch_size=16384,
+                  buffer_memory=4 * 16384, linger_ms=5,
+                  max_in_flight_requests_per_connection=1) as p:
+        pool = p._accumulator._pool
+        assert pool.has_compression_reserve
+        for i in range(count):
+            p.send(topic_name, values[i % len(values)])
+        p.flush()
+        assert pool.reserve_lends > 0, "no seal met a full pool: the test proved nothing"
+    records = read_topic(kafka_broker.bootstrap, topic_name, count)
+    assert [r.value for r in records] == [values[i % len(values)] for i in range(count)]
+    batches = stored_batches(kafka_broker.nodes[0].data_dir, topic_name)
+    assert sum(batch.record_count for batch in batches) == count
+    lz4 = 3
+    assert [batch.codec for batch in batches] == [lz4] * len(batches)
 
 
 def test_metadata_offsets_are_the_consumed_offsets_per_partition(kafka_broker, topic_name):

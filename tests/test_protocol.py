@@ -352,6 +352,73 @@ def test_produce_request_refuses_a_non_contiguous_batch():
                                {"t": [(0, memoryview(b"abcdef")[::2])]})
 
 
+@pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)
+def test_produce_request_matches_kafka_python_at_multi_byte_lengths(version):
+    # The native encoder's varints and lengths past one byte: 200 partitions (a
+    # 2-byte array count), a 20,000-byte batch (a 3-byte compact length), a
+    # 150-byte non-ASCII topic name (a 2-byte compact string length).
+    small = build_batch([(b"k", b"v", [])], 1000)
+    large = build_batch([(None, b"x" * 20000, [])], 2000)
+    long_name = "\u00e9" * 75
+    topic_data = {"many": [(p, small) for p in range(200)], long_name: [(7, large)]}
+    topic_ids = {"many": uuid.UUID(int=21), long_name: uuid.UUID(int=22)}
+    buffers = encode_produce_request(
+        CORRELATION_ID, CLIENT_ID, version, 1, 1500, topic_data, topic_ids=topic_ids)
+
+    Topic = KpProduceRequest.TopicProduceData
+    theirs = kafka_python_request(KpProduceRequest, version, transactional_id=None, acks=1,
+                                  timeout_ms=1500, topic_data=[
+        Topic(**({"topic_id": topic_ids[name]} if version >= 13 else {"name": name}),
+              partition_data=[Topic.PartitionProduceData(index=p, records=bytes(b))
+                              for p, b in parts], version=version)
+        for name, parts in topic_data.items()])
+    assert joined(buffers) == theirs
+    assert struct.unpack_from(">i", buffers[0])[0] == len(theirs) - 4
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+def test_produce_request_non_ascii_transactional_id_matches_kafka_python(version):
+    batch = build_batch([(b"k", b"v", [])], 1000)
+    ours = joined(encode_produce_request(
+        CORRELATION_ID, CLIENT_ID, version, -1, 500, {"t": [(0, batch)]},
+        transactional_id="tx-\u00e9\u4e2d"))
+    Topic = KpProduceRequest.TopicProduceData
+    assert ours == kafka_python_request(
+        KpProduceRequest, version, transactional_id="tx-\u00e9\u4e2d", acks=-1,
+        timeout_ms=500, topic_data=[
+            Topic(name="t", partition_data=[Topic.PartitionProduceData(index=0, records=batch)])])
+
+
+@pytest.mark.parametrize("client_id, field", [
+    (None, b"\xff\xff"), ("", b"\x00\x00"), ("\u00e9", b"\x00\x02\xc3\xa9"),
+])
+def test_produce_request_header_client_id(client_id, field):
+    # ClientId keeps its int16 length (null: -1) at every version, flexible ones too.
+    for version in (3, 9, 13):
+        buffers = encode_produce_request(
+            5, client_id, version, 1, 1000, {"t": [(0, b"batch")]},
+            topic_ids={"t": uuid.UUID(int=3)})
+        assert bytes(buffers[0][4:12]) == struct.pack(">hhi", 0, version, 5)
+        assert bytes(buffers[0][12:12 + len(field)]) == field
+
+
+@pytest.mark.parametrize("kwargs, error, problem", [
+    ({"client_id": "bad\ud800"}, errors.IllegalArgumentError, "no UTF-8 form"),
+    ({"client_id": "c" * 40000}, errors.IllegalArgumentError, "at most 32767"),
+    ({"client_id": b"bytes"}, TypeError, "must be a str"),
+    ({"transactional_id": "tx\udfff"}, errors.IllegalArgumentError, "no UTF-8 form"),
+    ({"transactional_id": "\u00e9" * 20000}, errors.IllegalArgumentError, "at most 32767"),
+    ({"topic_data": {"t\ud800": [(0, b"x")]}}, errors.IllegalArgumentError, "no UTF-8 form"),
+    ({"topic_data": {None: [(0, b"x")]}}, ValueError, "string may not be None"),
+    ({"topic_data": {"t": [(0, "not a buffer")]}}, TypeError, "bytes-like object"),
+])
+def test_produce_request_refuses_strings_and_buffers_it_cannot_send(kwargs, error, problem):
+    args = {"correlation_id": 1, "client_id": CLIENT_ID, "version": 9, "acks": 1,
+            "timeout_ms": 1000, "topic_data": {"t": [(0, b"x")]}, **kwargs}
+    with pytest.raises(error, match=problem):
+        encode_produce_request(**args)
+
+
 # --- decoders on kafka-python's encodings
 
 @pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)

@@ -2,6 +2,9 @@
 
 What is checked: entries come back from a reopened directory as written; the log rolls
 over, reclaims and recycles segments (and never reads a recycled segment's old entries);
+batches that do not complete are moved forward, so that they pin no old segment, and
+come back whole and in order, also from a process killed between the move and the
+delete;
 a process SIGKILLed at random moments leaves a log holding every operation it completed
 and nothing torn; a torn entry (what a machine crash leaves) is cut and counted once;
 the bound, the lock file, the version header and the OS's refusals give their errors;
@@ -128,6 +131,157 @@ def test_acknowledged_segments_are_recycled_and_their_old_entries_never_read(tmp
     recovery = open_wal(tmp_path).recovery()
     assert [(b.batch_id, [r.record for r in b.records]) for b in recovery.batches] == [
         (live, [b"new"])]
+
+
+# -- relocation: a batch that does not complete pins nothing -------------------------------
+
+def stream_done_batches(wal, count, every=None, reclaim=True):
+    """count batches of 5 x 800 bytes, each acknowledged at once (and reclaiming after
+    each, as the housekeeping thread would, unless reclaim is False); every(n) is
+    called before batch n."""
+    for n in range(count):
+        if every is not None:
+            every(n)
+        batch_id = fill_batch(wal, "busy", 0, [b"p" * 800] * 5)
+        wal.log_seal(batch_id, "busy", 0, 1, 0, 0, 5, 0, 0, 0)
+        wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
+        if reclaim:
+            wal.reclaim()
+
+
+def test_batches_that_never_complete_are_moved_forward_and_the_log_stays_bounded(tmp_path):
+    wal = open_wal(tmp_path, fsync="interval")
+    stuck = fill_batch(wal, "slow", 0, [b"s0", b"s1" * 100, b""], [b"c0", None, b""])
+    wal.log_seal(stuck, "slow", 0, 77, 1, 40, 3, 0, 0xAB, 300)
+    wal.log_restamp(stuck, 78, 2, 0, 0xCD)  # the stamp a replay must use
+    growing = fill_batch(wal, "slow", 1, [b"g0"])
+    records_of_growing = [b"g0"]
+    later = []
+
+    def meanwhile(n):
+        if n % 20 == 19:  # the open batch takes records while it is moved about
+            records_of_growing.append(b"g%d" % len(records_of_growing))
+            wal.append_record(growing, len(records_of_growing) - 1, "slow", 1, 1000 + n,
+                              records_of_growing[-1], b"ctx" if n % 40 == 19 else None)
+        if n == 40:  # sealed after `stuck`, on its partition: replayed after it
+            later.append(fill_batch(wal, "slow", 0, [b"later"]))
+            wal.log_seal(later[0], "slow", 0, 78, 2, 3, 1, 0, 0xEF, 60)
+        peak[0] = max(peak[0], len(segments(tmp_path)))
+
+    peak = [0]
+    # 250 batches of 4 KiB: a megabyte, the bound, 16 segments -- pinned by `stuck`,
+    # the log would be full after 15 of them.
+    stream_done_batches(wal, 250, meanwhile)
+    metrics = wal.metrics()
+    assert metrics["batches_relocated"] >= 10, metrics
+    assert metrics["moves_logged"] >= 10 and metrics["full"] == 0, metrics
+    # The active segment, the one before it, and the spare (a rolling segment may be
+    # on its way out): the live bytes are a few hundred.
+    assert peak[0] <= 4 and metrics["disk_bytes"] <= 4 * wal.segment_bytes, (peak, metrics)
+    assert metrics["live_batches"] == 3
+    wal.close()
+
+    wal = open_wal(tmp_path)
+    recovery = wal.recovery()
+    assert [b.batch_id for b in recovery.sealed] == [stuck, later[0]]
+    first = recovery.sealed[0]
+    assert (first.topic, first.partition) == ("slow", 0)
+    assert [(r.index, r.timestamp_ms, r.record, r.context) for r in first.records] == [
+        (0, 1000, b"s0", b"c0"), (1, 1001, b"s1" * 100, None), (2, 1002, b"", b"")]
+    assert first.seal == (78, 2, 0, 3, 0, 0xCD, 300)
+    assert recovery.sealed[1].seal == (78, 2, 3, 1, 0, 0xEF, 60)
+    [open_batch] = recovery.unsealed
+    assert open_batch.batch_id == growing
+    assert [r.index for r in open_batch.records] == list(range(len(records_of_growing)))
+    assert [r.record for r in open_batch.records] == records_of_growing
+    assert [r.context for r in open_batch.records][1:3] == [b"ctx", None]
+    # Moved in the new producer's life too: a recovered batch being replayed that
+    # does not complete pins nothing either.
+    stream_done_batches(wal, 250)
+    assert len(segments(tmp_path)) <= 4
+    for batch in recovery.batches:
+        wal.log_done(batch.batch_id, OUTCOME_ACKNOWLEDGED)
+    wal.close()
+    assert open_wal(tmp_path).recovery().batches == []
+
+
+def test_a_move_is_made_only_when_it_frees_four_times_its_copy_and_not_retried_till_then(
+        tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    # 40 KiB live in the first segment: worth moving once 160 KiB of segments are
+    # pinned by it, not before.
+    fill_batch(wal, "slow", 0, [b"x" * 1000] * 40)
+    before_move = []  # segment files seen while it was not moved
+
+    def watch(n):
+        if not wal.metrics()["batches_relocated"]:
+            before_move.append(len(segments(tmp_path)))
+
+    stream_done_batches(wal, 80, watch)
+    metrics = wal.metrics()
+    assert metrics["batches_relocated"] == 1, metrics
+    # Two segments behind the one before the active one were not enough (128 KiB).
+    assert max(before_move) >= 4, before_move
+    # Deferred once per threshold, not once per reclaim() (80 of them).
+    assert 1 <= metrics["relocations_deferred"] <= 3, metrics
+    assert len(segments(tmp_path)) <= 4
+    wal.close()
+
+
+def test_records_logged_before_their_batchs_move_are_read_though_its_start_is_gone(
+        tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    growing = fill_batch(wal, "slow", 0, [b"r0"])
+    with wal._reclaim_lock:  # the housekeeping thread moves nothing meanwhile
+        stream_done_batches(wal, 40, reclaim=False)  # 160 KiB: the third segment
+        wal.append_record(growing, 1, "slow", 0, 1001, b"r1")
+    wal.reclaim()  # r0 and r1 moved, behind r1's own entry; r0's segment deleted
+    assert wal.metrics()["batches_relocated"] == 1
+    assert segment_name(1) not in segments(tmp_path)
+    wal.append_record(growing, 2, "slow", 0, 1002, b"r2")
+    wal.close()
+    # r1's entry ahead of the MOVE does not follow anything read: the MOVE after it
+    # says what the batch is.
+    [batch] = open_wal(tmp_path).recovery().unsealed
+    assert [(r.index, r.record) for r in batch.records] == [(0, b"r0"), (1, b"r1"),
+                                                            (2, b"r2")]
+
+
+MOVE_THEN_DIE = """
+import os, signal, sys
+from netkafka.producer.wal import OUTCOME_ACKNOWLEDGED, WriteAheadLog
+wal = WriteAheadLog(sys.argv[1], fsync="always", segment_bytes=64 * 1024,
+                    max_bytes=1024 * 1024, max_record_bytes=1024, max_context_bytes=64)
+stuck = wal.open_batch()
+for index in range(3):
+    wal.append_record(stuck, index, "slow", 0, 5, b"r%d" % index, b"c%d" % index)
+wal.log_seal(stuck, "slow", 0, 9, 1, 0, 3, 0, 0x12, 99)
+while wal.appender.metrics()["segments_rolled"] < 3:
+    batch_id = wal.open_batch()
+    wal.append_record(batch_id, 0, "busy", 0, 5, b"b" * 900)
+    wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
+with wal._reclaim_lock:  # moved, then killed before the old segments are deleted
+    wal._relocate()
+    print(wal.metrics()["batches_relocated"], stuck, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_batch_moved_by_a_process_killed_before_deleting_the_original_comes_back_once(
+        tmp_path):
+    child = subprocess.run([sys.executable, "-c", MOVE_THEN_DIE, str(tmp_path)], cwd=REPO,
+                           env=CHILD_ENV, capture_output=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    moved, stuck = map(int, child.stdout.split())
+    assert moved == 1
+    # The original entries and the MOVE are both there: the MOVE supersedes them.
+    recovery = open_wal(tmp_path).recovery()
+    assert recovery.unsealed == []
+    [batch] = recovery.sealed
+    assert batch.batch_id == stuck
+    assert [(r.index, r.record, r.context) for r in batch.records] == [
+        (i, b"r%d" % i, b"c%d" % i) for i in range(3)]
+    assert batch.seal == (9, 1, 0, 3, 0, 0x12, 99)
 
 
 # -- killed at random moments --------------------------------------------------------------
@@ -307,8 +461,8 @@ def test_segments_of_another_format_version_or_no_wal_at_all_are_refused_untouch
     path = os.path.join(tmp_path, name)
     with open(path, "r+b") as f:
         f.seek(8)
-        f.write(struct.pack("<I", 2))
-    with pytest.raises(WalVersionError, match=rf"{name}.*version 2.*reads version 1"):
+        f.write(struct.pack("<I", 1))  # the format before MOVE entries
+    with pytest.raises(WalVersionError, match=rf"{name}.*version 1.*reads version 2"):
         open_wal(tmp_path)
     with open(path, "r+b") as f:
         f.write(b"PK\x03\x04 not a WAL")

@@ -3,7 +3,9 @@
     python tests/wal_writer.py DIRECTORY PROGRESS_FILE FSYNC
 
 It runs a fixed script of operations -- batch k: open it, append RECORDS_PER_BATCH
-records, seal it, then mark batch k - LIVE_BATCHES done -- and after each operation
+records, seal it, then mark batch k - LIVE_BATCHES done (a slow batch, one in
+SLOW_EVERY, only SLOW_BATCHES later: meanwhile the log moves it forward, so that it
+does not pin the segments after it) -- and after each operation
 stores how many it has completed in PROGRESS_FILE (a u64 in a shared mapping: no
 syscall, so a SIGKILL can land anywhere, inside a WAL append included).  The WAL's
 segments are small, so the script rolls over, reclaims and recycles segments all the
@@ -16,6 +18,8 @@ import sys
 
 RECORDS_PER_BATCH = 7
 LIVE_BATCHES = 5  # batch k - LIVE_BATCHES is done once batch k is sealed
+SLOW_EVERY = 40  # batches k with k % SLOW_EVERY == 1 are slow: done once batch
+SLOW_BATCHES = 150  # k + SLOW_BATCHES is sealed (about six segments later)
 WAL_OPTIONS = dict(segment_bytes=64 * 1024, max_bytes=1024 * 1024, max_record_bytes=1024,
                    max_context_bytes=64)
 TOPIC = "kill-test"
@@ -46,8 +50,9 @@ def operations():
         for index in range(RECORDS_PER_BATCH):
             yield "record", batch, index
         yield "seal", batch, None
-        if batch >= LIVE_BATCHES:
-            yield "done", batch - LIVE_BATCHES, None
+        for gone in (batch - LIVE_BATCHES, batch - SLOW_BATCHES):
+            if gone >= 0 and (gone % SLOW_EVERY == 1) == (gone == batch - SLOW_BATCHES):
+                yield "done", gone, None
         batch += 1
 
 

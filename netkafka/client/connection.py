@@ -45,12 +45,15 @@ until it drains to ``low_watermark_bytes``.
 
 Threads: everything named ``_io_*`` or documented "I/O thread" runs only on
 the owning I/O thread (see io_pool.py).  The few fields other threads touch
-are guarded by ``_lock`` and say so.
+are guarded by ``_lock`` and say so.  Lock order: ``_lock``, then the lock of a
+BackgroundResult (the resolver's and SASL's hand-overs, background.py), a leaf
+that is taken with or without ``_lock`` held and never holds another.
 """
 import collections
 import errno
 import logging
 import math
+import operator
 import os
 import random
 import selectors
@@ -63,6 +66,7 @@ from dataclasses import dataclass, field
 
 from netkafka import errors
 from netkafka._validate import check_choice, check_int
+from netkafka.client.background import BackgroundResult
 from netkafka.client.tls import TLS_PROTOCOLS, TlsTransport
 from netkafka.client.sasl import (
     SASL_PROTOCOLS, SaslMechanism, check_sasl_settings, create_mechanism,
@@ -89,6 +93,9 @@ _MiB = 1024 * 1024
 _log = logging.getLogger("netkafka.client.connection")
 
 _SIZE = struct.Struct(">i")
+# A request's deadline, as a C callable: io_next_deadline_ns() runs on every turn of
+# the I/O loop, and a generator there cost a Python call per request in flight.
+_DEADLINE_NS = operator.attrgetter("deadline_ns")
 # The receive buffer's usual size: a few Produce answers at once.  A larger
 # response gets a buffer of its own size while it is read.
 _RX_BUFFER_BYTES = 64 * 1024
@@ -287,8 +294,9 @@ class BrokerConnection:
     request(), reserve_outbound(), release_outbound(), has_room(),
     wait_for_room(), describe(), stats(), wakeup(), set_request_source(),
     update_address() and read address, attempt_address, consecutive_failures,
-    state, outbound_bytes, writable and api_versions.  A resolver thread calls
-    _on_resolved() once, and a SASL prepare thread _prepare_sasl().
+    state, outbound_bytes, writable and api_versions.  A resolver thread hands its
+    answer to _resolved, and a SASL prepare thread (_prepare_sasl()) its mechanism
+    to _sasl_prepared (background.py).
 
     It implements the backoff module's Backpressured protocol (has_room,
     wait_for_room, describe), so a strategy can wait on it directly.
@@ -327,16 +335,14 @@ class BrokerConnection:
         self._stats = {"connect_attempts": 0, "connections_ready": 0, "requests_sent": 0,
                        "in_flight_peak": 0, "reauthentications": 0,
                        "in_flight_at_reauthentication": 0}  # guarded by _lock
-        # Guarded by _lock: the SASL mechanism whose prepare() runs on its own
-        # thread now (set by the I/O thread), and (mechanism, error) once it ends
-        # (set by that thread, only while it is still the one wanted).
-        self._sasl_preparing = None
-        self._sasl_prepared = None
-        # Guarded by _lock: the token of the name lookup under way on a resolver
-        # thread (set by the I/O thread), and (addresses, error) once it ends (set by
-        # that thread, only while its token is still the one wanted).
-        self._resolving = None
-        self._resolved = None
+        # Hand-overs from threads of their own (background.py, each with its own leaf
+        # lock): the SASL mechanism whose prepare() runs now (the mechanism is its
+        # token), and (mechanism, error) once it ends; the name lookup under way on a
+        # resolver thread, and (addresses, error) once it ends.  Started, taken and
+        # cancelled by the I/O thread; delivered by those threads, only while still
+        # the one wanted.
+        self._sasl_prepared = BackgroundResult(io_thread.wakeup)
+        self._resolved = BackgroundResult(io_thread.wakeup)
         # Guarded by _lock: (host TLS and SASL see, IP address) of the latest attempt.
         self._attempt = None
 
@@ -609,7 +615,7 @@ class BrokerConnection:
             deadline = self._connect_deadline_ns
         elif self._state == READY:
             if self._in_flight:
-                deadline = min(r.deadline_ns for r in self._in_flight)
+                deadline = min(map(_DEADLINE_NS, self._in_flight))
             elif not self._write_queue and not self._io_has_work():
                 deadline = (self._last_activity_ns
                             + self.config.connections_max_idle_ms * 1_000_000)
@@ -618,7 +624,7 @@ class BrokerConnection:
                             else min(deadline, self._io_reauth_at_ns))
         with self._lock:
             if self._submitted:
-                oldest = min(r.deadline_ns for r in self._submitted)
+                oldest = min(map(_DEADLINE_NS, self._submitted))
                 deadline = oldest if deadline is None else min(deadline, oldest)
         if self._state == DISCONNECTED and self._io_has_work():
             deadline = (self._next_attempt_ns if deadline is None
@@ -681,28 +687,20 @@ class BrokerConnection:
             self._io_connect_next(now_ns)
             return
         token = object()
-        with self._lock:
-            self._resolving, self._resolved = token, None
+        self._resolved.start(token)
         self._io_start_setup_timer(now_ns)
         self._io_set_state(RESOLVING)
+        # The resolver thread hands its answer over, if the connection still wants it.
         start_resolving(host, port, canonical, f"netkafka-resolve-{self.node_id}",
-                        lambda addresses, error: self._on_resolved(token, addresses, error))
-
-    def _on_resolved(self, token, addresses, error):
-        """A resolver thread: hands its answer over, if the connection still wants it."""
-        with self._lock:
-            if self._resolving is not token:
-                return  # timed out or moved meanwhile: nobody waits for it
-            self._resolving = None
-            self._resolved = (addresses, error)
-        self._io_thread.wakeup()
+                        lambda addresses, error: self._resolved.deliver(
+                            token, (addresses, error)))
 
     def _io_take_resolved(self, now_ns):
-        with self._lock:
-            resolved, self._resolved = self._resolved, None
-            host, port = self._host, self._port
+        resolved = self._resolved.take()
         if resolved is None:
             return  # still looking up
+        with self._lock:
+            host, port = self._host, self._port
         addresses, error = resolved
         if error is not None or not addresses:
             raise KafkaConnectionError(
@@ -845,8 +843,7 @@ class BrokerConnection:
         if type(mechanism).prepare is SaslMechanism.prepare:
             self._io_sasl_handshake(mechanism, now_ns)
             return
-        with self._lock:
-            self._sasl_preparing = mechanism
+        self._sasl_prepared.start(mechanism)
         threading.Thread(target=self._prepare_sasl, args=(mechanism,),
                          name=f"netkafka-sasl-prepare-{self.node_id}", daemon=True).start()
 
@@ -857,16 +854,10 @@ class BrokerConnection:
             mechanism.prepare()
         except Exception as exc:  # noqa: BLE001 -- handed to the I/O thread, which fails
             error = exc
-        with self._lock:
-            if self._sasl_preparing is not mechanism:
-                return  # the connection ended meanwhile: nobody waits for it
-            self._sasl_preparing = None
-            self._sasl_prepared = (mechanism, error)
-        self._io_thread.wakeup()
+        self._sasl_prepared.deliver(mechanism, (mechanism, error))
 
     def _io_take_prepared(self, now_ns):
-        with self._lock:
-            prepared, self._sasl_prepared = self._sasl_prepared, None
+        prepared = self._sasl_prepared.take()
         if prepared is None:
             return
         mechanism, error = prepared
@@ -1055,7 +1046,8 @@ class BrokerConnection:
         wanted = selectors.EVENT_READ | (
             selectors.EVENT_WRITE if self._write_queue or self._transport.output_pending
             else 0)
-        self._io_set_events(wanted)
+        if wanted != self._registered_events:  # the usual case needs no call
+            self._io_set_events(wanted)
 
     def _io_set_events(self, events):
         if events == self._registered_events:
@@ -1216,9 +1208,8 @@ class BrokerConnection:
         self._io_sasl = None
         self._io_sasl_exchanging = False
         self._io_reauth_at_ns = 0
-        with self._lock:
-            self._sasl_preparing = self._sasl_prepared = None
-            self._resolving = self._resolved = None
+        self._sasl_prepared.cancel()
+        self._resolved.cancel()
         if self._transport is None:
             return
         if self._registered_events:

@@ -5,25 +5,27 @@ FindCoordinator and remembered until a request to it says it has moved.
 An answer of COORDINATOR_NOT_AVAILABLE (the coordinator's partition of
 __transaction_state or __consumer_offsets has no leader yet: a first transaction
 creates the topic) or COORDINATOR_LOAD_IN_PROGRESS, and a lost connection, are asked
-again after retry_backoff_ms until the caller's deadline.  A request to a coordinator
-that answers NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, or whose connection fails,
-is followed by forget(), and the next find() asks again.
+again after retry_backoff_ms until the caller's deadline (retry.ask_until).  A
+request() to a coordinator that answers NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE,
+or whose connection fails, is followed by forget(), and the next find() asks again.
 
 Threads: find() blocks: callers' threads and the producer's transaction thread, never
 an I/O thread (it would wait for itself).  The cache is guarded by _lock; lookups run
 without it, so two threads may ask at once, and the later answer is kept.
 """
 import threading
-import time
 
 from netkafka import errors
-from netkafka.errors import KafkaTimeoutError
+from netkafka.client.retry import ask_until
 from netkafka.protocol.find_coordinator import (
     GROUP, TRANSACTION, decode_find_coordinator_response, encode_find_coordinator_request,
 )
 from netkafka.protocol.framing import ApiKey
 
 _KEY_TYPE_NAMES = {GROUP: "group", TRANSACTION: "transaction"}
+# Answers after which the coordinator asked may not be the coordinator any more.
+_COORDINATOR_MOVED = frozenset((errors.NotCoordinatorError.code,
+                                errors.CoordinatorNotAvailableError.code))
 
 
 class Coordinators:
@@ -57,23 +59,47 @@ class Coordinators:
         if conn is not None:
             return conn
         what = f"the {_KEY_TYPE_NAMES[key_type]} coordinator of {key!r}"
-        last_error = None
-        while True:
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                raise KafkaTimeoutError(f"{what} not found in time"
-                                        + (f": last error {last_error}" if last_error else ""))
-            try:
-                conn = self._ask(key_type, key, what, remaining_s)
-            except errors.KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                last_error = exc
-                time.sleep(min(self._retry_backoff_s, max(0.0, deadline - time.monotonic())))
-                continue
-            with self._lock:
-                self._known[(key_type, key)] = conn
-            return conn
+        conn = ask_until(deadline, f"{what} not found in time",
+                         lambda remaining_s: self._ask(key_type, key, what, remaining_s),
+                         self._retry_backoff_s)
+        with self._lock:
+            self._known[(key_type, key)] = conn
+        return conn
+
+    def request(self, key_type, key, deadline, timeout_s, what, api_key, encode, decode,
+                error_of, max_api_version=None):
+        """One request to the coordinator of key (found first if it is not known),
+        answered without error; a coordinator that may have moved is forgotten.
+
+        Args:
+            deadline: the bound of finding the coordinator.
+            timeout_s: the bound of the request.
+            what: the request's name in errors, e.g. "OffsetFetch of group 'g'".
+            encode: encode(correlation_id, client_id, version) frames the request.
+            decode: decodes the answer.
+            error_of: error_of(response, where) is the answer's error (a BrokerError
+                whose message says where it came from) or None.
+
+        Raises:
+            KafkaError: the answer's error, or the connection's, or find()'s.  After
+                NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection or a
+                timed-out request the next call looks the coordinator up again.
+        """
+        conn = self.find(key_type, key, deadline)
+        client_id = conn.config.client_id
+        try:
+            response = conn.call(api_key, lambda cid, version: encode(cid, client_id, version),
+                                 decode, timeout_s, max_api_version=max_api_version)
+            error = error_of(response, f"{what} from {conn.describe()}")
+        except errors.KafkaError as exc:
+            error = exc
+        if error is None:
+            return response
+        if error.retriable and (getattr(error, "code", None) in _COORDINATOR_MOVED
+                                or isinstance(error, (errors.KafkaConnectionError,
+                                                      errors.KafkaTimeoutError))):
+            self.forget(key_type, key, conn)
+        raise error
 
     def known(self, key_type, key):
         """The connection to the coordinator of key as last found, or None: no request."""

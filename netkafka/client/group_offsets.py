@@ -8,24 +8,19 @@ offsets of these partitions is open, the coordinator answers UNSTABLE_OFFSET_COM
 and the read waits it out instead of returning what was committed before it.
 
 Retriable answers (the coordinator loading, moved, an open transaction) and lost
-connections are asked again after retry_backoff_ms until the caller's deadline.
+connections are asked again after retry_backoff_ms until the caller's deadline
+(retry.ask_until; Coordinators.request() forgets a coordinator that moved).
 
 Threads: blocks, so callers' threads only, never an I/O thread.  Nothing here keeps
 state (the Coordinators cache is its own).
 """
-import time
-
 from netkafka import errors
-from netkafka.errors import KafkaTimeoutError
+from netkafka.client.retry import ask_until
 from netkafka.protocol.find_coordinator import GROUP
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.offset_fetch import (
     NO_OFFSET, decode_offset_fetch_response, encode_offset_fetch_request,
 )
-
-# Answers after which the coordinator asked may not be the group's any more.
-_COORDINATOR_MOVED = frozenset((errors.NotCoordinatorError.code,
-                                errors.CoordinatorNotAvailableError.code))
 
 
 def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_backoff_ms):
@@ -50,35 +45,19 @@ def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
     what = f"OffsetFetch of group {group_id!r}"
-    last_error = None
-    while True:
-        remaining_s = deadline - time.monotonic()
-        if remaining_s <= 0:
-            raise KafkaTimeoutError(f"{what}: no answer in time"
-                                    + (f"; last error {last_error}" if last_error else ""))
-        conn = None
-        try:
-            conn = coordinators.find(GROUP, group_id, deadline)
-            client_id = conn.config.client_id
-            response = conn.call(
-                ApiKey.OFFSET_FETCH,
-                lambda cid, version: encode_offset_fetch_request(
-                    cid, client_id, version, group_id, by_topic, require_stable=True),
-                decode_offset_fetch_response, remaining_s)
-            error = _error(response, by_topic, f"{what} from {conn.describe()}")
-        except errors.KafkaError as exc:
-            error = exc
-        if error is None:
-            return {key: (None if entry.offset == NO_OFFSET else entry.offset)
-                    for key, entry in response.partitions.items()}
-        if not error.retriable:
-            raise error
-        if conn is not None and (getattr(error, "code", None) in _COORDINATOR_MOVED
-                                 or isinstance(error, (errors.KafkaConnectionError,
-                                                       errors.KafkaTimeoutError))):
-            coordinators.forget(GROUP, group_id, conn)
-        last_error = error
-        time.sleep(min(retry_backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
+
+    def attempt(remaining_s):
+        return coordinators.request(
+            GROUP, group_id, deadline, remaining_s, what, ApiKey.OFFSET_FETCH,
+            lambda cid, client_id, version: encode_offset_fetch_request(
+                cid, client_id, version, group_id, by_topic, require_stable=True),
+            decode_offset_fetch_response,
+            lambda response, where: _error(response, by_topic, where))
+
+    response = ask_until(deadline, f"{what}: no answer in time", attempt,
+                         retry_backoff_ms / 1000, last_error_after="; ")
+    return {key: (None if entry.offset == NO_OFFSET else entry.offset)
+            for key, entry in response.partitions.items()}
 
 
 def _error(response, by_topic, where):

@@ -14,6 +14,8 @@ cdef enum:
     ENTRY_RESTAMP = 3   # a sealed batch's producer stamp rewritten by the sender
     ENTRY_DONE = 4      # a batch's outcome: nothing of it is to be replayed
     ENTRY_ROLL = 5      # the segment ends here; the log goes on in the segment named
+    ENTRY_MOVE = 6      # a live batch copied forward whole (records, stamp), superseding
+                        # its earlier entries so that its old segments can go
 
     # Bytes of a segment's header, before its first entry.
     SEGMENT_HEADER_BYTES = 64
@@ -63,7 +65,7 @@ cdef class WalAppender:
     cdef object _failure                   # the error a failed sync left, raised from then on
     cdef readonly Py_ssize_t max_record_entry_bytes  # immutable: room a record may need
     cdef readonly Py_ssize_t max_context_bytes       # immutable: the largest context
-    cdef uint64_t _counts[6]               # entries appended, by ENTRY_* type
+    cdef uint64_t _counts[7]               # entries appended, by ENTRY_* type
     cdef uint64_t _appended_bytes          # bytes of entries appended
     cdef uint64_t _syncs                   # syncs that wrote something
     cdef uint64_t _sync_wall_ns            # time spent in those syncs (msync, directory fsync)

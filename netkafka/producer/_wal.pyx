@@ -25,6 +25,13 @@ csrc/wal_entry.h says.  Payloads, little-endian:
              (0) u16 | batch CRC u32
     DONE     batch id u64 | outcome u32
     ROLL     next segment id u64
+    MOVE     batch id u64 | SEAL's segment id u64 | SEAL's offset u64 | producer id i64 |
+             partition i32 | base sequence i32 | record count i32 | producer epoch i16 |
+             attributes i16 | batch CRC u32 | batch bytes u32 | topic length u16 | topic |
+             then per record: timestamp ms i64 | context length i32 (-1: none) |
+             record length u32 | context | record
+             (flag bit 1: sealed -- the stamp fields and the SEAL's place are its
+             seal's; else they are 0 and the record count is the records held)
 
 Every ensure() keeps room for a ROLL entry behind the entry it makes room for, so a
 segment can always be closed where its entries end.
@@ -64,13 +71,20 @@ cdef enum:
     _DONE_BYTES = 12
     _ROLL_BYTES = 8
     _ROLL_ENTRY_BYTES = NK_WAL_ENTRY_HEADER_BYTES + _ROLL_BYTES
+    _MOVE_FIXED_BYTES = 58
+    _MOVE_RECORD_FIXED_BYTES = 16
     _FLAG_CONTEXT = 1
+    _FLAG_SEALED = 2
 
 RECORD = ENTRY_RECORD
 SEAL = ENTRY_SEAL
 RESTAMP = ENTRY_RESTAMP
 DONE = ENTRY_DONE
 ROLL = ENTRY_ROLL
+MOVE = ENTRY_MOVE
+MOVE_FIXED_BYTES = _MOVE_FIXED_BYTES
+MOVE_RECORD_FIXED_BYTES = _MOVE_RECORD_FIXED_BYTES
+FLAG_SEALED = _FLAG_SEALED
 HEADER_BYTES = SEGMENT_HEADER_BYTES
 ENTRY_HEADER_BYTES = NK_WAL_ENTRY_HEADER_BYTES
 ROLL_ENTRY_BYTES = _ROLL_ENTRY_BYTES
@@ -229,24 +243,34 @@ cdef inline void _put_roll(unsigned char *entry, uint32_t tag, uint64_t next_seg
 
 
 def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
-         bint done_only=False, skip=None):
+         bint done_only=False, skip=None, only=None, Py_ssize_t end=-1):
     """The entries of segment from offset start, until its log ends.
 
     Args:
         segment: a mapped segment whose tag is set.
         start: offset of the first entry.
         done_only: only DONE and ROLL entries are decoded (the first pass of recovery).
-        skip: None, or a set of batch ids whose RECORD, SEAL and RESTAMP entries are
-            passed over (batches already done).
+        skip: None, or a set of batch ids whose RECORD, SEAL, RESTAMP and MOVE entries
+            are passed over (batches already done).
+        only: None, or a set of batch ids: the RECORD, SEAL, RESTAMP, MOVE and DONE
+            entries of other batches are passed over.
+        end: -1, or an offset the scan stops at (where a writer's entries were known
+            complete: what lies beyond may be half written).
 
     Returns:
         (entries, end, status): entries as tuples, in order --
             (RECORD, batch_id, index, partition, timestamp_ms, topic, record, context)
             (SEAL, batch_id, topic, partition, producer_id, producer_epoch,
-                   base_sequence, record_count, attributes, batch_crc, batch_bytes)
+                   base_sequence, record_count, attributes, batch_crc, batch_bytes,
+                   offset)   (offset: the entry's, which places the seal in the log)
             (RESTAMP, batch_id, producer_id, producer_epoch, base_sequence, batch_crc)
             (DONE, batch_id, outcome)
             (ROLL, next_segment_id)
+            (MOVE, batch_id, topic, partition, seal, seal_place, records) -- seal None
+                (unsealed) or (producer_id, producer_epoch, base_sequence,
+                record_count, attributes, batch_crc, batch_bytes); seal_place
+                (segment id, offset) of the batch's SEAL entry; records a list of
+                (timestamp_ms, record, context)
         -- end, the offset where the log stops (after a ROLL entry: its start), and
         status, SCAN_END (clean) or SCAN_TORN (an entry with this segment's tag whose
         checksum or length is wrong starts at end).
@@ -257,7 +281,7 @@ def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
     """
     cdef const unsigned char *base = segment._base
     cdef const unsigned char *p
-    cdef Py_ssize_t pos = start, size = segment.size_bytes
+    cdef Py_ssize_t pos = start, size = segment.size_bytes if end < 0 else end
     cdef uint32_t length = 0, tag = segment.tag
     cdef uint8_t kind = 0, flags = 0
     cdef int status
@@ -265,6 +289,7 @@ def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
     cdef dict topics = {}
     entries = []
     segment._check_range(start, 0)
+    segment._check_range(size, 0)
     while True:
         status = nk_wal_check_entry(base + pos, <size_t>(size - pos), tag, &length, &kind, &flags)
         if status != NK_WAL_ENTRY_VALID:
@@ -276,10 +301,14 @@ def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
             return entries, pos, NK_WAL_ENTRY_END
         if kind == ENTRY_DONE:
             _expect(length == _DONE_BYTES, segment, pos)
-            entries.append((ENTRY_DONE, nk_wal_get64(p), nk_wal_get32(p + 8)))
-        elif kind == ENTRY_RECORD or kind == ENTRY_SEAL or kind == ENTRY_RESTAMP:
             batch_id = nk_wal_get64(p)
-            if not done_only and (skip is None or batch_id not in skip):
+            if only is None or batch_id in only:
+                entries.append((ENTRY_DONE, batch_id, nk_wal_get32(p + 8)))
+        elif (kind == ENTRY_RECORD or kind == ENTRY_SEAL or kind == ENTRY_RESTAMP
+              or kind == ENTRY_MOVE):
+            batch_id = nk_wal_get64(p)
+            if not done_only and (skip is None or batch_id not in skip) and (
+                    only is None or batch_id in only):
                 entries.append(_decode(kind, flags, p, length, segment, pos, topics))
         else:
             raise WalCorruptError(f"WAL segment {segment.path}: unknown entry type {kind} "
@@ -321,7 +350,9 @@ cdef tuple _decode(uint8_t kind, uint8_t flags, const unsigned char *p, uint32_t
                 <int32_t>nk_wal_get32(p + 16), <int64_t>nk_wal_get64(p + 8),
                 <int16_t>nk_wal_get16(p + 28), <int32_t>nk_wal_get32(p + 20),
                 <int32_t>nk_wal_get32(p + 24), <int16_t>nk_wal_get16(p + 30),
-                nk_wal_get32(p + 32), nk_wal_get32(p + 36))
+                nk_wal_get32(p + 32), nk_wal_get32(p + 36), pos)
+    if kind == ENTRY_MOVE:
+        return _decode_move(flags, p, length, segment, pos, topics)
     _expect(length >= _RECORD_FIXED_BYTES, segment, pos)
     topic_len = nk_wal_get16(p + 24)
     context_len = nk_wal_get16(p + 26)
@@ -337,6 +368,53 @@ cdef tuple _decode(uint8_t kind, uint8_t flags, const unsigned char *p, uint32_t
     return (ENTRY_RECORD, nk_wal_get64(p), <int32_t>nk_wal_get32(p + 8),
             <int32_t>nk_wal_get32(p + 12), <int64_t>nk_wal_get64(p + 16), topic,
             PyBytes_FromStringAndSize(<const char *>q, record_len), context)
+
+
+cdef tuple _decode_move(uint8_t flags, const unsigned char *p, uint32_t length,
+                        MappedSegment segment, Py_ssize_t pos, dict topics):
+    # Every length is checked against the entry's before it is used: the records'
+    # fields are read from a payload whose checksum says only that we wrote it.
+    cdef uint16_t topic_len
+    cdef int32_t count, context_len, i
+    cdef int64_t timestamp_ms
+    cdef uint32_t record_len
+    cdef uint64_t left
+    cdef const unsigned char *q
+    _expect(length >= _MOVE_FIXED_BYTES, segment, pos)
+    topic_len = nk_wal_get16(p + 56)
+    count = <int32_t>nk_wal_get32(p + 40)
+    _expect(count >= 0 and length >= <uint32_t>(_MOVE_FIXED_BYTES + topic_len), segment, pos)
+    seal = None
+    if flags & _FLAG_SEALED:
+        seal = (<int64_t>nk_wal_get64(p + 24), <int16_t>nk_wal_get16(p + 44),
+                <int32_t>nk_wal_get32(p + 36), count, <int16_t>nk_wal_get16(p + 46),
+                nk_wal_get32(p + 48), nk_wal_get32(p + 52))
+    topic = _topic(p + _MOVE_FIXED_BYTES, topic_len, topics)
+    q = p + _MOVE_FIXED_BYTES + topic_len
+    left = length - _MOVE_FIXED_BYTES - topic_len
+    records = []
+    for i in range(count):
+        _expect(left >= _MOVE_RECORD_FIXED_BYTES, segment, pos)
+        timestamp_ms = <int64_t>nk_wal_get64(q)
+        context_len = <int32_t>nk_wal_get32(q + 8)
+        record_len = nk_wal_get32(q + 12)
+        q += _MOVE_RECORD_FIXED_BYTES
+        left -= _MOVE_RECORD_FIXED_BYTES
+        _expect(context_len >= -1 and left >= <uint64_t>(context_len if context_len > 0
+                                                         else 0) + record_len,
+                segment, pos)
+        context = None
+        if context_len >= 0:
+            context = PyBytes_FromStringAndSize(<const char *>q, context_len)
+            q += context_len
+            left -= <uint64_t>context_len
+        records.append((timestamp_ms, PyBytes_FromStringAndSize(<const char *>q, record_len),
+                        context))
+        q += record_len
+        left -= record_len
+    _expect(left == 0, segment, pos)
+    return (ENTRY_MOVE, nk_wal_get64(p), topic, <int32_t>nk_wal_get32(p + 32), seal,
+            (nk_wal_get64(p + 8), nk_wal_get64(p + 16)), records)
 
 
 # ----------------------------------------------------------------------------------
@@ -650,6 +728,24 @@ cdef class WalAppender:
             nk_wal_put32(p, batch_crc)
             return self._finish_entry(ENTRY_RESTAMP, 0, _RESTAMP_BYTES)
 
+    def append_move_locked(self, payload, bint sealed):
+        """With `lock` held: appends a MOVE entry whose payload (bytes-like, laid out
+        as the module says; wal.py encodes it) is given -- a control entry, never
+        refused for room.  Returns the log position after it."""
+        cdef Py_buffer view
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        try:
+            if view.len < _MOVE_FIXED_BYTES or view.len > 0xFFFFFFFF:
+                raise ValueError(f"a MOVE payload of {view.len} bytes")
+            memcpy(self._start_entry(view.len), view.buf, view.len)
+            return self._finish_entry(ENTRY_MOVE, _FLAG_SEALED if sealed else 0, view.len)
+        finally:
+            PyBuffer_Release(&view)
+
+    def active_end_locked(self):
+        """With `lock` held: (the active segment, the offset where its entries end)."""
+        return self._active, self._pos
+
     def append_done(self, uint64_t batch_id, uint32_t outcome):
         """Appends a DONE entry; returns the position after it."""
         with self.lock:
@@ -800,6 +896,7 @@ cdef class WalAppender:
                     "seals_logged": self._counts[ENTRY_SEAL],
                     "restamps_logged": self._counts[ENTRY_RESTAMP],
                     "dones_logged": self._counts[ENTRY_DONE],
+                    "moves_logged": self._counts[ENTRY_MOVE],
                     "bytes_logged": self._appended_bytes,
                     "syncs": self._syncs,
                     "sync_ns": self._sync_wall_ns,

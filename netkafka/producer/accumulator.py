@@ -30,7 +30,15 @@ Linger: one thread, "netkafka-linger", sleeps on a condition until the earliest
 linger deadline of an open batch (no polling), then moves that batch to the ready
 queue and drains it.  With linger_ms=0 a new batch is due at once: it leaves when
 the linger thread gets to it, so batches fill while that thread waits for its turn
--- the Java client's "send when the sender is free" behaviour.
+-- the Java client's "send when the sender is free" behaviour.  For the same reason
+a batch whose partition still has batches queued in the sender for a request
+(a broker slow or unreachable, or requests in flight at their limit) stays open
+until a request takes the last of them (Sender.hold_while_queued), or
+HELD_RECHECK_MS later at the latest: handed over, it would only wait behind them,
+holding a pooled buffer for a few records.  One batch per linger_ms of a black-holed
+broker's partitions used to take all of buffer_memory within seconds (2,048
+buffers of 16 KiB for a few records each, 13 s into a black hole at 1,000
+records/s), and then send() blocked for every partition (tests/test_chaos.py).
 
 Hot path: _accumulator.AccumulatorCore's append, in Cython (one record into an open
 batch with room, or a full batch out of the open slot); everything rarer is here,
@@ -74,6 +82,9 @@ _log = logging.getLogger("netkafka.producer.accumulator")
 # partitions that can have an open batch.  The Java client's default batch_size, which
 # a batch of a few records at 100 B rarely outgrows.
 FIRST_BUFFER_BYTES = 16 * 1024
+# A batch kept open behind its partition's queued batches is looked at again after this
+# long even if no request has taken them (they expired, or moved to another leader).
+HELD_RECHECK_MS = 100
 # How many errors of fire-and-forget records flush() names (the count is exact).
 FIRST_ERRORS_KEPT = 5
 # A sealed RecordBatch v2's CRC32C and attributes, at offset 17: what a SEAL entry keeps.
@@ -96,7 +107,8 @@ class RecordAccumulator(AccumulatorCore):
             shared Compressor (when compressing does not pay: sent uncompressed).
         compression_level: the codec's level (KIP-390), None for its default.
         buffer_memory: bound on the memory of all batches not yet completed.
-        linger_ms: how long a batch below batch_size waits for more records.
+        linger_ms: how long a batch below batch_size waits for more records (longer
+            while its partition has batches queued in the sender, see Linger above).
         max_block_ms: bound on an append waiting for memory.
         delivery_timeout_ms: a batch older than this when it is handed over fails
             without being sent (the sender bounds the rest of its way).
@@ -140,9 +152,12 @@ class RecordAccumulator(AccumulatorCore):
         # Thread-safe.
         self._compressor = None if codec is None else Compressor(codec, compression_level)
         buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
-        # Thread-safe (its own mutex).  Batches start in FIRST_BUFFER_BYTES and grow.
+        # Thread-safe (its own mutex).  Batches start in FIRST_BUFFER_BYTES and grow;
+        # with a codec, a buffer of the largest class is set aside so a batch sealed
+        # while the pool is full still goes out compressed (BufferPool).
         self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size),
-                                min(FIRST_BUFFER_BYTES, buffer_size))
+                                min(FIRST_BUFFER_BYTES, buffer_size),
+                                compression_reserve=self._compressor is not None)
         self._linger_ns = linger_ms * 1_000_000  # immutable
         self._max_block_ms = max_block_ms  # immutable
         self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000  # immutable
@@ -605,7 +620,8 @@ class RecordAccumulator(AccumulatorCore):
         if error is not None and self._spools(error):
             self._spool_batch(batch, view, error)
             return
-        self._log_outcome(batch, error)
+        if batch.wal_id:  # without a WAL, no call: this runs for every batch
+            self._log_outcome(batch, error)
         builder = batch.builder
         if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
@@ -690,7 +706,8 @@ class RecordAccumulator(AccumulatorCore):
         if error is not None and self._spools(error):
             self._spool.keep(batch, view)
             return
-        self._log_outcome(batch, error)
+        if batch.wal_id:  # without a WAL, no call: this runs for every batch
+            self._log_outcome(batch, error)
         builder = batch.builder
         if error is not None:
             _log.error("a spooled batch of %d records to %s-%d failed for good: %s",
@@ -735,6 +752,17 @@ class RecordAccumulator(AccumulatorCore):
         with self.lock:
             if queue.open is not batch:
                 return  # full, flushed or discarded already
+        # Asked with no lock held: the Sender takes its own lock and the metadata's.  A
+        # record or a flush() may retire the batch meanwhile: checked again below.
+        if self._sender.hold_while_queued(
+                queue.topic, queue.partition,
+                functools.partial(self._linger.schedule, 0, queue, batch)):
+            self._linger.schedule(time.monotonic_ns() + HELD_RECHECK_MS * 1_000_000,
+                                  queue, batch)
+            return
+        with self.lock:
+            if queue.open is not batch:
+                return
             queue.retire()
         self._drain(queue)
 

@@ -51,7 +51,7 @@ import threading
 import time
 
 from netkafka import errors
-from netkafka.errors import KafkaTimeoutError
+from netkafka.client.retry import ask_until
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.init_producer_id import (
     decode_init_producer_id_response, encode_init_producer_id_request,
@@ -408,21 +408,10 @@ class ProducerIdManager:
             return current
 
     def _fetch(self, deadline):
-        last_error = None
-        while True:
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                raise KafkaTimeoutError(
-                    f"no producer id (InitProducerId) within max_block_ms="
-                    f"{self._max_block_s * 1000:.0f}"
-                    + (f": last error {last_error}" if last_error else ""))
-            try:
-                return self._init_producer_id(remaining_s)
-            except errors.KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                last_error = exc
-            time.sleep(min(self._retry_backoff_s, max(0.0, deadline - time.monotonic())))
+        return ask_until(
+            deadline,
+            f"no producer id (InitProducerId) within max_block_ms={self._max_block_s * 1000:.0f}",
+            self._init_producer_id, self._retry_backoff_s)
 
     def _init_producer_id(self, timeout_s):
         # Any broker answers an idempotent producer; the one with least queued helps.

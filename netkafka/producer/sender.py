@@ -36,7 +36,8 @@ first head that does not fit: a request costs the partitions it carries, not
 every partition queued.  A resent
 batch goes back into its partition's FIFO in send order.
 
-Threads: send(), flush(), close() run on callers' threads; next_request(),
+Threads: send(), flush(), close() run on callers' threads (and hold_while_queued()
+on the accumulator's linger thread); next_request(),
 has_pending(), the answer handling and on_failure() (a connection refused:
 its queued batches fail at once) on I/O threads.  All queues and
 counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
@@ -72,6 +73,11 @@ class ProduceResult(NamedTuple):
     base_offset: int
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     record_count: int
+
+
+# A ProduceResult from a tuple of its fields: the namedtuple's own constructor is a
+# Python function, called once per batch on the I/O thread; this is one C call.
+_result = functools.partial(tuple.__new__, ProduceResult)
 
 
 class _Batch:
@@ -159,6 +165,10 @@ class Sender:
         # (one timer per node, not one per drain attempt).
         self._retry_wakeup_ns = {}
         self._unrouted = collections.deque()  # guarded by _lock: batches with no leader known
+        # Guarded by _lock: (topic, partition) -> release(), the accumulator's, called (no
+        # lock held) once a request takes the last batch queued for the partition
+        # (hold_while_queued()).
+        self._held = {}
         self._pending = 0  # guarded by _lock: batches handed over, not yet completed
         self._closed = False  # guarded by _lock
         self._sweep_at_ns = None  # guarded by _lock: delivery-timeout sweep scheduled then
@@ -252,6 +262,20 @@ class Sender:
             conn.wakeup()
         return future
 
+    def hold_while_queued(self, topic, partition, release):
+        """The accumulator, a batch's linger_ms having passed: whether the partition
+        has batches queued for its leader and not yet in a request.  If so, a batch
+        handed over now would only wait behind them (in a pooled buffer of its own),
+        so it may stay open and take more records; release() is called, on an I/O
+        thread with no lock held, once a request takes the last of them."""
+        key = (topic, partition)
+        leader = self._metadata.leader_id(topic, partition)
+        with self._lock:
+            if not self._queues.get(leader, {}).get(key):
+                return False
+            self._held[key] = release
+            return True
+
     def flush(self, timeout_s=None):
         """Waits until every batch handed over is completed; raises
         KafkaTimeoutError if some are still pending after timeout_s."""
@@ -320,15 +344,17 @@ class Sender:
             if not partitions:
                 return None  # the usual answer to a connection between requests
             now_ns = time.monotonic_ns()
-            chosen, expired, woken = [], [], set()
-            total = 0
+            chosen, expired, woken, released = [], [], set(), []
+            total = records = 0
             earliest_retry_ns = wakeup_at_ns = None
             # One snapshot for the whole request: leaders and topic ids agree, and
             # the metadata's lock is taken once, not once per partition.
             snapshot = self._metadata.snapshot()
+            limit_ns = self.delivery_timeout_ms * 1_000_000
             for key in list(partitions):
                 queue = partitions[key]
-                leader = _leader_id(snapshot, *key)
+                broker = None if snapshot is None else snapshot.leader(*key)
+                leader = None if broker is None else broker.node_id
                 if leader != node_id:
                     # The leader moved: the partition's batches follow it.
                     del partitions[key]
@@ -337,11 +363,14 @@ class Sender:
                         self._route_locked(item, leader, snapshot)
                     woken.add(leader)
                     continue
-                self._expire_locked(queue, conn, now_ns, expired)
-                if not queue:
-                    del partitions[key]
-                    continue
                 head = queue[0]
+                if now_ns - head.created_ns >= limit_ns:
+                    self._expire_locked(queue, conn, now_ns, expired)
+                    if not queue:
+                        del partitions[key]
+                        self._release_held_locked(key, released)
+                        continue
+                    head = queue[0]
                 if head.retry_at_ns > now_ns:
                     if earliest_retry_ns is None or head.retry_at_ns < earliest_retry_ns:
                         earliest_retry_ns = head.retry_at_ns
@@ -360,10 +389,13 @@ class Sender:
                 queue.popleft()
                 chosen.append(head)
                 total += head.size_bytes
+                records += head.record_count
                 # To the back of the round: the next request starts elsewhere.
                 del partitions[key]
                 if queue:
                     partitions[key] = queue
+                else:
+                    self._release_held_locked(key, released)
             if not partitions:
                 del self._queues[node_id]
             if earliest_retry_ns is not None:
@@ -374,7 +406,10 @@ class Sender:
         if wakeup_at_ns is not None:
             self._pool.thread_for(node_id).call_later(
                 (wakeup_at_ns - now_ns) / 1e6, conn.wakeup)
-        self._fail_expired(expired)
+        if expired:
+            self._fail_expired(expired)
+        for release in released:
+            release()
         for leader in woken:
             other = None if leader is None else self._pool.get(leader)
             if other is not None:
@@ -382,11 +417,15 @@ class Sender:
         if not chosen:
             return None
         topic_data = {}
+        topic_ids = {}  # Produce v13+ names topics by id (from Metadata v10+)
         for item in chosen:
             item.attempts += 1
-            topic_data.setdefault(item.topic, []).append((item.partition, item.view))
-        # Produce v13+ names topics by id (from Metadata v10+).
-        topic_ids = {topic: _topic_id(snapshot, topic) for topic in topic_data}
+            framed = topic_data.get(item.topic)
+            if framed is None:
+                framed = topic_data[item.topic] = []
+                info = snapshot.topics.get(item.topic)  # chosen: snapshot named its leader
+                topic_ids[item.topic] = None if info is None else info.topic_id
+            framed.append((item.partition, item.view))
         acks = self.acks
         timeout_ms = conn.config.request_timeout_ms
         client_id = conn.config.client_id
@@ -395,15 +434,14 @@ class Sender:
             transactional_id = self._transaction.transactional_id
             max_version = self._transaction.produce_max_version
         if self._stats is not None:
-            self._stats.request_sent(node_id, sum(item.record_count for item in chosen))
+            self._stats.request_sent(node_id, records)
         return Request(
             ApiKey.PRODUCE,
             lambda cid, version: encode_produce_request(
                 cid, client_id, version, acks, timeout_ms, topic_data,
                 transactional_id=transactional_id, topic_ids=topic_ids),
             decode_produce_response,
-            lambda response, error: self._on_answer(conn, chosen, topic_ids, response, error,
-                                                    now_ns),
+            functools.partial(self._on_answer, conn, chosen, topic_ids, now_ns),
             expects_response=acks != 0,
             reserved_bytes=total,
             max_api_version=max_version,
@@ -412,8 +450,7 @@ class Sender:
     # ------------------------------------------------------------------
     # Answers (I/O threads) and metadata changes.
 
-    def _on_answer(self, conn, batches, topic_ids, response, error,
-                   requested_ns):
+    def _on_answer(self, conn, batches, topic_ids, requested_ns, response, error):
         idempotence = self._idempotence
         for item in batches:
             item.node_id = None  # its reservation was released as it was written
@@ -433,8 +470,8 @@ class Sender:
                 for item in batches:
                     self._retry_or_fail(item, error)
         elif response is None:  # acks=0: done once written
-            self._complete_all([(item, ProduceResult(item.topic, item.partition, -1, -1,
-                                                     item.record_count), None)
+            self._complete_all([(item, _result((item.topic, item.partition, -1, -1,
+                                                item.record_count)), None)
                                 for item in batches])
         else:
             self._on_response(conn, batches, topic_ids, response)
@@ -444,9 +481,18 @@ class Sender:
             self._restamp((item.topic, item.partition) for item in batches)
 
     def _on_response(self, conn, batches, topic_ids, response):
-        names = {topic_id: name for name, topic_id in topic_ids.items()}
-        answers = {(t.name if t.name is not None else names.get(t.topic_id), p.partition): p
-                   for t in response.topics for p in t.partitions}
+        answers = {}
+        names = None  # v13+ (topics named by id): {topic id's int: name}, made once
+        for t in response.topics:
+            name = t.name
+            if name is None:
+                if names is None:
+                    # By the ids' ints: hashing a UUID is a Python call, an int's is not.
+                    names = {topic_id.int: topic for topic, topic_id in topic_ids.items()
+                             if topic_id is not None}
+                name = names.get(t.topic_id.int)
+            for p in t.partitions:
+                answers[name, p.partition] = p
         refresh = False
         acknowledged = []  # completed together, after the loop
         for item in batches:
@@ -465,9 +511,9 @@ class Sender:
                     f"{item.topic}-{item.partition}"))
             elif code == errors.NO_ERROR or verdict == APPENDED:
                 appended = part.error_code == errors.NO_ERROR
-                acknowledged.append((item, ProduceResult(
+                acknowledged.append((item, _result((
                     item.topic, item.partition, part.base_offset if appended else -1,
-                    part.log_append_time_ms if appended else -1, item.record_count), None))
+                    part.log_append_time_ms if appended else -1, item.record_count)), None))
             else:
                 error = errors.error_for_code(
                     code,
@@ -546,7 +592,7 @@ class Sender:
             for node_id, partitions in list(self._queues.items()):
                 conn = self._pool.get(node_id)
                 for key in moved.intersection(partitions):
-                    broker = snapshot.leader(*key)
+                    broker = None if snapshot is None else snapshot.leader(*key)
                     new_id = None if broker is None else broker.node_id
                     if new_id == node_id:
                         continue
@@ -612,6 +658,14 @@ class Sender:
             if queued.seq > item.seq:
                 queue.insert(index, item)
                 return
+
+    def _release_held_locked(self, key, released):
+        """With _lock held: key's queue is empty; its held batch's release() goes to
+        released, to be called once the lock is released."""
+        if self._held:
+            release = self._held.pop(key, None)
+            if release is not None:
+                released.append(release)
 
     def _expire_locked(self, queue, conn, now_ns, expired):
         """With _lock held: moves the batches at the front of queue (a partition's,
@@ -715,16 +769,6 @@ class Sender:
             except Exception:  # noqa: BLE001 -- the other batches still complete
                 _log.exception("completion of a %s-%d batch raised", item.topic,
                                item.partition)
-
-
-def _leader_id(snapshot, topic, partition):
-    broker = None if snapshot is None else snapshot.leader(topic, partition)
-    return None if broker is None else broker.node_id
-
-
-def _topic_id(snapshot, topic):
-    info = None if snapshot is None else snapshot.topics.get(topic)
-    return None if info is None else info.topic_id
 
 
 def _resolve(future, result, error):

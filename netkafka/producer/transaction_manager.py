@@ -55,6 +55,7 @@ from netkafka import errors
 from netkafka.errors import (KafkaTimeoutError, ProducerFencedError, TransactionAbortedError,
                              UndeliveredRecordsError)
 from netkafka.client.coordinator import Coordinators
+from netkafka.client.retry import ask_until
 from netkafka.producer.offsets import consumer_group_metadata, offsets_to_commit
 from netkafka.producer.transactions import TransactionState, TransactionStateMachine
 from netkafka.protocol import find_coordinator
@@ -89,6 +90,8 @@ TRANSACTION_VERSION_FEATURE = "transaction.version"
 # previous transaction, a matter of milliseconds: asked again sooner than other
 # retriable errors (the Java client's 20 ms).
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.02
+_BACKOFF_S_BY_CODE = {
+    errors.ConcurrentTransactionsError.code: CONCURRENT_TRANSACTIONS_BACKOFF_S}
 
 # Answers that fail the transaction but not the producer, per request (the Java
 # client's); every other error that is not retriable is fatal.
@@ -105,9 +108,6 @@ ABORTABLE_TXN_OFFSET_COMMIT = frozenset((errors.GroupAuthorizationFailedError.co
                                          errors.UnknownMemberIdError.code,
                                          errors.IllegalGenerationError.code))
 ABORTABLE_END_TXN = frozenset((errors.TransactionAbortableError.code, *_PRODUCER_ID_GONE))
-# Answers after which the coordinator asked may not be the coordinator any more.
-_COORDINATOR_MOVED = frozenset((errors.NotCoordinatorError.code,
-                                errors.CoordinatorNotAvailableError.code))
 
 
 class TransactionManager:
@@ -462,37 +462,22 @@ class TransactionManager:
                 is abortable (codes in abortable) or the producer failed for good
                 (the state machine is told first).
         """
-        last_error = None
-        while True:
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0 or self._closing.is_set():
-                why = "the producer closed" if self._closing.is_set() else "no answer in time"
-                raise KafkaTimeoutError(
-                    f"{what} for transactional id {self.transactional_id!r}: {why}"
-                    + (f"; last error {last_error}" if last_error else ""))
-            conn = None
+        def attempt(remaining_s):
             try:
-                conn = self._coordinators.find(key_type, key, deadline)
-                client_id = conn.config.client_id
-                response = conn.call(api_key, lambda cid, version: encode(cid, client_id, version),
-                                     decode, remaining_s, max_api_version=max_version)
-                error = error_of(response, f"{what} from {conn.describe()}")
+                return self._coordinators.request(
+                    key_type, key, deadline, remaining_s, what, api_key, encode, decode,
+                    error_of, max_api_version=max_version)
             except errors.KafkaError as exc:
-                error = exc
-            if error is None:
-                return response
-            if not error.retriable:
-                raise self._failed(error, abortable)
-            if conn is not None and (getattr(error, "code", None) in _COORDINATOR_MOVED
-                                     or isinstance(error, (errors.KafkaConnectionError,
-                                                           errors.KafkaTimeoutError))):
-                self._coordinators.forget(key_type, key, conn)
-            last_error = error
-            _log.debug("%s for %r: %r, asked again", what, self.transactional_id, error)
-            backoff_s = (CONCURRENT_TRANSACTIONS_BACKOFF_S
-                         if getattr(error, "code", None) == errors.ConcurrentTransactionsError.code
-                         else self._retry_backoff_s)
-            self._closing.wait(min(backoff_s, max(0.0, deadline - time.monotonic())))
+                if not exc.retriable:
+                    raise self._failed(exc, abortable)
+                _log.debug("%s for %r: %r, asked again", what, self.transactional_id, exc)
+                raise
+
+        asked = f"{what} for transactional id {self.transactional_id!r}"
+        return ask_until(deadline, f"{asked}: no answer in time", attempt, self._retry_backoff_s,
+                         last_error_after="; ", stop=self._closing,
+                         stopped=f"{asked}: the producer closed",
+                         backoff_s_by_code=_BACKOFF_S_BY_CODE)
 
     def _failed(self, error, abortable):
         """error, a request's final failure (not retriable), told to the state machine:

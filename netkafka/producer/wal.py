@@ -17,12 +17,22 @@ CRC32C of bytes 0..60 u32.
 A batch in the log: open_batch() gives it an id; the accumulator appends its records'
 entries (natively, _wal.pyx); log_seal() records its producer stamp when sealed,
 log_restamp() a stamp the sender rewrites, log_done() its outcome.  A batch not done
-is live, and the segment of its first record is kept with every later one.  When
-the oldest live batch moves on, the segments before its first are reclaimed by the
-housekeeping thread: one is kept as the spare (renamed recycle.tmp), reused as the
-next segment with its pages mapped and its blocks allocated already; the others are
-deleted.  Segments live as long as their oldest batch: one batch that never
-completes holds every segment after it.
+is live, and pins the segment of its first entry: that one and every later one are
+kept.  Segments before the oldest pinned one are reclaimed by the housekeeping
+thread: one is kept as the spare (renamed recycle.tmp), reused as the next segment
+with its pages mapped and its blocks allocated already; the others are deleted.
+
+Relocation keeps a batch that does not complete for long (a partition without a
+leader, a spooled batch, a slow partition) from holding every segment after it: the
+live batches that pin segments older than the one before the active one (or than
+the active one, when the log is short of room for records) are copied forward, each
+as one MOVE entry holding its records and its last stamp, and the place of its
+original SEAL entry, which orders sealed batches at replay as their SEALs were
+ordered.  A MOVE supersedes every earlier entry of its batch; it is synced (unless
+fsync is "never") before the batch is repinned to its segment, and only then can the
+old segments go.  A copy costs what is live, not what is pinned; it is made only
+when it frees at least four times what it copies (else the attempt is remembered
+and not repeated until the pinned set changes).
 
 Bound: every segment file counts against max_bytes (wal_max_bytes).  Records may
 grow the log up to max_bytes less one segment; the last segment's worth is kept for
@@ -37,7 +47,8 @@ thread syncs every fsync_interval_ms: a machine crash loses at most that much),
 see _wal.pyx).  sync() forces one in any mode.
 
 Recovery (at open): segments are read in id order along their chain, DONE entries
-first (so that finished batches are skipped), then the rest.  The log ends at the
+first (so that finished batches are skipped), then the rest (a MOVE replacing what
+was read of its batch: _BatchReader).  The log ends at the
 first torn entry (a good tag over a bad checksum: counted in torn_entries), at a
 segment that ends without a ROLL entry while others follow, or at a ROLL entry whose
 segment is missing or unreadable; segments past that end were never reported
@@ -48,10 +59,12 @@ sealed (re-encoded) -- see recovery().
 
 Threads: the appender's methods and open_batch()/log_*() may be called from any
 thread.  Locks: the appender's `lock` guards the appender and, here, _segments,
-_spare, _total_bytes, _next_segment_id, _active_id, _next_batch_id, _live and the
-counters; the appender's sync_lock is taken before it, by syncs and by reclaiming
-(so that no sync runs over a segment being unmapped).  The accumulator's lock comes
-before both.  _closing is guarded by _work (a threading.Condition).
+_spare, _total_bytes, _next_segment_id, _active_id, _next_batch_id, _live, _pins and
+the counters; the appender's sync_lock is taken before it, by syncs and by
+reclaiming (so that no sync runs over a segment being unmapped).  _reclaim_lock
+(one reclaim at a time: relocation scans segments outside the appender's lock) comes
+before both, and the accumulator's lock before all three.  _closing is guarded by
+_work (a threading.Condition).
 """
 import collections
 import errno
@@ -74,7 +87,8 @@ from netkafka.record._crc import crc32c
 _log = logging.getLogger("netkafka.producer.wal")
 
 FSYNC_MODES = ("never", "interval", "always")
-FORMAT_VERSION = 1
+# 2: MOVE entries (relocation); SEAL entries place seals in the log by their offset.
+FORMAT_VERSION = 2
 MAGIC = b"NKWALSEG"
 # DONE entries' outcomes.
 OUTCOME_ACKNOWLEDGED = 1
@@ -117,7 +131,8 @@ class RecoveredRecord(NamedTuple):
 class RecoveredBatch:
     """A batch a dead producer left live: its records, and its seal if it had one."""
 
-    __slots__ = ("batch_id", "topic", "partition", "first_segment_id", "records", "seal")
+    __slots__ = ("batch_id", "topic", "partition", "first_segment_id", "records", "seal",
+                 "seal_place")
 
     def __init__(self, batch_id, topic, partition, first_segment_id):
         self.batch_id = batch_id
@@ -126,6 +141,9 @@ class RecoveredBatch:
         self.first_segment_id = first_segment_id
         self.records = []  # RecoveredRecord, index order
         self.seal = None  # Seal, or None: never sealed
+        # (segment id, offset) of its SEAL entry, kept through relocations: sealed
+        # batches are replayed in this order, the order they were sealed in.
+        self.seal_place = None
 
     def __repr__(self):
         state = "unsealed" if self.seal is None else f"sealed {self.seal}"
@@ -139,7 +157,8 @@ class Recovery:
     Attributes:
         sealed: live batches that were sealed (perhaps sent), in the order their SEAL
             entries were logged -- a partition's in its send order.
-        unsealed: live batches never sealed, in the order of their first records.
+        unsealed: live batches never sealed, in the order they were opened (batch
+            id): a partition's in the order of its records.
         torn_entries: torn entries the log was cut at (0 or 1).
         segments_discarded: segments past the end of the log, deleted.
         segments_read: segments of the log read.
@@ -234,7 +253,11 @@ class WriteAheadLog:
         self._next_segment_id = 1  # lock
         self._active_id = 0  # lock: the segment entries go to
         self._next_batch_id = 1  # lock
-        self._live = collections.OrderedDict()  # lock: batch id -> id of its first segment
+        self._live = {}  # lock: batch id -> id of the segment it pins
+        self._pins = collections.Counter()  # lock: segment id -> live batches pinning it
+        self._reclaim_lock = threading.Lock()
+        # _reclaim_lock: (threshold, batches) of a relocation found not worth its copy.
+        self._relocation_refused = None
         self._counts = collections.Counter()  # lock
         self._work = threading.Condition()  # wakes the housekeeping thread
         self._closing = False  # guarded by _work
@@ -279,6 +302,7 @@ class WriteAheadLog:
             batch_id = self._next_batch_id
             self._next_batch_id += 1
             self._live[batch_id] = self._active_id
+            self._pins[self._active_id] += 1
         return batch_id
 
     def discard_batch(self, batch_id):
@@ -324,12 +348,18 @@ class WriteAheadLog:
 
     def _forget(self, batch_id):
         with self._appender.lock:
-            oldest = next(iter(self._live), None)
-            first_segment = self._live.pop(batch_id, None)
-            wake = (batch_id == oldest and first_segment is not None
-                    and self._reclaimable_locked())
+            pinned = self._live.pop(batch_id, None)
+            wake = pinned is not None and self._unpin_locked(pinned)
         if wake:
             self._wake()
+
+    def _unpin_locked(self, segment_id):
+        """One batch less pins segment_id; True when that freed something to reclaim."""
+        self._pins[segment_id] -= 1
+        if self._pins[segment_id]:
+            return False
+        del self._pins[segment_id]
+        return self._reclaimable_locked()
 
     # ------------------------------------------------------------------
     # Room for records (the producer's backoff waits on it).
@@ -486,13 +516,23 @@ class WriteAheadLog:
         return bool(self._segments) and next(iter(self._segments)) < self._watermark_locked()
 
     def _watermark_locked(self):
-        """Segments below this id hold nothing live.  _live is in the order batches
-        opened, so its first batch has the oldest first segment."""
-        return min(next(iter(self._live.values()), self._active_id), self._active_id)
+        """Segments below this id hold nothing live."""
+        return min(min(self._pins, default=self._active_id), self._active_id)
+
+    def _short_of_room_locked(self):
+        """Whether the next segment for records would be refused."""
+        return (self._spare is None
+                and self._total_bytes + self.segment_bytes > self._record_limit_bytes)
 
     def reclaim(self):
-        """Deletes or recycles the segments that hold nothing live; returns how many.
-        The housekeeping thread calls it when the oldest live batch moves on."""
+        """Relocates the batches that pin old segments (see the module's docstring),
+        then deletes or recycles the segments that hold nothing live; returns how many.
+        The housekeeping thread calls it every round."""
+        with self._reclaim_lock:
+            self._relocate()
+            return self._reclaim_unpinned()
+
+    def _reclaim_unpinned(self):
         appender = self._appender
         with appender.sync_lock:
             with appender.lock:
@@ -612,7 +652,9 @@ class WriteAheadLog:
     def metrics(self):
         """The appender's counters (entries, bytes, syncs, rolls, positions) and the
         log's: segments, bytes on disk, live batches, segments created / recycled /
-        reclaimed / deleted, times the log was full for a record, the CPU its
+        reclaimed / deleted, batches and bytes relocated (copied forward) and
+        relocations deferred as not worth their copy, times the log was full for a
+        record, the CPU its
         housekeeping thread used (interval syncs, prefaulting, reclaiming), and what
         recovery found (torn entries, segments discarded)."""
         snapshot = self._appender.metrics()
@@ -622,7 +664,8 @@ class WriteAheadLog:
             snapshot["disk_bytes"] = self._total_bytes
             snapshot["live_batches"] = len(self._live)
         for key in ("segments_created", "segments_recycled", "segments_reclaimed",
-                    "segments_deleted", "segments_over_bound", "spares_created", "full"):
+                    "segments_deleted", "segments_over_bound", "spares_created", "full",
+                    "batches_relocated", "bytes_relocated", "relocations_deferred"):
             snapshot.setdefault(key, 0)
         snapshot["housekeeping_cpu_ns"] = self._housekeeping_cpu_ns
         snapshot["torn_entries"] = self._recovery.torn_entries
@@ -649,8 +692,9 @@ class WriteAheadLog:
             self._total_bytes += segment.size_bytes
         # Recovered batches are live (keeping their segments) until log_done() says
         # what replaying them came to.
-        for batch in sorted(sealed + unsealed, key=lambda b: b.first_segment_id):
+        for batch in sealed + unsealed:
             self._live[batch.batch_id] = batch.first_segment_id
+            self._pins[batch.first_segment_id] += 1
         first = self._roll_locked(0, True)
         if chain:
             last, end, _ = chain[-1]
@@ -752,50 +796,222 @@ class WriteAheadLog:
 
     def _read_batches(self, chain, done_ids, max_batch_id):
         """The live batches of the chain: (sealed, unsealed, max_batch_id)."""
-        batches = {}  # batch id -> RecoveredBatch, in order of first record
-        sealed_order = []
+        reader = _BatchReader(self.directory)
         for segment, _, _ in chain:
             entries, _, _ = _wal.scan(segment.mapped, skip=done_ids)
-            for entry in entries:
-                kind, batch_id = entry[0], entry[1]
-                if kind == _wal.ROLL or kind == _wal.DONE:
+            reader.feed(segment, entries)
+        sealed, unsealed = reader.live()
+        return sealed, unsealed, max(max_batch_id, reader.max_batch_id)
+
+    # ------------------------------------------------------------------
+    # Relocation (reclaim(), _reclaim_lock held).
+
+    def _relocate(self):
+        """Copies forward, as MOVE entries, the live batches that pin segments older
+        than the threshold (the active segment's id, less one unless the log is short
+        of room for records), and repins them; returns how many moved."""
+        appender = self._appender
+        with appender.lock:
+            threshold = self._active_id - (0 if self._short_of_room_locked() else 1)
+            pinned = [segment_id for segment_id in self._pins if segment_id < threshold]
+            if not pinned:
+                return 0
+            attempt = (threshold, sum(self._pins[segment_id] for segment_id in pinned))
+            if attempt == self._relocation_refused:
+                return 0
+            candidates = {batch_id for batch_id, segment_id in self._live.items()
+                          if segment_id < threshold}
+            oldest = min(pinned)
+            segments = [segment for segment_id, segment in self._segments.items()
+                        if segment_id >= oldest]
+            freed_bytes = sum(segment.size_bytes for segment in segments
+                              if segment.segment_id < threshold)
+            active, end = appender.active_end_locked()
+        # What is before `end` is written for good: read without the lock, which
+        # send() needs.  The candidates keep these segments pinned meanwhile.
+        reader = _BatchReader(self.directory)
+        for segment in segments:
+            if segment.mapped is None:  # a dead producer's, unmapped after recovery
+                segment.mapped = MappedSegment(segment.fd, segment.size_bytes, segment.path)
+                segment.mapped.segment_id = segment.segment_id
+                segment.mapped.tag = segment.segment_id & 0xFFFFFFFF
+            last = segment.mapped is active
+            entries, _, _ = _wal.scan(segment.mapped, only=candidates,
+                                      end=end if last else -1)
+            reader.feed(segment, entries)
+            if last:
+                break
+        copy_bytes = sum(_move_bytes(batch) for batch in reader.batches.values())
+        if 4 * copy_bytes > freed_bytes:
+            self._relocation_refused = attempt
+            with appender.lock:
+                self._counts["relocations_deferred"] += 1
+            _log.info("WAL %s: %d live batches pin %d bytes of segments; copying their "
+                      "%d bytes forward would free too little, not yet", self.directory,
+                      len(candidates), freed_bytes, copy_bytes)
+            return 0
+        moves = []
+        with appender.lock:
+            # What was appended meanwhile: the rest of that segment, and those after.
+            later = [s for i, s in self._segments.items() if i > active.segment_id]
+            entries, _, _ = _wal.scan(active, end, only=candidates)
+            reader.feed(self._segments[active.segment_id], entries)
+            for segment in later:
+                reader.feed(segment, _wal.scan(segment.mapped, only=candidates)[0])
+            reader.check()
+            for batch_id in candidates:
+                old = self._live.get(batch_id)
+                if old is None:
+                    continue  # done meanwhile
+                batch = reader.batches.get(batch_id)
+                if batch is not None and batch.records:
+                    appender.append_move_locked(_move_payload(batch), batch.seal is not None)
+                moves.append((batch_id, old, self._active_id))
+        if self.fsync != "never":
+            # The copies on disk before the originals may go.
+            self.sync()
+        with appender.lock:
+            for batch_id, old, new in moves:
+                if self._live.get(batch_id) == old:
+                    self._live[batch_id] = new
+                    self._pins[new] += 1
+                    self._unpin_locked(old)
+            self._counts["batches_relocated"] += len(moves)
+            self._counts["bytes_relocated"] += copy_bytes
+        self._relocation_refused = None
+        return len(moves)
+
+
+class _BatchReader:
+    """Folds a log's entries, fed in log order, into the batches they describe: what
+    recovery replays, and what relocation copies forward.
+
+    A moved batch's entries before its MOVE may have lost their beginning with a
+    reclaimed segment: an entry that does not follow its batch is an error only if
+    no MOVE of that batch (nor its DONE) comes after it (check())."""
+
+    def __init__(self, directory):
+        self.directory = directory  # immutable: for error messages
+        self.batches = {}  # batch id -> RecoveredBatch, live as far as fed
+        # batch id -> why its entries do not add up, until a MOVE or DONE of it.
+        self._broken = {}
+        self.max_batch_id = 0
+
+    def check(self):
+        """Raises WalCorruptError if a batch's entries do not add up."""
+        for message in self._broken.values():
+            raise WalCorruptError(message)
+
+    def live(self):
+        """(sealed, unsealed): sealed in the order of their SEAL entries, unsealed in
+        the order they were opened."""
+        self.check()
+        sealed = sorted((b for b in self.batches.values() if b.seal is not None),
+                        key=lambda b: b.seal_place)
+        unsealed = sorted((b for b in self.batches.values() if b.seal is None),
+                          key=lambda b: b.batch_id)
+        return sealed, unsealed
+
+    def feed(self, segment, entries):
+        """entries: scan()'s, of segment (a _SegmentFile)."""
+        batches = self.batches
+        for entry in entries:
+            kind = entry[0]
+            if kind == _wal.ROLL:
+                continue
+            batch_id = entry[1]
+            self.max_batch_id = max(self.max_batch_id, batch_id)
+            if batch_id in self._broken and kind != _wal.MOVE and kind != _wal.DONE:
+                continue
+            batch = batches.get(batch_id)
+            if kind == _wal.RECORD:
+                _, _, index, partition, timestamp_ms, topic, record, context = entry
+                if batch is None:
+                    batch = batches[batch_id] = RecoveredBatch(
+                        batch_id, topic, partition, segment.segment_id)
+                if batch.seal is not None or index != len(batch.records) or (
+                        topic, partition) != (batch.topic, batch.partition):
+                    self._break(batch_id,
+                                f"WAL {self.directory}: record {index} of batch {batch_id} "
+                                f"({topic}-{partition}) in {segment.path} does not follow "
+                                f"the batch's {len(batch.records)} records of "
+                                f"{batch.topic}-{batch.partition}")
                     continue
-                max_batch_id = max(max_batch_id, batch_id)
-                batch = batches.get(batch_id)
-                if kind == _wal.RECORD:
-                    _, _, index, partition, timestamp_ms, topic, record, context = entry
-                    if batch is None:
-                        batch = batches[batch_id] = RecoveredBatch(
-                            batch_id, topic, partition, segment.segment_id)
-                    if batch.seal is not None or index != len(batch.records) or (
-                            topic, partition) != (batch.topic, batch.partition):
-                        raise WalCorruptError(
-                            f"WAL {self.directory}: record {index} of batch {batch_id} "
-                            f"({topic}-{partition}) in {segment.path} does not follow the "
-                            f"batch's {len(batch.records)} records of "
-                            f"{batch.topic}-{batch.partition}")
-                    batch.records.append(RecoveredRecord(index, timestamp_ms, record, context))
-                elif kind == _wal.SEAL:
-                    (_, _, topic, partition, producer_id, epoch, base_sequence, count,
-                     attributes, batch_crc, batch_bytes) = entry
-                    if batch is None or batch.seal is not None or count != len(batch.records):
-                        raise WalCorruptError(
-                            f"WAL {self.directory}: the seal of batch {batch_id} in "
-                            f"{segment.path} does not match its records")
-                    batch.seal = Seal(producer_id, epoch, base_sequence, count, attributes,
-                                      batch_crc, batch_bytes)
-                    sealed_order.append(batch)
-                else:  # RESTAMP
-                    _, _, producer_id, epoch, base_sequence, batch_crc = entry
-                    if batch is None or batch.seal is None:
-                        raise WalCorruptError(
-                            f"WAL {self.directory}: batch {batch_id} restamped in "
-                            f"{segment.path} before it was sealed")
-                    batch.seal = batch.seal._replace(
-                        producer_id=producer_id, producer_epoch=epoch,
-                        base_sequence=base_sequence, batch_crc=batch_crc)
-        unsealed = [batch for batch in batches.values() if batch.seal is None]
-        return sealed_order, unsealed, max_batch_id
+                batch.records.append(RecoveredRecord(index, timestamp_ms, record, context))
+            elif kind == _wal.SEAL:
+                (_, _, topic, partition, producer_id, epoch, base_sequence, count,
+                 attributes, batch_crc, batch_bytes, offset) = entry
+                if batch is None or batch.seal is not None or count != len(batch.records):
+                    self._break(batch_id, f"WAL {self.directory}: the seal of batch "
+                                          f"{batch_id} in {segment.path} does not match "
+                                          f"its records")
+                    continue
+                batch.seal = Seal(producer_id, epoch, base_sequence, count, attributes,
+                                  batch_crc, batch_bytes)
+                batch.seal_place = (segment.segment_id, offset)
+            elif kind == _wal.RESTAMP:
+                _, _, producer_id, epoch, base_sequence, batch_crc = entry
+                if batch is None or batch.seal is None:
+                    self._break(batch_id, f"WAL {self.directory}: batch {batch_id} "
+                                          f"restamped in {segment.path} before it was "
+                                          f"sealed")
+                    continue
+                batch.seal = batch.seal._replace(
+                    producer_id=producer_id, producer_epoch=epoch,
+                    base_sequence=base_sequence, batch_crc=batch_crc)
+            elif kind == _wal.MOVE:
+                # The whole batch as it was when copied: what came before is superseded.
+                _, _, topic, partition, seal, seal_place, records = entry
+                self._broken.pop(batch_id, None)
+                batch = batches[batch_id] = RecoveredBatch(batch_id, topic, partition,
+                                                           segment.segment_id)
+                batch.records = [RecoveredRecord(index, timestamp_ms, record, context)
+                                 for index, (timestamp_ms, record, context)
+                                 in enumerate(records)]
+                if seal is not None:
+                    batch.seal = Seal(*seal)
+                    batch.seal_place = seal_place
+            else:  # DONE: nothing of it is replayed
+                batches.pop(batch_id, None)
+                self._broken.pop(batch_id, None)
+
+    def _break(self, batch_id, message):
+        self.batches.pop(batch_id, None)
+        self._broken.setdefault(batch_id, message)
+
+
+_MOVE_FIXED = struct.Struct("<QQQqiiihhIIH")
+_MOVE_RECORD = struct.Struct("<qiI")
+
+
+def _move_bytes(batch):
+    """The bytes of batch's MOVE entry."""
+    return (_wal.ENTRY_HEADER_BYTES + _wal.MOVE_FIXED_BYTES + len(batch.topic.encode())
+            + sum(_wal.MOVE_RECORD_FIXED_BYTES + len(r.record) + len(r.context or b"")
+                  for r in batch.records))
+
+
+def _move_payload(batch):
+    """batch (a RecoveredBatch) as a MOVE entry's payload (layout: _wal.pyx)."""
+    seal = batch.seal
+    topic = batch.topic.encode()
+    if seal is None:
+        fixed = (batch.batch_id, 0, 0, 0, batch.partition, 0, len(batch.records), 0, 0, 0, 0,
+                 len(topic))
+    else:
+        fixed = (batch.batch_id, batch.seal_place[0], batch.seal_place[1], seal.producer_id,
+                 batch.partition, seal.base_sequence, seal.record_count, seal.producer_epoch,
+                 seal.attributes, seal.batch_crc, seal.batch_bytes, len(topic))
+    parts = [_MOVE_FIXED.pack(*fixed), topic]
+    for record in batch.records:
+        context = record.context
+        parts.append(_MOVE_RECORD.pack(record.timestamp_ms,
+                                       -1 if context is None else len(context),
+                                       len(record.record)))
+        if context is not None:
+            parts.append(context)
+        parts.append(record.record)
+    return b"".join(parts)
 
 
 

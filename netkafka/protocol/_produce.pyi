@@ -1,5 +1,7 @@
-# Types of netkafka/protocol/_produce.pyx (compiled): the Produce response decoder.
+# Types of netkafka/protocol/_produce.pyx (compiled): the Produce request encoder and
+# response decoder.
 import uuid
+from collections.abc import Sequence
 from typing import Optional
 
 from typing_extensions import final
@@ -54,3 +56,9 @@ class ProduceResponse:
 
 def decode_produce_response(data: bytes | bytearray | memoryview,
                             version: int) -> ProduceResponse: ...
+
+def encode_produce_request(
+        correlation_id: int, client_id: Optional[str], version: int, acks: int,
+        timeout_ms: int, topic_data: dict[str, Sequence[tuple[int, bytes | bytearray | memoryview]]],
+        transactional_id: Optional[str] = ...,
+        topic_ids: Optional[dict[str, uuid.UUID]] = ...) -> list[bytearray | memoryview]: ...

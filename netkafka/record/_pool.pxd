@@ -34,6 +34,12 @@ cdef class BufferPool:
     cdef int _waiters                           # threads sleeping in acquire() (_mutex)
     cdef object _lock                           # threading.Condition blocked acquires sleep on;
                                                 # guards no field
+    cdef readonly bint has_compression_reserve  # a buffer is set aside for compressed copies
+    cdef unsigned char *_reserve                # that buffer, counted in _in_use_bytes for good;
+                                                # NULL while lent (held with _reserve_lock)
+    cdef PyThread_type_lock _reserve_lock       # held by the sealing thread the reserve is lent to
+    cdef readonly Py_ssize_t reserve_lends      # times the reserve was lent (written with
+                                                # _reserve_lock held; a statistic)
 
     # The smallest class holding size_bytes, -1 if none does (a one-off buffer).
     cdef int _class_for(self, Py_ssize_t size_bytes) noexcept
@@ -43,6 +49,10 @@ cdef class BufferPool:
     cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes,
                          int size_class) noexcept
     cdef void _add_waiter(self, int change) noexcept
+    # The compression reserve, waited for with the GIL released; give it back with
+    # _return_reserve (a PooledBuffer marked reserve does so when given back).
+    cdef PooledBuffer _take_reserve(self)
+    cdef void _return_reserve(self, unsigned char *data) noexcept
 
 
 cdef class PooledBuffer:
@@ -52,6 +62,9 @@ cdef class PooledBuffer:
     cdef readonly Py_ssize_t capacity_bytes     # usable bytes at data
     cdef readonly int size_class                # the pool's class it returns to; -1: one-off
     cdef readonly bint claimed                  # True once a builder owns it (no second owner)
+    cdef readonly bint reserve                  # True: the pool's compression reserve, lent to the
+                                                # thread sealing one batch; goes back to the reserve
+                                                # before that seal returns
     cdef BufferPool pool                        # where data goes back to
 
     cdef void _give_back(self) noexcept
@@ -112,9 +125,11 @@ cdef class PooledBatch:
     # 1 once there is room (grown), 0 when the batch is full (past _limit_bytes, or no
     # memory to grow into now: it is sent as it is, as Kafka's own full batches).
     cdef int _make_room(self, Py_ssize_t record_bytes) except -1
-    # A buffer of size_bytes for the compressed copy, or None if the pool has no room.
+    # A buffer of size_bytes for the compressed copy (the pool's reserve when it has no
+    # other room), or None.
     cdef PooledBuffer _compression_output(self, Py_ssize_t size_bytes)
-    # The compressed copy in out (size_bytes of it) becomes the sealed bytes.
+    # The compressed copy in out (size_bytes of it) becomes the sealed bytes (moved into
+    # _records_buf when out is the pool's reserve).
     cdef void _use_compressed(self, PooledBuffer out, Py_ssize_t size_bytes) noexcept
     # Subclass: make the bytes final (compress, header, CRC); _state stays BATCH_OPEN.
     cdef int _seal(self) except -1

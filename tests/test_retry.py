@@ -1,0 +1,87 @@
+"""client.retry.ask_until: the loop behind FindCoordinator, InitProducerId, OffsetFetch
+and the transactional requests (each of which the broker tests drive end to end)."""
+import threading
+import time
+
+import pytest
+
+from netkafka import errors
+from netkafka.client.retry import ask_until
+
+
+def _answers(*outcomes):
+    """An attempt that raises or returns outcomes in turn, recording what it was given."""
+    given = []
+    pending = list(outcomes)
+
+    def attempt(remaining_s):
+        given.append(remaining_s)
+        outcome = pending.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    return attempt, given
+
+
+def test_retriable_errors_are_asked_again_until_an_answer():
+    attempt, given = _answers(errors.CoordinatorLoadInProgressError("loading"),
+                              errors.KafkaConnectionError("lost"), "answer")
+    deadline = time.monotonic() + 10
+    assert ask_until(deadline, "x not found in time", attempt, 0.001) == "answer"
+    assert len(given) == 3
+    assert all(0 < remaining_s <= 10 for remaining_s in given)
+
+
+def test_an_error_that_is_not_retriable_is_raised_as_it_is_at_once():
+    refusal = errors.GroupAuthorizationFailedError("OffsetFetch of group 'g'")
+    attempt, given = _answers(errors.CoordinatorLoadInProgressError("loading"), refusal)
+    with pytest.raises(errors.GroupAuthorizationFailedError) as caught:
+        ask_until(time.monotonic() + 10, "late", attempt, 0.001)
+    assert caught.value is refusal
+    assert len(given) == 2
+
+
+@pytest.mark.parametrize("after", [": ", "; "])
+def test_the_deadline_names_what_was_asked_and_the_last_error(after):
+    loading = errors.CoordinatorLoadInProgressError("FindCoordinator from broker 1")
+
+    def attempt(remaining_s):
+        raise loading
+    start = time.monotonic()
+    with pytest.raises(errors.KafkaTimeoutError) as caught:
+        ask_until(start + 0.2, "the group coordinator of 'g' not found in time", attempt,
+                  0.05, last_error_after=after)
+    assert str(caught.value) == (f"the group coordinator of 'g' not found in time"
+                                 f"{after}last error {loading}")
+    # The backoff is cut short by the deadline: the call ends with it, not long after.
+    assert time.monotonic() - start < 5
+
+
+def test_a_deadline_already_past_asks_nothing():
+    attempt, given = _answers("answer")
+    with pytest.raises(errors.KafkaTimeoutError, match=r"^late$"):
+        ask_until(time.monotonic() - 1, "late", attempt, 0.001)
+    assert given == []
+
+
+def test_stop_ends_the_asking_and_says_so():
+    stop = threading.Event()
+
+    def attempt(remaining_s):
+        stop.set()  # the producer closes while the request is answered
+        raise errors.ConcurrentTransactionsError("EndTxn")
+    start = time.monotonic()
+    with pytest.raises(errors.KafkaTimeoutError) as caught:
+        ask_until(start + 60, "EndTxn: no answer in time", attempt, 30,
+                  last_error_after="; ", stop=stop, stopped="EndTxn: the producer closed")
+    assert str(caught.value).startswith("EndTxn: the producer closed; last error ")
+    assert time.monotonic() - start < 30  # the backoff waited on stop, which was set
+
+
+def test_an_error_code_may_have_its_own_backoff():
+    concurrent = errors.ConcurrentTransactionsError("EndTxn")
+    attempt, given = _answers(concurrent, concurrent, "answer")
+    start = time.monotonic()
+    assert ask_until(start + 60, "late", attempt, 30,
+                     backoff_s_by_code={concurrent.code: 0.001}) == "answer"
+    assert time.monotonic() - start < 30  # not the 30 s backoff of other errors
