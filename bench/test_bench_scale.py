@@ -231,8 +231,20 @@ def test_partitions(benchmark, kafka_broker, broker_pids, topic_name, layout):
             rows.append(row)
         benchmark.extra_info.update({"suite": "scale_partitions", "clients": rows})
         for name, contestant in contestants.items():
-            assert sum(peers.acknowledged_records(bootstrap, topic)
-                       for topic in topics[name]) == contestant.records_sent
+            held = sum(peers.acknowledged_records(bootstrap, topic) for topic in topics[name])
+            assert held == contestant.records_sent, (
+                f"{name}'s topics hold {held} records, {contestant.records_sent} were sent; "
+                f"{_retries(contestant.runner)}")
+
+
+def _retries(runner):
+    """What explains extra records (acks=1 without idempotence: a batch resent after
+    a lost answer is stored twice): netkafka's retry and error counters."""
+    if not isinstance(runner, peers.NetkafkaRunner):
+        return "no retry counters for this client"
+    own = runner._producer.metrics()["netkafka"]
+    return {key: value for key, value in own.items()
+            if key.startswith(("sender_batches_retried", "sender_errors."))}
 
 
 def _threaded_round(producers, topic, values):
