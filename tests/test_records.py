@@ -598,7 +598,7 @@ def test_oversized_first_record_with_no_room_in_the_pool_raises():
 
 def test_constructor_checks(big_pool):
     pool = BufferPool(1024, 4096)
-    with pytest.raises(ValueError, match="smaller than|cannot hold a batch of batch_size_bytes=2048"):
+    with pytest.raises(ValueError, match="a batch of up to 2048 bytes cannot start in a buffer of 1024"):
         RecordBatchBuilder(pool.try_acquire(), 2048, 4096)
     with pytest.raises(ValueError, match="max_request_size_bytes=512 must be at least"):
         RecordBatchBuilder(pool.try_acquire(), 1024, 512)

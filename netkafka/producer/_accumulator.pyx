@@ -105,6 +105,11 @@ cdef class PartitionQueue:
     cdef public Batch open         # the batch taking records, or None
     cdef readonly object ready     # collections.deque of closed Batches, oldest first
     cdef public bint draining      # a thread is handing `ready` to the sender
+    # Bytes the recent retired batches held: the largest, halved at each batch since.  The
+    # next batch starts in a buffer that size, so a busy partition does not copy each of
+    # its batches up through the size classes again, and one whose batches only vary in
+    # size (linger cuts them) does not either.
+    cdef readonly Py_ssize_t last_batch_bytes
 
     def __cinit__(self, topic, int partition):
         self.topic = topic
@@ -114,6 +119,7 @@ cdef class PartitionQueue:
     cpdef retire(self):
         """With the accumulator's lock held: the open batch goes to the ready
         queue, to be handed over by _drain()."""
+        self.last_batch_bytes = max(self.open.builder._pos_bytes, self.last_batch_bytes >> 1)
         self.ready.append(self.open)
         self.open = None
 

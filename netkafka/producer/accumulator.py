@@ -19,8 +19,12 @@ next, unless another thread is draining that partition already, in which case th
 thread will take it before it stops.
 
 Memory: every batch's buffers come from the BufferPool, bounded by buffer_memory.
-When it is full, opening a batch applies the backoff strategy (block, park or drop,
-see backoff.py), bounded by max_block_ms.  Connection watermarks are the sender's.
+A batch starts in a FIRST_BUFFER_BYTES buffer (or as large as its partition's recent
+batches, when the pool has room for that) and moves to one twice as large when a record
+does not fit (while open, up to batch_size); when the pool has no room for that, the
+batch counts as full and goes.  When the pool has no room for a new batch,
+opening it applies the backoff strategy (block, park or drop, see backoff.py),
+bounded by max_block_ms.  Connection watermarks are the sender's.
 
 Linger: one thread, "netkafka-linger", sleeps on a condition until the earliest
 linger deadline of an open batch (no polling), then moves that batch to the ready
@@ -73,6 +77,11 @@ from netkafka.producer.wal import OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED
 _log = logging.getLogger("netkafka.producer.accumulator")
 
 
+# The buffer a batch starts in (it doubles, up to batch_size, as records come): memory
+# is charged for what batches hold, so buffer_memory / batch_size does not bound the
+# partitions that can have an open batch.  The Java client's default batch_size, which
+# a batch of a few records at 100 B rarely outgrows.
+FIRST_BUFFER_BYTES = 16 * 1024
 # A batch kept open behind its partition's queued batches is looked at again after this
 # long even if no request has taken them (they expired, or moved to another leader).
 HELD_RECHECK_MS = 100
@@ -143,9 +152,11 @@ class RecordAccumulator(AccumulatorCore):
         # Thread-safe.
         self._compressor = None if codec is None else Compressor(codec, compression_level)
         buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
-        # Thread-safe (its own mutex).  With a codec, a buffer of it is set aside so a
-        # batch sealed while the pool is full still goes out compressed (BufferPool).
+        # Thread-safe (its own mutex).  Batches start in FIRST_BUFFER_BYTES and grow;
+        # with a codec, a buffer of the largest class is set aside so a batch sealed
+        # while the pool is full still goes out compressed (BufferPool).
         self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size),
+                                min(FIRST_BUFFER_BYTES, buffer_size),
                                 compression_reserve=self._compressor is not None)
         self._linger_ns = linger_ms * 1_000_000  # immutable
         self._max_block_ms = max_block_ms  # immutable
@@ -221,7 +232,7 @@ class RecordAccumulator(AccumulatorCore):
 
     def _append_to_new_batch(self, queue, key, value, headers, timestamp_ms, track, context):
         deadline = time.monotonic() + self._max_block_ms / 1000
-        size_bytes = 0  # 0: a pool-sized buffer; more for a record larger than that
+        size_bytes = 0  # 0: the smallest class; more for a first record larger than that
         buffer = None
         try:
             while True:
@@ -238,7 +249,7 @@ class RecordAccumulator(AccumulatorCore):
                         queue.retire()
                         retired = True
                     if buffer is None:
-                        buffer = self._pool.try_acquire(size_bytes)
+                        buffer = self._first_buffer(queue, size_bytes)
                     if buffer is not None:
                         batch, buffer = self._open_locked(queue, buffer), None
                         try:
@@ -389,6 +400,18 @@ class RecordAccumulator(AccumulatorCore):
                     outcome.appended(rows, batch.result, first, run_start, start - run_start)
             if retired:
                 self._drain(queue)
+
+    def _first_buffer(self, queue, size_bytes):
+        """With the lock held: a buffer for queue's next batch, or None.  As large as
+        its recent batches were (PartitionQueue.last_batch_bytes, at most batch_size) if
+        the pool has room for that, else of size_bytes (0: the smallest class), which
+        is what a wait waits for."""
+        hint_bytes = min(queue.last_batch_bytes, self._batch_size)
+        if hint_bytes > self._pool.capacity_for(size_bytes):
+            buffer = self._pool.try_acquire(hint_bytes)
+            if buffer is not None:
+                return buffer
+        return self._pool.try_acquire(size_bytes)
 
     def _append_rows_to(self, rows, start, batch, queue):
         """With the lock held: rows from start on into batch while it has room (and,
@@ -884,7 +907,7 @@ class _PoolRoom:
         self.buffer = None  # the buffer wait_for_room took, for the caller
 
     def has_room(self):
-        needed = max(self.size_bytes, self.pool.buffer_size_bytes)
+        needed = self.pool.capacity_for(self.size_bytes)
         return self.buffer is not None or self.pool.available_bytes >= needed
 
     def wait_for_room(self, timeout_s):

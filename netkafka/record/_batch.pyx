@@ -151,14 +151,10 @@ cdef class RecordBatchBuilder(PooledBatch):
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold the "
                              f"{HEADER_SIZE_BYTES}-byte batch header and a record")
         check_max_request_size(batch_size_bytes, max_request_size_bytes)
-        if buffer.capacity_bytes < batch_size_bytes:
-            raise ValueError(f"a buffer of {buffer.capacity_bytes} bytes cannot hold a batch of "
-                             f"batch_size_bytes={batch_size_bytes}: take it from a pool of "
-                             f"buffer_size_bytes >= batch_size_bytes")
         if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
             raise ValueError(f"timestamp_type must be TIMESTAMP_CREATE_TIME (0) or "
                              f"TIMESTAMP_LOG_APPEND_TIME (1), got {timestamp_type}")
-        self._claim(buffer, "batch")
+        self._claim(buffer, "batch", batch_size_bytes)
         self._pos_bytes = HEADER_SIZE_BYTES
         self.batch_size_bytes = batch_size_bytes
         self.max_request_size_bytes = max_request_size_bytes
@@ -363,11 +359,11 @@ cdef class RecordBatchBuilder(PooledBatch):
             ts_delta = timestamp_ms - self._first_timestamp_ms
         body_bytes = _body_size(key_len, value_len, headers_bytes, ts_delta, offset_delta)
         record_bytes = nk_uvarint64_size(<uint64_t>body_bytes << 1) + body_bytes
-        if self._pos_bytes + record_bytes > self.batch_size_bytes:
-            if offset_delta:
-                self._full = True
+        if self._pos_bytes + record_bytes > self._end_bytes:
+            if offset_delta == 0:
+                self._make_room_for_first(record_bytes)
+            elif not self._make_room(record_bytes):
                 return -1
-            self._make_room_for_first(record_bytes)
         p = self._data + self._pos_bytes
         end = p + record_bytes
         p = nk_write_uvarint64(p, <uint64_t>body_bytes << 1)
@@ -446,24 +442,24 @@ cdef class RecordBatchBuilder(PooledBatch):
                 f"the record has offset delta {offset_zigzag >> 1} and timestamp delta "
                 f"{ts_delta}; this batch's next record has {offset_delta} and "
                 f"{expected_delta}")
-        if self._pos_bytes + length > self.batch_size_bytes:
-            if offset_delta:
-                self._full = True
+        if self._pos_bytes + length > self._end_bytes:
+            if offset_delta == 0:
+                self._make_room_for_first(length)
+            elif not self._make_room(length):
                 return -1
-            self._make_room_for_first(length)
         memcpy(self._data + self._pos_bytes, record, length)
         self._count_appended(length, offset_delta, timestamp_ms)
         return offset_delta
 
     cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1:
         # The first record goes in whatever its size, up to max_request_size_bytes;
-        # if the buffer is too small it is swapped (still empty) for a larger one.
+        # if the buffer is too small the (still empty) batch grows into a larger one.
         cdef Py_ssize_t needed = HEADER_SIZE_BYTES + record_bytes
         if needed > self.max_request_size_bytes:
             raise ValueError(f"the record is {needed} bytes when serialized in a batch, larger "
                              f"than max_request_size_bytes={self.max_request_size_bytes}")
         if needed > self._records_buf.capacity_bytes:
-            self._swap_for_larger(needed)
+            self._grow(needed, True)
         return 0
 
     # -- producer state ---------------------------------------------------------------

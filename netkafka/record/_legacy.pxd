@@ -9,7 +9,6 @@ from netkafka.record._pool cimport PooledBatch
 cdef class LegacyMessageSetBuilder(PooledBatch):
     # Ownership and thread rules, buffers and life cycle: PooledBatch's.
     cdef readonly int magic                     # 0 or 1: the message format version
-    cdef Py_ssize_t _limit_bytes                # a non-first entry must end at or below this
     cdef Py_ssize_t _head_bytes                 # entry bytes before the key length: 18 (v0), 26 (v1)
     cdef Py_ssize_t _wrapper_bytes              # the wrapper entry's own bytes; 0 without a codec
     cdef int64_t _max_timestamp_ms              # largest timestamp appended (v1): the wrapper's

@@ -236,10 +236,9 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold a "
                              f"{smallest_set_bytes}-byte set of one empty v{magic} message")
         check_max_request_size(batch_size_bytes, max_request_size_bytes)
-        self._claim(buffer, "set")
+        self._claim(buffer, "set", batch_size_bytes - self._wrapper_bytes)
         self.batch_size_bytes = batch_size_bytes
         self.max_request_size_bytes = max_request_size_bytes
-        self._limit_bytes = min(batch_size_bytes - self._wrapper_bytes, buffer.capacity_bytes)
         self._compressor = compressor
         self.codec = CODEC_NONE if compressor is None else compressor.codec
         self._max_timestamp_ms = _NO_TIMESTAMP
@@ -292,11 +291,11 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
             _borrow(value, &v, "value")
             entry_bytes = (self._head_bytes + _LENGTH_FIELDS
                            + (k.len if k.len > 0 else 0) + (v.len if v.len > 0 else 0))
-            if self._pos_bytes + entry_bytes > self._limit_bytes:
-                if self._record_count:
-                    self._full = True
+            if self._pos_bytes + entry_bytes > self._end_bytes:
+                if self._record_count == 0:
+                    self._make_room_for_first(entry_bytes)
+                elif not self._make_room(entry_bytes):
                     return -1
-                self._make_room_for_first(entry_bytes)
             # Room is checked: nothing below can fail or leave the set half-written.
             entry = self._data + self._pos_bytes
             p = _start_entry(entry, self.magic, self._record_count, entry_bytes, 0, ts)
@@ -318,14 +317,14 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
 
     cdef int _make_room_for_first(self, Py_ssize_t entry_bytes) except -1:
         # The first record goes in whatever its size, up to max_request_size_bytes;
-        # if the buffer is too small it is swapped (still empty) for a larger one.
+        # if the buffer is too small the (still empty) set grows into a larger one.
         if self._wrapper_bytes + entry_bytes > self.max_request_size_bytes:
             raise ValueError(
                 f"the record is {self._wrapper_bytes + entry_bytes} bytes as a v{self.magic} "
                 f"message{' in a compressed set' if self._wrapper_bytes else ''}, larger "
                 f"than max_request_size_bytes={self.max_request_size_bytes}")
         if entry_bytes > self._records_buf.capacity_bytes:
-            self._swap_for_larger(entry_bytes)
+            self._grow(entry_bytes, True)
         return 0
 
     # -- sealing and export -------------------------------------------------------------

@@ -11,15 +11,25 @@ from netkafka.record._compression cimport Compressor
 cdef class PooledBuffer
 
 
+cdef enum:
+    # Most size classes a pool can have: the smallest class doubled until the largest
+    # (buffer_size_bytes <= INT32_MAX, so 32 doublings of even 1 byte reach it).
+    MAX_SIZE_CLASSES = 33
+
+
 cdef class BufferPool:
     # Shared by the accumulator (acquire, on user threads) and the I/O threads
     # (release).  The mutable fields are guarded by _mutex.
-    cdef readonly Py_ssize_t buffer_size_bytes  # capacity of every pooled buffer
+    cdef readonly Py_ssize_t buffer_size_bytes  # capacity of the largest size class
+    cdef readonly Py_ssize_t min_buffer_bytes   # capacity of the smallest size class
     cdef readonly Py_ssize_t total_bytes        # bound on all buffers allocated, in use or cached
-    cdef PyThread_type_lock _mutex              # guards the fields below; held for a few C lines
-    cdef unsigned char **_free                  # cached pooled buffers, ready for reuse (_mutex)
-    cdef Py_ssize_t _free_count                 # entries of _free in use (_mutex)
-    cdef Py_ssize_t _free_slots                 # length of _free: total_bytes // buffer_size_bytes
+    cdef int _class_count                       # size classes: min_buffer_bytes doubled,
+                                                # the last one buffer_size_bytes; immutable
+    cdef Py_ssize_t _class_bytes[MAX_SIZE_CLASSES]  # capacity of each class; immutable
+    cdef unsigned char *_free[MAX_SIZE_CLASSES] # per class, cached buffers ready for reuse: a
+                                                # list linked through their first bytes (_mutex)
+    cdef Py_ssize_t _cached_bytes               # capacity of all cached buffers (_mutex)
+    cdef PyThread_type_lock _mutex              # guards the fields marked so; held for a few C lines
     cdef Py_ssize_t _in_use_bytes               # capacity of buffers handed out, pooled or one-off (_mutex)
     cdef int _waiters                           # threads sleeping in acquire() (_mutex)
     cdef object _lock                           # threading.Condition blocked acquires sleep on;
@@ -31,9 +41,13 @@ cdef class BufferPool:
     cdef readonly Py_ssize_t reserve_lends      # times the reserve was lent (written with
                                                 # _reserve_lock held; a statistic)
 
-    # Thread-safe: a buffer of max(size_bytes, buffer_size_bytes), or None if no room.
+    # The smallest class holding size_bytes, -1 if none does (a one-off buffer).
+    cdef int _class_for(self, Py_ssize_t size_bytes) noexcept
+    # Thread-safe: a buffer of the smallest class holding size_bytes (0: the smallest
+    # class), a one-off buffer of size_bytes above the largest class, or None if no room.
     cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes)
-    cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes, bint pooled) noexcept
+    cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes,
+                         int size_class) noexcept
     cdef void _add_waiter(self, int change) noexcept
     # The compression reserve, waited for with the GIL released; give it back with
     # _return_reserve (a PooledBuffer marked reserve does so when given back).
@@ -46,10 +60,11 @@ cdef class PooledBuffer:
     # holds the batch using it); release() or garbage collection gives it back.
     cdef unsigned char *data                    # the memory; NULL once given back
     cdef readonly Py_ssize_t capacity_bytes     # usable bytes at data
-    cdef readonly bint pooled                   # True: returns to the free list; False: one-off
+    cdef readonly int size_class                # the pool's class it returns to; -1: one-off
     cdef readonly bint claimed                  # True once a builder owns it (no second owner)
     cdef readonly bint reserve                  # True: the pool's compression reserve, lent to the
                                                 # thread sealing one batch; goes back to the reserve
+                                                # before that seal returns
     cdef BufferPool pool                        # where data goes back to
 
     cdef void _give_back(self) noexcept
@@ -81,6 +96,10 @@ cdef class PooledBatch:
     cdef unsigned char *_data                   # _records_buf.data, cached for the hot path;
                                                 # NULL once that buffer is given back
     cdef Py_ssize_t _pos_bytes                  # bytes of _records_buf written
+    cdef Py_ssize_t _limit_bytes                # a non-first record must end at or below this
+                                                # (batch_size_bytes, less a legacy wrapper)
+    cdef Py_ssize_t _end_bytes                  # min(_limit_bytes, _records_buf's capacity): an
+                                                # append ending past it takes the cold path
     cdef int32_t _record_count                  # records appended; the next one's offset (delta)
     cdef readonly Py_ssize_t batch_size_bytes   # a non-first record must end at or below this
     cdef readonly Py_ssize_t max_request_size_bytes  # no batch, even of one record, is larger
@@ -94,16 +113,23 @@ cdef class PooledBatch:
     cdef int _view_count                        # exported buffer views still alive
     cdef str _kind                              # "batch" or "set": the noun of error messages
 
-    # Takes buffer (a subclass's __cinit__ calls this first).
-    cdef int _claim(self, PooledBuffer buffer, str kind) except -1
+    # Takes buffer (a subclass's __cinit__ calls this first); limit_bytes: _limit_bytes.
+    cdef int _claim(self, PooledBuffer buffer, str kind, Py_ssize_t limit_bytes) except -1
     # Raises BatchStateError: "cannot <action> a <state> <kind>".
     cdef int _state_error(self, str action) except -1
-    # Swaps the (still empty) records buffer for one of size_bytes, or raises
-    # BufferPoolExhausted.
-    cdef int _swap_for_larger(self, Py_ssize_t size_bytes) except -1
-    # A buffer of size_bytes for the compressed copy, or None if the pool has no room.
+    # Moves the records (still OPEN: no view exported) to a buffer of at least needed_bytes
+    # of the next size class up.  1 if moved; 0 if the pool has no room now -- or, for a
+    # first record (first=True), raises BufferPoolExhausted.
+    cdef int _grow(self, Py_ssize_t needed_bytes, bint first) except -1
+    # The cold path of an append of record_bytes (not the first record) past _end_bytes:
+    # 1 once there is room (grown), 0 when the batch is full (past _limit_bytes, or no
+    # memory to grow into now: it is sent as it is, as Kafka's own full batches).
+    cdef int _make_room(self, Py_ssize_t record_bytes) except -1
+    # A buffer of size_bytes for the compressed copy (the pool's reserve when it has no
+    # other room), or None.
     cdef PooledBuffer _compression_output(self, Py_ssize_t size_bytes)
-    # The compressed copy in out (size_bytes of it) becomes the sealed bytes.
+    # The compressed copy in out (size_bytes of it) becomes the sealed bytes (moved into
+    # _records_buf when out is the pool's reserve).
     cdef void _use_compressed(self, PooledBuffer out, Py_ssize_t size_bytes) noexcept
     # Subclass: make the bytes final (compress, header, CRC); _state stays BATCH_OPEN.
     cdef int _seal(self) except -1

@@ -1,13 +1,14 @@
 """Batch memory: a bounded pool of buffers, and the life cycle every pooled batch shares.
 
-A BufferPool hands out PooledBuffers of one size (a one-off larger buffer for a
-first record that needs it), all of them bounded by total_bytes.  PooledBatch is the
+A BufferPool hands out PooledBuffers in size classes (a one-off larger buffer for a
+first record that needs it), all of them bounded by total_bytes; a batch starts
+small and grows a class at a time while OPEN.  PooledBatch is the
 base of both builders -- _batch.RecordBatchBuilder (v2) and
 _legacy.LegacyMessageSetBuilder (v0/v1) -- so the accumulator and the sender drive
 either through one interface: the batch's buffers, its states and the read-only
 export of its sealed bytes.
 
-Life of a batch:  OPEN (appends) -> seal() -> SEALED (bytes exported, read-only) ->
+Life of a batch:  OPEN (appends; the records may move to a larger buffer) -> seal() -> SEALED (bytes exported, read-only) ->
 mark_acknowledged() / mark_failed() -> DONE -> release() -> RELEASED.  Its memory goes
 back to the pool only from DONE with no exported view alive: bytes that may still be
 on their way to a socket are never reused.
@@ -28,6 +29,7 @@ from cpython.pythread cimport (
 )
 from libc.stdint cimport INT32_MAX
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 from netkafka.record._compression cimport CODEC_NONE
 
@@ -40,17 +42,25 @@ _STATE_NAMES = ("open", "sealed", "done", "released")
 
 @cython.final
 cdef class BufferPool:
-    """Fixed-size buffers for record batches, with a bound on the memory they take.
+    """Buffers for record batches in size classes, with a bound on the memory they take.
 
-    Buffers are allocated on first demand and then reused: a released pooled buffer
-    goes to a free list, not back to malloc, so steady-state batching allocates
-    nothing.  A request larger than buffer_size_bytes (a batch whose first record
+    The classes are min_buffer_bytes, doubled while below buffer_size_bytes, and
+    buffer_size_bytes itself.  A batch starts in a buffer of the smallest class and
+    moves up a class when an append does not fit (PooledBatch._grow), so memory is
+    charged for what batches hold, not for batch_size per open batch: with 1 MiB
+    batches and 32 MiB, 100 partitions used to find the pool empty after 32 open
+    batches.  A request larger than buffer_size_bytes (a batch whose first record
     alone is larger) gets a one-off buffer, counted against total_bytes while in use
-    and freed on release; cached free buffers are dropped to make room for it.
+    and freed on release.
+
+    Buffers are allocated on first demand and then reused: a released buffer goes to
+    its class's free list, not back to malloc, so steady-state batching allocates
+    nothing.  Cached free buffers count against total_bytes too; when a request finds
+    no room they are freed, largest class first, to make it.
 
     Thread safety: acquire/try_acquire run on user threads (the accumulator), release
     on I/O threads (or wherever a forgotten buffer is garbage-collected).  _mutex, a C
-    lock held only around a few lines of C, guards the free list and the counts.
+    lock held only around a few lines of C, guards the free lists and the counts.
     Blocked acquires sleep on _lock, a threading.Condition that guards no state: a
     release notifies it only when _waiters says someone sleeps there, so giving
     memory back never runs Python code otherwise (it may run from __dealloc__, even
@@ -64,34 +74,50 @@ cdef class BufferPool:
     (measured: 14% of the records of the 100 B lz4 throughput row, send(), in
     bench/; the topic's log showed them).  The reserve is lent to one sealing thread
     at a time, others wait with the GIL released: no deadlock, as its holder only
-    compresses before giving it back (the Compressor's lock serialises compressing
-    anyway).  When the copy is used, the batch's plain buffer (of the same size)
-    becomes the reserve.  A pool of fewer than two buffers has no reserve.
+    compresses (and copies the result back, below) before giving it back (the
+    Compressor's lock serialises compressing anyway).  The reserve is of the largest class, so it holds the compressed copy
+    of any batch of up to batch_size (pool_buffer_size_bytes), whatever class the
+    batch grew to.  It never leaves the pool: when the copy is used it moves into
+    the batch's own plain buffer (a copy is used only when smaller than the plain
+    bytes, so it fits) and the reserve is given back before seal() returns, never
+    lent while a batch waits to be sent.  A pool whose bound holds fewer than two
+    buffers of the largest class has no reserve.
 
     Args:
-        buffer_size_bytes: capacity of each pooled buffer (see pool_buffer_size_bytes).
+        buffer_size_bytes: capacity of the largest class (see pool_buffer_size_bytes),
+            and of the compression reserve.
         total_bytes: bound on the capacity of all buffers alive, in use or cached, the
             reserve included.
+        min_buffer_bytes: capacity of the smallest class; None: buffer_size_bytes (one
+            class: every batch takes a whole buffer from the start).
         compression_reserve: set one buffer aside for compressed copies.
     """
 
     def __cinit__(self, Py_ssize_t buffer_size_bytes, Py_ssize_t total_bytes,
-                  bint compression_reserve=False):
+                  min_buffer_bytes=None, bint compression_reserve=False):
+        cdef Py_ssize_t size
         if buffer_size_bytes <= 0:
             raise ValueError(f"buffer_size_bytes must be positive, got {buffer_size_bytes}")
         if total_bytes < buffer_size_bytes:
             raise ValueError(f"total_bytes ({total_bytes}) must be at least "
                              f"buffer_size_bytes ({buffer_size_bytes})")
+        size = buffer_size_bytes if min_buffer_bytes is None else min_buffer_bytes
+        if not 0 < size <= buffer_size_bytes:
+            raise ValueError(f"min_buffer_bytes={min_buffer_bytes} must be positive and at "
+                             f"most buffer_size_bytes={buffer_size_bytes}")
         self.buffer_size_bytes = buffer_size_bytes
+        self.min_buffer_bytes = size
         self.total_bytes = total_bytes
+        while size < buffer_size_bytes:
+            self._class_bytes[self._class_count] = size
+            self._class_count += 1
+            size *= 2
+        self._class_bytes[self._class_count] = buffer_size_bytes
+        self._class_count += 1
         self._lock = threading.Condition(threading.Lock())
         self._mutex = PyThread_allocate_lock()
         if self._mutex == NULL:
             raise MemoryError("cannot allocate a lock")
-        self._free_slots = total_bytes // buffer_size_bytes
-        self._free = <unsigned char **>malloc(self._free_slots * sizeof(unsigned char *))
-        if self._free == NULL:
-            raise MemoryError()
         if compression_reserve and total_bytes >= 2 * buffer_size_bytes:
             self._reserve_lock = PyThread_allocate_lock()
             self._reserve = <unsigned char *>malloc(buffer_size_bytes)
@@ -102,11 +128,10 @@ cdef class BufferPool:
 
     def __dealloc__(self):
         # Every handed-out buffer holds a reference to its pool, so none is in use here.
-        cdef Py_ssize_t i
-        if self._free != NULL:
-            for i in range(self._free_count):
-                free(self._free[i])
-            free(self._free)
+        cdef int i
+        for i in range(self._class_count):
+            while self._free[i] != NULL:
+                free(_pop_free(&self._free[i]))
         if self._mutex != NULL:
             PyThread_free_lock(self._mutex)
         # A lent reserve holds a reference to the pool: the reserve is home here.
@@ -128,8 +153,19 @@ cdef class BufferPool:
         """Bytes that could still be handed out (total_bytes - in_use_bytes)."""
         return self.total_bytes - self.in_use_bytes
 
+    @property
+    def size_classes(self):
+        """The capacities of the size classes, smallest first."""
+        return tuple(self._class_bytes[i] for i in range(self._class_count))
+
+    def capacity_for(self, Py_ssize_t size_bytes):
+        """The capacity a request for size_bytes (0: the smallest class) is given."""
+        cdef int size_class = self._class_for(size_bytes)
+        return size_bytes if size_class < 0 else self._class_bytes[size_class]
+
     def try_acquire(self, Py_ssize_t size_bytes=0):
-        """A buffer of at least size_bytes (0: buffer_size_bytes), or None when the
+        """A buffer of the smallest class holding size_bytes (0: the smallest class;
+        above buffer_size_bytes: a one-off buffer of size_bytes), or None when the
         pool has no room for it now.
 
         Raises:
@@ -166,6 +202,13 @@ cdef class BufferPool:
         self._waiters += change
         PyThread_release_lock(self._mutex)
 
+    cdef int _class_for(self, Py_ssize_t size_bytes) noexcept:
+        cdef int i
+        for i in range(self._class_count):
+            if size_bytes <= self._class_bytes[i]:
+                return i
+        return -1
+
     cdef PooledBuffer _take_reserve(self):
         # Waits (GIL released) while another thread compresses into the reserve.
         cdef PooledBuffer buf = PooledBuffer.__new__(PooledBuffer)
@@ -175,7 +218,7 @@ cdef class BufferPool:
         self._reserve = NULL
         self.reserve_lends += 1
         buf.capacity_bytes = self.buffer_size_bytes
-        buf.pooled = True
+        buf.size_class = self._class_count - 1
         buf.reserve = True
         buf.pool = self
         return buf
@@ -188,28 +231,35 @@ cdef class BufferPool:
 
     cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes):
         # Thread-safe.  None when there is no room now.
-        cdef Py_ssize_t capacity = max(size_bytes, self.buffer_size_bytes)
-        cdef bint pooled = capacity == self.buffer_size_bytes
+        cdef int size_class = self._class_for(size_bytes)
+        cdef Py_ssize_t capacity = size_bytes
         cdef unsigned char *data = NULL
         cdef bint room = True
+        cdef int i
         cdef PooledBuffer buf
+        if size_class >= 0:
+            capacity = self._class_bytes[size_class]
         if capacity > self.total_bytes:
             raise ValueError(f"a buffer of {size_bytes} bytes was asked of a pool bounded "
                              f"to {self.total_bytes} bytes (buffer_memory)")
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
-        if pooled and self._free_count:
-            self._free_count -= 1
-            data = self._free[self._free_count]
+        if size_class >= 0 and self._free[size_class] != NULL:
+            data = _pop_free(&self._free[size_class])
+            self._cached_bytes -= capacity
         else:
-            # Cached buffers count against the bound too: drop some if needed.
-            while (self._in_use_bytes + self._free_count * self.buffer_size_bytes
-                   + capacity > self.total_bytes and self._free_count):
-                self._free_count -= 1
-                free(self._free[self._free_count])
-            room = (self._in_use_bytes + self._free_count * self.buffer_size_bytes
-                    + capacity <= self.total_bytes)
+            # Cached buffers count against the bound too: drop some if needed, the
+            # largest first (the fewest frees to make room).
+            i = self._class_count - 1
+            while self._in_use_bytes + self._cached_bytes + capacity > self.total_bytes \
+                    and self._cached_bytes:
+                while self._free[i] == NULL:
+                    i -= 1
+                free(_pop_free(&self._free[i]))
+                self._cached_bytes -= self._class_bytes[i]
+            room = self._in_use_bytes + self._cached_bytes + capacity <= self.total_bytes
             if room:
-                data = <unsigned char *>malloc(capacity)
+                # At least a pointer: a cached buffer holds its free list's link.
+                data = <unsigned char *>malloc(max(capacity, <Py_ssize_t>sizeof(void *)))
         if data != NULL:
             self._in_use_bytes += capacity
         PyThread_release_lock(self._mutex)
@@ -220,19 +270,21 @@ cdef class BufferPool:
         buf = PooledBuffer.__new__(PooledBuffer)
         buf.data = data
         buf.capacity_bytes = capacity
-        buf.pooled = pooled
+        buf.size_class = size_class
         buf.pool = self
         return buf
 
     cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes,
-                         bint pooled) noexcept:
+                         int size_class) noexcept:
         # Runs on whatever thread releases (an I/O thread, or the garbage collector).
+        # A cached buffer stays within the bound: it was counted in use until now.
         cdef int waiters
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
         self._in_use_bytes -= capacity_bytes
-        if pooled and self._free_count < self._free_slots:
-            self._free[self._free_count] = data
-            self._free_count += 1
+        if size_class >= 0:
+            memcpy(data, &self._free[size_class], sizeof(void *))
+            self._free[size_class] = data
+            self._cached_bytes += capacity_bytes
         else:
             free(data)
         waiters = self._waiters
@@ -240,6 +292,13 @@ cdef class BufferPool:
         if waiters:
             with self._lock:
                 self._lock.notify_all()
+
+
+cdef inline unsigned char *_pop_free(unsigned char **head) noexcept:
+    # The first buffer of a non-empty free list; its first bytes link to the next.
+    cdef unsigned char *data = head[0]
+    memcpy(head, data, sizeof(void *))
+    return data
 
 
 @cython.final
@@ -259,7 +318,12 @@ cdef class PooledBuffer:
                 self.reserve = False
                 self.pool._return_reserve(data)
             else:
-                self.pool._give_back(data, self.capacity_bytes, self.pooled)
+                self.pool._give_back(data, self.capacity_bytes, self.size_class)
+
+    @property
+    def pooled(self):
+        """True: returns to its size class's free list; False: a one-off buffer."""
+        return self.size_class >= 0
 
     @property
     def released(self):
@@ -315,15 +379,23 @@ cdef class PooledBatch:
             raise TypeError("PooledBatch is the base of RecordBatchBuilder and "
                             "LegacyMessageSetBuilder: construct one of those")
 
-    cdef int _claim(self, PooledBuffer buffer, str kind) except -1:
+    cdef int _claim(self, PooledBuffer buffer, str kind, Py_ssize_t limit_bytes) except -1:
         if buffer.claimed:
             raise BatchStateError("buffer already belongs to another builder")
         if buffer.data == NULL:
             raise BatchStateError("buffer was released")
+        if buffer.capacity_bytes < limit_bytes and buffer.pool.buffer_size_bytes < limit_bytes:
+            # It could grow only into one-off buffers, malloc'd and freed per batch.
+            raise ValueError(f"a {kind} of up to {limit_bytes} bytes cannot start in a buffer of "
+                             f"{buffer.capacity_bytes} bytes from a pool of buffer_size_bytes="
+                             f"{buffer.pool.buffer_size_bytes}: take it from a pool of "
+                             f"buffer_size_bytes >= batch_size_bytes")
         buffer.claimed = True
         self._kind = kind
         self._records_buf = buffer
         self._data = buffer.data
+        self._limit_bytes = limit_bytes
+        self._end_bytes = min(limit_bytes, buffer.capacity_bytes)
         self.sealed_codec = CODEC_NONE
         self._state = BATCH_OPEN
         return 0
@@ -331,19 +403,36 @@ cdef class PooledBatch:
     cdef int _state_error(self, str action) except -1:
         raise BatchStateError(f"cannot {action} a {_STATE_NAMES[self._state]} {self._kind}")
 
-    cdef int _swap_for_larger(self, Py_ssize_t size_bytes) except -1:
-        # For a first record larger than the buffer: nothing is written yet.
-        cdef BufferPool pool = self._records_buf.pool
-        cdef PooledBuffer larger = pool._try_acquire(size_bytes)
+    cdef int _grow(self, Py_ssize_t needed_bytes, bint first) except -1:
+        # Only while OPEN, when no view of the bytes exists (__getbuffer__ refuses an
+        # open batch), so moving them can surprise no reader.  The next class up at
+        # least (doubling keeps the copies to about one per byte of a full batch).
+        cdef PooledBuffer old = self._records_buf
+        cdef BufferPool pool = old.pool
+        cdef PooledBuffer larger
+        if self._state != BATCH_OPEN:
+            self._state_error("grow")
+        larger = pool._try_acquire(
+            max(needed_bytes, min(2 * old.capacity_bytes, pool.buffer_size_bytes)))
         if larger is None:
-            raise BufferPoolExhausted(
-                f"a {size_bytes}-byte buffer for a record larger than batch_size_bytes="
-                f"{self.batch_size_bytes} is not available: {pool.available_bytes} of "
-                f"{pool.total_bytes} bytes free")
+            if first:
+                raise BufferPoolExhausted(
+                    f"a {needed_bytes}-byte buffer for the first record is not available: "
+                    f"{pool.available_bytes} of {pool.total_bytes} bytes free")
+            return 0
         larger.claimed = True
-        self._records_buf._give_back()
+        memcpy(larger.data, self._data, self._pos_bytes)
+        old._give_back()
         self._records_buf = larger
         self._data = larger.data
+        self._end_bytes = min(self._limit_bytes, larger.capacity_bytes)
+        return 1
+
+    cdef int _make_room(self, Py_ssize_t record_bytes) except -1:
+        cdef Py_ssize_t needed = self._pos_bytes + record_bytes
+        if needed <= self._limit_bytes and self._grow(needed, False):
+            return 1
+        self._full = True
         return 0
 
     cdef PooledBuffer _compression_output(self, Py_ssize_t size_bytes):
@@ -358,26 +447,26 @@ cdef class PooledBatch:
         if size_bytes > pool.total_bytes:
             return None
         out = pool._try_acquire(size_bytes)
-        if (out is None and pool.has_compression_reserve and self._records_buf.pooled
+        if (out is None and pool.has_compression_reserve
                 and size_bytes <= pool.buffer_size_bytes):
             out = pool._take_reserve()
         return out
 
     cdef void _use_compressed(self, PooledBuffer out, Py_ssize_t size_bytes) noexcept:
         # The plain records will never be sent: their memory goes back to the pool
-        # now -- or becomes the pool's reserve when the copy was written there.
-        cdef unsigned char *plain
-        out.claimed = True
-        self._sealed_buf = out
+        # now.  A copy written in the pool's reserve moves into the plain buffer
+        # instead (size_bytes is less than the plain bytes), and the reserve goes
+        # back at once (BufferPool's docstring says why).
         self._sealed_size_bytes = size_bytes
         self.sealed_codec = self.codec
         if out.reserve:
-            out.reserve = False
-            plain = self._records_buf.data
-            self._records_buf.data = NULL
-            out.pool._return_reserve(plain)
-        else:
-            self._records_buf._give_back()
+            memcpy(self._data, out.data, size_bytes)
+            out._give_back()
+            self._sealed_buf = self._records_buf
+            return
+        out.claimed = True
+        self._sealed_buf = out
+        self._records_buf._give_back()
         self._data = NULL
 
     cdef int _seal(self) except -1:
