@@ -131,7 +131,9 @@ class ProducerConfig(Mapping):
     # delivery_timeout_ms bounds retrying in practice.
     retries: object = _INT32_MAX
     batch_size: int = 16384
-    linger_ms: int = 0  # kafka-python's default (Java 4.x has 5)
+    # kafka-python's default (Java 4.x has 5).  A batch whose partition still has batches
+    # queued for the broker stays open past it (as Java's do), up to 100 ms more.
+    linger_ms: int = 0
     partitioner: object = "default"
     buffer_memory: int = 32 * _MiB
     max_block_ms: int = 60000
