@@ -285,6 +285,17 @@ def test_sasl_authenticate_request_matches_kafka_python(version, auth_bytes):
     assert ours == kafka_python_request(KpSaslAuthenticateRequest, version, auth_bytes=auth_bytes)
 
 
+def kafka_python_produce_request(version, acks, timeout_ms, topic_data, topic_ids):
+    """kafka-python's encoding of the same Produce request: the reference bytes."""
+    Topic = KpProduceRequest.TopicProduceData
+    return kafka_python_request(KpProduceRequest, version, transactional_id=None, acks=acks,
+                                timeout_ms=timeout_ms, topic_data=[
+        Topic(**({"topic_id": topic_ids[name]} if version >= 13 else {"name": name}),
+              partition_data=[Topic.PartitionProduceData(index=p, records=bytes(b))
+                              for p, b in parts], version=version)
+        for name, parts in topic_data.items()])
+
+
 @pytest.mark.parametrize("version", PRODUCE_ENCODED_VERSIONS)
 def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
     batches = {("t1", 0): build_batch([(b"k", b"v0", [])], 1000),
@@ -297,13 +308,7 @@ def test_produce_request_matches_kafka_python_and_copies_no_batch(version):
     buffers = encode_produce_request(
         CORRELATION_ID, CLIENT_ID, version, -1, 30000, topic_data, topic_ids=topic_ids)
 
-    Topic = KpProduceRequest.TopicProduceData
-    theirs = kafka_python_request(KpProduceRequest, version, transactional_id=None, acks=-1,
-                                  timeout_ms=30000, topic_data=[
-        Topic(**({"topic_id": topic_ids[name]} if version >= 13 else {"name": name}),
-              partition_data=[Topic.PartitionProduceData(index=p, records=bytes(b))
-                              for p, b in parts], version=version)
-        for name, parts in topic_data.items()])
+    theirs = kafka_python_produce_request(version, -1, 30000, topic_data, topic_ids)
     assert joined(buffers) == theirs
     assert struct.unpack_from(">i", buffers[0])[0] == len(theirs) - 4
     # Every batch is in the list as a view of its own memory, not a copy.
@@ -365,13 +370,7 @@ def test_produce_request_matches_kafka_python_at_multi_byte_lengths(version):
     buffers = encode_produce_request(
         CORRELATION_ID, CLIENT_ID, version, 1, 1500, topic_data, topic_ids=topic_ids)
 
-    Topic = KpProduceRequest.TopicProduceData
-    theirs = kafka_python_request(KpProduceRequest, version, transactional_id=None, acks=1,
-                                  timeout_ms=1500, topic_data=[
-        Topic(**({"topic_id": topic_ids[name]} if version >= 13 else {"name": name}),
-              partition_data=[Topic.PartitionProduceData(index=p, records=bytes(b))
-                              for p, b in parts], version=version)
-        for name, parts in topic_data.items()])
+    theirs = kafka_python_produce_request(version, 1, 1500, topic_data, topic_ids)
     assert joined(buffers) == theirs
     assert struct.unpack_from(">i", buffers[0])[0] == len(theirs) - 4
 
