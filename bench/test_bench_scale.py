@@ -271,14 +271,27 @@ def test_partitions(benchmark, request, topic_name, layout):
         benchmark.extra_info.update({"suite": "scale_partitions", "clients": rows})
         for name, contestant in contestants.items():
             held = sum(peers.acknowledged_records(bootstrap, topic) for topic in topics[name])
-            assert held == contestant.records_sent, (
-                f"{name}'s topics hold {held} records, {contestant.records_sent} were sent; "
-                f"{_retries(contestant.runner)}")
+            resent = _resent_records(contestant.runner)
+            assert contestant.records_sent <= held <= contestant.records_sent + resent, (
+                f"{name}'s topics hold {held} records, {contestant.records_sent} were sent, "
+                f"{resent} resent; {_retries(contestant.runner)}")
+
+
+def _resent_records(runner):
+    """The records a client sent again (0 when it does not say): acks=1 without
+    idempotence is at-least-once, and a batch resent after its request went unanswered
+    (request_timeout_ms, a lost connection) may be stored twice: a frozen broker shows
+    it (tests/test_delivery.py), and two runs of the 1,000 topics x 4 row at load ~20
+    stored 2,543 and 3,193 records more than the 150,000 sent, before this count was
+    kept.  Every resend is counted (record-retry-total, the resent batches' records),
+    so copies beyond those are a bug."""
+    if not isinstance(runner, peers.NetkafkaRunner):
+        return 0
+    return runner._producer.metrics()["producer-metrics"]["record-retry-total"]
 
 
 def _retries(runner):
-    """What explains extra records (acks=1 without idempotence: a batch resent after
-    a lost answer is stored twice): netkafka's retry and error counters."""
+    """netkafka's retry and error counters, for a failed count."""
     if not isinstance(runner, peers.NetkafkaRunner):
         return "no retry counters for this client"
     own = runner._producer.metrics()["netkafka"]

@@ -100,3 +100,36 @@ def test_delivery_timeout_fails_records_and_the_partition_recovers(kafka_broker,
     # append it once it runs again); every acknowledged one is there, once, in order.
     assert values[0] == b"before" and values[-5:] == [b"after-%d" % i for i in range(5)]
     assert len(values) == len(set(values))
+
+
+def test_acks_1_request_timed_out_on_a_frozen_broker_is_resent_and_counted(kafka_broker,
+                                                                          topic_name):
+    """acks=1 without idempotence is at-least-once: a request that times out closes the
+    connection and its batches go again, and the frozen broker may still append the
+    first copy when it runs.  A copy in the log beyond the first needs a resend, and
+    every resend is counted: the extra copies are at most the resent batches' records
+    (record-retry-total), so a count of 0 retries means no duplicate."""
+    node = session_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, acks=1, enable_idempotence=False,
+                  request_timeout_ms=1000, delivery_timeout_ms=60000, retry_backoff_ms=100,
+                  max_block_ms=30000, reconnect_backoff_max_ms=200) as p:
+        p.send(topic_name, b"before").get(30)
+        node.pause()
+        try:
+            frozen = [p.send(topic_name, b"frozen-%d" % i) for i in range(5)]
+            deadline = time.monotonic() + 30
+            while p.metrics()["netkafka"]["sender_batches_retried"] == 0:
+                assert time.monotonic() < deadline, "no request timed out within 30 s"
+                time.sleep(0.1)
+        finally:
+            node.resume()
+        p.flush(60)
+        assert all(f.succeeded() for f in frozen), [f.exception for f in frozen]
+        groups = p.metrics()
+    retried_records = groups["producer-metrics"]["record-retry-total"]
+    assert retried_records >= 1
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
+    sent = [b"before"] + [b"frozen-%d" % i for i in range(5)]
+    assert set(values) == set(sent)
+    assert 0 <= len(values) - len(sent) <= retried_records, (values, retried_records)

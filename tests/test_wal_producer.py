@@ -251,6 +251,10 @@ def test_records_whose_delivery_timed_out_are_spooled_and_sent_when_the_broker_i
                     future.get(30)
                 assert isinstance(caught.value.__cause__, KafkaTimeoutError)
             assert p.metrics()["netkafka"]["records_spooled"] >= 5
+            # Still frozen: the spool sends the batches again at each delivery timeout
+            # (bytes the broker may hold already), and every attempt counts.
+            wait_for(lambda: p.metrics()["netkafka"]["records_spool_sent"] >= 10, 30,
+                     "a second resend of the spooled records")
         finally:
             node.resume()
         wait_for(lambda: p.metrics()["netkafka"]["records_spool_delivered"] >= 5, 60,
@@ -259,6 +263,9 @@ def test_records_whose_delivery_timed_out_are_spooled_and_sent_when_the_broker_i
         assert metrics["netkafka"]["records_spool_failed"] == 0
         assert metrics["netkafka"]["spool_batches"] == 0
         assert metrics["netkafka-wal"]["live_batches"] == 0
+        # Every outcome of a spooled batch follows a resend of it.
+        assert (metrics["netkafka"]["records_spool_sent"]
+                >= metrics["netkafka"]["records_spool_delivered"] >= 5)
     values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
     # At least once: a request the frozen broker held may be appended when it runs
     # again, before the spool's copy.

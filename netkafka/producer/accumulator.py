@@ -688,17 +688,26 @@ class RecordAccumulator(AccumulatorCore):
             (batch_crc,) = struct.unpack_from(">I", view, 17)
             self._wal.log_restamp(batch.wal_id, builder.producer_id, builder.producer_epoch,
                                   builder.base_sequence, batch_crc)
+        # Counted before the sender has it (as _hand_over counts): an I/O thread may
+        # complete it before send() returns.  Each attempt counts: the bytes may be in
+        # the broker's log already, and the sender counts none of this as a retry.
+        self._count_spool_sent(count)
         try:
             self._sender.send(topic, partition, builder, count,
                               on_done=functools.partial(self._on_spool_delivered, batch,
                                                         view),
                               wal_id=batch.wal_id)
         except BaseException:
+            self._count_spool_sent(-count)
             if builder.producer_id >= 0:
                 self._idempotence.release_sequence(topic, partition, builder.producer_id,
                                                    builder.producer_epoch,
                                                    builder.base_sequence, count)
             raise
+
+    def _count_spool_sent(self, records):
+        with self._state_lock:
+            self._metrics["records_spool_sent"] += records
 
     def _on_spool_delivered(self, batch, view, result, error):
         """A spooled batch's outcome (an I/O thread): delivered, timed out again (kept
@@ -853,7 +862,10 @@ class RecordAccumulator(AccumulatorCore):
         """Counters: batches_created, batches_sent, records_sent, bytes_sent,
         records_acknowledged, records_failed, records_dropped (refused for lack of
         memory, backoff='drop'), with the spool records_spooled (delivery timed out,
-        kept), records_spool_delivered, records_spool_failed (for good) and
+        kept), records_spool_sent (handed to the sender again, at every attempt: a
+        batch kept again after another timeout counts again -- resends the sender's
+        batches_retried does not count, whose bytes the broker may hold already),
+        records_spool_delivered, records_spool_failed (for good) and
         spool_batches (waiting now), records_untracked_failed (those of records_failed
         sent with no future: produce()); batches_incomplete; buffer_total_bytes and
         buffer_available_bytes."""
@@ -865,7 +877,8 @@ class RecordAccumulator(AccumulatorCore):
                     "records_untracked_failed"):
             snapshot.setdefault(key, 0)
         if self._spool is not None:
-            for key in ("records_spooled", "records_spool_delivered", "records_spool_failed"):
+            for key in ("records_spooled", "records_spool_sent", "records_spool_delivered",
+                        "records_spool_failed"):
                 snapshot.setdefault(key, 0)
             snapshot["spool_batches"] = self._spool.pending
         snapshot["buffer_total_bytes"] = self._pool.total_bytes

@@ -686,9 +686,13 @@ class Producer(ProducerCore):
         name's window and what it counts), and "netkafka": netkafka's own counters
         -- the accumulator's (batches_created, records_sent, records_acknowledged,
         records_failed, records_dropped, records_untracked_failed -- those of
-        produce() --, buffer_*), the sender's prefixed "sender_" (batches
-        acknowledged, failed, retried, dropped at a full connection, errors per
-        broker error code), and with idempotence producer_id, producer_epoch,
+        produce() --, buffer_*, and with the spool records_spooled,
+        records_spool_sent -- each resend of a spooled batch --,
+        records_spool_delivered, records_spool_failed, spool_batches), the
+        sender's prefixed "sender_" (batches acknowledged, failed, retried -- every
+        resend, after an error code or a request left unanswered --, dropped at a
+        full connection, errors per broker error code), and with idempotence
+        producer_id, producer_epoch,
         producer_ids_fetched, producer_epoch_bumps,
         partitions_restarted; a transactional producer's transactions_committed,
         transactions_aborted, transaction_partitions_added and

@@ -318,7 +318,12 @@ class Sender:
 
     def metrics(self):
         """Counters: batches/records acknowledged, failed, retried, dropped;
-        batches pending; "errors.<NAME>" per error code brokers answered."""
+        batches pending; "errors.<NAME>" per error code brokers answered.
+        batches_retried counts every batch queued again after it went out: a
+        retriable error code (also in errors.<NAME>), or a request with no answer
+        (request_timeout_ms, a connection lost: in no errors.<NAME>) -- the one way
+        the sender sends a batch's bytes twice (the accumulator's spool counts its
+        own, records_spool_sent)."""
         with self._lock:
             snapshot = dict(self._metrics)
             snapshot["batches_pending"] = self._pending
