@@ -17,7 +17,7 @@ from netkafka import Producer, errors
 from netkafka.client.connection import READY, RESOLVING, ConnectionConfig, _exponential_ms
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
-from netkafka.client.resolver import host_port
+from netkafka.client.resolver import host_port, resolve
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import Cluster, Listener
 from netkafka.testing.proxy import TcpProxy, proxy_listener
@@ -156,6 +156,32 @@ def test_canonical_mode_names_bootstrap_addresses_by_their_reverse_entry(kafka_b
     # address; a broker named by metadata keeps its advertised host.
     assert bootstrap.attempt_address == (canonical, "127.0.0.1")
     assert known.attempt_address == ("127.0.0.1", "127.0.0.1")
+
+
+@pytest.mark.parametrize("forward, expected", [
+    (["10.0.0.7", "127.0.0.1"], "broker.example"),  # the name leads back: it is used
+    (["10.0.0.7"], "127.0.0.1"),  # the reverse zone names a host that is elsewhere
+    (None, "127.0.0.1"),  # the reverse name does not resolve at all
+])
+def test_canonical_name_is_used_only_when_it_resolves_back_to_the_address(
+        monkeypatch, forward, expected):
+    # Java's getCanonicalHostName() checks the reverse entry forward; so does netkafka,
+    # so that a reverse zone alone cannot pick the name TLS verifies.  The system's
+    # resolver is replaced: no DNS here can be made to lie on purpose.
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != "broker.example":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        if forward is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port or 0)) for ip in forward]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "getnameinfo", lambda sockaddr, flags: ("broker.example", "0"))
+    (address,) = resolve("127.0.0.1", 9092, canonical=True)
+    assert address.host == expected
+    assert address.sockaddr == ("127.0.0.1", 9092)
 
 
 def test_canonical_bootstrap_name_is_the_one_tls_verifies(secured_broker, topic_name):

@@ -14,7 +14,8 @@ client_dns_lookup, the Java client's ``client.dns.lookup``:
 - ``resolve_canonical_bootstrap_servers_only``: each address of a *bootstrap* name is
   looked up in reverse, and that canonical name becomes the bootstrap host TLS and SASL
   see (Kerberos principals and certificates name the host behind a DNS alias); an
-  address without a reverse entry keeps its literal, as Java's getCanonicalHostName().
+  address without a reverse entry, or whose reverse name does not resolve back to it,
+  keeps its literal, as Java's getCanonicalHostName().
   Brokers named by metadata are resolved as with use_all_dns_ips.
 """
 import ipaddress
@@ -89,8 +90,15 @@ def _addresses(host, infos):
 
 
 def _canonical_name(sockaddr):
+    """The address's reverse entry if that name resolves forward to the address again,
+    else the address's literal (as Java's getCanonicalHostName): whoever controls the
+    reverse zone must not choose, alone, the name TLS verifies and Kerberos asks for."""
+    literal = sockaddr[0]
     try:
         name, _ = socket.getnameinfo(sockaddr, socket.NI_NAMEREQD)
-    except OSError:
-        return sockaddr[0]
+        forward = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError:  # no reverse entry, or its name does not resolve
+        return literal
+    if not any(info[4][0] == literal for info in forward):
+        return literal
     return name
