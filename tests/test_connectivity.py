@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from broker_proxy import MetadataProxy
 from netkafka import Producer, errors
 from netkafka.client.connection import READY, RESOLVING, ConnectionConfig, _exponential_ms
 from netkafka.client.io_pool import IOPool
@@ -367,3 +368,52 @@ def test_without_rebootstrap_sends_to_an_unreachable_cluster_time_out(
         rebootstraps = producer._metadata.rebootstraps
     assert rebootstraps == 0
     assert [r.value for r in read_topic(node.bootstrap, topic_name, 1)] == [b"before"]
+
+
+def _naming(proxy):
+    """A Metadata rewrite: every broker at proxy's address."""
+    def rewrite(fields):
+        return {**fields, "brokers": [type(b)(node_id=b.node_id, host="127.0.0.1",
+                                              port=proxy.port, rack=b.rack)
+                                      for b in fields["brokers"]]}
+    return rewrite
+
+
+@pytest.mark.parametrize("strategy", ["rebootstrap", "none"])
+def test_rebootstrap_required_answer_sends_the_next_request_to_bootstrap_servers(
+        kafka_broker, topic_name, strategy):
+    # KIP-1102: a broker may answer Metadata (v13+) with the top-level error
+    # REBOOTSTRAP_REQUIRED.  Real brokers do not send it on their own, so two fake brokers
+    # in front of the real one do (tests/broker_proxy.py): "bootstrap" is what the
+    # producer is given, its answers name "known" as the cluster's broker; once armed,
+    # "known" answers every Metadata request with the error.  Produce passes through.
+    target = ("127.0.0.1", _port(kafka_broker.bootstrap))
+    known, bootstrap = MetadataProxy(target), MetadataProxy(target)
+    bootstrap.set_rewrite(_naming(known))
+    later = f"{topic_name}-later"
+    for topic in (topic_name, later):
+        create_topic(kafka_broker.bootstrap, topic, 1)
+    try:
+        with Producer(bootstrap_servers=bootstrap.bootstrap, max_block_ms=3000,
+                      metadata_recovery_strategy=strategy) as producer:
+            producer.send(topic_name, b"before").get(timeout=30)
+            bootstrap_answers = bootstrap.rewritten_count()
+            known.set_rewrite(lambda fields: {**fields, "error_code": 129})
+            if strategy == "rebootstrap":
+                producer.send(later, b"after").get(timeout=30)
+            else:
+                with pytest.raises(errors.KafkaTimeoutError, match=r"REBOOTSTRAP_REQUIRED"):
+                    producer.send(later, b"after")
+            rebootstraps = producer._metadata.rebootstraps
+    finally:
+        known.close()
+        bootstrap.close()
+    assert known.rewritten_count() >= 1  # the error was served
+    if strategy == "rebootstrap":
+        assert rebootstraps >= 1
+        assert bootstrap.rewritten_count() > bootstrap_answers
+        assert [r.value for r in read_topic(kafka_broker.bootstrap, later, 1)] == [b"after"]
+    else:
+        assert rebootstraps == 0
+        assert bootstrap.rewritten_count() == bootstrap_answers
+        assert read_topic(kafka_broker.bootstrap, later) == []

@@ -34,8 +34,10 @@ Re-bootstrap (KIP-899, ``metadata_recovery_strategy="rebootstrap"``): when no
 connection is ready and every known broker's connection has failed since it was
 last ready, the known brokers may all have moved (a cluster replaced behind its
 bootstrap name): the next requests go to the bootstrap addresses again, as at
-the start, until one answers.  With "none" (the default, as the Java 3.x
-client) only the known brokers are asked, however long they stay unreachable.
+the start, until one answers.  The same happens at once when a broker answers a
+Metadata request with REBOOTSTRAP_REQUIRED (KIP-1102, Metadata v13).  With "none"
+(the default, as the Java 3.x client and kafka-python, which has no such setting)
+only the known brokers are asked, however long they stay unreachable.
 
 Threads: refreshes are driven on I/O thread 0 (the "metadata thread"); the
 answer is handled on the thread of the connection it came from.  Every field
@@ -484,7 +486,10 @@ class Metadata:
         """Called with _lock held: a ready connection if any, else the next
         known broker, else the next bootstrap address."""
         try:
-            ready = [c for c in self._pool.connections() if c.state == "ready"]
+            # While re-bootstrapping only bootstrap connections count: a known broker that
+            # answered REBOOTSTRAP_REQUIRED is still ready, but not to be asked.
+            ready = [c for c in self._pool.connections() if c.state == "ready"
+                     and not (self._rebootstrapping and c.node_id >= 0)]
             if ready:
                 ready.sort(key=lambda c: c.node_id < 0)  # known brokers first
                 return ready[0]
@@ -510,13 +515,16 @@ class Metadata:
         connections = [self._pool.get(node_id) for node_id in self._snapshot.brokers]
         if not all(c is not None and c.consecutive_failures for c in connections):
             return False
+        self._start_rebootstrap_locked("every known broker ({}) is unreachable".format(
+            ", ".join(c.describe() for c in connections)))
+        return True
+
+    def _start_rebootstrap_locked(self, why):
         self._rebootstrapping = True
         self._rebootstraps += 1
         self._next_candidate = 0
-        _log.warning("every known broker (%s) is unreachable: asking bootstrap_servers for "
-                     "metadata again (metadata_recovery_strategy='rebootstrap')",
-                     ", ".join(c.describe() for c in connections))
-        return True
+        _log.warning("%s: asking bootstrap_servers for metadata again "
+                     "(metadata_recovery_strategy='rebootstrap')", why)
 
     def _on_answer(self, conn, future):
         with self._lock:
@@ -530,9 +538,18 @@ class Metadata:
             return
         response = future.result()
         if response.error_code:
-            # A top-level error (v13+, e.g. REBOOTSTRAP_REQUIRED): no usable answer.
-            self._on_answer_failed(conn, errors.error_for_code(
-                response.error_code, f"Metadata answer from {conn.describe()}"), now_ns)
+            # A top-level error (v13+): no usable answer.  REBOOTSTRAP_REQUIRED (KIP-1102)
+            # is the broker saying that the cluster the client knows is not the one to ask:
+            # with "rebootstrap", the bootstrap addresses are asked next, as when every known
+            # broker is unreachable; with "none" the answer just fails, as any other.
+            error = errors.error_for_code(response.error_code,
+                                          f"Metadata answer from {conn.describe()}")
+            if isinstance(error, errors.RebootstrapRequiredError) and self._rebootstrap:
+                with self._lock:
+                    if not self._rebootstrapping:
+                        self._start_rebootstrap_locked(
+                            f"{conn.describe()} answered REBOOTSTRAP_REQUIRED")
+            self._on_answer_failed(conn, error, now_ns)
             return
         try:
             check_metadata_response(response)
