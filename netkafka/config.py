@@ -116,8 +116,9 @@ class ProducerConfig(Mapping):
     netkafka's own: io_threads, high_watermark_bytes, low_watermark_bytes,
     backoff, interceptors, compression_level (and the Java client's per-codec
     compression_gzip_level / compression_lz4_level / compression_zstd_level).
-    The Java client's socket_connection_setup_timeout_max_ms and
-    metadata_recovery_strategy (KIP-899 re-bootstrap, client/metadata.py).
+    The Java client's socket_connection_setup_timeout_max_ms,
+    metadata_recovery_strategy (KIP-899 re-bootstrap, client/metadata.py) and
+    metadata_recovery_rebootstrap_trigger_ms (KIP-1102).
     """
 
     bootstrap_servers: object = "localhost:9092"
@@ -163,6 +164,9 @@ class ProducerConfig(Mapping):
     # KIP-899: 'none' (the Java 3.x default) or 'rebootstrap': when every known broker
     # is unreachable, metadata is fetched from bootstrap_servers again.
     metadata_recovery_strategy: str = "none"
+    # KIP-1102: with 'rebootstrap', also re-bootstrap when no Metadata request has been
+    # answered for this long.
+    metadata_recovery_rebootstrap_trigger_ms: int = 300000
     bootstrap_timeout_ms: int = 30000
     metrics_enabled: object = True
     # Java's ProducerInterceptor: objects with on_send(record) and
@@ -295,6 +299,8 @@ class ProducerConfig(Mapping):
                   self.socket_connection_setup_timeout_max_ms, 1)
         check_choice("metadata_recovery_strategy", self.metadata_recovery_strategy,
                      METADATA_RECOVERY_STRATEGIES)
+        check_int("metadata_recovery_rebootstrap_trigger_ms",
+                  self.metadata_recovery_rebootstrap_trigger_ms, 0)
         check_int("bootstrap_timeout_ms", self.bootstrap_timeout_ms, 0)
         _check_socket_options(self.socket_options)
         _check_interceptors(self.interceptors)

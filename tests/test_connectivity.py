@@ -417,3 +417,50 @@ def test_rebootstrap_required_answer_sends_the_next_request_to_bootstrap_servers
         assert rebootstraps == 0
         assert bootstrap.rewritten_count() == bootstrap_answers
         assert read_topic(kafka_broker.bootstrap, later) == []
+
+
+@pytest.mark.parametrize("trigger_ms", [2000, None])
+def test_rebootstrap_when_no_metadata_answer_is_usable_for_the_trigger_time(
+        kafka_broker, topic_name, trigger_ms):
+    # KIP-1102's trigger: the known broker stays connected and answers, but every answer
+    # is refused (it lists no brokers: a ProtocolError, the connection kept), so no
+    # connection ever fails and KIP-899's condition never holds.  Within
+    # metadata_recovery_rebootstrap_trigger_ms the producer asks bootstrap_servers
+    # again; at the default (5 minutes) it is still waiting when max_block_ms ends.
+    target = ("127.0.0.1", _port(kafka_broker.bootstrap))
+    known, bootstrap = MetadataProxy(target), MetadataProxy(target)
+    bootstrap.set_rewrite(_naming(known))
+    later = f"{topic_name}-later"
+    for topic in (topic_name, later):
+        create_topic(kafka_broker.bootstrap, topic, 1)
+    settings = {} if trigger_ms is None else {
+        "metadata_recovery_rebootstrap_trigger_ms": trigger_ms}
+    try:
+        with Producer(bootstrap_servers=bootstrap.bootstrap, max_block_ms=6000,
+                      metadata_recovery_strategy="rebootstrap", **settings) as producer:
+            producer.send(topic_name, b"before").get(timeout=30)
+            bootstrap_answers = bootstrap.rewritten_count()
+            known.set_rewrite(lambda fields: {**fields, "brokers": []})
+            if trigger_ms is not None:
+                producer.send(later, b"after").get(timeout=30)
+            else:
+                with pytest.raises(errors.KafkaTimeoutError, match=r"lists no brokers"):
+                    producer.send(later, b"after")
+            rebootstraps = producer._metadata.rebootstraps
+    finally:
+        known.close()
+        bootstrap.close()
+    assert known.rewritten_count() >= 1  # refused answers were served
+    if trigger_ms is not None:
+        assert rebootstraps >= 1
+        assert bootstrap.rewritten_count() > bootstrap_answers
+        assert [r.value for r in read_topic(kafka_broker.bootstrap, later, 1)] == [b"after"]
+    else:
+        assert rebootstraps == 0
+        assert bootstrap.rewritten_count() == bootstrap_answers
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "300000"])
+def test_rebootstrap_trigger_setting_is_checked(value):
+    with pytest.raises((TypeError, ValueError), match=r"metadata_recovery_rebootstrap_trigger_ms"):
+        Producer(bootstrap_servers="127.0.0.1:9", metadata_recovery_rebootstrap_trigger_ms=value)

@@ -37,7 +37,10 @@ bootstrap name): the next requests go to the bootstrap addresses again, as at
 the start, until one answers.  The same happens at once when a broker answers a
 Metadata request with REBOOTSTRAP_REQUIRED (KIP-1102, Metadata v13).  With "none"
 (the default, as the Java 3.x client and kafka-python, which has no such setting)
-only the known brokers are asked, however long they stay unreachable.
+only the known brokers are asked, however long they stay unreachable.  And with
+"rebootstrap", when no Metadata request has been answered for
+``metadata_recovery_rebootstrap_trigger_ms`` (KIP-1102; the known brokers may accept
+connections and still give no usable answer).
 
 Threads: refreshes are driven on I/O thread 0 (the "metadata thread"); the
 answer is handled on the thread of the connection it came from.  Every field
@@ -174,16 +177,24 @@ class Metadata:
             auto.create.topics.enable). Default True, as the Java producer.
         metadata_recovery_strategy: "none" or "rebootstrap" (KIP-899, see the
             module's story). Default "none", as the Java 3.x client.
+        metadata_recovery_rebootstrap_trigger_ms: with "rebootstrap", re-bootstrap
+            also when no Metadata request has been answered for this long (KIP-1102).
+            Default 300000, as the Java client.
     """
 
     def __init__(self, pool, bootstrap_servers, metadata_max_age_ms=300000,
                  retry_backoff_ms=100, allow_auto_topic_creation=True,
-                 metadata_recovery_strategy="none"):
+                 metadata_recovery_strategy="none",
+                 metadata_recovery_rebootstrap_trigger_ms=300000):
         check_int("metadata_max_age_ms", metadata_max_age_ms, 1)
         check_int("retry_backoff_ms", retry_backoff_ms, 0)
         check_choice("metadata_recovery_strategy", metadata_recovery_strategy,
                      METADATA_RECOVERY_STRATEGIES)
+        check_int("metadata_recovery_rebootstrap_trigger_ms",
+                  metadata_recovery_rebootstrap_trigger_ms, 0)
         self._rebootstrap = metadata_recovery_strategy == "rebootstrap"  # immutable
+        # Immutable: how long Metadata requests may go unanswered before re-bootstrap.
+        self._rebootstrap_trigger_ns = metadata_recovery_rebootstrap_trigger_ms * 1_000_000
         self._pool = pool  # immutable
         self._bootstrap = parse_bootstrap_servers(bootstrap_servers)  # immutable
         self.metadata_max_age_ms = metadata_max_age_ms  # immutable
@@ -211,6 +222,9 @@ class Metadata:
         self._fetching = False  # guarded by _lock: a Metadata request is out
         self._last_attempt_ns = None  # guarded by _lock: when the last request ended
         self._last_success_ns = 0  # guarded by _lock: when the last full refresh ended
+        # Guarded by _lock: when the first Metadata request since the last answered one
+        # went out (None: the last one was answered), for the re-bootstrap trigger.
+        self._unanswered_since_ns = None
         self._timer_at_ns = None  # guarded by _lock: refresh already scheduled then
         self._next_candidate = 0  # guarded by _lock: round robin over addresses
         # Guarded by _lock: asking the bootstrap addresses again, every known broker
@@ -454,6 +468,8 @@ class Metadata:
                 return  # pool closed
             full = backoff_due_ns <= now_ns and (self._need_update or age_due_ns <= now_ns)
             self._fetching = True
+            if self._unanswered_since_ns is None:
+                self._unanswered_since_ns = now_ns
             self._full_fetch = full
             self._asked = frozenset()
             if full:
@@ -486,6 +502,16 @@ class Metadata:
         """Called with _lock held: a ready connection if any, else the next
         known broker, else the next bootstrap address."""
         try:
+            if (self._rebootstrap and not self._rebootstrapping
+                    and self._snapshot is not None and self._unanswered_since_ns is not None
+                    and time.monotonic_ns() - self._unanswered_since_ns
+                    >= self._rebootstrap_trigger_ns):
+                # The known brokers may connect and still never give a usable answer (a
+                # broker re-purposed for another cluster): KIP-1102's trigger.  Checked
+                # when the next request is picked, after the one out has ended.
+                self._start_rebootstrap_locked(
+                    f"no Metadata request answered for "
+                    f"{self._rebootstrap_trigger_ns // 1_000_000} ms")
             # While re-bootstrapping only bootstrap connections count: a known broker that
             # answered REBOOTSTRAP_REQUIRED is still ready, but not to be asked.
             ready = [c for c in self._pool.connections() if c.state == "ready"
@@ -575,6 +601,7 @@ class Metadata:
             self._fatal_error = None  # some broker answers: waiting is not in vain
             self._last_failure = None
             self._rebootstrapping = False
+            self._unanswered_since_ns = None
             self._last_attempt_ns = now_ns
             self._next_candidate = 0
             if full:

@@ -46,6 +46,7 @@ class ProducerSettings(TypedDict, total=False):
     socket_connection_setup_timeout_ms: int
     socket_connection_setup_timeout_max_ms: int
     metadata_recovery_strategy: Literal["none", "rebootstrap"]
+    metadata_recovery_rebootstrap_trigger_ms: int
     bootstrap_timeout_ms: int
     metrics_enabled: bool
     interceptors: Optional[list[Any]]  # objects with on_send / on_acknowledgement

@@ -195,7 +195,9 @@ class Producer(ProducerCore):
                                 metadata_max_age_ms=config.metadata_max_age_ms,
                                 retry_backoff_ms=config.retry_backoff_ms,
                                 allow_auto_topic_creation=config.allow_auto_create_topics,
-                                metadata_recovery_strategy=config.metadata_recovery_strategy)
+                                metadata_recovery_strategy=config.metadata_recovery_strategy,
+                                metadata_recovery_rebootstrap_trigger_ms=(
+                                    config.metadata_recovery_rebootstrap_trigger_ms))
             transaction = None
             if config.transactional_id is not None:
                 idempotence = TransactionalProducerIds(
