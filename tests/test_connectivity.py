@@ -379,14 +379,15 @@ def _naming(proxy):
     return rewrite
 
 
-@pytest.mark.parametrize("strategy", ["rebootstrap", "none"])
-def test_rebootstrap_required_answer_sends_the_next_request_to_bootstrap_servers(
-        kafka_broker, topic_name, strategy):
-    # KIP-1102: a broker may answer Metadata (v13+) with the top-level error
-    # REBOOTSTRAP_REQUIRED.  Real brokers do not send it on their own, so two fake brokers
-    # in front of the real one do (tests/broker_proxy.py): "bootstrap" is what the
-    # producer is given, its answers name "known" as the cluster's broker; once armed,
-    # "known" answers every Metadata request with the error.  Produce passes through.
+def _known_broker_turns(kafka_broker, topic_name, rewrite, recovers, timeout_match,
+                        **settings):
+    """Two fake brokers in front of the real one (tests/broker_proxy.py): "bootstrap",
+    the producer's bootstrap_servers, whose answers name "known" as the cluster's broker;
+    Produce passes through both.  One record is sent through "known", then its Metadata
+    answers go through rewrite, and one record goes to a new topic: delivered when
+    recovers (then read back), else its send() times out matching timeout_match.
+    Asserts that the bootstrap address was asked again exactly when recovers; returns
+    the producer's rebootstraps."""
     target = ("127.0.0.1", _port(kafka_broker.bootstrap))
     known, bootstrap = MetadataProxy(target), MetadataProxy(target)
     bootstrap.set_rewrite(_naming(known))
@@ -394,29 +395,40 @@ def test_rebootstrap_required_answer_sends_the_next_request_to_bootstrap_servers
     for topic in (topic_name, later):
         create_topic(kafka_broker.bootstrap, topic, 1)
     try:
-        with Producer(bootstrap_servers=bootstrap.bootstrap, max_block_ms=3000,
-                      metadata_recovery_strategy=strategy) as producer:
+        with Producer(bootstrap_servers=bootstrap.bootstrap, **settings) as producer:
             producer.send(topic_name, b"before").get(timeout=30)
             bootstrap_answers = bootstrap.rewritten_count()
-            known.set_rewrite(lambda fields: {**fields, "error_code": 129})
-            if strategy == "rebootstrap":
+            known.set_rewrite(rewrite)
+            if recovers:
                 producer.send(later, b"after").get(timeout=30)
             else:
-                with pytest.raises(errors.KafkaTimeoutError, match=r"REBOOTSTRAP_REQUIRED"):
+                with pytest.raises(errors.KafkaTimeoutError, match=timeout_match):
                     producer.send(later, b"after")
             rebootstraps = producer._metadata.rebootstraps
     finally:
         known.close()
         bootstrap.close()
-    assert known.rewritten_count() >= 1  # the error was served
-    if strategy == "rebootstrap":
-        assert rebootstraps >= 1
+    assert known.rewritten_count() >= 1  # the rewritten answers were served
+    if recovers:
         assert bootstrap.rewritten_count() > bootstrap_answers
         assert [r.value for r in read_topic(kafka_broker.bootstrap, later, 1)] == [b"after"]
     else:
-        assert rebootstraps == 0
         assert bootstrap.rewritten_count() == bootstrap_answers
         assert read_topic(kafka_broker.bootstrap, later) == []
+    return rebootstraps
+
+
+@pytest.mark.parametrize("strategy", ["rebootstrap", "none"])
+def test_rebootstrap_required_answer_sends_the_next_request_to_bootstrap_servers(
+        kafka_broker, topic_name, strategy):
+    # KIP-1102: a broker may answer Metadata (v13+) with the top-level error
+    # REBOOTSTRAP_REQUIRED.  Real brokers do not send it on their own: the fake "known"
+    # broker answers every Metadata request with it.
+    rebootstraps = _known_broker_turns(
+        kafka_broker, topic_name, lambda fields: {**fields, "error_code": 129},
+        recovers=strategy == "rebootstrap", timeout_match=r"REBOOTSTRAP_REQUIRED",
+        max_block_ms=3000, metadata_recovery_strategy=strategy)
+    assert (rebootstraps >= 1) if strategy == "rebootstrap" else (rebootstraps == 0)
 
 
 @pytest.mark.parametrize("trigger_ms", [2000, None])
@@ -427,37 +439,13 @@ def test_rebootstrap_when_no_metadata_answer_is_usable_for_the_trigger_time(
     # connection ever fails and KIP-899's condition never holds.  Within
     # metadata_recovery_rebootstrap_trigger_ms the producer asks bootstrap_servers
     # again; at the default (5 minutes) it is still waiting when max_block_ms ends.
-    target = ("127.0.0.1", _port(kafka_broker.bootstrap))
-    known, bootstrap = MetadataProxy(target), MetadataProxy(target)
-    bootstrap.set_rewrite(_naming(known))
-    later = f"{topic_name}-later"
-    for topic in (topic_name, later):
-        create_topic(kafka_broker.bootstrap, topic, 1)
     settings = {} if trigger_ms is None else {
         "metadata_recovery_rebootstrap_trigger_ms": trigger_ms}
-    try:
-        with Producer(bootstrap_servers=bootstrap.bootstrap, max_block_ms=6000,
-                      metadata_recovery_strategy="rebootstrap", **settings) as producer:
-            producer.send(topic_name, b"before").get(timeout=30)
-            bootstrap_answers = bootstrap.rewritten_count()
-            known.set_rewrite(lambda fields: {**fields, "brokers": []})
-            if trigger_ms is not None:
-                producer.send(later, b"after").get(timeout=30)
-            else:
-                with pytest.raises(errors.KafkaTimeoutError, match=r"lists no brokers"):
-                    producer.send(later, b"after")
-            rebootstraps = producer._metadata.rebootstraps
-    finally:
-        known.close()
-        bootstrap.close()
-    assert known.rewritten_count() >= 1  # refused answers were served
-    if trigger_ms is not None:
-        assert rebootstraps >= 1
-        assert bootstrap.rewritten_count() > bootstrap_answers
-        assert [r.value for r in read_topic(kafka_broker.bootstrap, later, 1)] == [b"after"]
-    else:
-        assert rebootstraps == 0
-        assert bootstrap.rewritten_count() == bootstrap_answers
+    rebootstraps = _known_broker_turns(
+        kafka_broker, topic_name, lambda fields: {**fields, "brokers": []},
+        recovers=trigger_ms is not None, timeout_match=r"lists no brokers",
+        max_block_ms=6000, metadata_recovery_strategy="rebootstrap", **settings)
+    assert (rebootstraps >= 1) if trigger_ms is not None else (rebootstraps == 0)
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, "300000"])
