@@ -104,9 +104,8 @@ import pytest
 import peers
 import rounds
 from netkafka import Producer
-from confluent_kafka.admin import NewPartitions, NewTopic
 
-from netkafka.testing.admin import admin_client, wait_for_leaders, wait_for_serving_leaders
+from netkafka.testing.admin import admin_client, create_topics
 from netkafka.testing.broker import (
     BROKER_HEAP_PARTITIONS, BROKER_JVM_OPTIONS, Cluster, jvm_options_with_heap,
 )
@@ -122,10 +121,6 @@ LAYOUTS = {"1x4": (1, 4), "1x100": (1, 100), "1x1000": (1, 1000), "1x10000": (1,
            "1000x4": (1000, 4)}
 BASE_LAYOUT = "1x4"
 CREATE_TIMEOUT_S = 600.0  # a 10,000-partition topic on one broker
-# The KRaft controller refuses an operation of more than 10,000 records
-# (POLICY_VIOLATION "Unable to perform excessively large batch operation"): a topic of
-# 10,000 partitions is created with this many, then grown by this many at a time.
-PARTITIONS_PER_REQUEST = 5000
 # File descriptors a broker needs per partition, with room: ~1.2 seen (the .log of each
 # partition's active segment, plus the broker's own).
 FDS_PER_PARTITION = 1.5
@@ -186,32 +181,22 @@ CLIENTS = {"netkafka-send": NetkafkaKeyed, "confluent-kafka-error_only": Conflue
 
 
 def _delete_topics(bootstrap, names):
+    """Deletes those of names that exist (creating them may have failed part way)."""
     admin = admin_client(bootstrap)
-    for name, future in admin.delete_topics(list(names), operation_timeout=60).items():
+    existing = set(admin.list_topics(timeout=60).topics).intersection(names)
+    if not existing:
+        return
+    for future in admin.delete_topics(sorted(existing), operation_timeout=60).values():
         future.result()
 
 
 def _create_topics(bootstrap, names, partitions, stack):
-    """Creates the topics in one request (one at a time, 1,000 topics took many minutes)
-    and waits until every partition's leader serves; returns the seconds that took."""
+    """Creates the topics (testing.admin.create_topics), to be deleted when stack closes
+    (the broker is the bench session's: left over, their partitions would take the next
+    layouts' file descriptors); returns the seconds that took."""
     started = time.perf_counter()
-    admin = admin_client(bootstrap)
-    first = min(partitions, PARTITIONS_PER_REQUEST)
-    answers = admin.create_topics([NewTopic(name, num_partitions=first,
-                                            replication_factor=1) for name in names],
-                                  operation_timeout=CREATE_TIMEOUT_S)
     stack.callback(_delete_topics, bootstrap, names)
-    for future in answers.values():
-        future.result(timeout=CREATE_TIMEOUT_S)
-    for count in range(first + PARTITIONS_PER_REQUEST, partitions + PARTITIONS_PER_REQUEST,
-                       PARTITIONS_PER_REQUEST):
-        for future in admin.create_partitions(
-                [NewPartitions(name, min(count, partitions)) for name in names],
-                operation_timeout=CREATE_TIMEOUT_S).values():
-            future.result(timeout=CREATE_TIMEOUT_S)
-    for name in names:
-        wait_for_leaders(admin, name, partitions, CREATE_TIMEOUT_S)
-        wait_for_serving_leaders(admin, name, partitions, CREATE_TIMEOUT_S)
+    create_topics(bootstrap, names, partitions, timeout_s=CREATE_TIMEOUT_S)
     return time.perf_counter() - started
 
 

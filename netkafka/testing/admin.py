@@ -7,7 +7,7 @@ what a broker offers, as librdkafka heard it.
 import logging
 import re
 import time
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -86,18 +86,33 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication_fac
             settings, too few brokers for the replication factor, ...).
         TimeoutError: the partitions had no serving leader within timeout_s.
     """
+    return create_topics(bootstrap, [name], partitions, replication_factor, config, timeout_s,
+                         client_config)
+
+
+def create_topics(bootstrap: str, names: Sequence[str], partitions: int = 1,
+                  replication_factor: int = 1, config: Optional[Mapping[str, str]] = None,
+                  timeout_s: float = CREATE_TIMEOUT_S,
+                  client_config: Optional[Mapping[str, object]] = None) -> ClusterMetadata:
+    """create_topic for several topics of the same shape, in one request per step (one
+    request per topic made 1,000 topics take many minutes); returns the cluster metadata
+    as the last topic's wait read it."""
+    if not names:
+        raise ValueError("create_topics: no topic names")
     admin = admin_client(bootstrap, client_config)
     first = min(partitions, PARTITIONS_PER_REQUEST)
-    topic = NewTopic(name, num_partitions=first, replication_factor=replication_factor,
-                     config=dict(config or {}))
-    admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)
+    topics = [NewTopic(name, num_partitions=first, replication_factor=replication_factor,
+                       config=dict(config or {})) for name in names]
+    for future in admin.create_topics(topics, operation_timeout=timeout_s).values():
+        future.result(timeout=timeout_s)
     for count in range(first + PARTITIONS_PER_REQUEST, partitions + PARTITIONS_PER_REQUEST,
                        PARTITIONS_PER_REQUEST):
-        grown = NewPartitions(name, min(count, partitions))
-        admin.create_partitions([grown], operation_timeout=timeout_s)[name].result(
-            timeout=timeout_s)
-    metadata = wait_for_leaders(admin, name, partitions, timeout_s)
-    wait_for_serving_leaders(admin, name, partitions, timeout_s)
+        grown = [NewPartitions(name, min(count, partitions)) for name in names]
+        for future in admin.create_partitions(grown, operation_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+    for name in names:
+        metadata = wait_for_leaders(admin, name, partitions, timeout_s)
+        wait_for_serving_leaders(admin, name, partitions, timeout_s)
     return metadata
 
 
