@@ -78,11 +78,6 @@ FAST_START_JVM_OPTIONS = (*BROKER_JVM_OPTIONS, "-XX:TieredStopAtLevel=1")
 # gets a larger heap (jvm_options_with_heap).
 BROKER_HEAP_PARTITIONS = 10_000
 
-
-def jvm_options_with_heap(jvm_options: Sequence[str], heap_mib: int) -> tuple[str, ...]:
-    """jvm_options with a fixed heap of heap_mib MiB instead of theirs."""
-    kept = [o for o in jvm_options if not o.startswith(("-Xms", "-Xmx"))]
-    return (f"-Xms{heap_mib}m", f"-Xmx{heap_mib}m", *kept)
 # The storage formatter runs for a second: the C1 compiler alone serves it fastest.
 FORMAT_JVM_OPTIONS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
@@ -102,6 +97,12 @@ logger.request.level = WARN
 logger.state.name = state.change.logger
 logger.state.level = WARN
 """
+
+
+def jvm_options_with_heap(jvm_options: Sequence[str], heap_mib: int) -> tuple[str, ...]:
+    """jvm_options with a fixed heap of heap_mib MiB instead of theirs."""
+    kept = [o for o in jvm_options if not o.startswith(("-Xms", "-Xmx"))]
+    return (f"-Xms{heap_mib}m", f"-Xmx{heap_mib}m", *kept)
 
 
 # -- locating the jars and the JVM -------------------------------------------------------------
