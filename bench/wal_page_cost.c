@@ -15,7 +15,13 @@
  *   msync_one_page_cpu_us         the CPU of a sync of one dirty page: its fixed part
  *   msync_one_page_{min,median}_us  its wall time: the disk's flush ("always" waits for it)
  *   direct_ns_per_page            the alternative: O_DIRECT pwrite of ~300 KiB from shared
- *                                 memory plus fdatasync, per page
+ *                                 memory plus fdatasync, per page, into the fallocated
+ *                                 (never written) segment
+ *   direct_overwrite_ns_per_page_3m  the same, ~3 MiB per sync, over the segment once
+ *                                 written: what a recycled segment would cost
+ *   stage_rewrite_ns_per_page     writing 200-byte entries again into the shared memory
+ *                                 (resident, never written back: no fault), the memory
+ *                                 traffic any WAL pays for its bytes
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -59,11 +65,13 @@ static unsigned char *map_new_segment(const char *path, int *fd)
     return m;
 }
 
+/* A WAL entry's size for a 100 B record (bench/test_bench_wal.py's topic names). */
+static const unsigned char entry[200] = {1};
+
 /* Writes the whole segment in 200-byte entries, msync()ing every sync_bytes; returns the
  * CPU of the syncs per page. */
 static double write_and_sync(unsigned char *m, long sync_bytes)
 {
-    static const unsigned char entry[200] = {1};
     double sync_cpu = 0, start;
     long synced = 0, off, aligned;
     for (off = 0; off + (long)sizeof entry <= SEGMENT_BYTES; off += sizeof entry) {
@@ -79,6 +87,22 @@ static double write_and_sync(unsigned char *m, long sync_bytes)
     return sync_cpu / PAGES;
 }
 
+/* O_DIRECT copies of the staged segment to the file, chunk_bytes per pwrite, each followed
+ * by fdatasync; returns their CPU per page. */
+static double copy_direct(int direct_fd, const unsigned char *stage, long chunk_bytes)
+{
+    double cpu = 0, start;
+    long off, n;
+    for (off = 0; off < SEGMENT_BYTES; off += n) {
+        n = SEGMENT_BYTES - off < chunk_bytes ? SEGMENT_BYTES - off : chunk_bytes;
+        start = cpu_ns();
+        if (pwrite(direct_fd, stage + off, n, off) != n) die("pwrite");
+        if (fdatasync(direct_fd) != 0) die("fdatasync");
+        cpu += cpu_ns() - start;
+    }
+    return cpu / PAGES;
+}
+
 static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -91,7 +115,7 @@ int main(int argc, char **argv)
     int fd, direct_fd, stage_fd;
     unsigned char *m, *stage;
     double start, cpu = 0, wall[FLUSHES], t;
-    long off, n;
+    long off;
     int i;
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIRECTORY\n", argv[0]);
@@ -134,15 +158,13 @@ int main(int argc, char **argv)
     memset(stage, 4, SEGMENT_BYTES);
     direct_fd = open(path, O_RDWR | O_DIRECT);
     if (direct_fd < 0) die("O_DIRECT");
-    cpu = 0;
-    for (off = 0; off < SEGMENT_BYTES; off += n) {
-        n = SEGMENT_BYTES - off < 75 * PAGE_BYTES ? SEGMENT_BYTES - off : 75 * PAGE_BYTES;
-        start = cpu_ns();
-        if (pwrite(direct_fd, stage + off, n, off) != n) die("pwrite");
-        if (fdatasync(direct_fd) != 0) die("fdatasync");
-        cpu += cpu_ns() - start;
-    }
-    printf("direct_ns_per_page %.0f\n", cpu / PAGES);
+    printf("direct_ns_per_page %.0f\n", copy_direct(direct_fd, stage, 75 * PAGE_BYTES));
+    printf("direct_overwrite_ns_per_page_3m %.0f\n",
+           copy_direct(direct_fd, stage, 750 * PAGE_BYTES));
+    start = cpu_ns();
+    for (off = 0; off + (long)sizeof entry <= SEGMENT_BYTES; off += sizeof entry)
+        memcpy(stage + off, entry, sizeof entry);
+    printf("stage_rewrite_ns_per_page %.0f\n", (cpu_ns() - start) / PAGES);
     close(direct_fd);
     close(fd);
     unlink(path);
