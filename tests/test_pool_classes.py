@@ -345,3 +345,47 @@ def test_growth_and_new_batches_meet_a_full_pool_under_each_backoff(kafka_broker
     got = read_topic(kafka_broker.bootstrap, topic_name, len(futures) + 1)
     assert sorted((r.partition, r.value) for r in got if r.value != b"warm") == sorted(
         (p, v) for p, v, _ in futures)
+
+
+def test_a_busy_partitions_next_batch_waits_for_its_size_rather_than_starting_small(
+        kafka_broker, topic_name):
+    """A partition whose last batch filled 64 KiB starts its next one at 64 KiB: with only
+    32 KiB free, the send waits for memory (here it times out, the broker being frozen)
+    instead of opening a 16 KiB batch that could not grow and would teach the partition
+    small batches (8 threads on one producer were held at 190-430 KB batches of 1 MiB
+    that way)."""
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    producer = Producer(bootstrap_servers=kafka_broker.bootstrap, batch_size=64 * KiB,
+                        buffer_memory=96 * KiB, max_block_ms=300, linger_ms=60_000,
+                        request_timeout_ms=30_000, delivery_timeout_ms=90_000)
+    futures = []
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # max_block_ms is short: the new topic's metadata may take longer
+            try:
+                futures.append(producer.send(topic_name, b"warm"))
+                break
+            except KafkaTimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+        producer.flush(30)
+        nodes[0].pause()  # nothing is acknowledged: the full batch keeps its 64 KiB
+        try:
+            value = bytes(1000)
+            # The first batch starts at 16 KiB, grows to 64 KiB and is full after ~64.
+            with pytest.raises(BackpressureTimeoutError,
+                               match=r"buffer pool \(32768 of 98304 bytes free"):
+                for _ in range(200):
+                    futures.append(producer.send(topic_name, value))
+            assert 60 <= len(futures) - 1 <= 66
+        finally:
+            nodes[0].resume()
+        producer.flush(60)
+        assert all(f.succeeded() for f in futures)
+    finally:
+        producer.close()
+    got = read_topic(kafka_broker.bootstrap, topic_name, len(futures))
+    assert sorted(r.value for r in got) == sorted([b"warm"] + [bytes(1000)] * (len(futures) - 1))
