@@ -26,11 +26,14 @@ Threads (test_threads): 1, 2, 4 and 8 threads calling send() on one producer ("s
 against a producer per thread ("per_thread"), alternated; a round sends THREAD_RECORDS
 records in all (split between the threads) to a 4-partition topic, then flushes.  The
 target: aggregate msgs/s does not fall as threads are added, CPU per record within 1.5x
-of one thread.  Measured (400,000 records a round, 3 rounds, load 12): client ns per
-record 201 / 210 / 214 / 211 (shared, 1 / 2 / 4 / 8 threads) and 212 / 207 / 205 / 230
-(a producer per thread): flat.  msgs/s 1.75M / 0.99M / 1.02M / 1.09M shared and 1.06M /
-0.97M / 2.28M / 1.66M per thread: the rounds' wall times vary by 2-4x under that load,
-so msgs/s says little; CPU per record is the figure to read.
+of one thread.  Rounds of 400,000 records took 0.1-0.3 s, too short for msgs/s to mean
+anything under load: 2,000,000 now.  Measured with 2,000,000 (3 rounds, load 5-8), 1 / 2
+/ 4 / 8 threads: shared 2.68M / 2.37M / 3.33M / 2.81M msgs/s at 168 / 162 / 158 / 173 ns
+of client CPU per record; a producer per thread 2.92M / 3.25M / 3.33M / 4.27M at 165 /
+162 / 164 / 170 ns.  Before the accumulator's fix for it (a busy partition's next batch
+waits for its recent size; accumulator._start_bytes_locked) the same run at load 3.5-6
+gave shared 3.14M / 2.20M / 2.74M / 2.09M at 162 / 170 / 177 / 245 ns: with 8 threads
+batches were cut to 190-430 KB (of 1 MiB) and stayed so.
 
 Memory per idle partition (test_idle_partition_memory): one record to each of
 IDLE_PARTITIONS partitions, then flush: tracemalloc's and the RSS's growth per partition
@@ -125,7 +128,7 @@ CREATE_TIMEOUT_S = 600.0  # a 10,000-partition topic on one broker
 # partition's active segment, plus the broker's own).
 FDS_PER_PARTITION = 1.5
 THREADS = (1, 2, 4, 8)
-THREAD_RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_THREAD_RECORDS", "400000"))
+THREAD_RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_THREAD_RECORDS", "2000000"))
 THREAD_PARTITIONS = 4
 IDLE_PARTITIONS = 1000
 IDLE_BATCH_SIZE = 16384  # the default batch_size: what an idle partition's batch holds
