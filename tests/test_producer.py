@@ -238,6 +238,23 @@ def test_linger_sends_a_small_batch_without_flush(kafka_broker, topic_name):
     assert [r.value for r in records] == [f"small-{i}".encode() for i in range(10)]
 
 
+def test_a_record_that_fills_its_batch_alone_does_not_linger(kafka_broker, topic_name):
+    # A batch with no room for another record goes at once, without the linger timer
+    # (issue 18, large records: the timer woke for each such batch).  With a 60 s
+    # linger, a lingering batch could not be acknowledged within get()'s 30 s.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    big, exact = os.urandom(20_000), os.urandom(16_384)  # exact: batch_size itself
+    with producer(kafka_broker.bootstrap, batch_size=16384, linger_ms=60_000) as p:
+        metadata = [p.send(topic_name, value).get(30) for value in (big, exact)]
+        small = p.send(topic_name, b"small")
+        time.sleep(0.5)
+        assert not small.is_done  # a batch with room still lingers
+        assert p.metrics()["netkafka"]["batches_sent"] == 2
+    assert [m.offset for m in metadata] == [0, 1]
+    records = read_topic(kafka_broker.bootstrap, topic_name, 3)
+    assert [r.value for r in records] == [big, exact, b"small"]
+
+
 def test_eight_threads_sending_at_once_keep_their_order(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
     per_thread = 5000

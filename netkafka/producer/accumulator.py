@@ -236,7 +236,7 @@ class RecordAccumulator(AccumulatorCore):
         buffer = None
         try:
             while True:
-                retired = False
+                retired = filled = False
                 with self.lock:
                     if self.refusal is not None:
                         raise self.refusal()
@@ -269,11 +269,21 @@ class RecordAccumulator(AccumulatorCore):
                             self._discard_open_locked(queue)
                             raise
                         else:
-                            self._linger.schedule(batch.created_ns + self._linger_ns,
-                                                  queue, batch)
-                            return appended
+                            if not batch.builder.is_full:
+                                self._linger.schedule(batch.created_ns + self._linger_ns,
+                                                      queue, batch)
+                                return appended
+                            # A record that fills a batch alone (one within a record's
+                            # least size of batch_size, or larger) leaves nothing to
+                            # linger for: the batch goes now, as a later append would
+                            # send it, and the linger thread is not woken for it (at 1
+                            # MiB records it woke once or twice per record: 35-55 us).
+                            queue.retire()
+                            retired = filled = True
                 if retired:
                     self._drain(queue)
+                if filled:
+                    return appended
                 if buffer is None:
                     buffer = self._wait_for_memory(start_bytes, deadline)
         finally:
