@@ -63,22 +63,35 @@ partitions in brackets; netkafka / confluent-kafka):
       1,000 partitions  2,652 (11.5x) / 2,490 (2.3x)
       1,000 topics x 4 11,088 (48x) / 11,298 (10.2x)
 
-10,000 partitions: each client has a topic of its own, 20,000 partitions in all, more
-than the session broker's 512 MiB heap holds (broker.BROKER_HEAP_PARTITIONS).  Re-run:
-that broker spent most of its time collecting garbage (old generation full, 344 s of
-660 s in full collections while making the second topic, ~100 partitions a minute).
-netkafka's send() in the first run, which timed out after 60 s with "not in the last
-metadata answer yet", met that broker: its Metadata requests went unanswered (inferred:
-that run left no log; the message now names a timed-out request, see
-tests/test_metadata_partitions.py).  A layout with more partitions than that heap holds
-runs on a broker of its own with a heap sized for them (big_broker; not warmed up: both
-clients meet the same cold broker, rounds alternated).  Re-run so (2 GiB, no full
-collection, old generation 44% at 19,856 partitions), the broker ran out of file
-descriptors: "Too many open files" at 17,176 partitions, this machine's limit being
-20,000 (soft and hard), and the second topic was not served within 600 s.  A layout
-needing more than FDS_PER_PARTITION descriptors per partition beyond the limit is
-skipped, naming both numbers; the 10,000-partition row needs a machine with a higher
-limit, or the clients sharing one topic (not done).
+10,000 partitions: the clients of a layout write to the same topics (rounds alternate
+anyway), each checked by the end offsets its own warm-up and rounds added, so a broker
+holds a layout's partitions once.  When each client had a topic of its own, 20,000
+partitions outgrew the session broker's 512 MiB heap (344 s of 660 s in full
+collections) and then, on a 2 GiB broker, this machine's 20,000 file descriptors ("Too
+many open files" at 17,176 partitions; FDS_PER_PARTITION).  A layout of
+BROKER_HEAP_PARTITIONS or more runs on a broker of its own with a heap sized for it
+(big_broker; not warmed up: both clients meet the same cold broker, rounds alternated).
+Measured (300,000 records a round, 3 rounds, load 2.6-4.9; client ns per record, ratio
+to 4 partitions, msgs/s, broker ns per record; netkafka / confluent-kafka):
+
+    first buffers of 16 KiB:
+      4 partitions         203        /    895
+      1,000 partitions   1,688 (8.3x) /  2,017 (2.3x)   358k / 263k msgs/s
+      10,000 partitions 47,873 (236x) / 33,519 (37x)    3.8k / 7.7k msgs/s,
+                                                        broker 213 / 103 us
+    first buffers of 2 KiB (accumulator.FIRST_BUFFER_BYTES):
+      4 partitions         189        /    890
+      1,000 partitions   1,095 (5.8x) /  2,325 (2.6x)   608k / 234k msgs/s
+      10,000 partitions 54,531 (288x) / 35,253 (40x)    3.4k / 4.7k msgs/s,
+                                                        broker 179 / 119 us
+
+At 10,000 partitions a round gives each partition 30 records, and the broker (one JVM
+holding 10,000 partitions, on the client's two cores) takes 100-200 us of CPU per
+record: each batch went out with about one record (netkafka: 580,148 batches for
+600,000 records with 16 KiB first buffers), so the cost per record is the cost per
+batch on both sides.  With buffer_memory 2 GiB, 12.3 records per batch and 4.4-5.3 us
+per record (bench-like script, 2 rounds): buffer memory, held by batches queued behind
+a slow broker, is what limits the fill.
 
 Before the size classes every open batch held a buffer of batch_size from the pool:
 with more partitions receiving records than buffer_memory / batch_size, nearly every
