@@ -84,6 +84,9 @@ to 4 partitions, msgs/s, broker ns per record; netkafka / confluent-kafka):
       1,000 partitions   1,095 (5.8x) /  2,325 (2.6x)   608k / 234k msgs/s
       10,000 partitions 54,531 (288x) / 35,253 (40x)    3.4k / 4.7k msgs/s,
                                                         broker 179 / 119 us
+      another session, load 2.1-2.6:
+      4 partitions         184        /    849
+      1,000 topics x 4   1,701 (9.2x) / 11,803 (13.9x)  412k / 75k msgs/s
 
 At 10,000 partitions a round gives each partition 30 records, and the broker (one JVM
 holding 10,000 partitions, on the client's two cores) takes 100-200 us of CPU per
