@@ -87,6 +87,13 @@ to 4 partitions, msgs/s, broker ns per record; netkafka / confluent-kafka):
       another session, load 2.1-2.6:
       4 partitions         184        /    849
       1,000 topics x 4   1,701 (9.2x) / 11,803 (13.9x)  412k / 75k msgs/s
+    A/B, two sessions back to back, FIRST_BUFFER_BYTES set before the session (netkafka
+    only; 16 KiB, load 2.0-3.6 / 2 KiB, load 2.1-3.1):
+      4 partitions          189        /    204
+      1,000 partitions    1,471 (7.8x) /  1,176 (5.8x)
+      10,000 partitions  47,032 (249x) / 43,582 (214x)
+      1,000 topics x 4    3,832 (20x)  /  1,214 (6.0x)   (rounds 0.80-1.17 s of CPU
+                                                          against 0.32-0.43 s)
 
 At 10,000 partitions a round gives each partition 30 records, and the broker (one JVM
 holding 10,000 partitions, on the client's two cores) takes 100-200 us of CPU per
