@@ -478,18 +478,20 @@ def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Set
 # -- the broker's side -------------------------------------------------------------------------
 
 
-def acknowledged_records(bootstrap: str, topic: str) -> int:
-    """How many records the topic holds: the sum of its partitions' end offsets (the topic
-    was created empty), read with confluent-kafka's admin client."""
+def acknowledged_records(bootstrap: str, *topics: str) -> int:
+    """How many records the topics hold: the sum of their partitions' end offsets (a topic
+    created empty holds that many), read with confluent-kafka's admin client in one
+    metadata and one offsets request, however many topics."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     from netkafka.testing.admin import admin_client
 
     admin = admin_client(bootstrap)
-    partitions = admin.list_topics(topic=topic, timeout=30).topics[topic].partitions
-    answers = admin.list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions})
+    known = admin.list_topics(topic=topics[0] if len(topics) == 1 else None,
+                              timeout=30).topics
+    answers = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                  for topic in topics for p in known[topic].partitions})
     return sum(future.result().offset for future in answers.values())
 
 

@@ -66,22 +66,45 @@ partitions in brackets; netkafka / confluent-kafka):
       1,000 partitions  2,652 (11.5x) / 2,490 (2.3x)
       1,000 topics x 4 11,088 (48x) / 11,298 (10.2x)
 
-10,000 partitions: each client has a topic of its own, 20,000 partitions in all, more
-than the session broker's 512 MiB heap holds (broker.BROKER_HEAP_PARTITIONS).  Re-run:
-that broker spent most of its time collecting garbage (old generation full, 344 s of
-660 s in full collections while making the second topic, ~100 partitions a minute).
-netkafka's send() in the first run, which timed out after 60 s with "not in the last
-metadata answer yet", met that broker: its Metadata requests went unanswered (inferred:
-that run left no log; the message now names a timed-out request, see
-tests/test_metadata_partitions.py).  A layout with more partitions than that heap holds
-runs on a broker of its own with a heap sized for them (big_broker; not warmed up: both
-clients meet the same cold broker, rounds alternated).  Re-run so (2 GiB, no full
-collection, old generation 44% at 19,856 partitions), the broker ran out of file
-descriptors: "Too many open files" at 17,176 partitions, this machine's limit being
-20,000 (soft and hard), and the second topic was not served within 600 s.  A layout
-needing more than FDS_PER_PARTITION descriptors per partition beyond the limit is
-skipped, naming both numbers; the 10,000-partition row needs a machine with a higher
-limit, or the clients sharing one topic (not done).
+10,000 partitions: the clients of a layout write to the same topics (rounds alternate
+anyway), each checked by the end offsets its own warm-up and rounds added, so a broker
+holds a layout's partitions once.  When each client had a topic of its own, 20,000
+partitions outgrew the session broker's 512 MiB heap (344 s of 660 s in full
+collections) and then, on a 2 GiB broker, this machine's 20,000 file descriptors ("Too
+many open files" at 17,176 partitions; FDS_PER_PARTITION).  A layout of
+BROKER_HEAP_PARTITIONS or more runs on a broker of its own with a heap sized for it
+(big_broker; not warmed up: both clients meet the same cold broker, rounds alternated).
+Measured (300,000 records a round, 3 rounds, load 2.6-4.9; client ns per record, ratio
+to 4 partitions, msgs/s, broker ns per record; netkafka / confluent-kafka):
+
+    first buffers of 16 KiB:
+      4 partitions         203        /    895
+      1,000 partitions   1,688 (8.3x) /  2,017 (2.3x)   358k / 263k msgs/s
+      10,000 partitions 47,873 (236x) / 33,519 (37x)    3.8k / 7.7k msgs/s,
+                                                        broker 213 / 103 us
+    first buffers of 2 KiB (accumulator.FIRST_BUFFER_BYTES):
+      4 partitions         189        /    890
+      1,000 partitions   1,095 (5.8x) /  2,325 (2.6x)   608k / 234k msgs/s
+      10,000 partitions 54,531 (288x) / 35,253 (40x)    3.4k / 4.7k msgs/s,
+                                                        broker 179 / 119 us
+      another session, load 2.1-2.6:
+      4 partitions         184        /    849
+      1,000 topics x 4   1,701 (9.2x) / 11,803 (13.9x)  412k / 75k msgs/s
+    A/B, two sessions back to back, FIRST_BUFFER_BYTES set before the session (netkafka
+    only; 16 KiB, load 2.0-3.6 / 2 KiB, load 2.1-3.1):
+      4 partitions          189        /    204
+      1,000 partitions    1,471 (7.8x) /  1,176 (5.8x)
+      10,000 partitions  47,032 (249x) / 43,582 (214x)
+      1,000 topics x 4    3,832 (20x)  /  1,214 (6.0x)   (rounds 0.80-1.17 s of CPU
+                                                          against 0.32-0.43 s)
+
+At 10,000 partitions a round gives each partition 30 records, and the broker (one JVM
+holding 10,000 partitions, on the client's two cores) takes 100-200 us of CPU per
+record: each batch went out with about one record (netkafka: 580,148 batches for
+600,000 records with 16 KiB first buffers), so the cost per record is the cost per
+batch on both sides.  With buffer_memory 2 GiB, 12.3 records per batch and 4.4-5.3 us
+per record (bench-like script, 2 rounds): buffer memory, held by batches queued behind
+a slow broker, is what limits the fill.
 
 Before the size classes every open batch held a buffer of batch_size from the pool:
 with more partitions receiving records than buffer_memory / batch_size, nearly every
@@ -203,11 +226,36 @@ def _create_topics(bootstrap, names, partitions, stack):
     return time.perf_counter() - started
 
 
+class SharedTopicsContestant(rounds.Contestant):
+    """A contestant writing to topics the other clients write to as well: held counts the
+    records its warm-up and rounds added to them (the topics' end offsets after each
+    minus before it, read outside the measured run), so each client's stored records are
+    checked as if the topics were its own."""
+
+    def __init__(self, run, records, broker_pids, runner, bootstrap, topics):
+        super().__init__(run, records, broker_pids, runner)
+        self.held = 0
+        self._bootstrap = bootstrap
+        self._topics = topics
+
+    def warm_up(self):
+        self._counted(super().warm_up)
+
+    def round(self):
+        return self._counted(super().round)
+
+    def _counted(self, run):
+        before = peers.acknowledged_records(self._bootstrap, *self._topics)
+        result = run()
+        self.held += peers.acknowledged_records(self._bootstrap, *self._topics) - before
+        return result
+
+
 @pytest.fixture(scope="module")
 def big_broker(tmp_path_factory):
     """A broker whose heap holds every layout's partitions (512 MiB per
     BROKER_HEAP_PARTITIONS, and as much again for headroom), and its pids."""
-    most = max(t * p for t, p in LAYOUTS.values()) * len(CLIENTS)
+    most = max(t * p for t, p in LAYOUTS.values())
     heap_mib = 1024 * -(-most // BROKER_HEAP_PARTITIONS)
     with Cluster(1, directory=tmp_path_factory.mktemp("kafka-big-broker"),
                  jvm_options=jvm_options_with_heap(BROKER_JVM_OPTIONS, heap_mib)) as cluster:
@@ -216,12 +264,18 @@ def big_broker(tmp_path_factory):
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_partitions(benchmark, request, topic_name, layout):
+    """Every client writes to the same topics, rounds alternated: a broker holds a
+    layout's partitions once, not once per client (10,000 partitions need ~12,000 file
+    descriptors; two clients' 20,000 partitions were more than this machine's limit)."""
     topic_count, partitions = LAYOUTS[layout]
+    total = topic_count * partitions
     fds_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # the broker inherits it
-    if topic_count * partitions * len(CLIENTS) * FDS_PER_PARTITION > fds_limit:
-        pytest.skip(f"{topic_count * partitions * len(CLIENTS)} partitions on one broker need "
-                    f"more file descriptors than this machine's limit of {fds_limit}")
-    if topic_count * partitions * len(CLIENTS) > BROKER_HEAP_PARTITIONS:
+    if total * FDS_PER_PARTITION > fds_limit:
+        pytest.skip(f"{total} partitions on one broker need more file descriptors than "
+                    f"this machine's limit of {fds_limit}")
+    # The session broker also holds the other tests' topics: a layout as large as its
+    # heap's share gets a broker of its own.
+    if total >= BROKER_HEAP_PARTITIONS:
         kafka_broker, broker_pids = request.getfixturevalue("big_broker")
     else:
         kafka_broker = request.getfixturevalue("kafka_broker")
@@ -230,17 +284,16 @@ def test_partitions(benchmark, request, topic_name, layout):
     settings = peers.Settings(RECORD_SIZE, "1", batch_size=BATCH_SIZE)
     benchmark.group = f"scale: {topic_count} topics x {partitions} partitions"
     with contextlib.ExitStack() as stack:
-        topics, contestants, create_seconds = {}, {}, {}
+        names = [f"{topic_name}-{t}" for t in range(topic_count)]
+        create_seconds = _create_topics(bootstrap, names, partitions, stack)
+        records = keyed_records(names, partitions)
+        contestants = {}
         for name, runner_class in CLIENTS.items():
-            names = [f"{topic_name}-{name}-{t}" for t in range(topic_count)]
-            create_seconds[name] = _create_topics(bootstrap, names, partitions, stack)
             runner = runner_class(bootstrap, settings)
             stack.callback(runner.close)
-            records = keyed_records(names, partitions)
-            topics[name] = names
-            contestants[name] = rounds.Contestant(
-                lambda runner=runner, records=records: runner.run(None, records),
-                RECORDS, broker_pids, runner)
+            contestants[name] = SharedTopicsContestant(
+                lambda runner=runner: runner.run(None, records), RECORDS, broker_pids,
+                runner, bootstrap, names)
         measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
                                       iterations=1)
         rows = []
@@ -248,7 +301,7 @@ def test_partitions(benchmark, request, topic_name, layout):
             row = {"suite": "scale_partitions", "client": name, "topics": topic_count,
                    "partitions_per_topic": partitions, "batch_size": BATCH_SIZE,
                    "netkafka_buffer_memory": BUFFER_MEMORY,
-                   "create_seconds": round(create_seconds[name], 2),
+                   "create_seconds": round(create_seconds, 2),
                    **rounds.summary(client_rounds)}
             if layout == BASE_LAYOUT:
                 _BASE_NS[name] = row["client_ns_per_record"]
@@ -258,11 +311,12 @@ def test_partitions(benchmark, request, topic_name, layout):
             rows.append(row)
         benchmark.extra_info.update({"suite": "scale_partitions", "clients": rows})
         for name, contestant in contestants.items():
-            held = sum(peers.acknowledged_records(bootstrap, topic) for topic in topics[name])
             resent = _resent_records(contestant.runner)
-            assert contestant.records_sent <= held <= contestant.records_sent + resent, (
-                f"{name}'s topics hold {held} records, {contestant.records_sent} were sent, "
-                f"{resent} resent; {_retries(contestant.runner)}")
+            assert (contestant.records_sent <= contestant.held
+                    <= contestant.records_sent + resent), (
+                f"{name} added {contestant.held} records to the topics, "
+                f"{contestant.records_sent} were sent, {resent} resent; "
+                f"{_retries(contestant.runner)}")
 
 
 def _resent_records(runner):

@@ -79,9 +79,14 @@ _log = logging.getLogger("netkafka.producer.accumulator")
 
 # The buffer a batch starts in (it doubles, up to batch_size, as records come): memory
 # is charged for what batches hold, so buffer_memory / batch_size does not bound the
-# partitions that can have an open batch.  The Java client's default batch_size, which
-# a batch of a few records at 100 B rarely outgrows.
-FIRST_BUFFER_BYTES = 16 * 1024
+# partitions that can have an open batch -- buffer_memory / FIRST_BUFFER_BYTES does:
+# 16,384 at the default 32 MiB, enough for a batch on each of 10,000 partitions.  With
+# 16 KiB first buffers (2,048 open batches), keyed 100 B records over 10,000 partitions
+# waited for memory nearly every record and went one per batch: 1.03 records per batch,
+# 44-46 us of client CPU per record (bench/test_bench_scale.py).  A busy partition's
+# batches start as large as its recent ones (PartitionQueue.last_batch_bytes), so only
+# its first batch grows through the small classes.
+FIRST_BUFFER_BYTES = 2 * 1024
 # A batch kept open behind its partition's queued batches is looked at again after this
 # long even if no request has taken them (they expired, or moved to another leader).
 HELD_RECHECK_MS = 100
