@@ -33,7 +33,10 @@ of client CPU per record; a producer per thread 2.92M / 3.25M / 3.33M / 4.27M at
 162 / 164 / 170 ns.  Before the accumulator's fix for it (a busy partition's next batch
 waits for its recent size; accumulator._start_bytes_locked) the same run at load 3.5-6
 gave shared 3.14M / 2.20M / 2.74M / 2.09M at 162 / 170 / 177 / 245 ns: with 8 threads
-batches were cut to 190-430 KB (of 1 MiB) and stayed so.
+batches were cut to 190-430 KB (of 1 MiB) and stayed so.  On the idle machine (load
+0.8-2.7, two runs after the fix) msgs/s falls at 4 and 8 threads in both modes (one
+producer 4.0-4.3M / 4.8-4.9M / 3.1-3.3M / 2.1-2.5M, CPU 148-209 ns): not explained yet
+(README, "Batch memory as partitions grow").
 
 Memory per idle partition (test_idle_partition_memory): one record to each of
 IDLE_PARTITIONS partitions, then flush: tracemalloc's and the RSS's growth per partition
