@@ -357,9 +357,9 @@ def test_a_busy_partitions_next_batch_waits_for_its_size_rather_than_starting_sm
         kafka_broker, topic_name):
     """A partition whose last batch filled 64 KiB starts its next one at 64 KiB: with only
     32 KiB free, the send waits for memory (here it times out, the broker being frozen)
-    instead of opening a 16 KiB batch that could not grow and would teach the partition
-    small batches (8 threads on one producer were held at 190-430 KB batches of 1 MiB
-    that way)."""
+    instead of opening a batch in a small first buffer that could not grow and would
+    teach the partition small batches (8 threads on one producer were held at 190-430 KB
+    batches of 1 MiB that way)."""
     nodes = getattr(kafka_broker, "nodes", None)
     if not nodes:
         pytest.skip("needs a broker this session started (SIGSTOP)")
@@ -381,7 +381,7 @@ def test_a_busy_partitions_next_batch_waits_for_its_size_rather_than_starting_sm
         nodes[0].pause()  # nothing is acknowledged: the full batch keeps its 64 KiB
         try:
             value = bytes(1000)
-            # The first batch starts at 16 KiB, grows to 64 KiB and is full after ~64.
+            # The first batch starts in a first buffer, grows to 64 KiB and is full after ~64.
             with pytest.raises(BackpressureTimeoutError,
                                match=r"buffer pool \(32768 of 98304 bytes free"):
                 for _ in range(200):
