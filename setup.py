@@ -30,6 +30,7 @@ import sys
 import tempfile
 
 from setuptools import Extension, setup
+from setuptools.command.build_clib import build_clib
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,6 +46,7 @@ ANNOTATE = os.environ.get("NETKAFKA_ANNOTATE", "") not in ("", "0")
 ONLY = {m for m in os.environ.get("NETKAFKA_MODULES", "").split(",") if m}
 
 CSRC = sorted(glob.glob("csrc/*.c"))
+CSRC_HEADERS = sorted(glob.glob("csrc/*.h"))
 PYX = sorted(glob.glob("netkafka/**/*.pyx", recursive=True))
 # A tree without its sources (e.g. an sdist that left them out) would otherwise
 # "succeed" as a wheel with no native module in it, which then fails at import.
@@ -79,6 +81,21 @@ directives = {
 }
 
 
+# csrc/ is compiled once, into a static library every module links.  When each module
+# compiled csrc/ itself, build_ext's parallel jobs wrote the same object files at once, and
+# a module could link a half-written one (it then failed at import: undefined symbol).
+CSRC_LIBRARY = ("netkafka_csrc", {
+    "sources": CSRC,
+    "include_dirs": ["csrc"],
+    "macros": macros,
+    "cflags": compile_args,
+    "obj_deps": {"": CSRC_HEADERS},
+})
+# Objects are reused when newer than their sources, so each set of flags (debug, sanitizer)
+# has its own directory: a debug build never links optimised objects, nor the reverse.
+CSRC_FLAVOR = hashlib.sha256(repr((compile_args, macros)).encode()).hexdigest()[:12]
+
+
 def module_name(pyx):
     return os.path.splitext(os.path.basename(pyx))[0]
 
@@ -90,12 +107,24 @@ def qualified_name(pyx):
 def extension(pyx):
     return Extension(
         qualified_name(pyx),
-        sources=[pyx] + CSRC,
+        sources=[pyx],
+        # Relinked when the library's sources change (build_clib has rebuilt it by then).
+        depends=CSRC + CSRC_HEADERS,
         include_dirs=["csrc"],
         define_macros=macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
+
+
+class build_csrc_library(build_clib):
+    """build_clib into a directory of its own per set of compile flags, under the
+    interpreter's build_temp (so `setup.py clean --all` removes it)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.build_temp = os.path.join(self.build_temp, "csrc-" + CSRC_FLAVOR)
+        self.build_clib = self.build_temp
 
 
 class cythonize_then_build_ext(build_ext):
@@ -115,14 +144,20 @@ class cythonize_then_build_ext(build_ext):
         )
         super().finalize_options()
 
+    def run(self):
+        # `build` runs build_clib first; `build_ext --inplace` and editable installs do not.
+        self.run_command("build_clib")
+        super().run()
+
 
 setup(
     ext_modules=[extension(pyx) for pyx in PYX if not ONLY or module_name(pyx) in ONLY],
-    cmdclass={"build_ext": cythonize_then_build_ext},
+    libraries=[CSRC_LIBRARY],
+    cmdclass={"build_clib": build_csrc_library, "build_ext": cythonize_then_build_ext},
     options={
         "build": {"build_base": BUILD_DIR},
         "egg_info": {"egg_base": BUILD_DIR},
-        # Every core: an sdist's install compiles 14 modules, each with csrc/.
+        # Every core: an sdist's install compiles 14 modules.
         "build_ext": {"parallel": os.cpu_count() or 1},
     },
 )
