@@ -23,20 +23,14 @@ classes", every open batch took batch_size and buffer_memory / batch_size open b
 netkafka's, 32 MiB) sets netkafka's buffer_memory.
 
 Threads (test_threads): 1, 2, 4 and 8 threads calling send() on one producer ("shared")
-against a producer per thread ("per_thread"), alternated; a round sends THREAD_RECORDS
-records in all (split between the threads) to a 4-partition topic, then flushes.  The
-target: aggregate msgs/s does not fall as threads are added, CPU per record within 1.5x
-of one thread.  Rounds of 400,000 records took 0.1-0.3 s, too short for msgs/s to mean
-anything under load: 2,000,000 now.  Measured with 2,000,000 (3 rounds, load 5-8), 1 / 2
-/ 4 / 8 threads: shared 2.68M / 2.37M / 3.33M / 2.81M msgs/s at 168 / 162 / 158 / 173 ns
-of client CPU per record; a producer per thread 2.92M / 3.25M / 3.33M / 4.27M at 165 /
-162 / 164 / 170 ns.  Before the accumulator's fix for it (a busy partition's next batch
-waits for its recent size; accumulator._start_bytes_locked) the same run at load 3.5-6
-gave shared 3.14M / 2.20M / 2.74M / 2.09M at 162 / 170 / 177 / 245 ns: with 8 threads
-batches were cut to 190-430 KB (of 1 MiB) and stayed so.  On the idle machine (load
-0.8-2.7, two runs after the fix) msgs/s falls at 4 and 8 threads in both modes (one
-producer 4.0-4.3M / 4.8-4.9M / 3.1-3.3M / 2.1-2.5M, CPU 148-209 ns): not explained yet
-(README, "Batch memory as partitions grow").
+against a producer per thread ("per_thread"); a round sends THREAD_RECORDS records in all
+(split between the threads) to a 4-partition topic of its own, then flushes.  One
+benchmark, its rounds alternated across all eight contestants: as a test per thread count
+the later counts met a broker slowed by the earlier ones' data (its CPU per record 2-3x),
+which read as msgs/s falling with threads.  The target: aggregate msgs/s does not fall as
+threads are added, CPU per record within 1.5x of one thread.  Rounds of 400,000 records
+took 0.1-0.3 s, too short for msgs/s to mean anything under load: 2,000,000 now.  The
+measurements: README, "Batch memory as partitions grow".
 
 Memory per idle partition (test_idle_partition_memory): one record to each of
 IDLE_PARTITIONS partitions, then flush: tracemalloc's and the RSS's growth per partition
@@ -363,34 +357,40 @@ def _threaded_round(producers, topic, values):
         producer.flush()
 
 
-@pytest.mark.parametrize("threads", THREADS)
-def test_threads(benchmark, kafka_broker, broker_pids, topic_name, threads):
+def test_threads(benchmark, kafka_broker, broker_pids, topic_name):
+    """Every thread count in both modes, one benchmark, rounds alternated across all eight
+    contestants: run as a test per thread count, the later counts met a broker slowed by
+    the earlier ones' gigabytes (its CPU per record rose 2-3x from the first test to the
+    last), and that read as msgs/s falling with threads."""
     bootstrap = kafka_broker.bootstrap
-    benchmark.group = f"scale: {threads} threads sending"
-    values = peers.values_for(RECORD_SIZE, THREAD_RECORDS // threads * threads)
+    benchmark.group = "scale: threads sending"
+    values = peers.values_for(RECORD_SIZE, THREAD_RECORDS // max(THREADS) * max(THREADS))
     options = dict(bootstrap_servers=bootstrap, acks=1, batch_size=peers.BATCH_SIZE,
                    linger_ms=peers.LINGER_MS)
     with contextlib.ExitStack() as stack:
+        # One producer for every "shared" contestant and max(THREADS) for the others:
+        # each round flushes its producers, so a producer carries nothing between rounds.
+        shared = stack.enter_context(Producer(**options))
+        own = [stack.enter_context(Producer(**options)) for _ in range(max(THREADS))]
         contestants, topics = {}, {}
-        for mode in ("shared", "per_thread"):
-            topic = topics[mode] = f"{topic_name}-{mode}"
-            _create_topics(bootstrap, [topic], THREAD_PARTITIONS, stack)
-            if mode == "shared":
-                producers = [stack.enter_context(Producer(**options))] * threads
-            else:
-                producers = [stack.enter_context(Producer(**options)) for _ in range(threads)]
-            contestants[mode] = rounds.Contestant(
-                lambda producers=producers, topic=topic: _threaded_round(producers, topic,
-                                                                         values),
-                len(values), broker_pids)
+        for threads in THREADS:
+            for mode in ("shared", "per_thread"):
+                key = (mode, threads)
+                topic = topics[key] = f"{topic_name}-{mode}-{threads}"
+                _create_topics(bootstrap, [topic], THREAD_PARTITIONS, stack)
+                producers = [shared] * threads if mode == "shared" else own[:threads]
+                contestants[key] = rounds.Contestant(
+                    lambda producers=producers, topic=topic: _threaded_round(producers, topic,
+                                                                             values),
+                    len(values), broker_pids)
         measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
                                       iterations=1)
         rows = [{"suite": "scale_threads", "client": "netkafka-send", "mode": mode,
                  "threads": threads, **rounds.summary(client_rounds)}
-                for mode, client_rounds in measured.items()]
+                for (mode, threads), client_rounds in measured.items()]
         benchmark.extra_info.update({"suite": "scale_threads", "clients": rows})
-        for mode, contestant in contestants.items():
-            assert peers.acknowledged_records(bootstrap, topics[mode]) == contestant.records_sent
+        for key, contestant in contestants.items():
+            assert peers.acknowledged_records(bootstrap, topics[key]) == contestant.records_sent
 
 
 def _rss_bytes():
