@@ -1046,10 +1046,10 @@ class _LingerTimer:
 
     It sleeps until the earliest deadline of a batch still open, not of every batch: a
     busy partition fills its batch before linger_ms, and each wake costs the process
-    15-70 us of CPU on a 2-core VM (a futex wake and the GIL's hand-over; 128 KiB records
-    woke it 1.2 times per batch).  While batches keep filling early it sleeps linger_ms
-    at a time, since no batch opened meanwhile can be due sooner; once a wake finds
-    nothing scheduled it sleeps until schedule() wakes it."""
+    14-80 us of CPU on a 2-core VM (a futex wake and the GIL's hand-over; 128 KiB
+    records woke it 1.2 times per batch).  While batches keep filling early it sleeps
+    linger_ms at a time, since no batch opened meanwhile can be due sooner; once a wake
+    finds nothing scheduled it sleeps until schedule() wakes it."""
 
     def __init__(self, accumulator):
         self._accumulator = accumulator  # immutable
