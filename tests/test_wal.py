@@ -32,6 +32,7 @@ from netkafka.record._crc import crc32c
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import kill_progress  # noqa: E402 -- the killed process's progress, next to this file
 import wal_writer  # noqa: E402 -- the killed process's script, found next to this file
 
 REPO = os.path.dirname(HERE)
@@ -289,14 +290,13 @@ def test_a_batch_moved_by_a_process_killed_before_deleting_the_original_comes_ba
 def run_and_kill(directory, progress, fsync, rng):
     """Runs tests/wal_writer.py until it has done some work, SIGKILLs it at a random
     moment, and returns (WAL id of its batch 0, operations it completed)."""
-    with open(progress, "wb") as f:
-        f.write(bytes(wal_writer.PROGRESS.size))
+    kill_progress.reset(progress)
     child = subprocess.Popen([sys.executable, os.path.join(HERE, "wal_writer.py"),
                               str(directory), str(progress), fsync],
                              cwd=REPO, env=CHILD_ENV, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
-        while read_progress(progress)[1] < 50:
+        while kill_progress.read(progress)[1] < 50:
             assert child.poll() is None, child.stderr.read().decode()
             assert time.monotonic() < deadline, "the writer did not start"
             time.sleep(0.005)
@@ -305,12 +305,7 @@ def run_and_kill(directory, progress, fsync, rng):
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stderr.close()
-    return read_progress(progress)
-
-
-def read_progress(path):
-    with open(path, "rb") as f:
-        return wal_writer.PROGRESS.unpack(f.read())
+    return kill_progress.read(progress)
 
 
 def recovered_state(recovery, first_batch_id):

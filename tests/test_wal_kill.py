@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-import wal_loader
+import kill_progress
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -48,8 +48,7 @@ class Runs:
 
     def start(self, stop=None):
         run = str(len(self.returned))
-        with open(self.progress, "wb") as f:
-            f.write(bytes(wal_loader.PROGRESS.size))
+        kill_progress.reset(self.progress)
         command = [sys.executable, os.path.join(HERE, "wal_loader.py"), self.bootstrap,
                    self.topic, str(self.wal_dir), self.fsync, str(self.progress), run]
         if stop is not None:
@@ -84,8 +83,7 @@ class Runs:
         self.returned[run] = LAST_RUN_RECORDS
 
     def read_progress(self):
-        with open(self.progress, "rb") as f:
-            return wal_loader.PROGRESS.unpack(f.read())
+        return kill_progress.read(self.progress)
 
     def check_topic(self):
         """Every returned send exactly once, partitions in send order; returns how

@@ -6,15 +6,15 @@ It runs a fixed script of operations -- batch k: open it, append RECORDS_PER_BAT
 records, seal it, then mark batch k - LIVE_BATCHES done (a slow batch, one in
 SLOW_EVERY, only SLOW_BATCHES later: meanwhile the log moves it forward, so that it
 does not pin the segments after it) -- and after each operation
-stores how many it has completed in PROGRESS_FILE (a u64 in a shared mapping: no
-syscall, so a SIGKILL can land anywhere, inside a WAL append included).  The WAL's
+stores how many it has completed in PROGRESS_FILE (tests/kill_progress.py: a u64 in a
+shared mapping, so a SIGKILL can land anywhere, inside a WAL append included).  The WAL's
 segments are small, so the script rolls over, reclaims and recycles segments all the
 time.  expected_state() computes what the log must hold after a number of operations.
 """
 import hashlib
-import mmap
-import struct
 import sys
+
+import kill_progress
 
 RECORDS_PER_BATCH = 7
 LIVE_BATCHES = 5  # batch k - LIVE_BATCHES is done once batch k is sealed
@@ -23,8 +23,8 @@ SLOW_BATCHES = 150  # k + SLOW_BATCHES is sealed (about six segments later)
 WAL_OPTIONS = dict(segment_bytes=64 * 1024, max_bytes=1024 * 1024, max_record_bytes=1024,
                    max_context_bytes=64)
 TOPIC = "kill-test"
-# The WAL id of the script's batch 0 (0 until known) | operations completed.
-PROGRESS = struct.Struct("<QQ")
+# PROGRESS_FILE's counters: the WAL id of the script's batch 0 (0 until known), and the
+# operations completed.
 
 
 def record(batch, index):
@@ -81,14 +81,13 @@ def main(directory, progress_path, fsync):
     recovery = wal.recovery()
     if recovery.batches:
         sys.exit(f"the parent left live batches: {recovery}")
-    with open(progress_path, "r+b") as f:
-        progress = mmap.mmap(f.fileno(), PROGRESS.size)
+    progress = kill_progress.Counters(progress_path)
     ids = {}
     for done, (kind, batch, index) in enumerate(operations(), start=1):
         if kind == "open":
             ids[batch] = wal.open_batch()
             if batch == 0:
-                PROGRESS.pack_into(progress, 0, ids[0], 0)
+                progress[0] = ids[0]
         elif kind == "record":
             wal.append_record(ids[batch], index, TOPIC, batch % 3, 1_700_000_000_000 + batch,
                               record(batch, index), context(batch, index))
@@ -97,7 +96,7 @@ def main(directory, progress_path, fsync):
                          *seal(batch)[3:])
         else:
             wal.log_done(ids.pop(batch), OUTCOME_ACKNOWLEDGED)
-        struct.pack_into("<Q", progress, 8, done)
+        progress[1] = done
 
 
 if __name__ == "__main__":
