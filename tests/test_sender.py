@@ -5,7 +5,7 @@ import time
 import pytest
 
 from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
-from netkafka import errors
+from netkafka import Producer, errors
 from netkafka.errors import KafkaTimeoutError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -195,6 +195,50 @@ class _RequestSizes:
 
     def batch_retried(self, topic, records):
         pass
+
+
+def test_batches_wait_open_for_the_request_after_the_broker_s_next_one(kafka_broker,
+                                                                       topic_name):
+    """Requests to a broker not keeping up (frozen, one request in flight at a time):
+    batches whose linger_ms passes while another partition's batch is queued for the
+    broker stay open, take their partitions' later records, and go with the request
+    after the next one -- one batch per partition.  Handed over at linger_ms, each
+    went out with its first record and a second batch, held behind it, took the rest:
+    two per partition."""
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=6)
+    producer = Producer(bootstrap_servers=kafka_broker.bootstrap, acks=1, linger_ms=5,
+                        max_in_flight_requests_per_connection=1)
+    sent = []
+    try:
+        producer.send(topic_name, b"warm", partition=0).get(30)
+        created = producer.metrics()["netkafka"]["batches_created"]
+        nodes[0].pause()
+        try:
+            futures = []
+            for partition, value in ((0, b"in flight"), (1, b"queued")):
+                futures.append(producer.send(topic_name, value, partition=partition))
+                sent.append((partition, value))
+                time.sleep(0.1)  # past linger_ms: the first in flight, then this queued
+            for round_ in range(5):
+                for partition in range(2, 6):
+                    value = b"round %d" % round_
+                    futures.append(producer.send(topic_name, value, partition=partition))
+                    sent.append((partition, value))
+                time.sleep(0.05)  # past linger_ms every round
+            batches = producer.metrics()["netkafka"]["batches_created"] - created
+        finally:
+            nodes[0].resume()
+        offsets = [f.get(30).offset for f in futures]
+    finally:
+        producer.close()
+    assert batches == 6
+    assert offsets[:2] == [1, 0] and offsets[2:] == [r for r in range(5) for _ in range(4)]
+    read = read_topic(kafka_broker.bootstrap, topic_name, len(sent) + 1)
+    assert [(r.partition, r.value) for r in sorted(read, key=lambda r: (r.partition, r.offset))
+            if r.value != b"warm"] == sorted(sent, key=lambda s: s[0])
 
 
 def test_a_request_carries_many_partitions_and_stops_at_the_first_that_does_not_fit(

@@ -81,6 +81,9 @@ cdef class Batch:
     # Records appended with no future (produce()): their failure is counted for
     # flush() to raise.  Accumulator's lock while open; read once completed.
     cdef readonly int untracked_records
+    # Set by the sender's release of a batch it held (hold_while_queued), before the
+    # linger thread is told: that thread hands it over without asking again.
+    cdef public bint released
 
     def __cinit__(self, PooledBatch builder not None, BatchResult result not None,
                   int64_t created_ns):

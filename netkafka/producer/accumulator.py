@@ -33,12 +33,14 @@ the linger thread gets to it, so batches fill while that thread waits for its tu
 -- the Java client's "send when the sender is free" behaviour.  For the same reason
 a batch whose partition still has batches queued in the sender for a request
 (a broker slow or unreachable, or requests in flight at their limit) stays open
-until a request takes the last of them (Sender.hold_while_queued), or
-HELD_RECHECK_MS later at the latest: handed over, it would only wait behind them,
-holding a pooled buffer for a few records.  One batch per linger_ms of a black-holed
-broker's partitions used to take all of buffer_memory within seconds (2,048
-buffers of 16 KiB for a few records each, 13 s into a black hole at 1,000
-records/s), and then send() blocked for every partition (tests/test_chaos.py).
+until a request takes the last of them, and one whose broker has other partitions'
+batches queued stays open until that broker's next request is built
+(Sender.hold_while_queued), or a recheck later at the latest: handed over, it would
+only wait behind them, holding a pooled buffer for a few records.  One batch per
+linger_ms of a black-holed broker's partitions used to take all of buffer_memory
+within seconds (2,048 buffers of 16 KiB for a few records each, 13 s into a black
+hole at 1,000 records/s), and then send() blocked for every partition
+(tests/test_chaos.py).
 
 Hot path: _accumulator.AccumulatorCore's append, in Cython (one record into an open
 batch with room, or a full batch out of the open slot); everything rarer is here,
@@ -87,9 +89,14 @@ _log = logging.getLogger("netkafka.producer.accumulator")
 # batches start as large as its recent ones (PartitionQueue.last_batch_bytes), so only
 # its first batch grows through the small classes.
 FIRST_BUFFER_BYTES = 2 * 1024
-# A batch kept open behind its partition's queued batches is looked at again after this
-# long even if no request has taken them (they expired, or moved to another leader).
-HELD_RECHECK_MS = 100
+# How soon a batch Sender.hold_while_queued() kept open is looked at again if its
+# release has not come.  Every way a held batch's wait can end releases it (a request
+# takes its partition's queued batches or is built for its broker, the batches expire
+# or are refused, the partition moves); the look is for what none of them covers (a
+# partition moved to no leader, a broker that stopped answering).  Each look costs the
+# linger thread 10-20 us: with 10,000 partitions held through requests that took
+# 0.5-1 s, looks every 100 ms doubled the client's CPU per record.
+HELD_RECHECK_MS = 1000
 # How many errors of fire-and-forget records flush() names (the count is exact).
 FIRST_ERRORS_KEPT = 5
 # A sealed RecordBatch v2's CRC32C and attributes, at offset 17: what a SEAL entry keeps.
@@ -784,9 +791,9 @@ class RecordAccumulator(AccumulatorCore):
                 return  # full, flushed or discarded already
         # Asked with no lock held: the Sender takes its own lock and the metadata's.  A
         # record or a flush() may retire the batch meanwhile: checked again below.
-        if self._sender.hold_while_queued(
+        if not batch.released and self._sender.hold_while_queued(
                 queue.topic, queue.partition,
-                functools.partial(self._linger.schedule, 0, queue, batch)):
+                functools.partial(self._release_held, queue, batch)):
             self._linger.schedule(time.monotonic_ns() + HELD_RECHECK_MS * 1_000_000,
                                   queue, batch)
             return
@@ -795,6 +802,15 @@ class RecordAccumulator(AccumulatorCore):
                 return
             queue.retire()
         self._drain(queue)
+
+    def _release_held(self, queue, batch):
+        """The sender lets a batch it held go (an I/O thread): handed over when the
+        linger thread gets to it, not held again.  Released with the other batches
+        held for its broker, it goes in the request after the one that released
+        them; asked again, all but the first would see that first one queued and be
+        held once more, one batch per request."""
+        batch.released = True
+        self._linger.schedule(0, queue, batch)
 
     # ------------------------------------------------------------------
     # Any thread.
