@@ -92,8 +92,9 @@ FIRST_BUFFER_BYTES = 2 * 1024
 # How soon a batch Sender.hold_while_queued() kept open is looked at again if its
 # release has not come.  Every way a held batch's wait can end releases it (a request
 # takes its partition's queued batches or is built for its broker, the batches expire
-# or are refused, the partition moves); the look is for what none of them covers (a
-# partition moved to no leader, a broker that stopped answering).  Each look costs the
+# or are refused or discarded, the partition moves, the sender closes); the look is for
+# what none of them covers (a partition moved to no leader, a broker that stopped
+# answering).  Each look costs the
 # linger thread 10-20 us: with 10,000 partitions held through requests that took
 # 0.5-1 s, looks every 100 ms doubled the client's CPU per record.
 HELD_RECHECK_MS = 1000

@@ -279,7 +279,7 @@ class Sender:
           wait in the queue for that request.  So the Java client drains a broker's
           batches only when it can send it a request.  With 10,000 keyed partitions
           and a broker that kept up with 7,000-11,000 records/s, batches grew from
-          2 records to 4.
+          2 records to 3-4.
 
         Returns whether it holds the batch (the accumulator looks at it again some time
         later if release() has not come: accumulator.HELD_RECHECK_MS)."""
@@ -314,6 +314,9 @@ class Sender:
         with self._lock:
             self._closed = True
             leftovers = self._take_queued_locked()
+            released = self._take_held_locked()
+        for release in released:
+            release()
         for item in leftovers:
             self._complete(item, error=errors.KafkaError(
                 f"the sender closed before {item.topic}-{item.partition} was delivered"))
@@ -324,6 +327,9 @@ class Sender:
         flight complete with their answers."""
         with self._lock:
             leftovers = self._take_queued_locked()
+            released = self._take_held_locked()
+        for release in released:
+            release()
         for item in leftovers:
             self._complete(item, error=error)
 
@@ -664,6 +670,16 @@ class Sender:
                 taken += queue
         self._queues.clear()
         return taken
+
+    def _take_held_locked(self):
+        """With _lock held: the release() of every batch hold_while_queued() holds,
+        the holds ended (the caller calls them once the lock is released)."""
+        released = list(self._held.values())
+        self._held.clear()
+        for held in self._held_for_request.values():
+            released += held.values()
+        self._held_for_request.clear()
+        return released
 
     def _route_locked(self, item, node_id, snapshot=None, conn=None):
         """With _lock held: queue item, in send order within its partition, for
