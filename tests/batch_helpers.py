@@ -18,6 +18,14 @@ BATCH_SIZE_BYTES = 64 * 1024
 MAX_REQUEST_SIZE_BYTES = 1024 * 1024
 
 
+def wait_for(condition, timeout_s=30, what="the condition"):
+    """Polls condition() until it is true; fails the test naming `what` after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never came"
+        time.sleep(0.01)
+
+
 class Written(NamedTuple):
     """One record as appended: what the reader must give back."""
 

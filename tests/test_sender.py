@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from batch_helpers import as_read, io_stack, make_batch, new_buffer_pool, release_batches
+from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
+                           wait_for)
 from netkafka import Producer, errors
 from netkafka.errors import KafkaTimeoutError
 from netkafka.testing.admin import create_topic
@@ -212,23 +213,34 @@ def test_batches_wait_open_for_the_request_after_the_broker_s_next_one(kafka_bro
     producer = Producer(bootstrap_servers=kafka_broker.bootstrap, acks=1, linger_ms=5,
                         max_in_flight_requests_per_connection=1)
     sent = []
+
+    def counter(name):
+        return producer.metrics()["netkafka"][name]
+
+    def requests_built():  # Produce requests, every broker's
+        return sum(group.get("request-total", 0) for group in producer.metrics().values())
+
     try:
         producer.send(topic_name, b"warm", partition=0).get(30)
-        created = producer.metrics()["netkafka"]["batches_created"]
+        created = counter("batches_created")
         nodes[0].pause()
         try:
-            futures = []
-            for partition, value in ((0, b"in flight"), (1, b"queued")):
-                futures.append(producer.send(topic_name, value, partition=partition))
-                sent.append((partition, value))
-                time.sleep(0.1)  # past linger_ms: the first in flight, then this queued
+            requests = requests_built()
+            futures = [producer.send(topic_name, b"in flight", partition=0)]
+            wait_for(lambda: requests_built() > requests, 10,
+                     "the request to the frozen broker")
+            handed_over = counter("batches_sent")
+            futures.append(producer.send(topic_name, b"queued", partition=1))
+            wait_for(lambda: counter("batches_sent") > handed_over, 10,
+                     "partition 1's batch in the queue")
+            sent += [(0, b"in flight"), (1, b"queued")]
             for round_ in range(5):
                 for partition in range(2, 6):
                     value = b"round %d" % round_
                     futures.append(producer.send(topic_name, value, partition=partition))
                     sent.append((partition, value))
                 time.sleep(0.05)  # past linger_ms every round
-            batches = producer.metrics()["netkafka"]["batches_created"] - created
+            batches = counter("batches_created") - created
         finally:
             nodes[0].resume()
         offsets = [f.get(30).offset for f in futures]

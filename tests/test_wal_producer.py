@@ -6,10 +6,10 @@ send_batch() logs its rows; "always" returns durable; a full WAL applies the bac
 strategy.  Crashes and replay: tests/test_wal_replay.py.
 """
 import os
-import time
 
 import pytest
 
+from batch_helpers import wait_for
 from netkafka import Producer
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
                              KafkaTimeoutError, RecordDroppedError, RecordSpooledError,
@@ -21,13 +21,6 @@ from netkafka.testing.reader import read_topic
 
 def producer(broker, wal_dir, **settings):
     return Producer(bootstrap_servers=broker.bootstrap, wal_dir=str(wal_dir), **settings)
-
-
-def wait_for(condition, timeout_s=30, what="the condition"):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} never came"
-        time.sleep(0.01)
 
 
 # -- settings -------------------------------------------------------------------------------
