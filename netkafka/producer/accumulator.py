@@ -94,9 +94,9 @@ FIRST_BUFFER_BYTES = 2 * 1024
 # takes its partition's queued batches or is built for its broker, the batches expire
 # or are refused or discarded, the partition moves, the sender closes); the look is for
 # what none of them covers (a partition moved to no leader, a broker that stopped
-# answering).  Each look costs the
-# linger thread 10-20 us: with 10,000 partitions held through requests that took
-# 0.5-1 s, looks every 100 ms doubled the client's CPU per record.
+# answering).  Each look costs the linger thread 10-20 us: with 10,000 partitions held
+# through requests that took 0.5-1 s, looks every 100 ms doubled the client's CPU per
+# record.
 HELD_RECHECK_MS = 1000
 # How many errors of fire-and-forget records flush() names (the count is exact).
 FIRST_ERRORS_KEPT = 5
