@@ -10,6 +10,7 @@ and nothing torn; a torn entry (what a machine crash leaves) is cut and counted 
 the bound, the lock file, the version header and the OS's refusals give their errors;
 the fsync modes sync when they say they do.
 """
+import errno
 import os
 import random
 import shutil
@@ -25,7 +26,7 @@ import pytest
 
 from netkafka.errors import (WalCorruptError, WalFullError, WalLockedError, WalStorageError,
                              WalVersionError)
-from netkafka.producer import _wal
+from netkafka.producer import _wal, wal_staging
 from netkafka.producer.wal import (OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED, SPARE_NAME,
                                    WriteAheadLog, segment_name)
 from netkafka.record._crc import crc32c
@@ -46,6 +47,13 @@ SMALL = dict(segment_bytes=64 * 1024, max_bytes=1024 * 1024, max_record_bytes=10
 
 def open_wal(directory, **options):
     return WriteAheadLog(directory, **{**SMALL, **options})
+
+
+def recover(directory):
+    """What a log opened on directory recovered; the log closed again (an open one
+    would keep its shared-memory images)."""
+    with open_wal(directory) as wal:
+        return wal.recovery()
 
 
 def segments(directory):
@@ -109,7 +117,7 @@ def test_a_log_of_many_segments_reads_back_in_order_and_positions_only_grow(tmp_
     assert positions == sorted(positions)
     assert wal.metrics()["segments_rolled"] >= 3
     wal.close()
-    recovery = open_wal(tmp_path).recovery()
+    recovery = recover(tmp_path)
     assert recovery.sealed == []
     assert [(b.batch_id, b.partition, [r.record for r in b.records])
             for b in recovery.unsealed] == expected
@@ -129,7 +137,7 @@ def test_acknowledged_segments_are_recycled_and_their_old_entries_never_read(tmp
     # A recycled segment still holds the entries of its first life behind the new ones.
     live = fill_batch(wal, "t", 1, [b"new"])
     wal.close()
-    recovery = open_wal(tmp_path).recovery()
+    recovery = recover(tmp_path)
     assert [(b.batch_id, [r.record for r in b.records]) for b in recovery.batches] == [
         (live, [b"new"])]
 
@@ -203,7 +211,7 @@ def test_batches_that_never_complete_are_moved_forward_and_the_log_stays_bounded
     for batch in recovery.batches:
         wal.log_done(batch.batch_id, OUTCOME_ACKNOWLEDGED)
     wal.close()
-    assert open_wal(tmp_path).recovery().batches == []
+    assert recover(tmp_path).batches == []
 
 
 def test_a_move_is_made_only_when_it_frees_four_times_its_copy_and_not_retried_till_then(
@@ -243,7 +251,7 @@ def test_records_logged_before_their_batchs_move_are_read_though_its_start_is_go
     wal.close()
     # r1's entry ahead of the MOVE does not follow anything read: the MOVE after it
     # says what the batch is.
-    [batch] = open_wal(tmp_path).recovery().unsealed
+    [batch] = recover(tmp_path).unsealed
     assert [(r.index, r.record) for r in batch.records] == [(0, b"r0"), (1, b"r1"),
                                                             (2, b"r2")]
 
@@ -276,7 +284,7 @@ def test_a_batch_moved_by_a_process_killed_before_deleting_the_original_comes_ba
     moved, stuck = map(int, child.stdout.split())
     assert moved == 1
     # The original entries and the MOVE are both there: the MOVE supersedes them.
-    recovery = open_wal(tmp_path).recovery()
+    recovery = recover(tmp_path)
     assert recovery.unsealed == []
     [batch] = recovery.sealed
     assert batch.batch_id == stuck
@@ -325,7 +333,7 @@ def recovered_state(recovery, first_batch_id):
     return state
 
 
-@pytest.mark.parametrize("fsync, kills", [("never", 20), ("always", 4)])
+@pytest.mark.parametrize("fsync, kills", [("never", 20), ("interval", 20), ("always", 4)])
 def test_a_process_killed_anywhere_leaves_every_completed_operation_and_nothing_torn(
         tmp_path, fsync, kills):
     directory, progress = tmp_path / "wal", tmp_path / "progress"
@@ -386,7 +394,7 @@ def test_a_torn_last_entry_is_cut_counted_once_and_the_log_goes_on(tmp_path, dam
     wal.close()
     # The cut is a ROLL entry now: the next open finds the same records, no torn entry,
     # and what was written after the cut.
-    recovery = open_wal(tmp_path).recovery()
+    recovery = recover(tmp_path)
     assert recovery.torn_entries == 0
     assert [(b.batch_id, len(b.records)) for b in recovery.unsealed] == [(batch_id, 4),
                                                                          (after, 1)]
@@ -411,7 +419,7 @@ def test_a_lost_segment_tail_ends_the_log_there_and_later_segments_are_discarded
     struct.pack_into("<I", header, 60, crc32c(bytes(header[:60])))
     with open(second, "r+b") as f:
         f.write(header)
-    recovery = open_wal(tmp_path).recovery()
+    recovery = recover(tmp_path)
     assert recovery.segments_discarded == len(names) - 2
     [batch] = recovery.unsealed
     assert 0 < len(batch.records) < 250
@@ -567,6 +575,90 @@ def test_interval_syncs_in_the_background(tmp_path):
         time.sleep(0.005)
     assert wal.metrics()["sync_cpu_ns"] > 0
     wal.close()
+
+
+STAGE_THEN_DIE = """
+import os, signal, sys, time
+from netkafka.producer.wal import WriteAheadLog
+wal = WriteAheadLog(sys.argv[1], fsync="interval", fsync_interval_ms=3_600_000,
+                    segment_bytes=64 * 1024, max_bytes=1024 * 1024, max_record_bytes=1024,
+                    max_context_bytes=64)
+while wal.metrics()["housekeeping_cpu_ns"] == 0:  # its first round (a sync) is done
+    time.sleep(0.001)
+batch_id = wal.open_batch()
+for index in range(50):
+    wal.append_record(batch_id, index, "t", 0, 5, b"staged-%04d" % index + b"." * 300)
+print(batch_id, wal.metrics()["segments_staged"], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def images():
+    return sorted(name for name in os.listdir(wal_staging.SHM_DIR)
+                  if name.startswith("netkafka-wal-"))
+
+
+def test_interval_entries_not_yet_synced_survive_a_killed_process_in_shared_memory(tmp_path):
+    before = images()
+    child = subprocess.run([sys.executable, "-c", STAGE_THEN_DIE, str(tmp_path)], cwd=REPO,
+                           env=CHILD_ENV, capture_output=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    batch_id, staged = map(int, child.stdout.split())
+    assert staged == 1
+    token = (tmp_path / wal_staging.TOKEN_NAME).read_text().strip()
+    left = [name for name in images() if token in name]
+    assert len(left) == 1 and left[0] not in before
+    # Not synced: the segment file lacks the entries; its shared-memory image has them.
+    [name] = segments(tmp_path)
+    assert b"staged-0049" not in (tmp_path / name).read_bytes()
+    assert b"staged-0049" in open(os.path.join(wal_staging.SHM_DIR, left[0]), "rb").read()
+    [batch] = recover(tmp_path).unsealed
+    assert batch.batch_id == batch_id
+    assert [r.record for r in batch.records] == [
+        b"staged-%04d" % i + b"." * 300 for i in range(50)]
+    assert not [name for name in images() if token in name]
+
+
+def test_interval_segments_are_staged_while_images_are_free_and_mapped_from_files_else(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(wal_staging, "SLOTS", 1)
+    wal = open_wal(tmp_path, fsync="interval", fsync_interval_ms=1)
+    payload, live = b"p" * 800, []
+    for n in range(80):  # five segments, all but every tenth batch done at once
+        batch_id = fill_batch(wal, "t", 0, [payload + b"%d" % n] * 5)
+        if n % 10:
+            wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
+        else:
+            live.append(batch_id)
+    metrics = wal.metrics()
+    assert metrics["staging_images"] == 1
+    # One image: while it holds the active segment, the spare is a file mapping.
+    assert 0 < metrics["segments_staged"] < metrics["segments_rolled"] + 1, metrics
+    wal.close()
+    assert not [name for name in images() if name.startswith("netkafka-wal-" + (
+        tmp_path / wal_staging.TOKEN_NAME).read_text().strip())]
+    recovery = recover(tmp_path)
+    assert [(b.batch_id, [r.record for r in b.records]) for b in recovery.unsealed] == [
+        (batch_id, [payload + b"%d" % (10 * k)] * 5) for k, batch_id in enumerate(live)]
+
+
+def test_a_file_system_refusing_o_direct_gets_the_images_through_its_page_cache(
+        tmp_path, monkeypatch):
+    real_fcntl = wal_staging.fcntl.fcntl
+
+    def refusing(fd, command, *args):
+        if command == wal_staging.fcntl.F_SETFL and args[0] & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_fcntl(fd, command, *args)
+
+    monkeypatch.setattr(wal_staging.fcntl, "fcntl", refusing)
+    with open_wal(tmp_path, fsync="interval") as wal:
+        batch_id = fill_batch(wal, "t", 0, [b"%d" % i * 50 for i in range(300)])
+        wal.sync()
+        assert wal.metrics()["segments_staged"] >= 1
+    [batch] = recover(tmp_path).unsealed
+    assert (batch.batch_id, [r.record for r in batch.records]) == (
+        batch_id, [b"%d" % i * 50 for i in range(300)])
 
 
 def test_always_returns_durable_and_groups_the_syncs_of_concurrent_callers(tmp_path):

@@ -25,10 +25,15 @@ cdef enum:
 
 
 cdef class MappedSegment:
-    # One segment file mapped shared, read-write.  The WriteAheadLog opens and closes
+    # One segment file mapped shared, read-write (or its staged image: see .pyx).  The WriteAheadLog opens and closes
     # the file; this object owns the mapping.  Unmapped only with the appender's
     # sync_lock held, so that no sync runs over a mapping that is going away.
     cdef unsigned char *_base              # the mapping; NULL once unmapped
+    # Staged (see .pyx): the shared-memory image whose mapping _base is, and the
+    # segment file's fd, which each sync writes the image's new blocks to.  Else None
+    # and -1.  Set at construction; _image dropped when unmapped.
+    cdef MappedSegment _image
+    cdef int _copy_fd
     cdef readonly Py_ssize_t size_bytes    # length of the file and of the mapping
     cdef public object path                # the file, for error messages
     cdef public uint64_t segment_id        # set when its header is written

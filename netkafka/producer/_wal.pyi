@@ -22,6 +22,7 @@ TOPIC_LIMIT_BYTES: int
 CONTEXT_LIMIT_BYTES: int
 SCAN_END: int
 SCAN_TORN: int
+STAGE_ALIGN_BYTES: int
 
 @final
 class MappedSegment:
@@ -30,7 +31,8 @@ class MappedSegment:
     tag: int
     written_bytes: int
     synced_bytes: int
-    def __new__(cls, fd: int, size_bytes: int, path: Any) -> Self: ...
+    def __new__(cls, fd: int, size_bytes: int, path: Any,
+                image: Optional[MappedSegment] = ...) -> Self: ...
     @property
     def size_bytes(self) -> int: ...
     @property

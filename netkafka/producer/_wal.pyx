@@ -46,13 +46,13 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
-from libc.errno cimport errno
+from libc.errno cimport EINTR, EIO, errno
 from libc.stdint cimport UINT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, strerror
 from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE
 from posix.mman cimport mmap, msync, munmap
 from posix.time cimport CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID, clock_gettime, timespec
-from posix.unistd cimport fsync, sysconf, _SC_PAGESIZE
+from posix.unistd cimport fdatasync, fsync, pwrite, sysconf, _SC_PAGESIZE
 
 from netkafka.producer._mutex cimport Mutex
 from netkafka.record._batch cimport RecordBatchBuilder
@@ -104,6 +104,11 @@ cdef extern from "<sys/mman.h>" nogil:
 cdef enum:
     # Linux's, from 5.14: fault every page in for writing (a write fault, without a write).
     _MADV_POPULATE_WRITE = 23
+    # A staged segment's syncs write whole blocks of this size, at offsets that are
+    # multiples of it (what O_DIRECT asks of the largest logical blocks disks have).
+    _STAGE_ALIGN_BYTES = 4096
+
+STAGE_ALIGN_BYTES = _STAGE_ALIGN_BYTES
 
 
 cdef inline uint64_t _clock_ns(int clock) noexcept nogil:
@@ -122,24 +127,48 @@ cdef object _os_error(str what, object path, int code):
 
 @cython.final
 cdef class MappedSegment:
-    """A segment file mapped into memory (MAP_SHARED, read-write).
+    """A segment file mapped into memory (MAP_SHARED, read-write), or staged: written
+    in the mapping of a shared-memory image instead, and copied to the file at each
+    sync.
+
+    Staged, the pages entries are written to are shared memory, which the kernel never
+    writes back: they stay mapped writable from segment to segment, where a file's
+    pages are write-protected by each writeback and fault again when next written (the
+    cost of fsync "interval", see wal_staging.py).  A killed process leaves the image
+    behind; the next producer copies it to the segment file before it reads the log.
 
     Args:
-        fd: the open file (read-write); the caller keeps it and closes it.
+        fd: the open segment file (read-write); the caller keeps it and closes it.
         size_bytes: the file's length.
         path: the file's path, for error messages.
+        image: None, or the MappedSegment of a shared-memory file of size_bytes to
+            write in (staged), which keeps its mapping.  size_bytes must then be a
+            multiple of STAGE_ALIGN_BYTES, so that syncs write whole blocks (fd may be
+            open with O_DIRECT).
 
     Raises:
         WalStorageError: mmap failed (names the file and the OS's reason).
     """
 
-    def __cinit__(self, int fd, Py_ssize_t size_bytes, path):
+    def __cinit__(self, int fd, Py_ssize_t size_bytes, path, MappedSegment image=None):
         cdef void *p
         cdef int code = 0
         if size_bytes < SEGMENT_HEADER_BYTES + _ROLL_ENTRY_BYTES:
             raise ValueError(f"a segment of {size_bytes} bytes has no room for entries")
         self.path = path
         self.size_bytes = size_bytes
+        self._copy_fd = -1
+        if image is not None:
+            if image._base == NULL or image.size_bytes != size_bytes:
+                raise ValueError(f"the image {image.path} cannot stage a segment of "
+                                 f"{size_bytes} bytes")
+            if size_bytes % _STAGE_ALIGN_BYTES:
+                raise ValueError(f"a staged segment of {size_bytes} bytes is not a "
+                                 f"multiple of {_STAGE_ALIGN_BYTES}")
+            self._image = image
+            self._base = image._base
+            self._copy_fd = fd
+            return
         with nogil:
             p = mmap(NULL, <size_t>size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
             if p == MAP_FAILED:
@@ -149,7 +178,7 @@ cdef class MappedSegment:
         self._base = <unsigned char *>p
 
     def __dealloc__(self):
-        if self._base != NULL:
+        if self._base != NULL and self._image is None:
             munmap(self._base, <size_t>self.size_bytes)
 
     @property
@@ -159,9 +188,10 @@ cdef class MappedSegment:
     def unmap(self):
         """Removes the mapping (the caller holds the appender's sync_lock, or no
         appender has seen this segment)."""
-        if self._base != NULL:
+        if self._base != NULL and self._image is None:
             munmap(self._base, <size_t>self.size_bytes)
-            self._base = NULL
+        self._base = NULL
+        self._image = None
 
     cdef int _check_range(self, Py_ssize_t offset, Py_ssize_t n) except -1:
         if self._base == NULL:
@@ -192,10 +222,13 @@ cdef class MappedSegment:
         -- a fault per page cost more than the rest of an append.  The contents do not
         change, but the pages count as written: the OS writes them back like entries.
         False where the kernel lacks it (before Linux 5.14): appends fault as they go,
-        that is all."""
+        that is all.  Staged, nothing to do: the image was prefaulted once, and its
+        pages stay mapped writable."""
         cdef Py_ssize_t aligned = start - start % _PAGE_BYTES
         cdef int rc
         self._check_range(aligned, 0)
+        if self._image is not None:
+            return True
         with nogil:
             rc = madvise(self._base + aligned, <size_t>(self.size_bytes - aligned),
                          _MADV_POPULATE_WRITE)
@@ -208,21 +241,45 @@ cdef class MappedSegment:
         _put_roll(self._base + offset, self.tag, next_segment_id)
 
     def sync(self, Py_ssize_t start=0, end=None):
-        """Writes bytes start..end (default: all) to disk and waits (msync)."""
+        """Writes bytes start..end (default: all) to disk and waits (msync; staged: a
+        write of those blocks to the segment file, then fdatasync)."""
         self._sync(start, self.size_bytes if end is None else end)
 
     cdef int _sync(self, Py_ssize_t start, Py_ssize_t end) except -1:
         # msync needs a page-aligned start; the bytes before it in its page go too.
-        cdef Py_ssize_t aligned
-        cdef int rc, code = 0
+        # Staged, whole blocks are written (O_DIRECT needs them): the block of start
+        # again, and the rest of end's block with whatever the image holds there.
+        cdef Py_ssize_t aligned, stop
+        cdef ssize_t n
+        cdef int rc = 0, code = 0
         if end <= start:
             return 0
         self._check_range(start, end - start)
-        aligned = start - start % _PAGE_BYTES
-        with nogil:
-            rc = msync(self._base + aligned, <size_t>(end - aligned), MS_SYNC)
-            if rc != 0:
-                code = errno
+        if self._copy_fd < 0:
+            aligned = start - start % _PAGE_BYTES
+            with nogil:
+                rc = msync(self._base + aligned, <size_t>(end - aligned), MS_SYNC)
+                if rc != 0:
+                    code = errno
+        else:
+            aligned = start - start % _STAGE_ALIGN_BYTES
+            stop = end + (_STAGE_ALIGN_BYTES - end % _STAGE_ALIGN_BYTES) % _STAGE_ALIGN_BYTES
+            with nogil:
+                while aligned < stop:
+                    n = pwrite(self._copy_fd, self._base + aligned, <size_t>(stop - aligned),
+                               aligned)
+                    if n > 0:
+                        aligned += n
+                    elif n < 0 and errno == EINTR:
+                        continue
+                    else:
+                        rc = -1
+                        code = errno if n < 0 else EIO
+                        break
+                if rc == 0:
+                    rc = fdatasync(self._copy_fd)
+                    if rc != 0:
+                        code = errno
         if rc != 0:
             raise _os_error("cannot sync WAL segment", self.path, code)
         return 0

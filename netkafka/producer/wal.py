@@ -8,6 +8,8 @@ The directory:
     00000000000000000007.wal    segments, named by id; the log is their chain: each
                                 ends with a ROLL entry naming the next
     recycle.tmp                 a reclaimed segment waiting to be reused
+    staging                     the token naming this producer's shared-memory images
+                                of its segments (fsync "interval": wal_staging.py)
 
 A segment is a 64-byte header, then entries (framing: csrc/wal_entry.h; payloads:
 _wal.pyx).  Header, little-endian: magic "NKWALSEG" | format version u32 | tag u32 |
@@ -42,7 +44,9 @@ applies its backoff strategy to that, as to buffer_memory).
 
 fsync modes: "never" (the OS writes pages back when it likes; a process crash loses
 nothing, a machine crash what was not written back), "interval" (the housekeeping
-thread syncs every fsync_interval_ms: a machine crash loses at most that much),
+thread syncs every fsync_interval_ms: a machine crash loses at most that much; the
+segments being written are staged in shared memory and copied to their files at each
+sync, which costs less per record than writing back a file's pages: wal_staging.py),
 "always" (callers wait in sync_to() for their entries to be on disk, group-committed:
 see _wal.pyx).  sync() forces one in any mode.
 
@@ -63,8 +67,11 @@ _spare, _total_bytes, _next_segment_id, _active_id, _next_batch_id, _live, _pins
 the counters; the appender's sync_lock is taken before it, by syncs and by
 reclaiming (so that no sync runs over a segment being unmapped).  _reclaim_lock
 (one reclaim at a time: relocation scans segments outside the appender's lock) comes
-before both, and the accumulator's lock before all three.  _closing is guarded by
-_work (a threading.Condition).
+before both, and the accumulator's lock before all three.  A segment's mapping and
+image (_SegmentFile.mapped, .slot) are set by whoever maps it (_roll_locked, or the
+housekeeping thread for the spare) before another thread can see it; after that only
+the housekeeping thread and close() change them, holding the sync_lock to unmap.  The
+StagingArea's lock is a leaf.  _closing is guarded by _work (a threading.Condition).
 """
 import collections
 import errno
@@ -82,6 +89,9 @@ from netkafka.errors import (WalCorruptError, WalError, WalLockedError, WalStora
                              WalVersionError)
 from netkafka.producer import _wal
 from netkafka.producer._wal import MappedSegment, WalAppender
+from netkafka.producer import wal_staging
+from netkafka.producer.wal_staging import StagingArea, apply_left_over, direct_writes
+from netkafka.producer.wal_staging import os_call as _os_call
 from netkafka.record._crc import crc32c
 
 _log = logging.getLogger("netkafka.producer.wal")
@@ -188,14 +198,15 @@ class Recovery:
 class _SegmentFile:
     """A segment file: its fd, and its mapping while it is written or reused."""
 
-    __slots__ = ("segment_id", "path", "fd", "size_bytes", "mapped")
+    __slots__ = ("segment_id", "path", "fd", "size_bytes", "mapped", "slot")
 
-    def __init__(self, segment_id, path, fd, size_bytes, mapped=None):
+    def __init__(self, segment_id, path, fd, size_bytes):
         self.segment_id = segment_id
         self.path = path
         self.fd = fd
         self.size_bytes = size_bytes
-        self.mapped = mapped  # MappedSegment or None
+        self.mapped = None  # MappedSegment or None
+        self.slot = None  # the wal_staging.Slot whose image it is staged in, or None
 
 
 class WriteAheadLog:
@@ -270,14 +281,20 @@ class WriteAheadLog:
         _makedirs(self.directory)
         self._lock_fd = _lock_directory(self.directory)
         self._dir_fd = -1
+        self._staging = None  # immutable once set: StagingArea, or None
         try:
             self._dir_fd = _os_call("cannot open WAL directory", self.directory, os.open,
                                     self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            # A dead producer's shared-memory images go to their files before the log
+            # is read (wal_staging.py).
+            apply_left_over(self.directory, self._image_segment_path)
             self.max_record_entry_bytes = max_entry  # immutable
             self._appender = WalAppender(self._roll_locked, max_entry, max_context_bytes,
                                          self._dir_fd)
             self._recovery = self._recover()
         except BaseException:
+            if self._staging is not None:
+                self._staging.close(remove=True)  # nothing was appended
             self._release_files()
             raise
         self._housekeeper = threading.Thread(target=self._housekeep, name="netkafka-wal",
@@ -456,7 +473,7 @@ class WriteAheadLog:
                 # Only control entries get here: they complete batches, which frees
                 # the log, so they may pass the bound rather than wait on it.
                 self._counts["segments_over_bound"] += 1
-            segment = _create_segment(path, size)
+            segment = self._create_segment(path, size)
             self._total_bytes += size
             self._write_header(segment.mapped, segment_id)
             self._counts["segments_created"] += 1
@@ -529,8 +546,27 @@ class WriteAheadLog:
         then deletes or recycles the segments that hold nothing live; returns how many.
         The housekeeping thread calls it every round."""
         with self._reclaim_lock:
+            self._unstage_written()
             self._relocate()
             return self._reclaim_unpinned()
+
+    def _unstage_written(self):
+        # Segments rolled over and synced to their end give their images back for the
+        # spare to take; unmapped (relocation maps what it reads from the file).
+        if self._staging is None:
+            return
+        appender = self._appender
+        with appender.sync_lock:
+            with appender.lock:
+                written = [segment for segment_id, segment in self._segments.items()
+                           if segment.slot is not None and segment_id != self._active_id
+                           and segment.mapped.synced_bytes >= segment.mapped.written_bytes]
+            for segment in written:
+                segment.mapped.unmap()
+                segment.mapped = None
+                direct_writes(segment.fd, False)
+                self._staging.give(segment.slot)
+                segment.slot = None
 
     def _reclaim_unpinned(self):
         appender = self._appender
@@ -558,8 +594,8 @@ class WriteAheadLog:
         """segment becomes the spare; False if it cannot (then it is deleted)."""
         spare_path = os.path.join(self.directory, SPARE_NAME)
         try:
-            if segment.mapped is None:
-                segment.mapped = MappedSegment(segment.fd, segment.size_bytes, spare_path)
+            if segment.slot is None:
+                self._map(segment)
             segment.mapped.prefault()
             os.rename(segment.path, spare_path)
         except (OSError, WalError) as exc:
@@ -575,11 +611,78 @@ class WriteAheadLog:
         return True
 
     def _delete(self, segment):
-        _remove_segment_file(segment)
+        self._remove_segment_file(segment)
         with self._appender.lock:
             self._total_bytes -= segment.size_bytes
             self._counts["segments_reclaimed"] += 1
             self._counts["segments_deleted"] += 1
+
+    def _create_segment(self, path, size_bytes):
+        """A new segment file of size_bytes, its blocks allocated (a write through a
+        mapping of it can then not fail for lack of space: mmap would answer that with
+        SIGBUS), mapped (_map).  The header is the caller's to write.
+
+        Raises:
+            WalStorageError: the disk is full, or the directory not writable (names
+                path).
+        """
+        fd = _os_call("cannot create WAL segment", path, os.open, path,
+                      os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        segment = _SegmentFile(None, path, fd, size_bytes)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size_bytes)
+            except OSError as exc:
+                what = ("disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                        else exc.strerror)
+                raise WalStorageError(f"cannot allocate {size_bytes} bytes for WAL segment "
+                                      f"{path}: {what}", errno=exc.errno) from None
+            self._map(segment)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        return segment
+
+    def _map(self, segment):
+        """Maps segment (not staged) to be written: staged in a free shared-memory image
+        when the log stages (wal_staging.py), else its file (the mapping it has, if
+        any, is kept)."""
+        slot = None
+        if self._staging is not None and segment.size_bytes == self._staging.size_bytes:
+            slot = self._staging.take()
+        if slot is None:
+            if segment.mapped is None:
+                segment.mapped = MappedSegment(segment.fd, segment.size_bytes, segment.path)
+            return
+        if segment.mapped is not None:
+            # No mapping may see the file while O_DIRECT writes to it.
+            segment.mapped.unmap()
+            segment.mapped = None
+        try:
+            direct_writes(segment.fd, True)
+            segment.mapped = MappedSegment(segment.fd, segment.size_bytes, segment.path,
+                                           slot.mapping)
+        except BaseException:
+            self._staging.give(slot)
+            raise
+        segment.slot = slot
+
+    def _remove_segment_file(self, segment):
+        """Unmaps, closes and deletes a segment that is no part of the log any more."""
+        if segment.mapped is not None:
+            segment.mapped.unmap()
+        if segment.slot is not None:
+            self._staging.give(segment.slot)
+            segment.slot = None
+        os.close(segment.fd)
+        try:
+            os.unlink(segment.path)
+        except FileNotFoundError:
+            pass
 
     def _prepare_spare(self):
         # A new file only once the active segment is half full: until then a segment
@@ -592,8 +695,8 @@ class WriteAheadLog:
                 return
             self._total_bytes += self.segment_bytes  # claimed before the file exists
         try:
-            spare = _create_segment(os.path.join(self.directory, SPARE_NAME),
-                                    self.segment_bytes)
+            spare = self._create_segment(os.path.join(self.directory, SPARE_NAME),
+                                         self.segment_bytes)
             spare.mapped.prefault()
         except BaseException:
             with self._appender.lock:
@@ -617,9 +720,11 @@ class WriteAheadLog:
             self._work.notify_all()
         if self._housekeeper is not threading.current_thread():
             self._housekeeper.join()
+        synced = False
         try:
             if self.fsync != "never":
                 self._appender.sync()
+            synced = True
         finally:
             with self._appender.sync_lock:
                 with self._appender.lock:
@@ -633,6 +738,10 @@ class WriteAheadLog:
                     if segment.mapped is not None:
                         segment.mapped.unmap()
                     os.close(segment.fd)
+            if self._staging is not None:
+                # After a failed sync the images hold what the files lack: kept, for
+                # the next producer on the directory to copy.
+                self._staging.close(remove=synced)
             self._release_files()
 
     def __enter__(self):
@@ -654,9 +763,9 @@ class WriteAheadLog:
         log's: segments, bytes on disk, live batches, segments created / recycled /
         reclaimed / deleted, batches and bytes relocated (copied forward) and
         relocations deferred as not worth their copy, times the log was full for a
-        record, the CPU its
-        housekeeping thread used (interval syncs, prefaulting, reclaiming), and what
-        recovery found (torn entries, segments discarded)."""
+        record, the CPU its housekeeping thread used (interval syncs, prefaulting,
+        reclaiming), shared-memory images made and segments staged in them
+        (wal_staging.py), and what recovery found (torn entries, segments discarded)."""
         snapshot = self._appender.metrics()
         with self._appender.lock:
             snapshot.update(self._counts)
@@ -668,6 +777,8 @@ class WriteAheadLog:
                     "batches_relocated", "bytes_relocated", "relocations_deferred"):
             snapshot.setdefault(key, 0)
         snapshot["housekeeping_cpu_ns"] = self._housekeeping_cpu_ns
+        snapshot["staging_images"], snapshot["segments_staged"] = (
+            (0, 0) if self._staging is None else self._staging.counts())
         snapshot["torn_entries"] = self._recovery.torn_entries
         snapshot["segments_discarded"] = self._recovery.segments_discarded
         return snapshot
@@ -682,7 +793,7 @@ class WriteAheadLog:
         for segment in discarded:
             _log.warning("WAL %s: %s is past the end of the log (a crash before it was "
                          "synced); deleted", self.directory, segment.path)
-            _remove_segment_file(segment)
+            self._remove_segment_file(segment)
         sealed, unsealed, max_batch_id = self._read_batches(chain, done_ids, max_batch_id)
         last_id = max([s.segment_id for s in found], default=0)
         self._next_segment_id = last_id + 1
@@ -695,6 +806,10 @@ class WriteAheadLog:
         for batch in sealed + unsealed:
             self._live[batch.batch_id] = batch.first_segment_id
             self._pins[batch.first_segment_id] += 1
+        # Staging starts anew (fsync "interval" only: see wal_staging.py).
+        if (self.fsync == "interval" and os.path.isdir(wal_staging.SHM_DIR)
+                and self.segment_bytes % _wal.STAGE_ALIGN_BYTES == 0):
+            self._staging = StagingArea(self.directory, self.segment_bytes)
         first = self._roll_locked(0, True)
         if chain:
             last, end, _ = chain[-1]
@@ -739,6 +854,16 @@ class WriteAheadLog:
                     os.close(opened.fd)
                 raise
         return found
+
+    def _image_segment_path(self, raw):
+        """The segment file a dead producer's image belongs to, from the image's
+        header (raw: its first bytes); None for a header that is not a good one."""
+        magic, version, _, segment_id, _, _, _ = _HEADER.unpack_from(raw)
+        (crc,) = _HEADER_CRC.unpack_from(raw, _HEADER.size)
+        if (magic != MAGIC or version != FORMAT_VERSION
+                or crc != crc32c(raw[:_HEADER.size])):
+            return None
+        return os.path.join(self.directory, segment_name(segment_id))
 
     def _header_ok(self, segment):
         """True for a good header; False for one a crash left unfinished.
@@ -1018,14 +1143,6 @@ def _move_payload(batch):
 # ----------------------------------------------------------------------
 # Files.
 
-def _os_call(what, path, fn, *args):
-    try:
-        return fn(*args)
-    except OSError as exc:
-        raise WalStorageError(f"{what} {path}: {exc.strerror or exc}",
-                              errno=exc.errno) from None
-
-
 def _makedirs(directory):
     try:
         os.makedirs(directory, exist_ok=True)
@@ -1062,42 +1179,3 @@ def _lock_directory(directory):
         os.close(fd)
         raise WalStorageError(f"cannot write {path}: {exc.strerror}", errno=exc.errno) from None
     return fd
-
-
-def _remove_segment_file(segment):
-    """Unmaps, closes and deletes a segment that is no part of the log any more."""
-    if segment.mapped is not None:
-        segment.mapped.unmap()
-    os.close(segment.fd)
-    try:
-        os.unlink(segment.path)
-    except FileNotFoundError:
-        pass
-
-
-def _create_segment(path, size_bytes):
-    """A new segment file of size_bytes, its blocks allocated (a write through the
-    mapping can then not fail for lack of space: mmap would answer that with SIGBUS),
-    mapped.  The header is the caller's to write.
-
-    Raises:
-        WalStorageError: the disk is full, or the directory not writable (names path).
-    """
-    fd = _os_call("cannot create WAL segment", path, os.open, path,
-                  os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            os.posix_fallocate(fd, 0, size_bytes)
-        except OSError as exc:
-            what = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
-            raise WalStorageError(f"cannot allocate {size_bytes} bytes for WAL segment "
-                                  f"{path}: {what}", errno=exc.errno) from None
-        mapped = MappedSegment(fd, size_bytes, path)
-    except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        raise
-    return _SegmentFile(None, path, fd, size_bytes, mapped)
