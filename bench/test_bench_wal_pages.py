@@ -8,10 +8,13 @@ alternative of O_DIRECT writes from shared memory; and the wall time of a sync o
 page, which is the disk's cache flush.  extra_info holds its lines, and:
 
     interval_floor_ns_per_entry   (re-dirtying + writeback at ~3 MiB per sync) per page,
-                                  over the entries a page holds: what "interval" adds to
-                                  "never" per record before any other cost
-    staged_interval_floor_ns_per_entry  the same for the design not built: entries in
-                                  shared memory that is never written back (so never
+                                  over the entries a page holds: what "interval" added to
+                                  "never" per record before any other cost when it wrote
+                                  through the segment file's mapping (as a segment that
+                                  finds no free shared-memory image still does)
+    staged_interval_floor_ns_per_entry  the same for how "interval" writes now
+                                  (netkafka/producer/wal_staging.py): entries in shared
+                                  memory that is never written back (so never
                                   write-protected again), copied at each sync by O_DIRECT
                                   into a recycled segment (~3 MiB per sync): the memory
                                   traffic of writing the entries plus the copy and flush
