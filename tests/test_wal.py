@@ -619,6 +619,22 @@ def test_interval_entries_not_yet_synced_survive_a_killed_process_in_shared_memo
     assert not [name for name in images() if token in name]
 
 
+def test_an_image_left_empty_or_naming_no_segment_is_dropped(tmp_path):
+    # What a producer killed as it made an image leaves (created, not yet sized), and an
+    # image whose segment was reclaimed meanwhile.
+    open_wal(tmp_path, fsync="interval").close()
+    token = (tmp_path / wal_staging.TOKEN_NAME).read_text().strip()
+    empty = os.path.join(wal_staging.SHM_DIR, f"netkafka-wal-{token}-0")
+    stale = os.path.join(wal_staging.SHM_DIR, f"netkafka-wal-{token}-1")
+    open(empty, "wb").close()
+    header = struct.pack("<8sIIQQQQ12x", b"NKWALSEG", 2, 999, 999, 1, 0, 64 * 1024)
+    with open(stale, "wb") as f:
+        f.write(header + struct.pack("<I", crc32c(header)) + b"\0" * (64 * 1024 - 64))
+    assert recover(tmp_path).batches == []
+    assert not os.path.exists(empty) and not os.path.exists(stale)
+    assert segments(tmp_path) == ["00000000000000000002.wal"]
+
+
 def test_interval_segments_are_staged_while_images_are_free_and_mapped_from_files_else(
         tmp_path, monkeypatch):
     monkeypatch.setattr(wal_staging, "SLOTS", 1)

@@ -11,8 +11,9 @@ but not yet returned when the kill came may be there too, once.
 
 NETKAFKA_WAL_KILLS sets the kills per fsync mode (`make wal-kill` runs 200).  A
 SIGKILL kills the process, not the machine: the page cache keeps what was written
-to the mappings, so "never" and "interval" must lose nothing here either (what they
-may lose to a power cut is not what this can show).
+to the mappings, and shared memory the images "interval" stages its segments in, so
+"never" and "interval" must lose nothing here either (what they may lose to a power
+cut is not what this can show).
 """
 import collections
 import os

@@ -194,7 +194,7 @@ cdef class MappedSegment:
         self._image = None
 
     cdef int _check_range(self, Py_ssize_t offset, Py_ssize_t n) except -1:
-        if self._base == NULL:
+        if self._base == NULL or (self._image is not None and self._image._base == NULL):
             raise ValueError(f"WAL segment {self.path} is not mapped")
         if offset < 0 or n < 0 or offset + n > self.size_bytes:
             raise ValueError(f"bytes {offset}..{offset + n} are outside WAL segment "

@@ -857,7 +857,10 @@ class WriteAheadLog:
 
     def _image_segment_path(self, raw):
         """The segment file a dead producer's image belongs to, from the image's
-        header (raw: its first bytes); None for a header that is not a good one."""
+        header (raw: its first bytes); None for a header that is not a good one (an
+        image is empty if its producer was killed as it made it)."""
+        if len(raw) < _wal.HEADER_BYTES:
+            return None
         magic, version, _, segment_id, _, _, _ = _HEADER.unpack_from(raw)
         (crc,) = _HEADER_CRC.unpack_from(raw, _HEADER.size)
         if (magic != MAGIC or version != FORMAT_VERSION
