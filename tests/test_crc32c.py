@@ -29,9 +29,11 @@ CRC32C_KERNELS = [
 ]
 
 # Lengths around the kernels' internal boundaries (csrc/crc32c.c): 8-byte words,
-# the three-stream short (3 x 256) and long (3 x 8192) rounds, the fused kernel's
-# 1024-byte threshold and its 232-byte passes, and the 4096-byte GIL threshold.
-BOUNDARIES = [8, 768, 1024, 1024 + 232, 1024 + 3 * 232, 4096, 3 * 8192, 2 * 3 * 8192]
+# the small rounds (3 x 64), the three-stream short (3 x 256) and long (3 x 8192)
+# rounds, the fused kernel's 1024-byte threshold and its 232-byte passes, and the
+# 4096-byte GIL threshold.
+BOUNDARIES = [8, 3 * 64, 2 * 3 * 64, 768, 1024, 1024 + 232, 1024 + 3 * 232, 4096,
+              3 * 8192, 2 * 3 * 8192]
 EDGE_LENGTHS = sorted(
     {n + d for n in BOUNDARIES for d in (-9, -8, -1, 0, 1, 7, 8, 9)} | set(range(0, 70))
 )
