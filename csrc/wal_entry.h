@@ -92,32 +92,42 @@ static inline uint64_t nk_wal_get64(const unsigned char *p)
     return NK_WAL_LE64(v);
 }
 
-static inline uint32_t nk_wal_entry_crc(uint32_t tag, const unsigned char *entry,
-                                        uint32_t payload_bytes)
+/* The CRC32C of a tag: where every entry's checksum of its segment starts.  Computed
+ * once per segment by the callers, not once per entry (a call of its own per entry
+ * cost about as much as 60 more bytes of checksum). */
+static inline uint32_t nk_wal_tag_crc(uint32_t tag)
 {
     uint32_t tag_le = NK_WAL_LE32(tag);
-    uint32_t crc = nk_crc32c(0, &tag_le, 4);
-    return nk_crc32c(crc, entry + 8, (size_t)(NK_WAL_ENTRY_HEADER_BYTES - 8) + payload_bytes);
+    return nk_crc32c(0, &tag_le, 4);
+}
+
+static inline uint32_t nk_wal_entry_crc(uint32_t tag_crc, const unsigned char *entry,
+                                        uint32_t payload_bytes)
+{
+    return nk_crc32c(tag_crc, entry + 8,
+                     (size_t)(NK_WAL_ENTRY_HEADER_BYTES - 8) + payload_bytes);
 }
 
 /* Completes the entry at `entry` whose payload (payload_bytes of it) is written:
- * header fields, checksum, and the tag last (see above). */
-static inline void nk_wal_finish_entry(unsigned char *entry, uint32_t tag, uint8_t type,
-                                       uint8_t flags, uint32_t payload_bytes)
+ * header fields, checksum, and the tag last (see above).  tag_crc: nk_wal_tag_crc(tag). */
+static inline void nk_wal_finish_entry(unsigned char *entry, uint32_t tag, uint32_t tag_crc,
+                                       uint8_t type, uint8_t flags, uint32_t payload_bytes)
 {
     nk_wal_put32(entry + 8, payload_bytes);
     entry[12] = type;
     entry[13] = flags;
     nk_wal_put16(entry + 14, 0);
-    nk_wal_put32(entry + 4, nk_wal_entry_crc(tag, entry, payload_bytes));
+    nk_wal_put32(entry + 4, nk_wal_entry_crc(tag_crc, entry, payload_bytes));
     __atomic_thread_fence(__ATOMIC_RELEASE);
     nk_wal_put32(entry, tag);
 }
 
 /* Reads the entry at `entry`, with `available` bytes of the segment from there on:
- * NK_WAL_ENTRY_* and, when valid, its payload length, type and flags. */
+ * NK_WAL_ENTRY_* and, when valid, its payload length, type and flags.  tag_crc:
+ * nk_wal_tag_crc(tag). */
 static inline int nk_wal_check_entry(const unsigned char *entry, size_t available, uint32_t tag,
-                                     uint32_t *payload_bytes, uint8_t *type, uint8_t *flags)
+                                     uint32_t tag_crc, uint32_t *payload_bytes, uint8_t *type,
+                                     uint8_t *flags)
 {
     uint32_t length;
     if (available < NK_WAL_ENTRY_HEADER_BYTES || nk_wal_get32(entry) != tag) {
@@ -125,7 +135,7 @@ static inline int nk_wal_check_entry(const unsigned char *entry, size_t availabl
     }
     length = nk_wal_get32(entry + 8);
     if (length > available - NK_WAL_ENTRY_HEADER_BYTES
-        || nk_wal_get32(entry + 4) != nk_wal_entry_crc(tag, entry, length)) {
+        || nk_wal_get32(entry + 4) != nk_wal_entry_crc(tag_crc, entry, length)) {
         return NK_WAL_ENTRY_TORN;
     }
     *payload_bytes = length;

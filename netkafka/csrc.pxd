@@ -72,7 +72,9 @@ cdef extern from "wal_entry.h" nogil:
     uint16_t nk_wal_get16(const unsigned char *p)
     uint32_t nk_wal_get32(const unsigned char *p)
     uint64_t nk_wal_get64(const unsigned char *p)
-    void nk_wal_finish_entry(unsigned char *entry, uint32_t tag, uint8_t type, uint8_t flags,
-                             uint32_t payload_bytes)
+    uint32_t nk_wal_tag_crc(uint32_t tag)
+    void nk_wal_finish_entry(unsigned char *entry, uint32_t tag, uint32_t tag_crc, uint8_t type,
+                             uint8_t flags, uint32_t payload_bytes)
     int nk_wal_check_entry(const unsigned char *entry, size_t available, uint32_t tag,
-                           uint32_t *payload_bytes, uint8_t *type, uint8_t *flags)
+                           uint32_t tag_crc, uint32_t *payload_bytes, uint8_t *type,
+                           uint8_t *flags)

@@ -55,6 +55,7 @@ cdef class WalAppender:
     cdef MappedSegment _active             # the segment taking entries
     cdef unsigned char *_base              # _active's mapping, cached for the hot path
     cdef uint32_t _tag                     # _active.tag
+    cdef uint32_t _tag_crc                 # nk_wal_tag_crc(_tag): where entries' checksums start
     cdef Py_ssize_t _pos                   # where the next entry goes in _active
     # Where entries must end in _active (room for a ROLL entry is kept behind them);
     # 0 once closed or failed, so that the one check sends every append to the cold path.

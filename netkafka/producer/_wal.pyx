@@ -59,7 +59,7 @@ from netkafka.record._batch cimport RecordBatchBuilder
 from netkafka.csrc cimport (
     nk_read_uvarint64, NK_WAL_ENTRY_END, NK_WAL_ENTRY_HEADER_BYTES, NK_WAL_ENTRY_TORN, NK_WAL_ENTRY_VALID,
     nk_wal_check_entry, nk_wal_finish_entry, nk_wal_get16, nk_wal_get32, nk_wal_get64,
-    nk_wal_put16, nk_wal_put32, nk_wal_put64, nk_wal_put_bytes,
+    nk_wal_put16, nk_wal_put32, nk_wal_put64, nk_wal_put_bytes, nk_wal_tag_crc,
 )
 
 from netkafka.errors import WalCorruptError, WalError, WalFullError, WalStorageError
@@ -296,7 +296,7 @@ cdef const char *_topic_utf8(object topic, Py_ssize_t *length) except NULL:
 
 cdef inline void _put_roll(unsigned char *entry, uint32_t tag, uint64_t next_segment_id) noexcept:
     nk_wal_put64(entry + NK_WAL_ENTRY_HEADER_BYTES, next_segment_id)
-    nk_wal_finish_entry(entry, tag, ENTRY_ROLL, 0, _ROLL_BYTES)
+    nk_wal_finish_entry(entry, tag, nk_wal_tag_crc(tag), ENTRY_ROLL, 0, _ROLL_BYTES)
 
 
 def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
@@ -339,7 +339,7 @@ def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
     cdef const unsigned char *base = segment._base
     cdef const unsigned char *p
     cdef Py_ssize_t pos = start, size = segment.size_bytes if end < 0 else end
-    cdef uint32_t length = 0, tag = segment.tag
+    cdef uint32_t length = 0, tag = segment.tag, tag_crc = nk_wal_tag_crc(segment.tag)
     cdef uint8_t kind = 0, flags = 0
     cdef int status
     cdef uint64_t batch_id
@@ -348,7 +348,8 @@ def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
     segment._check_range(start, 0)
     segment._check_range(size, 0)
     while True:
-        status = nk_wal_check_entry(base + pos, <size_t>(size - pos), tag, &length, &kind, &flags)
+        status = nk_wal_check_entry(base + pos, <size_t>(size - pos), tag, tag_crc, &length,
+                                    &kind, &flags)
         if status != NK_WAL_ENTRY_VALID:
             return entries, pos, status
         p = base + pos + NK_WAL_ENTRY_HEADER_BYTES
@@ -517,6 +518,7 @@ cdef class WalAppender:
         self._active = segment
         self._base = segment._base
         self._tag = segment.tag
+        self._tag_crc = nk_wal_tag_crc(segment.tag)
         self._pos = segment.written_bytes
         self._limit = segment.size_bytes - _ROLL_ENTRY_BYTES
         self._start = start_position
@@ -819,8 +821,8 @@ cdef class WalAppender:
                                 Py_ssize_t payload_bytes) noexcept:
         # The entry at _pos, its payload written: framed (csrc/wal_entry.h) and counted;
         # returns the log position after it.
-        nk_wal_finish_entry(self._base + self._pos, self._tag, <uint8_t>kind, flags,
-                            <uint32_t>payload_bytes)
+        nk_wal_finish_entry(self._base + self._pos, self._tag, self._tag_crc, <uint8_t>kind,
+                            flags, <uint32_t>payload_bytes)
         return self._advance(kind, NK_WAL_ENTRY_HEADER_BYTES + payload_bytes)
 
     # -- positions and syncs -------------------------------------------------------------

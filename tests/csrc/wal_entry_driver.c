@@ -35,7 +35,7 @@ static unsigned char *make_entry(uint32_t payload_bytes, uint32_t tag)
         abort();
     for (uint32_t i = 0; i < payload_bytes; i++)
         entry[NK_WAL_ENTRY_HEADER_BYTES + i] = (unsigned char)(i * 31 + payload_bytes);
-    nk_wal_finish_entry(entry, tag, 3, 1, payload_bytes);
+    nk_wal_finish_entry(entry, tag, nk_wal_tag_crc(tag), 3, 1, payload_bytes);
     return entry;
 }
 
@@ -43,7 +43,8 @@ static int check(const unsigned char *entry, size_t available, uint32_t tag)
 {
     uint32_t length = 0;
     uint8_t type = 0, flags = 0;
-    return nk_wal_check_entry(entry, available, tag, &length, &type, &flags);
+    return nk_wal_check_entry(entry, available, tag, nk_wal_tag_crc(tag), &length, &type,
+                              &flags);
 }
 
 int main(void)
@@ -54,7 +55,8 @@ int main(void)
         unsigned char *entry = make_entry(n, tag);
         uint32_t length = 0;
         uint8_t type = 0, flags = 0;
-        expect(nk_wal_check_entry(entry, total, tag, &length, &type, &flags),
+        expect(nk_wal_check_entry(entry, total, tag, nk_wal_tag_crc(tag), &length, &type,
+                                  &flags),
                NK_WAL_ENTRY_VALID, "valid", n, total);
         expect(length == n && type == 3 && flags == 1, 1, "fields", n, 0);
         expect(check(entry, total, tag + 1), NK_WAL_ENTRY_END, "foreign tag", n, 0);
