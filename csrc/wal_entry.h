@@ -93,8 +93,8 @@ static inline uint64_t nk_wal_get64(const unsigned char *p)
 }
 
 /* The CRC32C of a tag: where every entry's checksum of its segment starts.  Computed
- * once per segment by the callers, not once per entry (a call of its own per entry
- * cost about as much as 60 more bytes of checksum). */
+ * once per segment by the callers, not once per entry (a checksum call of its own:
+ * 6.6-8.5 ns here, on send()'s path). */
 static inline uint32_t nk_wal_tag_crc(uint32_t tag)
 {
     uint32_t tag_le = NK_WAL_LE32(tag);

@@ -8,7 +8,9 @@ delete;
 a process SIGKILLed at random moments leaves a log holding every operation it completed
 and nothing torn; a torn entry (what a machine crash leaves) is cut and counted once;
 the bound, the lock file, the version header and the OS's refusals give their errors;
-the fsync modes sync when they say they do.
+the fsync modes sync when they say they do; with "interval", segments staged in
+shared memory (wal_staging.py) reach their files, and a killed writer's images are
+copied back by the next opener (or dropped when empty or naming no segment).
 """
 import errno
 import os

@@ -25,9 +25,10 @@ cdef enum:
 
 
 cdef class MappedSegment:
-    # One segment file mapped shared, read-write (or its staged image: see .pyx).  The WriteAheadLog opens and closes
-    # the file; this object owns the mapping.  Unmapped only with the appender's
-    # sync_lock held, so that no sync runs over a mapping that is going away.
+    # One segment file mapped shared, read-write, or staged in a shared-memory image (see
+    # .pyx).  The WriteAheadLog opens and closes the file; this object owns the file's
+    # mapping (an image's is the image's).  Unmapped only with the appender's sync_lock
+    # held, so that no sync runs over a mapping that is going away.
     cdef unsigned char *_base              # the mapping; NULL once unmapped
     # Staged (see .pyx): the shared-memory image whose mapping _base is, and the
     # segment file's fd, which each sync writes the image's new blocks to.  Else None
