@@ -679,6 +679,13 @@ def test_a_file_system_refusing_o_direct_gets_the_images_through_its_page_cache(
         batch_id, [b"%d" % i * 50 for i in range(300)])
 
 
+def test_any_wal_max_bytes_gets_segments_of_whole_blocks_which_interval_stages(tmp_path):
+    # 10,000,000 // 3 is not a multiple of 4096: the default segment is rounded down.
+    with WriteAheadLog(tmp_path, fsync="interval", max_bytes=10_000_000) as wal:
+        assert wal.segment_bytes == 10_000_000 // 3 // 4096 * 4096
+        assert wal.metrics()["segments_staged"] == 1
+
+
 def test_always_returns_durable_and_groups_the_syncs_of_concurrent_callers(tmp_path):
     wal = open_wal(tmp_path, fsync="always")
     batch_id = wal.open_batch()

@@ -218,7 +218,8 @@ class WriteAheadLog:
         fsync_interval_ms: the interval of "interval" (default 10); in every mode,
             the pace of the housekeeping thread.
         max_bytes: bound on the segment files together (default 1 GiB).
-        segment_bytes: size of a segment (default 64 MiB, or max_bytes // 3 if less).
+        segment_bytes: size of a segment (default 64 MiB, or max_bytes // 3 if less,
+            rounded down to whole 4 KiB blocks).
         max_record_bytes: the largest record (Kafka-encoded) an entry may hold
             (default 1 MiB: max_request_size's default).
         max_context_bytes: the largest context a record may carry (default 1024).
@@ -244,6 +245,11 @@ class WriteAheadLog:
         smallest = _wal.HEADER_BYTES + max_entry + _wal.ROLL_ENTRY_BYTES
         if segment_bytes is None:
             segment_bytes = max(smallest, min(DEFAULT_SEGMENT_BYTES, max_bytes // 3))
+            # Whole blocks where there is room: only such segments can be staged
+            # (fsync "interval", wal_staging.py), whatever wal_max_bytes a user picks.
+            aligned = segment_bytes - segment_bytes % _wal.STAGE_ALIGN_BYTES
+            if aligned >= smallest:
+                segment_bytes = aligned
         check_int("wal_segment_bytes", segment_bytes, smallest)
         if max_bytes < 3 * segment_bytes:
             raise ValueError(
