@@ -186,23 +186,20 @@ def apply_left_over(directory, segment_path):
 
 
 def _copy_image(image, segment_path):
-    fd = os_call("cannot open the WAL's shared-memory image", image, os.open, image,
-               os.O_RDONLY)
+    reading = "cannot read the WAL's shared-memory image"
+    fd = os_call(reading, image, os.open, image, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-        path = segment_path(os.pread(fd, _wal.HEADER_BYTES, 0))
-        if path is None:
-            return 0
+        size = os_call(reading, image, os.fstat, fd).st_size
+        path = segment_path(os_call(reading, image, os.pread, fd, _wal.HEADER_BYTES, 0))
+        if path is None or not os.path.exists(path):
+            return 0  # not an image, its segment reclaimed, or a spare never used
+        target = os_call("cannot open WAL segment", path, os.open, path, os.O_WRONLY)
         try:
-            target = os.open(path, os.O_WRONLY)
-        except FileNotFoundError:
-            return 0  # reclaimed, or a spare never used
-        try:
-            if os.fstat(target).st_size != size:
+            if os_call("cannot open WAL segment", path, os.fstat, target).st_size != size:
                 _log.warning("WAL: image %s does not match %s in size; dropped", image, path)
                 return 0
             for offset in range(0, size, _COPY_CHUNK_BYTES):
-                chunk = os.pread(fd, _COPY_CHUNK_BYTES, offset)
+                chunk = os_call(reading, image, os.pread, fd, _COPY_CHUNK_BYTES, offset)
                 os_call("cannot write WAL segment", path, os.pwrite, target, chunk, offset)
             os_call("cannot sync WAL segment", path, os.fsync, target)
         finally:
@@ -214,19 +211,19 @@ def _copy_image(image, segment_path):
 
 
 def _read_token(directory):
-    try:
-        with open(os.path.join(directory, TOKEN_NAME), "rb") as f:
-            token = f.read().decode("ascii", "replace").strip()
-    except FileNotFoundError:
+    path = os.path.join(directory, TOKEN_NAME)
+    if not os.path.exists(path):
         return None
+    with open(os_call("cannot read", path, os.open, path, os.O_RDONLY), "rb") as f:
+        token = os_call("cannot read", path, f.read).decode("ascii", "replace").strip()
     # Torn by a crash while it was written: its images were not made yet.
     return token if len(token) == 32 and all(c in "0123456789abcdef" for c in token) else None
 
 
 def _write_token(directory, token):
     path = os.path.join(directory, TOKEN_NAME)
-    fd = os_call("cannot write", path, os.open, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-               0o644)
+    fd = os_call("cannot write", path, os.open, path,
+                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os_call("cannot write", path, os.write, fd, f"{token}\n".encode())
         os_call("cannot sync", path, os.fsync, fd)
