@@ -145,15 +145,19 @@ class StagingArea:
 
 def direct_writes(fd, on):
     """Turns O_DIRECT on or off for fd; False where the file system refuses it (the
-    image's blocks then go through the page cache: still no fault per page)."""
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    wanted = flags | os.O_DIRECT if on else flags & ~os.O_DIRECT
+    image's blocks then go through the page cache: still no fault per page).
+
+    Raises:
+        WalStorageError: the OS refused otherwise.
+    """
     try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, wanted)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT if on else flags & ~os.O_DIRECT)
     except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-        return False
+        if exc.errno == errno.EINVAL:
+            return False
+        raise WalStorageError(f"cannot set O_DIRECT on a WAL segment: {exc.strerror}",
+                              errno=exc.errno) from None
     return True
 
 
