@@ -29,6 +29,7 @@ import pytest
 from netkafka.errors import (WalCorruptError, WalFullError, WalLockedError, WalStorageError,
                              WalVersionError)
 from netkafka.producer import _wal, wal_staging
+from netkafka.producer import wal as wal_module
 from netkafka.producer.wal import (OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED, SPARE_NAME,
                                    WriteAheadLog, segment_name)
 from netkafka.record._crc import crc32c
@@ -629,7 +630,8 @@ def test_an_image_left_empty_or_naming_no_segment_is_dropped(tmp_path):
     empty = os.path.join(wal_staging.SHM_DIR, f"netkafka-wal-{token}-0")
     stale = os.path.join(wal_staging.SHM_DIR, f"netkafka-wal-{token}-1")
     open(empty, "wb").close()
-    header = struct.pack("<8sIIQQQQ12x", b"NKWALSEG", 2, 999, 999, 1, 0, 64 * 1024)
+    header = wal_module._HEADER.pack(wal_module.MAGIC, wal_module.FORMAT_VERSION, 999, 999, 1, 0,
+                                     64 * 1024)
     with open(stale, "wb") as f:
         f.write(header + struct.pack("<I", crc32c(header)) + b"\0" * (64 * 1024 - 64))
     assert recover(tmp_path).batches == []
