@@ -815,7 +815,7 @@ class WriteAheadLog:
         # Staging starts anew (fsync "interval" only: see wal_staging.py).
         if (self.fsync == "interval" and os.path.isdir(wal_staging.SHM_DIR)
                 and self.segment_bytes % _wal.STAGE_ALIGN_BYTES == 0):
-            self._staging = StagingArea(self.directory, self.segment_bytes)
+            self._staging = StagingArea(self.directory, self._dir_fd, self.segment_bytes)
         first = self._roll_locked(0, True)
         if chain:
             last, end, _ = chain[-1]

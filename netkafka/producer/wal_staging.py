@@ -63,13 +63,14 @@ class StagingArea:
     Args:
         directory: the WAL's directory (locked by the caller): its `staging` file is
             written with a new token, synced, before any image exists.
+        dir_fd: the directory, open (the caller's): synced after the token is written.
         size_bytes: every image's size (the WAL's segment_bytes).
 
     Raises:
         WalStorageError: the token file cannot be written.
     """
 
-    def __init__(self, directory, size_bytes):
+    def __init__(self, directory, dir_fd, size_bytes):
         self.size_bytes = size_bytes  # immutable
         token = secrets.token_hex(16)
         self._prefix = os.path.join(SHM_DIR, f"netkafka-wal-{token}-")  # immutable
@@ -79,7 +80,7 @@ class StagingArea:
         self._slots = []  # _lock: every Slot made
         self._refused = False  # _lock: a slot could not be made (logged once)
         self._taken = 0  # _lock: images handed out by take()
-        _write_token(directory, token)
+        _write_token(directory, dir_fd, token)
 
     def take(self):
         """A free image, made if fewer than SLOTS exist; None when none can be had
@@ -224,7 +225,7 @@ def _read_token(directory):
     return token if len(token) == 32 and all(c in "0123456789abcdef" for c in token) else None
 
 
-def _write_token(directory, token):
+def _write_token(directory, dir_fd, token):
     path = os.path.join(directory, TOKEN_NAME)
     fd = os_call("cannot write", path, os.open, path,
                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -233,12 +234,7 @@ def _write_token(directory, token):
         os_call("cannot sync", path, os.fsync, fd)
     finally:
         os.close(fd)
-    dir_fd = os_call("cannot open WAL directory", directory, os.open, directory,
-                     os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os_call("cannot sync the WAL directory", directory, os.fsync, dir_fd)
-    finally:
-        os.close(dir_fd)
+    os_call("cannot sync the WAL directory", directory, os.fsync, dir_fd)
 
 
 def os_call(what, path, fn, *args):
