@@ -14,9 +14,14 @@
  * XOR the next 64 bytes); the second is split in three streams for the CRC instruction.
  * At the end the lanes are folded into one, fed to the CRC instruction, and the streams
  * are joined by shifts whose multiplier depends on the length, computed at run time.
- * Inputs of 192 to 767 bytes, too short for either, go in rounds of three 64-byte
- * streams joined by the carry-less multiplier (a WAL entry, a small batch): 200 bytes
- * in about 22 ns instead of 27 here (AMD EPYC), 500 in 43 instead of 58.
+ * Inputs of 72 to 1023 bytes, too short for it (a WAL entry, a small batch), go in three
+ * adjacent streams of a third of the input each, whose chains run side by side and are
+ * joined by the carry-less multiplier; shorter ones word by word.  Neither first aligns
+ * its input: for these lengths the up to seven byte steps that take (each in the chain)
+ * cost more than word loads that cross a cache line.  Chained calls at the eight
+ * alignments in turn, best of four loops (AMD EPYC): 20 bytes 5.4 ns instead of 11.0
+ * (the aligning kernel before), 100 11.4 instead of 20.7, 170 16.2 instead of 29.6, 500
+ * 28.1 instead of 48.4, 1000 51.0 instead of 77.5; 1024 and up unchanged.
  *
  * Portable kernel: slicing-by-8 (crc_slice8.h).
  *
@@ -187,16 +192,12 @@ enum {
      * seven words per stream balanced the two units best on AMD Zen 3 (5..12 tried). */
     NK_FUSED_STREAM_PASS_BYTES = 7 * 8,
     NK_FUSED_PASS_BYTES = 64 + 3 * NK_FUSED_STREAM_PASS_BYTES,
-    /* Below this the fixed costs (multiplier, final folds) outweigh the gain over the
-     * three-stream kernel (measured from 256 bytes up on Zen 3). */
+    /* Below this the fixed costs (multiplier, final folds) outweigh the gain over one
+     * round of three streams (1024 bytes: 47.6 ns fused, 52.5 in three streams). */
     NK_FUSED_MIN_BYTES = 1024,
-    /* From here up the three-stream kernel's table-joined rounds take over. */
-    NK_SHORT_ROUNDS_MIN_BYTES = 3 * NK_CRC32C_SHORT_BLOCK_BYTES,
-    /* The small rounds' streams (below 3 x 64 bytes their joins cost what they save). */
-    NK_SMALL_BLOCK_BYTES = 64,
-    /* x^(2^i - 33) in nk_crc32c_xpow33_table: shifts by 64 and 128 bytes. */
-    NK_XPOW33_64_BYTES = 9,
-    NK_XPOW33_128_BYTES = 10,
+    /* Below this the streams' joins cost what their side-by-side chains save (the
+     * crossover measured at 64-72 bytes). */
+    NK_STREAMS_MIN_BYTES = 72,
 };
 
 /* A * B * x^33 mod P for reflected a, b: the carry-less product of reflected values is
@@ -293,51 +294,74 @@ static NK_FUSED_TARGET uint32_t nk_crc32c_fused_passes(uint32_t reg, const unsig
     return nk_mulmod33(joined, shift) ^ (uint32_t)regs[2];
 }
 
-/* 192..767 bytes: rounds of three adjacent 64-byte streams, whose CRC chains run side by
- * side (one chain alone waits three cycles per word) and then join by carry-less
- * multiplication; then the rest word by word. */
-static NK_FUSED_TARGET uint32_t nk_crc32c_small_kernel(uint32_t crc, const unsigned char *p,
+/* Word by word from an unaligned p, then the last 0-7 bytes in at most three steps (4,
+ * 2, 1): the register after the input. */
+static NK_FUSED_TARGET inline uint64_t nk_crc32c_words(uint64_t reg, const unsigned char *p,
                                                       size_t n)
 {
-    /* Words 8-byte aligned, as in the three-stream kernel. */
-    size_t head = (size_t)(-(uintptr_t)p & 7);
-    crc = nk_crc32c_hw_kernel(crc, p, head);
-    p += head;
-    n -= head;
-    uint32_t shift_one = nk_crc32c_xpow33_table[NK_XPOW33_64_BYTES];
-    uint32_t shift_two = nk_crc32c_xpow33_table[NK_XPOW33_128_BYTES];
-    uint64_t reg0 = ~crc;
-    for (; n >= 3 * NK_SMALL_BLOCK_BYTES; p += 3 * NK_SMALL_BLOCK_BYTES,
-                                          n -= 3 * NK_SMALL_BLOCK_BYTES) {
-        uint64_t reg1 = 0, reg2 = 0;
-        for (size_t i = 0; i < NK_SMALL_BLOCK_BYTES; i += 8) {
-            reg0 = _mm_crc32_u64(reg0, nk_load_u64(p + i));
-            reg1 = _mm_crc32_u64(reg1, nk_load_u64(p + i + NK_SMALL_BLOCK_BYTES));
-            reg2 = _mm_crc32_u64(reg2, nk_load_u64(p + i + 2 * NK_SMALL_BLOCK_BYTES));
-        }
-        reg0 = nk_mulmod33((uint32_t)reg0, shift_two) ^ nk_mulmod33((uint32_t)reg1, shift_one)
-               ^ reg2;
+    for (; n >= 8; p += 8, n -= 8)
+        reg = _mm_crc32_u64(reg, nk_load_u64(p));
+    if (n & 4) {
+        uint32_t word;
+        memcpy(&word, p, sizeof word);
+        reg = _mm_crc32_u32((uint32_t)reg, word);
+        p += 4;
     }
-    return nk_crc32c_hw_kernel(~(uint32_t)reg0, p, n);
+    if (n & 2) {
+        uint16_t half;
+        memcpy(&half, p, sizeof half);
+        reg = _mm_crc32_u16((uint32_t)reg, half);
+        p += 2;
+    }
+    if (n & 1)
+        reg = _mm_crc32_u8((uint32_t)reg, *p);
+    return reg;
+}
+
+/* NK_STREAMS_MIN_BYTES..NK_FUSED_MIN_BYTES - 1 bytes: three adjacent streams of the same
+ * whole number of words (a third of the input, rounded down), their chains side by side,
+ * joined by carry-less multiplication; then the rest (under 24 bytes) word by word. */
+static NK_FUSED_TARGET uint32_t nk_crc32c_streams_kernel(uint32_t crc, const unsigned char *p,
+                                                        size_t n)
+{
+    const size_t stream_bytes = n / 24 * 8;
+    /* Independent of the data: computed while the chains run. */
+    const uint32_t shift_one = nk_shift_multiplier(stream_bytes);
+    const uint32_t shift_two = nk_shift_multiplier(2 * stream_bytes);
+    uint64_t reg0 = ~crc, reg1 = 0, reg2 = 0;
+    for (size_t i = 0; i < stream_bytes; i += 8) {
+        reg0 = _mm_crc32_u64(reg0, nk_load_u64(p + i));
+        reg1 = _mm_crc32_u64(reg1, nk_load_u64(p + i + stream_bytes));
+        reg2 = _mm_crc32_u64(reg2, nk_load_u64(p + i + 2 * stream_bytes));
+    }
+    reg0 = nk_mulmod33((uint32_t)reg0, shift_two) ^ nk_mulmod33((uint32_t)reg1, shift_one) ^ reg2;
+    return ~(uint32_t)nk_crc32c_words(reg0, p + 3 * stream_bytes, n - 3 * stream_bytes);
+}
+
+/* Inputs under NK_FUSED_MIN_BYTES. */
+static NK_FUSED_TARGET inline uint32_t nk_crc32c_short(uint32_t crc, const unsigned char *p,
+                                                      size_t n)
+{
+    if (n < NK_STREAMS_MIN_BYTES)
+        return ~(uint32_t)nk_crc32c_words(~crc, p, n);
+    return nk_crc32c_streams_kernel(crc, p, n);
 }
 
 static NK_FUSED_TARGET uint32_t nk_crc32c_fused_kernel(uint32_t crc, const unsigned char *p,
                                                       size_t n)
 {
-    if (n >= 3 * NK_SMALL_BLOCK_BYTES && n < NK_SHORT_ROUNDS_MIN_BYTES)
-        return nk_crc32c_small_kernel(crc, p, n);
-    if (n >= NK_FUSED_MIN_BYTES) {
-        /* Start the streams 8-byte aligned (the lanes' length is a multiple of 64). */
-        size_t head = (size_t)(-(uintptr_t)p & 7);
-        crc = nk_crc32c_hw_kernel(crc, p, head);
-        p += head;
-        n -= head;
-        size_t passes = n / NK_FUSED_PASS_BYTES;
-        crc = ~nk_crc32c_fused_passes(~crc, p, passes);
-        p += passes * NK_FUSED_PASS_BYTES;
-        n -= passes * NK_FUSED_PASS_BYTES;
-    }
-    return nk_crc32c_hw_kernel(crc, p, n);
+    if (n < NK_FUSED_MIN_BYTES)
+        return nk_crc32c_short(crc, p, n);
+    /* Start the streams 8-byte aligned (the lanes' length is a multiple of 64). */
+    size_t head = (size_t)(-(uintptr_t)p & 7);
+    crc = nk_crc32c_short(crc, p, head);
+    p += head;
+    n -= head;
+    size_t passes = n / NK_FUSED_PASS_BYTES;
+    crc = ~nk_crc32c_fused_passes(~crc, p, passes);
+    p += passes * NK_FUSED_PASS_BYTES;
+    n -= passes * NK_FUSED_PASS_BYTES;
+    return nk_crc32c_short(crc, p, n);
 }
 
 #endif /* NK_HAVE_FUSED_KERNEL */

@@ -28,14 +28,16 @@ CRC32C_KERNELS = [
     pytest.param(_crc.crc32c_hw, id="hw", marks=requires_hw),
 ]
 
-# Lengths around the kernels' internal boundaries (csrc/crc32c.c): 8-byte words,
-# the small rounds (3 x 64), the three-stream short (3 x 256) and long (3 x 8192)
-# rounds, the fused kernel's 1024-byte threshold and its 232-byte passes, and the
-# 4096-byte GIL threshold.
-BOUNDARIES = [8, 3 * 64, 2 * 3 * 64, 768, 1024, 1024 + 232, 1024 + 3 * 232, 4096,
+# Lengths around the kernels' internal boundaries (csrc/crc32c.c): 8-byte words and
+# their 4-, 2- and 1-byte tails (every length up to 100), the three streams' 72-byte
+# start and each stream's growth by a word at every 24 bytes (every length up to 400),
+# the three-stream short (3 x 256) and long (3 x 8192) rounds of the CRC-only kernel,
+# the fused kernel's 1024-byte threshold and its 232-byte passes, and the 4096-byte GIL
+# threshold.
+BOUNDARIES = [8, 72, 3 * 64, 2 * 3 * 64, 768, 1024, 1024 + 232, 1024 + 3 * 232, 4096,
               3 * 8192, 2 * 3 * 8192]
 EDGE_LENGTHS = sorted(
-    {n + d for n in BOUNDARIES for d in (-9, -8, -1, 0, 1, 7, 8, 9)} | set(range(0, 70))
+    {n + d for n in BOUNDARIES for d in (-9, -8, -1, 0, 1, 7, 8, 9)} | set(range(0, 401))
 )
 
 # The largest alignment tried: CRC loads go word- and lane-sized.
