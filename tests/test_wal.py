@@ -564,6 +564,59 @@ def test_never_syncs_only_when_asked(tmp_path):
     wal.close()
 
 
+def segment_files_hold(directory, data):
+    return any(data in (directory / name).read_bytes() for name in segments(directory))
+
+
+def test_never_writes_staged_segments_to_their_files_without_syncing(tmp_path):
+    # "never" stages its segments too: every fsync_interval_ms the housekeeping thread
+    # writes what was appended to the segment files, and does not sync them.
+    wal = open_wal(tmp_path, fsync="never", fsync_interval_ms=1)
+    payload, batch_ids = b"w" * 800, []
+    for n in range(48):  # about three segments of 64 KiB
+        batch_ids.append(fill_batch(wal, "t", 0, [payload + b"%03d" % n] * 5))
+        deadline = time.monotonic() + 10
+        while not segment_files_hold(tmp_path, payload + b"%03d" % n):
+            assert time.monotonic() < deadline, f"batch {n} never reached its segment file"
+            time.sleep(0.001)
+    metrics = wal.metrics()
+    assert metrics["syncs"] == 0
+    assert wal.appender.durable_position < wal.appender.position
+    # Two images, taken more than twice: segments rolled over and written out to their
+    # end gave theirs back to later segments.
+    assert metrics["segments_rolled"] >= 2, metrics
+    assert metrics["staging_images"] == 2 and metrics["segments_staged"] > 2, metrics
+    # A sync still covers the rolled segments whose images went back (their files only
+    # need syncing now).
+    wal.sync()
+    assert wal.appender.durable_position == wal.appender.position
+    assert wal.metrics()["syncs"] == 1
+    token = (tmp_path / wal_staging.TOKEN_NAME).read_text().strip()
+    wal.close()
+    assert not [name for name in images() if token in name]
+    recovery = recover(tmp_path)
+    assert [(b.batch_id, [r.record for r in b.records]) for b in recovery.unsealed] == [
+        (batch_id, [payload + b"%03d" % n] * 5) for n, batch_id in enumerate(batch_ids)]
+
+
+def test_never_closes_with_every_image_written_to_its_file(tmp_path):
+    # Closed before the housekeeping thread wrote anything: close() writes what the
+    # files lack, then removes the images.
+    wal = open_wal(tmp_path, fsync="never", fsync_interval_ms=3_600_000)
+    deadline = time.monotonic() + 10
+    while wal.metrics()["housekeeping_cpu_ns"] == 0:  # its first round is done
+        assert time.monotonic() < deadline, "the housekeeping thread's first round never came"
+        time.sleep(0.001)
+    batch_id = fill_batch(wal, "t", 0, [b"closing-%03d" % i for i in range(100)])
+    assert wal.metrics()["segments_staged"] >= 1
+    assert not segment_files_hold(tmp_path, b"closing-099")
+    wal.close()
+    assert segment_files_hold(tmp_path, b"closing-099")
+    [batch] = recover(tmp_path).unsealed
+    assert (batch.batch_id, [r.record for r in batch.records]) == (
+        batch_id, [b"closing-%03d" % i for i in range(100)])
+
+
 def test_interval_syncs_in_the_background(tmp_path):
     wal = open_wal(tmp_path, fsync="interval", fsync_interval_ms=5)
     fill_batch(wal, "t", 0, [b"x"] * 50)

@@ -31,8 +31,8 @@ cdef class MappedSegment:
     # held, so that no sync runs over a mapping that is going away.
     cdef unsigned char *_base              # the mapping; NULL once unmapped
     # Staged (see .pyx): the shared-memory image whose mapping _base is, and the
-    # segment file's fd, which each sync writes the image's new blocks to.  Else None
-    # and -1.  Set at construction; _image dropped when unmapped.
+    # segment file's fd, which each sync and write-out writes the image's new blocks
+    # to.  Else None and -1.  Set at construction; _image dropped when unmapped.
     cdef MappedSegment _image
     cdef int _copy_fd
     cdef readonly Py_ssize_t size_bytes    # length of the file and of the mapping
@@ -43,9 +43,13 @@ cdef class MappedSegment:
     cdef public Py_ssize_t written_bytes
     # Appender's sync_lock: bytes known to be on disk.
     cdef public Py_ssize_t synced_bytes
+    # Appender's sync_lock: staged, the image's bytes below it are in the file
+    # (written to it, not necessarily on disk); lowered by a write() below it.
+    cdef readonly Py_ssize_t copied_bytes
 
     cdef int _check_range(self, Py_ssize_t offset, Py_ssize_t n) except -1
     cdef int _sync(self, Py_ssize_t start, Py_ssize_t end) except -1
+    cdef int _write_out(self, Py_ssize_t end) except -1
 
 
 cdef class WalAppender:
@@ -93,6 +97,8 @@ cdef class WalAppender:
                              const unsigned char *record, Py_ssize_t record_len,
                              const unsigned char *context, Py_ssize_t context_len) noexcept
     cpdef object sync_to(self, uint64_t position)
+    cdef int _raise_if_failed_locked(self) except -1
+    cdef int _failed(self, object exc) except -1
     # send()'s path: the record into builder (its _append_objects) and its entry into the
     # log, under `lock` (taken here; the accumulator's is held).  Returns the record's
     # index, -1 when the batch is full, -2 when the log is full for records (nothing

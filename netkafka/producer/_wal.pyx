@@ -129,7 +129,7 @@ cdef object _os_error(str what, object path, int code):
 cdef class MappedSegment:
     """A segment file mapped into memory (MAP_SHARED, read-write), or staged: written
     in the mapping of a shared-memory image instead, and copied to the file at each
-    sync.
+    sync and write-out.
 
     Staged, the pages entries are written to are shared memory, which the kernel never
     writes back: they stay mapped writable from segment to segment, where a file's
@@ -213,6 +213,7 @@ cdef class MappedSegment:
         try:
             self._check_range(offset, view.len)
             memcpy(self._base + offset, view.buf, view.len)
+            self.copied_bytes = min(self.copied_bytes, offset)
         finally:
             PyBuffer_Release(&view)
 
@@ -239,49 +240,67 @@ cdef class MappedSegment:
         recovery closes a dead producer's last segment (or cuts a torn one) so."""
         self._check_range(offset, _ROLL_ENTRY_BYTES)
         _put_roll(self._base + offset, self.tag, next_segment_id)
+        self.copied_bytes = min(self.copied_bytes, offset)
 
     def sync(self, Py_ssize_t start=0, end=None):
         """Writes bytes start..end (default: all) to disk and waits (msync; staged: a
-        write of those blocks to the segment file, then fdatasync)."""
+        write of the blocks the file lacks up to end, then fdatasync)."""
         self._sync(start, self.size_bytes if end is None else end)
 
     cdef int _sync(self, Py_ssize_t start, Py_ssize_t end) except -1:
         # msync needs a page-aligned start; the bytes before it in its page go too.
-        # Staged, whole blocks are written (O_DIRECT needs them): the block of start
-        # again, and the rest of end's block with whatever the image holds there.
-        cdef Py_ssize_t aligned, stop
-        cdef ssize_t n
+        # Staged, copied_bytes says where the file's copy ends, whatever start is; the
+        # file is synced even when it lacks nothing (a write-out copied it unsynced).
+        cdef Py_ssize_t aligned
         cdef int rc = 0, code = 0
         if end <= start:
             return 0
-        self._check_range(start, end - start)
-        if self._copy_fd < 0:
+        if self._copy_fd >= 0:
+            self._write_out(end)
+            with nogil:
+                rc = fdatasync(self._copy_fd)
+                if rc != 0:
+                    code = errno
+        else:
+            self._check_range(start, end - start)
             aligned = start - start % _PAGE_BYTES
             with nogil:
                 rc = msync(self._base + aligned, <size_t>(end - aligned), MS_SYNC)
                 if rc != 0:
                     code = errno
-        else:
-            aligned = start - start % _STAGE_ALIGN_BYTES
-            stop = end + (_STAGE_ALIGN_BYTES - end % _STAGE_ALIGN_BYTES) % _STAGE_ALIGN_BYTES
-            with nogil:
-                while aligned < stop:
-                    n = pwrite(self._copy_fd, self._base + aligned, <size_t>(stop - aligned),
-                               aligned)
-                    if n > 0:
-                        aligned += n
-                    elif n < 0 and errno == EINTR:
-                        continue
-                    else:
-                        rc = -1
-                        code = errno if n < 0 else EIO
-                        break
-                if rc == 0:
-                    rc = fdatasync(self._copy_fd)
-                    if rc != 0:
-                        code = errno
         if rc != 0:
             raise _os_error("cannot sync WAL segment", self.path, code)
+        return 0
+
+    cdef int _write_out(self, Py_ssize_t end) except -1:
+        # Staged: the image's bytes from copied_bytes to end into the file, without
+        # waiting for the disk.  Whole blocks (O_DIRECT needs them): the block of
+        # copied_bytes again, and the rest of end's block with whatever the image holds
+        # there.  Not staged, or copied already: nothing to do (an unmapped segment
+        # whose image went back once copied gets here from a later sync).
+        cdef Py_ssize_t aligned, stop
+        cdef ssize_t n
+        cdef int rc = 0, code = 0
+        if self._copy_fd < 0 or end <= self.copied_bytes:
+            return 0
+        self._check_range(self.copied_bytes, end - self.copied_bytes)
+        aligned = self.copied_bytes - self.copied_bytes % _STAGE_ALIGN_BYTES
+        stop = end + (_STAGE_ALIGN_BYTES - end % _STAGE_ALIGN_BYTES) % _STAGE_ALIGN_BYTES
+        with nogil:
+            while aligned < stop:
+                n = pwrite(self._copy_fd, self._base + aligned, <size_t>(stop - aligned),
+                           aligned)
+                if n > 0:
+                    aligned += n
+                elif n < 0 and errno == EINTR:
+                    continue
+                else:
+                    rc = -1
+                    code = errno if n < 0 else EIO
+                    break
+        if rc != 0:
+            raise _os_error("cannot write WAL segment", self.path, code)
+        self.copied_bytes = end
         return 0
 
 
@@ -875,9 +894,7 @@ cdef class WalAppender:
         try:
             self.lock.take()
             try:
-                if self._failure is not None:
-                    raise WalStorageError(f"an earlier WAL sync failed: {self._failure}",
-                                          errno=self._failure.errno)
+                self._raise_if_failed_locked()
                 target = self._start + <uint64_t>self._pos
                 if self._durable >= (position if position < target else target):
                     return None
@@ -905,10 +922,7 @@ cdef class WalAppender:
                     if rc != 0:
                         raise _os_error("cannot sync the WAL directory of", active.path, code)
             except WalStorageError as exc:
-                self.lock.take()
-                self._failure = exc
-                self._limit = 0  # every ensure() goes to _roll_over, which raises
-                self.lock.give()
+                self._failed(exc)
                 raise
             self.lock.take()
             try:
@@ -925,6 +939,53 @@ cdef class WalAppender:
                 self.lock.give()
         finally:
             self.sync_lock.give()
+
+    def write_out(self):
+        """Writes what was appended to staged segments since their last sync or
+        write-out to their files, without waiting for the disk (fsync "never": the
+        images' bytes reach the files, the disk when the OS decides).  Segments not
+        staged are the OS's to write back.
+
+        Raises:
+            WalStorageError: a write failed (now or before: the WAL stays failed, as
+                after a failed sync).
+        """
+        cdef list rolled
+        cdef MappedSegment active, segment
+        cdef Py_ssize_t active_end
+        self.sync_lock.take()
+        try:
+            self.lock.take()
+            try:
+                self._raise_if_failed_locked()
+                rolled = list(self._unsynced)
+                active = self._active
+                active_end = self._pos
+            finally:
+                self.lock.give()
+            try:
+                for segment in rolled:
+                    segment._write_out(segment.written_bytes)
+                active._write_out(active_end)
+            except WalStorageError as exc:
+                self._failed(exc)
+                raise
+        finally:
+            self.sync_lock.give()
+
+    cdef int _raise_if_failed_locked(self) except -1:
+        if self._failure is not None:
+            raise WalStorageError(f"an earlier WAL sync failed: {self._failure}",
+                                  errno=self._failure.errno)
+        return 0
+
+    cdef int _failed(self, object exc) except -1:
+        # A sync or write-out failed: kept, and raised to every caller from now on.
+        self.lock.take()
+        self._failure = exc
+        self._limit = 0  # every ensure() goes to _roll_over, which raises
+        self.lock.give()
+        return 0
 
     # -- the owner's housekeeping ------------------------------------------------------------
 

@@ -9,7 +9,8 @@ The directory:
                                 ends with a ROLL entry naming the next
     recycle.tmp                 a reclaimed segment waiting to be reused
     staging                     the token naming this producer's shared-memory images
-                                of its segments (fsync "interval": wal_staging.py)
+                                of its segments (fsync "interval" and "never":
+                                wal_staging.py)
 
 A segment is a 64-byte header, then entries (framing: csrc/wal_entry.h; payloads:
 _wal.pyx).  Header, little-endian: magic "NKWALSEG" | format version u32 | tag u32 |
@@ -42,13 +43,15 @@ SEAL, RESTAMP and DONE entries, so that batches already logged can always comple
 and free the log.  A record that finds no room gets WalFullError (the producer
 applies its backoff strategy to that, as to buffer_memory).
 
-fsync modes: "never" (the OS writes pages back when it likes; a process crash loses
-nothing, a machine crash what was not written back), "interval" (the housekeeping
-thread syncs every fsync_interval_ms: a machine crash loses at most that much; the
-segments being written are staged in shared memory and copied to their files at each
-sync, which costs less per record than writing back a file's pages: wal_staging.py),
-"always" (callers wait in sync_to() for their entries to be on disk, group-committed:
-see _wal.pyx).  sync() forces one in any mode.
+fsync modes: "never" (the housekeeping thread writes what was appended to the
+segment files every fsync_interval_ms without waiting for the disk, which stores it
+when the OS decides; a process crash loses nothing, a machine crash what the disk had
+not stored), "interval" (the housekeeping thread syncs every fsync_interval_ms: a
+machine crash loses at most that much), "always" (callers wait in sync_to() for their
+entries to be on disk, group-committed: see _wal.pyx).  With "never" and "interval"
+the segments being written are staged in shared memory and copied to their files by
+those writes and syncs, which costs less per record than writing into a file's pages
+(wal_staging.py).  sync() forces one in any mode.
 
 Recovery (at open): segments are read in id order along their chain, DONE entries
 first (so that finished batches are skipped), then the rest (a MOVE replacing what
@@ -215,8 +218,8 @@ class WriteAheadLog:
     Args:
         directory: created if missing.  One WriteAheadLog per directory at a time.
         fsync: "never", "interval" (default) or "always" (see the module's docstring).
-        fsync_interval_ms: the interval of "interval" (default 10); in every mode,
-            the pace of the housekeeping thread.
+        fsync_interval_ms: the interval of "interval"'s syncs and "never"'s writes
+            (default 10); in every mode, the pace of the housekeeping thread.
         max_bytes: bound on the segment files together (default 1 GiB).
         segment_bytes: size of a segment (default 64 MiB, or max_bytes // 3 if less,
             rounded down to whole 4 KiB blocks).
@@ -246,7 +249,8 @@ class WriteAheadLog:
         if segment_bytes is None:
             segment_bytes = max(smallest, min(DEFAULT_SEGMENT_BYTES, max_bytes // 3))
             # Whole blocks where there is room: only such segments can be staged
-            # (fsync "interval", wal_staging.py), whatever wal_max_bytes a user picks.
+            # (fsync "interval" and "never", wal_staging.py), whatever wal_max_bytes a
+            # user picks.
             aligned = segment_bytes - segment_bytes % _wal.STAGE_ALIGN_BYTES
             if aligned >= smallest:
                 segment_bytes = aligned
@@ -500,7 +504,7 @@ class WriteAheadLog:
         mapped.synced_bytes = 0
 
     # ------------------------------------------------------------------
-    # The housekeeping thread: interval syncs, reclaiming, the spare.
+    # The housekeeping thread: interval syncs and writes, reclaiming, the spare.
 
     def _wake(self):
         with self._work:
@@ -524,6 +528,8 @@ class WriteAheadLog:
                 first = False
                 if self.fsync == "interval":
                     self._appender.sync()
+                elif self._staging is not None:
+                    self._appender.write_out()  # "never": into the files, unsynced
                 self.reclaim()
                 self._prepare_spare()
                 self._housekeeping_cpu_ns = time.thread_time_ns()
@@ -557,8 +563,9 @@ class WriteAheadLog:
             return self._reclaim_unpinned()
 
     def _unstage_written(self):
-        # Segments rolled over and synced to their end give their images back for the
-        # spare to take; unmapped (relocation maps what it reads from the file).
+        # Segments rolled over and copied to their files to their end (synced, or
+        # written out) give their images back for the spare to take; unmapped
+        # (relocation maps what it reads from the file).
         if self._staging is None:
             return
         appender = self._appender
@@ -566,7 +573,7 @@ class WriteAheadLog:
             with appender.lock:
                 written = [segment for segment_id, segment in self._segments.items()
                            if segment.slot is not None and segment_id != self._active_id
-                           and segment.mapped.synced_bytes >= segment.mapped.written_bytes]
+                           and segment.mapped.copied_bytes >= segment.mapped.written_bytes]
             for segment in written:
                 segment.mapped.unmap()
                 segment.mapped = None
@@ -717,8 +724,9 @@ class WriteAheadLog:
     # Closing.
 
     def close(self):
-        """Stops the housekeeping thread, syncs (unless fsync is "never"), unmaps and
-        closes every file, and releases the directory.  Calling it again does nothing."""
+        """Stops the housekeeping thread, syncs (fsync "never": writes out what the
+        files lack), unmaps and closes every file, and releases the directory.  Calling
+        it again does nothing."""
         with self._work:
             if self._closing:
                 return
@@ -726,11 +734,13 @@ class WriteAheadLog:
             self._work.notify_all()
         if self._housekeeper is not threading.current_thread():
             self._housekeeper.join()
-        synced = False
+        in_files = False
         try:
             if self.fsync != "never":
                 self._appender.sync()
-            synced = True
+            else:
+                self._appender.write_out()
+            in_files = True
         finally:
             with self._appender.sync_lock:
                 with self._appender.lock:
@@ -745,9 +755,9 @@ class WriteAheadLog:
                         segment.mapped.unmap()
                     os.close(segment.fd)
             if self._staging is not None:
-                # After a failed sync the images hold what the files lack: kept, for
-                # the next producer on the directory to copy.
-                self._staging.close(remove=synced)
+                # After a failed sync or write-out the images hold what the files
+                # lack: kept, for the next producer on the directory to copy.
+                self._staging.close(remove=in_files)
             self._release_files()
 
     def __enter__(self):
@@ -812,8 +822,8 @@ class WriteAheadLog:
         for batch in sealed + unsealed:
             self._live[batch.batch_id] = batch.first_segment_id
             self._pins[batch.first_segment_id] += 1
-        # Staging starts anew (fsync "interval" only: see wal_staging.py).
-        if (self.fsync == "interval" and os.path.isdir(wal_staging.SHM_DIR)
+        # Staging starts anew (fsync "interval" and "never": see wal_staging.py).
+        if (self.fsync != "always" and os.path.isdir(wal_staging.SHM_DIR)
                 and self.segment_bytes % _wal.STAGE_ALIGN_BYTES == 0):
             self._staging = StagingArea(self.directory, self._dir_fd, self.segment_bytes)
         first = self._roll_locked(0, True)
