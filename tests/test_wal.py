@@ -599,6 +599,29 @@ def test_never_writes_staged_segments_to_their_files_without_syncing(tmp_path):
         (batch_id, [payload + b"%03d" % n] * 5) for n, batch_id in enumerate(batch_ids)]
 
 
+def test_never_forgets_reclaimed_segments_whose_images_went_back(tmp_path):
+    # Rolled segments written out give their images back while they still await a sync
+    # (nothing syncs them with "never"); reclaimed, they must not be synced any more:
+    # their files are gone.
+    wal = open_wal(tmp_path, fsync="never", fsync_interval_ms=1)
+    payload, batch_ids = b"r" * 800, []
+    for n in range(48):
+        batch_ids.append(fill_batch(wal, "t", 0, [payload + b"%03d" % n] * 5))
+        deadline = time.monotonic() + 10
+        while not segment_files_hold(tmp_path, payload + b"%03d" % n):
+            assert time.monotonic() < deadline, f"batch {n} never reached its segment file"
+            time.sleep(0.001)
+    for batch_id in batch_ids:
+        wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
+    deadline = time.monotonic() + 10
+    while wal.metrics()["segments_deleted"] < 1:
+        assert time.monotonic() < deadline, f"nothing was deleted: {wal.metrics()}"
+        time.sleep(0.001)
+    wal.sync()
+    assert wal.appender.durable_position == wal.appender.position
+    wal.close()
+
+
 def test_never_closes_with_every_image_written_to_its_file(tmp_path):
     # Closed before the housekeeping thread wrote anything: close() writes what the
     # files lack, then removes the images.

@@ -996,10 +996,12 @@ cdef class WalAppender:
         self._limit = 0
         self._base = NULL
 
-    def forget_locked(self, MappedSegment segment not None):
-        """With `lock` held: segment (rolled, being reclaimed) needs no sync any more."""
-        if segment in self._unsynced:
-            self._unsynced.remove(segment)
+    def forget_locked(self, uint64_t segment_id):
+        """With `lock` held: segment segment_id (rolled, being reclaimed) needs no sync
+        any more.  By id: with fsync "never" a segment written out and unstaged is
+        unmapped, its owner holding no MappedSegment of it, while it still awaits one."""
+        self._unsynced = [segment for segment in self._unsynced
+                          if (<MappedSegment>segment).segment_id != segment_id]
 
     def mark_directory_changed(self):
         """A segment file was deleted or renamed: the next sync fsyncs the directory."""

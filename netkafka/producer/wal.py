@@ -589,8 +589,7 @@ class WriteAheadLog:
                 victims = [s for i, s in self._segments.items() if i < watermark]
                 for segment in victims:
                     del self._segments[segment.segment_id]
-                    if segment.mapped is not None:
-                        appender.forget_locked(segment.mapped)
+                    appender.forget_locked(segment.segment_id)
                 want_spare = self._spare is None
             for segment in victims:
                 if want_spare and segment.size_bytes == self.segment_bytes:
