@@ -107,7 +107,8 @@ class Runs:
         return len(records)
 
 
-@pytest.mark.parametrize("fsync, kills", [("always", KILLS), ("interval", max(1, KILLS // 4))])
+@pytest.mark.parametrize("fsync, kills", [("always", KILLS), ("interval", max(1, KILLS // 4)),
+                                          ("never", max(1, KILLS // 4))])
 def test_a_producer_killed_again_and_again_loses_and_duplicates_nothing(
         kafka_broker, topic_name, tmp_path, fsync, kills):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=PARTITIONS)
