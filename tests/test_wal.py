@@ -568,17 +568,25 @@ def segment_files_hold(directory, data):
     return any(data in (directory / name).read_bytes() for name in segments(directory))
 
 
+def fill_batches_written_out(wal, directory, payload, count=48):
+    """count batches of five records (48 of 4 KiB: about three 64 KiB segments), each
+    waited for until a segment file holds it; returns their ids."""
+    batch_ids = []
+    for n in range(count):
+        batch_ids.append(fill_batch(wal, "t", 0, [payload + b"%03d" % n] * 5))
+        deadline = time.monotonic() + 10
+        while not segment_files_hold(directory, payload + b"%03d" % n):
+            assert time.monotonic() < deadline, f"batch {n} never reached its segment file"
+            time.sleep(0.001)
+    return batch_ids
+
+
 def test_never_writes_staged_segments_to_their_files_without_syncing(tmp_path):
     # "never" stages its segments too: every fsync_interval_ms the housekeeping thread
     # writes what was appended to the segment files, and does not sync them.
     wal = open_wal(tmp_path, fsync="never", fsync_interval_ms=1)
-    payload, batch_ids = b"w" * 800, []
-    for n in range(48):  # about three segments of 64 KiB
-        batch_ids.append(fill_batch(wal, "t", 0, [payload + b"%03d" % n] * 5))
-        deadline = time.monotonic() + 10
-        while not segment_files_hold(tmp_path, payload + b"%03d" % n):
-            assert time.monotonic() < deadline, f"batch {n} never reached its segment file"
-            time.sleep(0.001)
+    payload = b"w" * 800
+    batch_ids = fill_batches_written_out(wal, tmp_path, payload)
     metrics = wal.metrics()
     assert metrics["syncs"] == 0
     assert wal.appender.durable_position < wal.appender.position
@@ -604,13 +612,7 @@ def test_never_forgets_reclaimed_segments_whose_images_went_back(tmp_path):
     # (nothing syncs them with "never"); reclaimed, they must not be synced any more:
     # their files are gone.
     wal = open_wal(tmp_path, fsync="never", fsync_interval_ms=1)
-    payload, batch_ids = b"r" * 800, []
-    for n in range(48):
-        batch_ids.append(fill_batch(wal, "t", 0, [payload + b"%03d" % n] * 5))
-        deadline = time.monotonic() + 10
-        while not segment_files_hold(tmp_path, payload + b"%03d" % n):
-            assert time.monotonic() < deadline, f"batch {n} never reached its segment file"
-            time.sleep(0.001)
+    batch_ids = fill_batches_written_out(wal, tmp_path, b"r" * 800)
     for batch_id in batch_ids:
         wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
     deadline = time.monotonic() + 10

@@ -975,7 +975,7 @@ cdef class WalAppender:
 
     cdef int _raise_if_failed_locked(self) except -1:
         if self._failure is not None:
-            raise WalStorageError(f"an earlier WAL sync failed: {self._failure}",
+            raise WalStorageError(f"an earlier WAL sync or write failed: {self._failure}",
                                   errno=self._failure.errno)
         return 0
 

@@ -102,8 +102,9 @@ class Producer(ProducerCore):
     write-ahead log before send(), produce() or send_batch() returns
     (producer/wal.py): wal_fsync 'never' (written to its files every
     wal_fsync_interval_ms, default 10, never synced), 'interval' (a sync every
-    wal_fsync_interval_ms) or 'always' (the call returns once it is on disk); wal_max_bytes (default 1 GiB) bounds the directory, the backoff
-    strategy applying when it is full.  A producer opened on the directory of one
+    wal_fsync_interval_ms) or 'always' (the call returns once it is on disk);
+    wal_max_bytes (default 1 GiB) bounds the directory, the backoff strategy applying
+    when it is full.  A producer opened on the directory of one
     that died replays what it left before it returns (producer/replay.py): what was
     sealed is sent again byte-identical under its old producer id, epoch and
     sequences, so the broker drops what it has; on_replay(context, metadata_or_error)
