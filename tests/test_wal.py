@@ -624,14 +624,21 @@ def test_never_forgets_reclaimed_segments_whose_images_went_back(tmp_path):
     wal.close()
 
 
+def open_never_wal_past_its_first_round(directory):
+    """A "never" log whose housekeeping thread made its first round (at once, on open)
+    and makes no other within a test: nothing is written out but by the test."""
+    wal = open_wal(directory, fsync="never", fsync_interval_ms=3_600_000)
+    deadline = time.monotonic() + 10
+    while wal.metrics()["housekeeping_cpu_ns"] == 0:
+        assert time.monotonic() < deadline, "the housekeeping thread's first round never came"
+        time.sleep(0.001)
+    return wal
+
+
 def test_never_closes_with_every_image_written_to_its_file(tmp_path):
     # Closed before the housekeeping thread wrote anything: close() writes what the
     # files lack, then removes the images.
-    wal = open_wal(tmp_path, fsync="never", fsync_interval_ms=3_600_000)
-    deadline = time.monotonic() + 10
-    while wal.metrics()["housekeeping_cpu_ns"] == 0:  # its first round is done
-        assert time.monotonic() < deadline, "the housekeeping thread's first round never came"
-        time.sleep(0.001)
+    wal = open_never_wal_past_its_first_round(tmp_path)
     batch_id = fill_batch(wal, "t", 0, [b"closing-%03d" % i for i in range(100)])
     assert wal.metrics()["segments_staged"] >= 1
     assert not segment_files_hold(tmp_path, b"closing-099")
@@ -640,6 +647,34 @@ def test_never_closes_with_every_image_written_to_its_file(tmp_path):
     [batch] = recover(tmp_path).unsealed
     assert (batch.batch_id, [r.record for r in batch.records]) == (
         batch_id, [b"closing-%03d" % i for i in range(100)])
+
+
+def test_a_failed_write_out_fails_the_log_and_its_images_keep_every_record(tmp_path):
+    wal = open_never_wal_past_its_first_round(tmp_path)
+    batch_id = fill_batch(wal, "t", 0, [b"kept-%03d" % i for i in range(100)])
+    # The segment file's descriptor now refuses writes (a read-only one in its place).
+    active = wal._segments[wal._active_id]
+    readonly = os.open(active.path, os.O_RDONLY)
+    os.dup2(readonly, active.fd)
+    os.close(readonly)
+    with pytest.raises(WalStorageError, match=f"cannot write WAL segment {active.path}"):
+        wal.appender.write_out()
+    with pytest.raises(WalStorageError, match="the WAL takes no entries after a failed sync "
+                                              "or write: cannot write WAL segment"):
+        wal.append_record(batch_id, 100, "t", 0, 5, b"refused")
+    with pytest.raises(WalStorageError, match="an earlier WAL sync or write failed: cannot "
+                                              "write WAL segment"):
+        wal.sync()
+    token = (tmp_path / wal_staging.TOKEN_NAME).read_text().strip()
+    with pytest.raises(WalStorageError):
+        wal.close()
+    # The images hold what the file lacks: kept, and the next log on the directory
+    # applies them.
+    assert [name for name in images() if token in name]
+    [batch] = recover(tmp_path).unsealed
+    assert (batch.batch_id, [r.record for r in batch.records]) == (
+        batch_id, [b"kept-%03d" % i for i in range(100)])
+    assert not [name for name in images() if token in name]
 
 
 def test_interval_syncs_in_the_background(tmp_path):

@@ -557,7 +557,7 @@ cdef class WalAppender:
         # one is closed with a ROLL entry naming it and waits in _unsynced for a sync.
         cdef MappedSegment old, segment
         if self._failure is not None:
-            raise WalStorageError(f"the WAL takes no entries after a failed sync: "
+            raise WalStorageError(f"the WAL takes no entries after a failed sync or write: "
                                   f"{self._failure}", errno=self._failure.errno)
         if self._closed:
             raise WalError("the WAL is closed")
