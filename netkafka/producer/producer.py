@@ -104,11 +104,11 @@ class Producer(ProducerCore):
     wal_fsync_interval_ms, default 10, never synced), 'interval' (a sync every
     wal_fsync_interval_ms) or 'always' (the call returns once it is on disk);
     wal_max_bytes (default 1 GiB) bounds the directory, the backoff strategy applying
-    when it is full.  A producer opened on the directory of one
-    that died replays what it left before it returns (producer/replay.py): what was
-    sealed is sent again byte-identical under its old producer id, epoch and
-    sequences, so the broker drops what it has; on_replay(context, metadata_or_error)
-    hears of each of those records, and replay() reports the whole.
+    when it is full.  A producer opened on the directory of one that died replays
+    what it left before it returns (producer/replay.py): what was sealed is sent again
+    byte-identical under its old producer id, epoch and sequences, so the broker drops
+    what it has; on_replay(context, metadata_or_error) hears of each of those records,
+    and replay() reports the whole.
 
     Raises:
         TypeError: an unknown keyword argument (named).
