@@ -14,7 +14,10 @@ own work, outside the time: building what the client takes):
     aiokafka        await send() per record (it returns once the record is queued); then
                     await flush(), on an event loop of its own
     java            org.apache.kafka.tools.ProducerPerformance in a JVM of its own
-                    (JavaProducerPerformance below): its own numbers, its own clock
+                    (JavaProducerPerformance below): its own numbers, its own clock; for
+                    keyed records over many topics and partitions, which that tool cannot
+                    send, JavaKeyedProducer (bench/KeyedProducer.java, one JVM for every
+                    round)
 
 contestant() makes any of them a contestant of alternated rounds (bench/rounds.py).
 
@@ -33,10 +36,12 @@ MB means 2**20 bytes of record value, as ProducerPerformance counts.
 """
 import asyncio
 import contextlib
+import queue
 import random
 import re
 import string
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -400,6 +405,15 @@ def parse_producer_performance(output: str) -> PerfSummary:
     return (steady or summaries)[-1]
 
 
+def java_producer_settings(settings: Settings) -> list[str]:
+    """The Java producer's name=value settings for settings."""
+    s = settings
+    return [f"acks={s.acks}", f"enable.idempotence={str(s.idempotent).lower()}",
+            f"compression.type={s.compression}", f"batch.size={s.batch_size}",
+            f"linger.ms={s.linger_ms}",
+            *(f"{name}={value}" for name, value in s.request_limit("max.request.size").items())]
+
+
 class JavaProducerPerformance:
     """Runs Kafka's ProducerPerformance (kafka-tools, from the jars `make kafka` fetched)."""
 
@@ -427,11 +441,7 @@ class JavaProducerPerformance:
             "--num-records", str(records + warmup_records),
             "--warmup-records", str(warmup_records),
             "--payload-file", str(self._payload_file), "--throughput", str(throughput),
-            "--command-property", f"acks={s.acks}",
-            f"enable.idempotence={str(s.idempotent).lower()}",
-            f"compression.type={s.compression}", f"batch.size={s.batch_size}",
-            f"linger.ms={s.linger_ms}",
-            *(f"{name}={value}" for name, value in s.request_limit("max.request.size").items()),
+            "--command-property", *java_producer_settings(s),
         ] + ([] if s.transaction_duration_ms is None
              else ["--transaction-duration-ms", str(s.transaction_duration_ms)]) + (
             [] if self._producer_config is None
@@ -445,6 +455,92 @@ class JavaProducerPerformance:
             raise RuntimeError(f"ProducerPerformance exited with {done.returncode}:\n"
                                f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         return parse_producer_performance(done.stdout)
+
+
+class JavaKeyedProducer:
+    """The Java producer sending keyed records over topics (bench/KeyedProducer.java, run
+    by java's source-file mode) in a JVM kept for every round, so that a round's CPU is the
+    records' alone (pid: the JVM, for rounds.Contestant's client_pids).  Record i goes to
+    topics[i % len(topics)] with key b"key-%d" % (i % key_count) and the payload pool's
+    value i % PAYLOAD_POOL, as the suite's Python clients send them.  run() sends `records`
+    records and returns once the producer's flush() has every one acknowledged.
+
+    Raises (run):
+        RuntimeError: records failed (the count and the first error), or the JVM answered
+            nothing within JAVA_TIMEOUT_S or ended (its last lines of output quoted).
+    """
+
+    ANSWER = "keyed-producer "  # KeyedProducer.java's lines start so
+    SOURCE = Path(__file__).resolve().parent / "KeyedProducer.java"
+    KEPT_LINES = 40  # of its other output, for an error message
+
+    def __init__(self, bootstrap: str, settings: Settings, topics: Sequence[str],
+                 key_count: int, records: int, work_dir: Path):
+        from netkafka.testing.broker import java_executable, kafka_libs_dir
+
+        topics_file = work_dir / "keyed-producer-topics"
+        topics_file.write_text("\n".join(topics))
+        payload_file = write_payload_file(work_dir / "keyed-producer-payloads",
+                                          settings.record_size)
+        self.records = records
+        self._process = subprocess.Popen(
+            [java_executable(), JAVA_HEAP, "-cp", f"{kafka_libs_dir()}/*", str(self.SOURCE),
+             bootstrap, str(topics_file), str(key_count), str(payload_file), str(records),
+             *java_producer_settings(settings)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._lines = queue.Queue()  # the JVM's output, line by line; None at its end
+        self._output = []  # its last lines that were not answers
+        threading.Thread(target=self._read_output, name="keyed-producer-output",
+                         daemon=True).start()
+        try:
+            self._expect("ready")
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def run(self) -> None:
+        self._process.stdin.write("round\n")
+        self._process.stdin.flush()
+        self._expect(f"done {self.records}")
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.stdin.close()  # the end of its commands: it closes its producer
+            try:
+                self._process.wait(WAIT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    def _read_output(self) -> None:
+        for line in self._process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def _expect(self, expected: str) -> None:
+        deadline = time.monotonic() + JAVA_TIMEOUT_S
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError(f"KeyedProducer did not answer {expected!r} within "
+                                   f"{JAVA_TIMEOUT_S:.0f} s; its output:\n"
+                                   + "\n".join(self._output)) from None
+            if line is None:
+                raise RuntimeError(f"KeyedProducer ended (exit status {self._process.wait()}) "
+                                   f"before answering {expected!r}; its output:\n"
+                                   + "\n".join(self._output))
+            if not line.startswith(self.ANSWER):
+                self._output = (self._output + [line])[-self.KEPT_LINES:]
+                continue
+            answer = line[len(self.ANSWER):]
+            if answer != expected:
+                raise RuntimeError(f"KeyedProducer answered {answer!r}, not {expected!r}")
+            return
 
 
 # -- contestants of alternated rounds ---------------------------------------------------------

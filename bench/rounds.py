@@ -12,9 +12,11 @@ another broker.  A Round holds:
     client_cpu_s   this process's CPU, user + system, every thread (time.process_time()),
                    plus that of its child processes which ended during the round (getrusage
                    RUSAGE_CHILDREN, as os.wait4 reports them): a client run as a subprocess,
-                   such as the Java producer's JVM, is the client.  Producers of other clients
-                   kept idle in this process between their rounds cost 0.3 ms of CPU per
-                   second, all seven Python runners together (measured): below the noise.
+                   such as the Java producer's JVM, is the client; and that of client_pids,
+                   a client's processes that live on past the round (/proc, 10 ms ticks).
+                   Producers of other clients kept idle in this process between their
+                   rounds cost 0.3 ms of CPU per second, all seven Python runners together
+                   (measured): below the noise.
     broker_cpu_s   user + system CPU of the broker's processes, every thread, from
                    /proc/<pid>/stat after the round minus before it, in clock ticks (10 ms:
                    coarse for rounds much shorter than a second); None when the broker is no
@@ -28,7 +30,8 @@ Alternated rounds: alternate({key: contestant}, rounds) warms every contestant u
 then runs their rounds A B C A B C ..., so that a change in the broker's pace (its JIT,
 its phases, other jobs) hits each client alike rather than one client's block; summary()
 gives a client's medians over its rounds.  A contestant is a Contestant (a callable run in
-this process) or a JavaContestant (ProducerPerformance, a JVM per round).
+this process, which may drive a process kept for every round: client_pids) or a
+JavaContestant (ProducerPerformance, a JVM per round).
 """
 import os
 import resource
@@ -63,15 +66,18 @@ class Round:
         return None if self.broker_cpu_s is None else self.broker_cpu_s * NS / self.records
 
 
-def measure(run: Callable[[], object], records: int, broker_pids: Sequence[int]) -> Round:
-    """Runs run() once and returns what it cost: records is what it sends."""
+def measure(run: Callable[[], object], records: int, broker_pids: Sequence[int],
+            client_pids: Sequence[int] = ()) -> Round:
+    """Runs run() once and returns what it cost: records is what it sends; client_pids:
+    the client's processes beyond this one and its ended children (a JVM kept for every
+    round), whose CPU is the client's too."""
     broker_before = _processes_cpu_s(broker_pids)
     machine_before = machine_busy_s()
-    client_before = _client_cpu_s()
+    client_before = _client_cpu_s() + (_processes_cpu_s(client_pids) or 0.0)
     started = time.perf_counter()
     run()
     seconds = time.perf_counter() - started
-    client_cpu_s = _client_cpu_s() - client_before
+    client_cpu_s = _client_cpu_s() + (_processes_cpu_s(client_pids) or 0.0) - client_before
     machine_cpu_s = machine_busy_s() - machine_before
     broker_after = _processes_cpu_s(broker_pids)
     broker_cpu_s = None if broker_before is None else broker_after - broker_before
@@ -178,22 +184,24 @@ def listening_pids(port: int) -> set[int]:
 class Contestant:
     """A client whose round is a call of run() in this process; warmed up by one unmeasured
     run (connections made, metadata known, pools grown).  runner: the peers runner behind
-    run, if any, for figures of a suite's own (a transactional runner's commit times)."""
+    run, if any, for figures of a suite's own (a transactional runner's commit times);
+    client_pids: processes run() drives whose CPU is the client's (measure())."""
 
     def __init__(self, run: Callable[[], object], records: int, broker_pids: Sequence[int],
-                 runner=None):
+                 runner=None, client_pids: Sequence[int] = ()):
         self.records_sent = 0  # by the warm-up and the rounds so far
         self.records = records  # per round
         self.runner = runner
         self._run = run
         self._broker_pids = broker_pids
+        self._client_pids = client_pids
 
     def warm_up(self) -> None:
         self._run()
         self.records_sent += self.records
 
     def round(self) -> Round:
-        measured = measure(self._run, self.records, self._broker_pids)
+        measured = measure(self._run, self.records, self._broker_pids, self._client_pids)
         self.records_sent += self.records
         return measured
 

@@ -4,13 +4,16 @@ partitions, the topics and the sending threads multiply.
 Partitions (test_partitions): keyed 100 B records spread uniformly (murmur2 of KEYS_PER_
 PARTITION distinct keys per partition, cycled) over one topic of 4, 100, 1,000 and 10,000
 partitions, and over 1,000 topics of 4 partitions (the topic cycles record by record).
-netkafka send() beside confluent-kafka (error-only delivery reports), rounds alternated
+netkafka send() beside confluent-kafka (error-only delivery reports) and the Java producer
+(send() with an error-only callback, bench/KeyedProducer.java in a JVM kept for every
+round: peers.JavaKeyedProducer; Kafka's ProducerPerformance sends null keys to one topic,
+so it can neither spread records by key nor over 1,000 topics), rounds alternated
 (bench/rounds.py), every client with the suite's settings (peers.Settings: acks=1, no
-compression, linger 5 ms, batch BATCH_SIZE, see below).  A row also carries
+compression, linger 5 ms, batch BATCH_SIZE, see below) and the same records in the same
+order.  The Java producer's CPU is its JVM's over the round (/proc, 10 ms ticks), its
+start-up and JIT warm-up left in the warm-up round.  A row also carries
 client_ns_ratio_to_4: its client CPU per record over the same client's in the 4-partition
-row of this session (the target: <= 2 at 10,000 partitions).  The Java producer is not in
-these rows: ProducerPerformance sends null keys to one topic, so it can neither spread
-records by key nor over 1,000 topics.
+row of this session (the target: <= 2 at 10,000 partitions).
 
 Creating the topics is timed (create_seconds in the rows: a 10,000-partition topic on the
 single test broker takes tens of seconds).
@@ -201,6 +204,7 @@ class ConfluentKeyed(peers.ConfluentRunner):
 
 
 CLIENTS = {"netkafka-send": NetkafkaKeyed, "confluent-kafka-error_only": ConfluentKeyed}
+JAVA = "java"  # the third contestant of test_partitions: peers.JavaKeyedProducer
 
 
 def _delete_topics(bootstrap, names):
@@ -229,8 +233,8 @@ class SharedTopicsContestant(rounds.Contestant):
     minus before it, read outside the measured run), so each client's stored records are
     checked as if the topics were its own."""
 
-    def __init__(self, run, records, broker_pids, runner, bootstrap, topics):
-        super().__init__(run, records, broker_pids, runner)
+    def __init__(self, run, records, broker_pids, runner, bootstrap, topics, client_pids=()):
+        super().__init__(run, records, broker_pids, runner, client_pids)
         self.held = 0
         self._bootstrap = bootstrap
         self._topics = topics
@@ -260,7 +264,7 @@ def big_broker(tmp_path_factory):
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_partitions(benchmark, request, topic_name, layout):
+def test_partitions(benchmark, request, topic_name, layout, tmp_path):
     """Every client writes to the same topics, rounds alternated: a broker holds a
     layout's partitions once, not once per client (10,000 partitions need ~12,000 file
     descriptors; two clients' 20,000 partitions were more than this machine's limit)."""
@@ -291,6 +295,11 @@ def test_partitions(benchmark, request, topic_name, layout):
             contestants[name] = SharedTopicsContestant(
                 lambda runner=runner: runner.run(None, records), RECORDS, broker_pids,
                 runner, bootstrap, names)
+        java = peers.JavaKeyedProducer(bootstrap, settings, names,
+                                       partitions * KEYS_PER_PARTITION, RECORDS, tmp_path)
+        stack.callback(java.close)
+        contestants[JAVA] = SharedTopicsContestant(java.run, RECORDS, broker_pids, java,
+                                                   bootstrap, names, client_pids=(java.pid,))
         measured = benchmark.pedantic(rounds.alternate, args=(contestants, ROUNDS), rounds=1,
                                       iterations=1)
         rows = []

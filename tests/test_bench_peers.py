@@ -2,6 +2,7 @@
 (bench/peers.py) gets every record acknowledged, ProducerPerformance's output is parsed as
 the tool really prints it, and a round's costs (bench/rounds.py) are those of known busy
 loops.  The benchmarks themselves are in bench/ (make bench)."""
+import collections
 import contextlib
 import importlib.util
 import resource
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from netkafka.testing.admin import create_topic
+from netkafka.testing.admin import create_topic, create_topics
 from netkafka.testing.broker import free_ports
 from netkafka.testing.fixtures import ExternalBroker
 
@@ -106,6 +107,67 @@ def test_java_producer_performance_takes_a_client_properties(secured_broker, top
     summary = java.run(topic_name, RECORDS, warmup_records=0)
     assert summary.records == RECORDS
     assert peers.acknowledged_records(plaintext, topic_name) == RECORDS
+
+
+def _end_offsets(bootstrap, topics, partitions):
+    """{(topic, partition): end offset}, read with confluent-kafka's admin client."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    from netkafka.testing.admin import admin_client
+
+    admin = admin_client(bootstrap)  # held until the answers: its end cancels the requests
+    answers = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                  for topic in topics for p in range(partitions)})
+    return {(tp.topic, tp.partition): future.result().offset for tp, future in answers.items()}
+
+
+def test_java_keyed_producer_sends_the_suites_keyed_records_round_after_round(kafka_broker,
+                                                                              topic_name,
+                                                                              tmp_path):
+    """bench/KeyedProducer.java in one JVM for every round: record i to topic i % topics
+    with key i % keys, each where Kafka's murmur2 places its key (as netkafka's and the
+    suite's other clients' default partitioners do); its CPU is the client's through
+    client_pids, and a failed round raises."""
+    from netkafka.partitioner import murmur2
+
+    bootstrap, partitions, key_count, records = kafka_broker.bootstrap, 3, 7, 90
+    topics = [f"{topic_name}-{t}" for t in range(2)]
+    create_topics(bootstrap, topics, partitions)
+    java = peers.JavaKeyedProducer(bootstrap, peers.Settings(100), topics, key_count, records,
+                                   tmp_path)
+    try:
+        contestant = rounds.Contestant(java.run, records, [], java, client_pids=(java.pid,))
+        measured = rounds.alternate({"java": contestant}, 2)["java"]
+    finally:
+        java.close()
+    assert java._process.returncode == 0  # the end of its commands: it closed its producer
+    expected = collections.Counter()
+    for i in range(records):
+        key = b"key-%d" % (i % key_count)
+        expected[topics[i % len(topics)], (murmur2(key) & 0x7FFFFFFF) % partitions] += 3
+    assert _end_offsets(bootstrap, topics, partitions) == dict(expected)
+    assert contestant.records_sent == 3 * records
+    # The JVM's CPU (ticks of 10 ms: a round of 90 records may cost less than one).
+    assert all(r.client_cpu_s >= 0 for r in measured)
+    assert sum(r.client_cpu_s for r in measured) > 0
+
+    # A request limit below a record's size: the Java producer fails it at once.
+    failing = peers.JavaKeyedProducer(bootstrap, peers.Settings(100, max_request_bytes=64),
+                                      topics, key_count, 1, tmp_path)
+    try:
+        with pytest.raises(RuntimeError,
+                           match="KeyedProducer answered 'failed 1 .*RecordTooLarge"):
+            failing.run()
+    finally:
+        failing.close()
+
+
+def test_client_cpu_counts_a_process_of_the_client_that_outlives_the_round():
+    """The way a JVM kept for every round is counted: client_pids."""
+    with _spinner() as client:
+        measured = rounds.measure(lambda: _spin_in(client), 1, [], client_pids=[client.pid])
+    assert SPIN_S - OVERHEAD_S <= measured.client_cpu_s <= SPIN_S + OVERHEAD_S
 
 
 @pytest.mark.parametrize("client, mode", PYTHON_CASES, ids=[f"{c}-{m}" for c, m in PYTHON_CASES])
