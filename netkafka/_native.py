@@ -11,6 +11,7 @@ NATIVE_MODULES = (
     "netkafka.producer._accumulator",
     "netkafka.producer._batch_send",
     "netkafka.producer._futures",
+    "netkafka.producer._metrics",
     "netkafka.producer._mutex",
     "netkafka.producer._partitioner",
     "netkafka.producer._wal",

@@ -28,141 +28,29 @@ What is recorded where, always per batch or per request, never per record:
     a Produce request built (sender)            request, records-per-request
     its answer (sender)                         request-latency, throttle-time (Produce)
 
-Threads: recorded from the caller's threads, the linger thread and the I/O threads;
-every statistic is guarded by ProducerMetrics._lock, held for a few additions.
+Recording is native (_metrics.pyx, StatsRecorder): it runs for every batch and every
+Produce request.  Threads: recorded from the caller's threads, the linger thread and the
+I/O threads; read by metrics() from copies the recorder hands out under its mutex.
 """
-import threading
 import time
 
-_WINDOW_NS = 30 * 1_000_000_000  # a sample's span: kafka-python's time_window_ms
-_SAMPLES = 2                      # samples kept: kafka-python's samples
+from netkafka.producer._metrics import Stat, StatsRecorder
 
 
-class _Stat:
-    """One quantity over the sliding window, and its all-time count and sum;
-    ProducerMetrics._record_locked() adds to it.
-
-    Guarded by the owning ProducerMetrics' lock."""
-
-    __slots__ = ("samples", "count_total", "sum_total")
-
-    def __init__(self):
-        self.samples = []  # [start_ns, events, sum, max], oldest first
-        self.count_total = 0
-        self.sum_total = 0
-
-    def _live(self, now_ns):
-        return [s for s in self.samples if now_ns - s[0] < _SAMPLES * _WINDOW_NS]
-
-    def avg(self, now_ns):
-        live = self._live(now_ns)
-        events = sum(s[1] for s in live)
-        return sum(s[2] for s in live) / events if events else 0.0
-
-    def max(self, now_ns):
-        return float(max((s[3] for s in self._live(now_ns)), default=float("-inf")))
-
-    def rate(self, now_ns, events=False):
-        """Sum (events=True: events) per second over the window, the window counted
-        as at least one full sample plus the current one (kafka-python's Rate)."""
-        live = self._live(now_ns)
-        if not live:
-            return 0.0
-        elapsed_ns = now_ns - live[0][0]
-        full_samples = elapsed_ns // _WINDOW_NS
-        if full_samples < _SAMPLES - 1:
-            elapsed_ns += (_SAMPLES - 1 - full_samples) * _WINDOW_NS
-        return sum(s[1] if events else s[2] for s in live) / (elapsed_ns / 1e9)
-
-
-class ProducerMetrics:
-    """The statistics behind Producer.metrics(); thread-safe (see the module)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        # Guarded by _lock: (scope, quantity) -> _Stat; scope is None (the
-        # producer), ("topic", name) or ("node", id).
-        self._stats = {}
-
-    def _record_locked(self, entries, now_ns):
-        """With _lock held: records each (scope, quantity, value) of entries.  One
-        call for all of an event's statistics, their updates inline: this runs for
-        every batch and every Produce request (a call per statistic was six Python
-        calls per request on the I/O thread)."""
-        for scope, quantity, value in entries:
-            stat = self._stats.get((scope, quantity))
-            if stat is None:
-                stat = self._stats[scope, quantity] = _Stat()
-            stat.count_total += 1
-            stat.sum_total += value
-            samples = stat.samples
-            if not samples or now_ns - samples[-1][0] >= _WINDOW_NS:
-                samples.append([now_ns, 0, 0, float("-inf")])
-                del samples[:-_SAMPLES]
-            sample = samples[-1]
-            sample[1] += 1
-            sample[2] += value
-            if value > sample[3]:
-                sample[3] = value
-
-    # -- recording ----------------------------------------------------------------------
-
-    def batch_sent(self, topic, records, uncompressed_bytes, sealed_bytes, queue_time_ms):
-        """A sealed batch handed to the sender (the accumulator's draining thread)."""
-        now_ns = time.monotonic_ns()
-        compression_rate = sealed_bytes / uncompressed_bytes if uncompressed_bytes else 1.0
-        scope = ("topic", topic)
-        with self._lock:
-            self._record_locked((
-                (None, "records", records), (scope, "records", records),
-                (None, "bytes", sealed_bytes), (scope, "bytes", sealed_bytes),
-                (None, "compression-rate", compression_rate),
-                (scope, "compression-rate", compression_rate),
-                (None, "batch-size", sealed_bytes), (None, "queue-time", queue_time_ms)),
-                now_ns)
-
-    def batch_failed(self, topic, records):
-        """A batch completed with an error: its records failed."""
-        self._record_for_topic("errors", topic, records)
-
-    def batch_retried(self, topic, records):
-        """A batch queued again to be resent (the sender)."""
-        self._record_for_topic("retries", topic, records)
-
-    def request_sent(self, node_id, records):
-        """A Produce request of `records` records built for node_id (an I/O thread)."""
-        now_ns = time.monotonic_ns()
-        with self._lock:
-            self._record_locked(((None, "records-per-request", records),
-                                 (None, "requests", 1), (("node", node_id), "requests", 1)),
-                                now_ns)
-
-    def response(self, node_id, latency_ms, throttle_time_ms):
-        """The answer to a Produce request (an I/O thread)."""
-        now_ns = time.monotonic_ns()
-        with self._lock:
-            self._record_locked(((None, "request-latency", latency_ms),
-                                 (("node", node_id), "request-latency", latency_ms),
-                                 (None, "throttle-time", throttle_time_ms)), now_ns)
-
-    def _record_for_topic(self, quantity, topic, value):
-        now_ns = time.monotonic_ns()
-        with self._lock:
-            self._record_locked(((None, quantity, value), (("topic", topic), quantity, value)),
-                                now_ns)
-
-    # -- reading ------------------------------------------------------------------------
+class ProducerMetrics(StatsRecorder):
+    """The statistics behind Producer.metrics(); thread-safe.  Recorded through
+    StatsRecorder's methods: batch_sent(), batch_failed(), batch_retried(),
+    request_sent(), response()."""
 
     def groups(self):
         """{group: {name: value}}: the producer's group, and each topic's and
         broker's that has recorded something."""
         now_ns = time.monotonic_ns()
-        with self._lock:
-            scopes = {None: {}}
-            for (scope, quantity), stat in self._stats.items():
-                scopes.setdefault(scope, {})[quantity] = stat
-            return {_group_name(scope): _named(scope, stats, now_ns)
-                    for scope, stats in scopes.items()}
+        scopes = {None: {}}
+        for (scope, quantity), stat in self.stats().items():
+            scopes.setdefault(scope, {})[quantity] = stat
+        return {_group_name(scope): _named(scope, stats, now_ns)
+                for scope, stats in scopes.items()}
 
 
 def _group_name(scope):
@@ -175,11 +63,11 @@ def _group_name(scope):
 
 
 def _named(scope, stats, now_ns):
-    """kafka-python's names for a scope's statistics (called with the lock held)."""
+    """kafka-python's names for a scope's statistics."""
     out = {}
 
     def stat(quantity):
-        return stats.get(quantity) or _Stat()
+        return stats.get(quantity) or Stat()
 
     if scope is None or scope[0] == "topic":
         out["record-send-rate"] = stat("records").rate(now_ns)
