@@ -129,14 +129,38 @@ cdef class Stat:
         return other
 
 
+cdef Stat _register(dict stats, object scope, str quantity, bint integral):
+    """A new Stat, entered in stats as (scope, quantity)."""
+    cdef Stat stat = Stat(integral)
+    stats[scope, quantity] = stat
+    return stat
+
+
 @cython.final
 cdef class _TopicStats:
+    """A topic's statistics, entered in a recorder's stats when made."""
+
     cdef Stat records, bytes, compression_rate, errors, retries
+
+    def __cinit__(self, dict stats, str topic):
+        cdef tuple scope = ("topic", topic)
+        self.records = _register(stats, scope, "records", _INTEGRAL)
+        self.bytes = _register(stats, scope, "bytes", _INTEGRAL)
+        self.compression_rate = _register(stats, scope, "compression-rate", _REAL)
+        self.errors = _register(stats, scope, "errors", _INTEGRAL)
+        self.retries = _register(stats, scope, "retries", _INTEGRAL)
 
 
 @cython.final
 cdef class _NodeStats:
+    """A broker's statistics, entered in a recorder's stats when made."""
+
     cdef Stat requests, request_latency
+
+    def __cinit__(self, dict stats, object node_id):
+        cdef tuple scope = ("node", node_id)
+        self.requests = _register(stats, scope, "requests", _INTEGRAL)
+        self.request_latency = _register(stats, scope, "request-latency", _REAL)
 
 
 cdef class StatsRecorder:
@@ -160,47 +184,29 @@ cdef class StatsRecorder:
         self._stats = {}
         self._topics = {}
         self._nodes = {}
-        self._records = self._new(None, "records", _INTEGRAL)
-        self._bytes = self._new(None, "bytes", _INTEGRAL)
-        self._compression_rate = self._new(None, "compression-rate", _REAL)
+        self._records = _register(self._stats, None, "records", _INTEGRAL)
+        self._bytes = _register(self._stats, None, "bytes", _INTEGRAL)
+        self._compression_rate = _register(self._stats, None, "compression-rate", _REAL)
         # batch-size is the bytes of each batch: the same values as "bytes".
         self._stats[None, "batch-size"] = self._bytes
-        self._queue_time = self._new(None, "queue-time", _REAL)
-        self._errors = self._new(None, "errors", _INTEGRAL)
-        self._retries = self._new(None, "retries", _INTEGRAL)
-        self._records_per_request = self._new(None, "records-per-request", _INTEGRAL)
-        self._requests = self._new(None, "requests", _INTEGRAL)
-        self._request_latency = self._new(None, "request-latency", _REAL)
-        self._throttle_time = self._new(None, "throttle-time", _REAL)
-
-    cdef Stat _new(self, object scope, str quantity, bint integral):
-        cdef Stat stat = Stat(integral)
-        self._stats[scope, quantity] = stat
-        return stat
+        self._queue_time = _register(self._stats, None, "queue-time", _REAL)
+        self._errors = _register(self._stats, None, "errors", _INTEGRAL)
+        self._retries = _register(self._stats, None, "retries", _INTEGRAL)
+        self._records_per_request = _register(self._stats, None, "records-per-request", _INTEGRAL)
+        self._requests = _register(self._stats, None, "requests", _INTEGRAL)
+        self._request_latency = _register(self._stats, None, "request-latency", _REAL)
+        self._throttle_time = _register(self._stats, None, "throttle-time", _REAL)
 
     cdef _TopicStats _topic_locked(self, str topic):
         cdef _TopicStats stats = self._topics.get(topic)
-        cdef tuple scope
         if stats is None:
-            scope = ("topic", topic)
-            stats = _TopicStats()
-            stats.records = self._new(scope, "records", _INTEGRAL)
-            stats.bytes = self._new(scope, "bytes", _INTEGRAL)
-            stats.compression_rate = self._new(scope, "compression-rate", _REAL)
-            stats.errors = self._new(scope, "errors", _INTEGRAL)
-            stats.retries = self._new(scope, "retries", _INTEGRAL)
-            self._topics[topic] = stats
+            stats = self._topics[topic] = _TopicStats(self._stats, topic)
         return stats
 
     cdef _NodeStats _node_locked(self, object node_id):
         cdef _NodeStats stats = self._nodes.get(node_id)
-        cdef tuple scope
         if stats is None:
-            scope = ("node", node_id)
-            stats = _NodeStats()
-            stats.requests = self._new(scope, "requests", _INTEGRAL)
-            stats.request_latency = self._new(scope, "request-latency", _REAL)
-            self._nodes[node_id] = stats
+            stats = self._nodes[node_id] = _NodeStats(self._stats, node_id)
         return stats
 
     # -- recording ----------------------------------------------------------------------
@@ -227,21 +233,21 @@ cdef class StatsRecorder:
 
     def batch_failed(self, str topic, int64_t records):
         """A batch completed with an error: its records failed."""
-        cdef int64_t now_ns = time.monotonic_ns()
-        self._mutex.take()
-        try:
-            self._errors.add(records, now_ns)
-            self._topic_locked(topic).errors.add(records, now_ns)
-        finally:
-            self._mutex.give()
+        self._add_for_topic(topic, records, True)
 
     def batch_retried(self, str topic, int64_t records):
         """A batch queued again to be resent (the sender)."""
+        self._add_for_topic(topic, records, False)
+
+    cdef void _add_for_topic(self, str topic, int64_t records, bint failed) except *:
+        """records to the producer's and topic's errors (failed) or retries."""
         cdef int64_t now_ns = time.monotonic_ns()
+        cdef _TopicStats stats
         self._mutex.take()
         try:
-            self._retries.add(records, now_ns)
-            self._topic_locked(topic).retries.add(records, now_ns)
+            stats = self._topic_locked(topic)
+            (self._errors if failed else self._retries).add(records, now_ns)
+            (stats.errors if failed else stats.retries).add(records, now_ns)
         finally:
             self._mutex.give()
 
