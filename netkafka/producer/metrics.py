@@ -34,7 +34,7 @@ I/O threads; read by metrics() from copies the recorder hands out under its mute
 """
 import time
 
-from netkafka.producer._metrics import Stat, StatsRecorder
+from netkafka.producer._metrics import StatsRecorder
 
 
 class ProducerMetrics(StatsRecorder):
@@ -63,11 +63,10 @@ def _group_name(scope):
 
 
 def _named(scope, stats, now_ns):
-    """kafka-python's names for a scope's statistics."""
+    """kafka-python's names for a scope's statistics (StatsRecorder makes every one of
+    a scope's at once)."""
     out = {}
-
-    def stat(quantity):
-        return stats.get(quantity) or Stat()
+    stat = stats.__getitem__
 
     if scope is None or scope[0] == "topic":
         out["record-send-rate"] = stat("records").rate(now_ns)
