@@ -21,8 +21,11 @@ from netkafka.producer._mutex cimport Mutex
 
 import time
 
+cdef enum:
+    _SAMPLES = 2  # samples kept: kafka-python's samples (Stat.add() shifts by one)
+
 WINDOW_NS = 30 * 1_000_000_000  # a sample's span: kafka-python's time_window_ms
-SAMPLES = 2                     # samples kept: kafka-python's samples
+SAMPLES = _SAMPLES
 
 cdef int64_t _WINDOW_NS = WINDOW_NS
 cdef double _NO_MAX = float("-inf")
@@ -36,18 +39,18 @@ cdef enum:
 
 @cython.final
 cdef class Stat:
-    """One quantity over the sliding window: its current sample and the one before
-    (at most SAMPLES == 2), and its all-time count and sum."""
+    """One quantity over the sliding window: its current sample and the one before,
+    and its all-time count and sum."""
 
     cdef readonly int64_t count_total
     cdef double _sum_total
     cdef bint _integral
     cdef int _samples  # 0, 1 (current only) or 2 (previous and current)
-    # Each sample: start (ns), events, sum, max.
-    cdef int64_t _start[2]
-    cdef int64_t _events[2]
-    cdef double _sum[2]
-    cdef double _max[2]
+    # Each sample, oldest first: start (ns), events, sum, max.
+    cdef int64_t _start[_SAMPLES]
+    cdef int64_t _events[_SAMPLES]
+    cdef double _sum[_SAMPLES]
+    cdef double _max[_SAMPLES]
 
     def __cinit__(self, bint integral=False):
         self._integral = integral
@@ -62,7 +65,7 @@ cdef class Stat:
         self.count_total += 1
         self._sum_total += value
         if self._samples == 0 or now_ns - self._start[self._samples - 1] >= _WINDOW_NS:
-            if self._samples == 2:  # the previous one drops out
+            if self._samples == _SAMPLES:  # the previous one drops out
                 self._start[0], self._events[0] = self._start[1], self._events[1]
                 self._sum[0], self._max[0] = self._sum[1], self._max[1]
             else:
@@ -80,7 +83,7 @@ cdef class Stat:
         """The index of the oldest sample still in the window (self._samples: none)."""
         cdef int i
         for i in range(self._samples):
-            if now_ns - self._start[i] < 2 * _WINDOW_NS:
+            if now_ns - self._start[i] < _SAMPLES * _WINDOW_NS:
                 return i
         return self._samples
 
@@ -114,8 +117,8 @@ cdef class Stat:
             return 0.0
         elapsed_ns = now_ns - self._start[first]
         full_samples = elapsed_ns // _WINDOW_NS
-        if full_samples < SAMPLES - 1:
-            elapsed_ns += (SAMPLES - 1 - full_samples) * _WINDOW_NS
+        if full_samples < _SAMPLES - 1:
+            elapsed_ns += (_SAMPLES - 1 - full_samples) * _WINDOW_NS
         for i in range(first, self._samples):
             total += self._events[i] if events else self._sum[i]
         return total / (elapsed_ns / 1e9)
