@@ -574,21 +574,28 @@ def contestant(client: str, mode: str, bootstrap: str, topic: str, settings: Set
 # -- the broker's side -------------------------------------------------------------------------
 
 
-def acknowledged_records(bootstrap: str, *topics: str) -> int:
-    """How many records the topics hold: the sum of their partitions' end offsets (a topic
-    created empty holds that many), read with confluent-kafka's admin client in one
-    metadata and one offsets request, however many topics."""
+def end_offsets(bootstrap: str, *topics: str) -> dict:
+    """{(topic, partition): end offset} of every partition of the topics, read with
+    confluent-kafka's admin client in one metadata and one offsets request, however many
+    topics."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     from netkafka.testing.admin import admin_client
 
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap)  # held until the answers: its end cancels the requests
     known = admin.list_topics(topic=topics[0] if len(topics) == 1 else None,
                               timeout=30).topics
     answers = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
                                   for topic in topics for p in known[topic].partitions})
-    return sum(future.result().offset for future in answers.values())
+    return {(tp.topic, tp.partition): future.result().offset
+            for tp, future in answers.items()}
+
+
+def acknowledged_records(bootstrap: str, *topics: str) -> int:
+    """How many records the topics hold: the sum of their partitions' end offsets (a topic
+    created empty holds that many)."""
+    return sum(end_offsets(bootstrap, *topics).values())
 
 
 def stored_shape(data_dirs: Sequence[Path], topic: str) -> dict:

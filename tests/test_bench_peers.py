@@ -109,19 +109,6 @@ def test_java_producer_performance_takes_a_client_properties(secured_broker, top
     assert peers.acknowledged_records(plaintext, topic_name) == RECORDS
 
 
-def _end_offsets(bootstrap, topics, partitions):
-    """{(topic, partition): end offset}, read with confluent-kafka's admin client."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
-    from netkafka.testing.admin import admin_client
-
-    admin = admin_client(bootstrap)  # held until the answers: its end cancels the requests
-    answers = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
-                                  for topic in topics for p in range(partitions)})
-    return {(tp.topic, tp.partition): future.result().offset for tp, future in answers.items()}
-
-
 def test_java_keyed_producer_sends_the_suites_keyed_records_round_after_round(kafka_broker,
                                                                               topic_name,
                                                                               tmp_path):
@@ -146,7 +133,7 @@ def test_java_keyed_producer_sends_the_suites_keyed_records_round_after_round(ka
     for i in range(records):
         key = b"key-%d" % (i % key_count)
         expected[topics[i % len(topics)], (murmur2(key) & 0x7FFFFFFF) % partitions] += 3
-    assert _end_offsets(bootstrap, topics, partitions) == dict(expected)
+    assert peers.end_offsets(bootstrap, *topics) == dict(expected)
     assert contestant.records_sent == 3 * records
     # The JVM's CPU (ticks of 10 ms: a round of 90 records may cost less than one).
     assert all(r.client_cpu_s >= 0 for r in measured)
