@@ -174,8 +174,9 @@ cdef class StatsRecorder:
     any)."""
 
     cdef Mutex _mutex
-    # Guarded by _mutex: (scope, quantity) -> Stat, every statistic; the producer's and
-    # each topic's and node's, by reference, for the recording methods.
+    # Everything below is guarded by _mutex.  _stats: (scope, quantity) -> Stat, every
+    # statistic; _topics and _nodes, and the producer's own below, the same Stats by
+    # scope, for the recording methods.
     cdef dict _stats
     cdef dict _topics  # topic -> _TopicStats
     cdef dict _nodes   # node id -> _NodeStats
