@@ -150,6 +150,18 @@ CREATE_TIMEOUT_S = 600.0  # a 10,000-partition topic on one broker
 # File descriptors a broker needs per partition, with room: ~1.2 seen (the .log of each
 # partition's active segment, plus the broker's own).
 FDS_PER_PARTITION = 1.5
+# Each partition's offset and time indexes are sparse files the broker maps and writes
+# through (segment.index.bytes, 10 MiB by default).  A fault on one reads ahead up to the
+# device's read_ahead_kb (8 MiB on this VM) of it, zeros: 10,000 partitions made some
+# 160 GB of such pages, the page cache could not hold them, and the broker spent its time
+# faulting them back in (perf: filemap_fault -> ext4_mpage_readpages; JFR: 97% of its
+# samples in OffsetIndex.append / TimeIndex.maybeAppend), 130-210 us of CPU per record
+# for every client, so that batches held 1-4 records.  With 64 KiB indexes (a segment
+# rolls at 8,192 index entries, ~32 MiB of log: more than a benchmark writes to a
+# partition): 3-8 us, netkafka at 132-163k msgs/s instead of 5-7k, batches of 9-11
+# records (netkafka alone on the row's records, two runs).  The rows measure the
+# clients, not this machine's readahead (README, "Batch memory as partitions grow").
+TOPIC_CONFIG = {"segment.index.bytes": str(64 * 1024)}
 THREADS = (1, 2, 4, 8)
 THREAD_RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_THREAD_RECORDS", "2000000"))
 THREAD_PARTITIONS = 4
@@ -223,7 +235,8 @@ def _create_topics(bootstrap, names, partitions, stack):
     layouts' file descriptors); returns the seconds that took."""
     started = time.perf_counter()
     stack.callback(_delete_topics, bootstrap, names)
-    create_topics(bootstrap, names, partitions, timeout_s=CREATE_TIMEOUT_S)
+    create_topics(bootstrap, names, partitions, config=TOPIC_CONFIG,
+                  timeout_s=CREATE_TIMEOUT_S)
     return time.perf_counter() - started
 
 
