@@ -155,13 +155,18 @@ FDS_PER_PARTITION = 1.5
 # device's read_ahead_kb (8 MiB on this VM) of it, zeros: 10,000 partitions made some
 # 160 GB of such pages, the page cache could not hold them, and the broker spent its time
 # faulting them back in (perf: filemap_fault -> ext4_mpage_readpages; JFR: 97% of its
-# samples in OffsetIndex.append / TimeIndex.maybeAppend), 130-210 us of CPU per record
-# for every client, so that batches held 1-4 records.  With 64 KiB indexes (a segment
-# rolls at 8,192 index entries, ~32 MiB of log: more than a benchmark writes to a
-# partition): 3-8 us, netkafka at 132-163k msgs/s instead of 5-7k, batches of 9-11
-# records (netkafka alone on the row's records, two runs).  The rows measure the
-# clients, not this machine's readahead (README, "Batch memory as partitions grow").
-TOPIC_CONFIG = {"segment.index.bytes": str(64 * 1024)}
+# samples in OffsetIndex.append / TimeIndex.maybeAppend), 110-210 us of CPU per record
+# for every client, so that batches held 1-4 records.  With 64 KiB indexes: 3-8 us,
+# netkafka at 132-163k msgs/s instead of 5-7k, batches of 9-11 records (netkafka alone on
+# the row's records, two runs).  So a layout's topics get indexes that take
+# INDEX_FILES_BYTES in all (at most Kafka's default, at least MIN_INDEX_BYTES), and the
+# rows measure the clients, not this machine's readahead (README, "Batch memory as
+# partitions grow").  A segment rolls when its index is full, at an entry per 4 KiB of
+# log: 64 KiB hold ~32 MiB, more than a run writes to one of 10,000 partitions, and the
+# layouts with few partitions keep Kafka's default, so no row's segments roll more often.
+INDEX_FILES_BYTES = 1 << 30
+KAFKA_INDEX_BYTES = 10 * 1024 * 1024  # segment.index.bytes' default
+MIN_INDEX_BYTES = 64 * 1024
 THREADS = (1, 2, 4, 8)
 THREAD_RECORDS = int(os.environ.get("NETKAFKA_BENCH_SCALE_THREAD_RECORDS", "2000000"))
 THREAD_PARTITIONS = 4
@@ -229,14 +234,22 @@ def _delete_topics(bootstrap, names):
         future.result()
 
 
-def _create_topics(bootstrap, names, partitions, stack):
-    """Creates the topics (testing.admin.create_topics), to be deleted when stack closes
-    (the broker is the bench session's: left over, their partitions would take the next
-    layouts' file descriptors); returns the seconds that took."""
+def index_config(partitions):
+    """The topic config giving a layout of that many partitions (in all its topics)
+    indexes of INDEX_FILES_BYTES in all: two per partition, each between
+    MIN_INDEX_BYTES and Kafka's default."""
+    size = INDEX_FILES_BYTES // (2 * partitions)
+    return {"segment.index.bytes": str(max(MIN_INDEX_BYTES, min(KAFKA_INDEX_BYTES, size)))}
+
+
+def _create_topics(bootstrap, names, partitions, stack, config=None):
+    """Creates the topics (testing.admin.create_topics; config: their topic config), to
+    be deleted when stack closes (the broker is the bench session's: left over, their
+    partitions would take the next layouts' file descriptors); returns the seconds that
+    took."""
     started = time.perf_counter()
     stack.callback(_delete_topics, bootstrap, names)
-    create_topics(bootstrap, names, partitions, config=TOPIC_CONFIG,
-                  timeout_s=CREATE_TIMEOUT_S)
+    create_topics(bootstrap, names, partitions, config=config, timeout_s=CREATE_TIMEOUT_S)
     return time.perf_counter() - started
 
 
@@ -299,7 +312,8 @@ def test_partitions(benchmark, request, topic_name, layout, tmp_path):
     benchmark.group = f"scale: {topic_count} topics x {partitions} partitions"
     with contextlib.ExitStack() as stack:
         names = [f"{topic_name}-{t}" for t in range(topic_count)]
-        create_seconds = _create_topics(bootstrap, names, partitions, stack)
+        create_seconds = _create_topics(bootstrap, names, partitions, stack,
+                                        index_config(total))
         records = keyed_records(names, partitions)
         contestants = {}
         for name, runner_class in CLIENTS.items():

@@ -300,3 +300,28 @@ def test_java_contestant_subtracts_a_run_of_its_warm_up_records(kafka_broker, to
     assert peers.acknowledged_records(kafka_broker.bootstrap, topic_name) == java.records_sent
     assert java.records_sent == 100 + RECORDS + 100
     peers.delete_topic(kafka_broker.bootstrap, topic_name)
+
+
+def test_scale_layouts_index_files_take_their_budget_and_the_broker_takes_the_size(
+        kafka_broker, topic_name):
+    """bench/test_bench_scale.py's index_config: Kafka's default for few partitions (no
+    segment rolls sooner than the default's), the floor for very many, INDEX_FILES_BYTES
+    in all between; and the broker takes a size that is no multiple of an index entry."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    scale = _bench_module("test_bench_scale")
+    sizes = {n: int(scale.index_config(n)["segment.index.bytes"])
+             for n in (4, 100, 4000, 10_000, 100_000)}
+    assert sizes[4] == scale.KAFKA_INDEX_BYTES
+    assert sizes[100_000] == scale.MIN_INDEX_BYTES
+    for partitions in (100, 4000):
+        assert 2 * partitions * sizes[partitions] <= scale.INDEX_FILES_BYTES
+        assert 2 * partitions * (sizes[partitions] + 1) > scale.INDEX_FILES_BYTES
+    assert sizes[100] % 8  # no multiple of an offset index entry
+
+    create_topic(kafka_broker.bootstrap, topic_name, config=scale.index_config(100))
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})  # held until answered
+    topic_config = ConfigResource(ResourceType.TOPIC, topic_name)
+    (future,) = admin.describe_configs([topic_config]).values()
+    assert future.result(timeout=30)["segment.index.bytes"].value == str(sizes[100])
+    peers.delete_topic(kafka_broker.bootstrap, topic_name)
