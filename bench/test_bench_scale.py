@@ -155,9 +155,9 @@ FDS_PER_PARTITION = 1.5
 # device's read_ahead_kb (8 MiB on this VM) of it, zeros: 10,000 partitions made some
 # 160 GB of such pages, the page cache could not hold them, and the broker spent its time
 # faulting them back in (perf: filemap_fault -> ext4_mpage_readpages; JFR: 97% of its
-# samples in OffsetIndex.append / TimeIndex.maybeAppend), 110-210 us of CPU per record
+# samples in OffsetIndex.append / TimeIndex.maybeAppend), 100-210 us of CPU per record
 # for every client, so that batches held 1-4 records.  With 64 KiB indexes: 3-8 us,
-# netkafka at 132-163k msgs/s instead of 5-7k, batches of 9-11 records (netkafka alone on
+# netkafka at 132-163k msgs/s instead of 4.8-7.3k, batches of 9-11 records (netkafka alone on
 # the row's records, two runs).  So a layout's topics get indexes that take
 # INDEX_FILES_BYTES in all (at most Kafka's default, at least MIN_INDEX_BYTES), and the
 # rows measure the clients, not this machine's readahead (README, "Batch memory as
