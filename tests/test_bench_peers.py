@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from netkafka.testing.admin import create_topic, create_topics
+from netkafka.testing.admin import admin_client, create_topic, create_topics
 from netkafka.testing.broker import free_ports
 from netkafka.testing.fixtures import ExternalBroker
 
@@ -307,7 +307,7 @@ def test_scale_layouts_index_files_take_their_budget_and_the_broker_takes_the_si
     """bench/test_bench_scale.py's index_config: Kafka's default for few partitions (no
     segment rolls sooner than the default's), the floor for very many, INDEX_FILES_BYTES
     in all between; and the broker takes a size that is no multiple of an index entry."""
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    from confluent_kafka.admin import ConfigResource, ResourceType
 
     scale = _bench_module("test_bench_scale")
     sizes = {n: int(scale.index_config(n)["segment.index.bytes"])
@@ -320,7 +320,7 @@ def test_scale_layouts_index_files_take_their_budget_and_the_broker_takes_the_si
     assert sizes[100] % 8  # no multiple of an offset index entry
 
     create_topic(kafka_broker.bootstrap, topic_name, config=scale.index_config(100))
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})  # held until answered
+    admin = admin_client(kafka_broker.bootstrap)  # held until the answer
     topic_config = ConfigResource(ResourceType.TOPIC, topic_name)
     (future,) = admin.describe_configs([topic_config]).values()
     assert future.result(timeout=30)["segment.index.bytes"].value == str(sizes[100])
