@@ -7,6 +7,7 @@ on_replay say what happened to each.  The kill harness at random moments is
 tests/test_wal_kill.py.
 """
 import collections
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import threading
 import pytest
 
 from netkafka import Producer, RecordMetadata
-from netkafka.producer.replay import _appended
+from netkafka.producer.replay import Replay, _appended
 from netkafka.producer.wal import Seal, WriteAheadLog
+from netkafka.protocol.describe_producers import PartitionProducers, ProducerState
 from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.testing.admin import create_topic
@@ -225,3 +227,46 @@ def test_which_sealed_batches_the_broker_has_across_the_sequence_wrap():
     seals = [Seal(7, 0, limit - 3, 5, 0, 0, 0), Seal(7, 0, 2, 4, 0, 0, 0)]
     assert [_appended(s, 1, limit - 3) for s in seals] == [True, False]
     assert [_appended(s, limit - 4, limit - 3) for s in seals] == [False, False]
+
+
+class _Answering:
+    """A metadata cache, pool and connection in one, whose DescribeProducers request
+    is answered with `answer` (decoded PartitionProducers)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.config = type("Config", (), {"client_id": "test"})()
+
+    def leader_for(self, topic, partition, timeout_s):
+        return type("Broker", (), {"node_id": 0, "host": "127.0.0.1", "port": 9092})()
+
+    def connection(self, node_id, host, port):
+        return self
+
+    def describe(self):
+        return "node 0"
+
+    def request(self, api_key, encode, decode):
+        future = concurrent.futures.Future()
+        future.set_result(self.answer)
+        return future
+
+
+def _last_sequence_answered(answer):
+    fake = _Answering(answer)
+    recovery = type("Recovery", (), {"record_count": 0})()
+    replayer = Replay(recovery, accumulator=None, sender=None, idempotence=None, metadata=fake,
+                      pool=fake, wal=None, on_replay=None, max_block_ms=1000,
+                      max_request_size=1 << 20)
+    return replayer._last_sequence("alpha", 0, 7, 0)
+
+
+def test_describe_producers_answer_of_another_partition_is_not_taken_for_the_one_asked():
+    # The answer names partition 3, not the 0 asked about: its last sequence says nothing
+    # of partition 0 (taken for it, sealed batches never appended would be deduplicated,
+    # their records lost).  Not answered: the broker's idempotence decides.
+    producers = (ProducerState(7, 0, 117, 0, -1, -1),)
+    assert _last_sequence_answered([PartitionProducers("alpha", 0, 0, None, producers)]) == 117
+    assert _last_sequence_answered([PartitionProducers("alpha", 3, 0, None, producers)]) is None
+    assert _last_sequence_answered([PartitionProducers("beta", 0, 0, None, producers)]) is None
+    assert _last_sequence_answered([]) is None

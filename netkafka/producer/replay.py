@@ -200,6 +200,12 @@ class Replay:
                     cid, client_id, version, {topic: [partition]}),
                 decode_describe_producers_response)
             [answer] = future.result(self._max_block_s)
+            if (answer.topic, answer.partition) != (topic, partition):
+                # Another partition's producers say nothing of this one's: taken for
+                # it, batches never appended would count as deduplicated, and be lost.
+                raise errors.ProtocolError(
+                    f"{conn.describe()} answered DescribeProducers for "
+                    f"{answer.topic}-{answer.partition}, not {topic}-{partition}")
         except (errors.KafkaError, TimeoutError, ValueError) as exc:
             _log.warning("replay: %s-%d: DescribeProducers not answered (%s); sending the "
                          "sealed batches under their producer id for the broker to "
