@@ -26,6 +26,7 @@ from kafka.protocol.producer.transaction import (
 
 from blocking_wire import BlockingWire
 from netkafka import errors
+from netkafka.client.coordinator import Coordinators
 from netkafka.errors import ProtocolError
 from netkafka.producer.offsets import ConsumerGroupMetadata, PartitionOffset
 from netkafka.protocol.add_offsets_to_txn import (
@@ -94,6 +95,48 @@ def test_find_coordinator_response_for_more_than_one_key_is_refused():
                                                Coordinator(key="b", **one)])
     with pytest.raises(ProtocolError, match="answered 2 coordinators for one key"):
         decode_find_coordinator_response(data, 4)
+
+
+class _CoordinatorAnswer:
+    """The metadata cache, pool and connection of Coordinators in one: every
+    FindCoordinator is answered `response`; the pool's connections are noted."""
+
+    def __init__(self, response):
+        self.response = response
+        self.config = type("Config", (), {"client_id": "test"})()
+        self.connections = []
+
+    def least_loaded_connection(self, timeout_s):
+        return self
+
+    def call(self, api_key, encode, decode, timeout_s):
+        return self.response
+
+    def describe(self):
+        return "node 0"
+
+    def connection(self, node_id, host, port):
+        self.connections.append((node_id, host, port))
+        return self
+
+
+@pytest.mark.parametrize("node_id, host, port", [
+    (-1, "", -1),            # what a broker sends with COORDINATOR_NOT_AVAILABLE, sent without it
+    (-1, "broker-2", 9093),  # -1: the first bootstrap connection's id
+    (2, "", 9093),           # an empty host would connect to the local host
+    (2, "broker-2", 0),
+    (2, "broker-2", 65536),
+    (2, "broker 2", 9093),
+])
+def test_find_coordinator_answer_naming_no_usable_broker_is_refused(node_id, host, port):
+    fake = _CoordinatorAnswer(FindCoordinatorResponse(0, 0, None, "txn", node_id, host, port))
+    with pytest.raises(ProtocolError, match="node 0 answered FindCoordinator for the "
+                       "transaction coordinator of 'txn' with broker"):
+        Coordinators(fake, fake, 10).find(TRANSACTION, "txn", time.monotonic() + 1)
+    assert fake.connections == []  # no connection was made or moved
+    fake.response = FindCoordinatorResponse(0, 0, None, "txn", 2, "broker-2", 9093)
+    assert Coordinators(fake, fake, 10).find(TRANSACTION, "txn", time.monotonic() + 1) is fake
+    assert fake.connections == [(2, "broker-2", 9093)]
 
 
 @pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN])

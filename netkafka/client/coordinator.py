@@ -20,7 +20,7 @@ from netkafka.client.retry import ask_until
 from netkafka.protocol.find_coordinator import (
     GROUP, TRANSACTION, decode_find_coordinator_response, encode_find_coordinator_request,
 )
-from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.framing import ApiKey, check_node_address
 
 _KEY_TYPE_NAMES = {GROUP: "group", TRANSACTION: "transaction"}
 # Answers after which the coordinator asked may not be the coordinator any more.
@@ -128,4 +128,11 @@ class Coordinators:
         if response.key is not None and response.key != key:
             raise errors.ProtocolError(f"{conn.describe()} answered FindCoordinator for "
                                        f"{response.key!r}, not {key!r}")
+        try:
+            # Checked before the pool sees it: a negative id is a bootstrap connection's,
+            # and a known id's connection would move to whatever address came with it.
+            check_node_address(response.node_id, response.host, response.port)
+        except errors.ProtocolError as exc:
+            raise errors.ProtocolError(
+                f"{conn.describe()} answered FindCoordinator for {what} with {exc}") from None
         return self._pool.connection(response.node_id, response.host, response.port)

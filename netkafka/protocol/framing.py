@@ -24,7 +24,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from netkafka.errors import IllegalArgumentError
+from netkafka.errors import IllegalArgumentError, ProtocolError
 from netkafka.protocol._reader import Reader
 
 # Kafka's "no id" for topic ids.
@@ -138,6 +138,24 @@ class Node:
     host: str  # host name or address its listener advertises
     port: int  # that listener's port
     rack: object = None  # its rack (str), or None if unassigned
+
+
+_MAX_PORT = 65535
+
+
+def check_node_address(node_id, host, port):
+    """Raises ProtocolError naming what no broker sends for a broker it names (Metadata
+    brokers, a FindCoordinator answer): a negative node id (a bootstrap connection's),
+    or a host or port that cannot be connected to."""
+    who = f"broker {node_id}"
+    if node_id < 0:
+        raise ProtocolError(f"{who} has a negative node id")
+    # A host name or address never holds spaces or control characters; an empty
+    # one would connect to the local host.
+    if not host or not host.isprintable() or " " in host:
+        raise ProtocolError(f"{who} has host {host!r}, not a host name or address")
+    if not 0 < port <= _MAX_PORT:
+        raise ProtocolError(f"{who} has port {port}, outside 1..{_MAX_PORT}")
 
 
 # --- requests

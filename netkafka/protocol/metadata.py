@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from netkafka.errors import ProtocolError
 
 from netkafka.protocol.framing import (
-    ZERO_UUID, ApiKey, ApiSpec, Node, finish_request, response_reader, start_request,
+    ZERO_UUID, ApiKey, ApiSpec, Node, check_node_address, finish_request, response_reader,
+    start_request,
 )
 
 API = ApiSpec(ApiKey.METADATA, min_version=0, max_version=13, flexible_version=9)
@@ -148,9 +149,6 @@ def decode_metadata_response(data, version):
                             error_code)
 
 
-_MAX_PORT = 65535
-
-
 def check_metadata_response(response):
     """Raises ProtocolError naming the first value of a decoded Metadata answer
     that no broker sends: an empty or inconsistent broker list, a host or port
@@ -178,17 +176,9 @@ def check_metadata_response(response):
 
 
 def _check_broker(broker, node_ids):
-    who = f"broker {broker.node_id}"
-    if broker.node_id < 0:
-        raise ProtocolError(f"{who} has a negative node id")
+    check_node_address(broker.node_id, broker.host, broker.port)
     if broker.node_id in node_ids:
-        raise ProtocolError(f"{who} is listed twice")
-    # A host name or address never holds spaces or control characters; an empty
-    # one would connect to the local host.
-    if not broker.host or not broker.host.isprintable() or " " in broker.host:
-        raise ProtocolError(f"{who} has host {broker.host!r}, not a host name or address")
-    if not 0 < broker.port <= _MAX_PORT:
-        raise ProtocolError(f"{who} has port {broker.port}, outside 1..{_MAX_PORT}")
+        raise ProtocolError(f"broker {broker.node_id} is listed twice")
 
 
 def _check_partitions(topic, node_ids):
