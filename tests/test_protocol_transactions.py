@@ -41,7 +41,8 @@ from netkafka.protocol.find_coordinator import (
     GROUP, TRANSACTION, FindCoordinatorResponse, decode_find_coordinator_response,
     encode_find_coordinator_request,
 )
-from netkafka.protocol.framing import ApiKey
+from netkafka.producer.transaction_manager import _partition_error
+from netkafka.protocol.framing import ApiKey, PartitionErrorsResponse
 from netkafka.protocol.init_producer_id import (
     decode_init_producer_id_response, encode_init_producer_id_request,
 )
@@ -137,6 +138,22 @@ def test_find_coordinator_answer_naming_no_usable_broker_is_refused(node_id, hos
     fake.response = FindCoordinatorResponse(0, 0, None, "txn", 2, "broker-2", 9093)
     assert Coordinators(fake, fake, 10).find(TRANSACTION, "txn", time.monotonic() + 1) is fake
     assert fake.connections == [(2, "broker-2", 9093)]
+
+
+def test_partition_errors_answer_missing_a_partition_asked_is_refused():
+    # AddPartitionsToTxn and TxnOffsetCommit: an answer without error codes for a
+    # partition asked is no sign that it was added (or its offset committed).
+    asked = {("t1", 0), ("t1", 2)}
+    answered = PartitionErrorsResponse(0, {("t1", 0): 0, ("t1", 2): 0})
+    assert _partition_error(asked, answered, "AddPartitionsToTxn") is None
+    for errors_answered in ({("t1", 0): 0}, {}, {("t1", 0): 0, ("t1", 3): 0}):
+        error = _partition_error(asked, PartitionErrorsResponse(0, errors_answered),
+                                 "AddPartitionsToTxn from node 0")
+        assert isinstance(error, ProtocolError)
+        assert "AddPartitionsToTxn from node 0: no answer for [('t1', " in str(error)
+    error = _partition_error(asked, PartitionErrorsResponse(0, {("t1", 0): 0, ("t1", 2): 51}),
+                             "AddPartitionsToTxn")
+    assert error.code == 51
 
 
 @pytest.mark.parametrize("version", ALL_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN])

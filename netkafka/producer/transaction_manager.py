@@ -47,6 +47,7 @@ Lock order: the Sender's lock, then _wake (enroll()); _wake is never held while
 another lock is taken.
 """
 import collections
+import functools
 import logging
 import threading
 import time
@@ -235,7 +236,10 @@ class TransactionManager:
                 ApiKey.TXN_OFFSET_COMMIT,
                 lambda cid, client_id, version: encode_txn_offset_commit_request(
                     cid, client_id, version, txn_id, group, producer_id, epoch, by_topic),
-                decode_txn_offset_commit_response, _partition_error,
+                decode_txn_offset_commit_response,
+                functools.partial(_partition_error, {(topic, entry.partition)
+                                                     for topic, entries in by_topic.items()
+                                                     for entry in entries}),
                 ABORTABLE_TXN_OFFSET_COMMIT, deadline,
                 max_version=None if v2 else LAST_V1_VERSION)
 
@@ -392,7 +396,8 @@ class TransactionManager:
                 ApiKey.ADD_PARTITIONS_TO_TXN,
                 lambda cid, client_id, version: encode_add_partitions_to_txn_request(
                     cid, client_id, version, txn_id, producer_id, epoch, by_topic),
-                decode_add_partitions_to_txn_response, _partition_error,
+                decode_add_partitions_to_txn_response,
+                functools.partial(_partition_error, set(keys)),
                 ABORTABLE_ADD_PARTITIONS, time.monotonic() + self._delivery_timeout_s)
         except KafkaTimeoutError as exc:
             # Asked for as long as the partitions' batches may wait: the transaction
@@ -531,9 +536,15 @@ def _top_level_error(response, where):
     return errors.error_for_code(response.error_code, where)
 
 
-def _partition_error(response, where):
+def _partition_error(asked, response, where):
     """The error to act on among an answer's partitions: one that is not retriable
-    first (OPERATION_NOT_ATTEMPTED only comes with another), else a retriable one."""
+    first (OPERATION_NOT_ATTEMPTED only comes with another), else a retriable one; an
+    answer missing a partition of asked ((topic, partition) pairs) is a ProtocolError:
+    taken as done, a partition never added would get no transaction marker, or an
+    offset never committed would count as committed with the transaction."""
+    missing = asked - response.errors.keys()
+    if missing:
+        return errors.ProtocolError(f"{where}: no answer for {sorted(missing)}")
     failed = {}
     for (topic, partition), code in response.errors.items():
         if code not in (errors.NO_ERROR, errors.OperationNotAttemptedError.code):
