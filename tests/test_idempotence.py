@@ -18,8 +18,9 @@ from netkafka import KafkaTimeoutError, Producer
 from netkafka.record._batch import RecordBatchBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.errors import (NO_ERROR, MessageTooLargeError, OutOfOrderSequenceNumberError,
-                             UnknownProducerIdError)
+                             ProtocolError, UnknownProducerIdError)
 from netkafka.producer.idempotence import APPENDED, RESTART, WAIT, ProducerIdManager
+from netkafka.protocol.init_producer_id import InitProducerIdResponse
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from test_delivery import session_node
@@ -300,3 +301,35 @@ def test_a_batch_numbered_before_its_partition_started_over_is_restamped_when_ta
     assert stamp_of(builder) == (77, 1, 3)
     builder.mark_failed()
     builder.release()
+
+
+class _AnswersInitProducerId:
+    """The metadata cache and connection of ProducerIdManager in one: InitProducerId
+    is answered `response`."""
+
+    def __init__(self, response):
+        self.response = response
+        self.config = type("Config", (), {"client_id": "test"})()
+
+    def least_loaded_connection(self, timeout_s):
+        return self
+
+    def call(self, api_key, encode, decode, timeout_s):
+        return self.response
+
+    def describe(self):
+        return "node 0"
+
+
+@pytest.mark.parametrize("producer_id, epoch", [(-1, -1), (-1, 0), (5, -1)])
+def test_an_init_producer_id_answer_without_an_id_is_refused(producer_id, epoch):
+    # No error code, yet no producer id: stamped on batches, -1 turns the broker's
+    # sequence checks (and deduplication) off without a word.
+    fake = _AnswersInitProducerId(InitProducerIdResponse(0, 0, producer_id, epoch))
+    manager = ProducerIdManager(pool=None, metadata=fake, retry_backoff_ms=10,
+                                max_block_ms=1000)
+    with pytest.raises(ProtocolError, match=f"node 0 answered no error but producer id "
+                       f"{producer_id}, epoch {epoch}"):
+        manager.next_sequence(*KEY, 1)
+    fake.response = InitProducerIdResponse(0, 0, PRODUCER_ID, 0)
+    assert manager.next_sequence(*KEY, 1) == (PRODUCER_ID, 0, 0)

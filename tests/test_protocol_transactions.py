@@ -41,10 +41,11 @@ from netkafka.protocol.find_coordinator import (
     GROUP, TRANSACTION, FindCoordinatorResponse, decode_find_coordinator_response,
     encode_find_coordinator_request,
 )
-from netkafka.producer.transaction_manager import _partition_error
+from netkafka.producer.transaction_manager import TransactionManager, _partition_error
+from netkafka.producer.transactions import TransactionState, TransactionStateMachine
 from netkafka.protocol.framing import ApiKey, PartitionErrorsResponse
 from netkafka.protocol.init_producer_id import (
-    decode_init_producer_id_response, encode_init_producer_id_request,
+    InitProducerIdResponse, decode_init_producer_id_response, encode_init_producer_id_request,
 )
 from netkafka.protocol.txn_offset_commit import (
     decode_txn_offset_commit_response, encode_txn_offset_commit_request,
@@ -138,6 +139,30 @@ def test_find_coordinator_answer_naming_no_usable_broker_is_refused(node_id, hos
     fake.response = FindCoordinatorResponse(0, 0, None, "txn", 2, "broker-2", 9093)
     assert Coordinators(fake, fake, 10).find(TRANSACTION, "txn", time.monotonic() + 1) is fake
     assert fake.connections == [(2, "broker-2", 9093)]
+
+
+class _TransactionCoordinator(_CoordinatorAnswer):
+    """As _CoordinatorAnswer, and the coordinator it names answers InitProducerId
+    `init_response`."""
+
+    def __init__(self, init_response):
+        super().__init__(FindCoordinatorResponse(0, 0, None, "txn", 2, "broker-2", 9093))
+        self.init_response = init_response
+
+    def call(self, api_key, encode, decode, timeout_s, max_api_version=None):
+        return self.init_response if api_key == ApiKey.INIT_PRODUCER_ID else self.response
+
+
+def test_transactional_init_producer_id_answer_without_an_id_fails_the_producer():
+    # No error code, yet producer id -1: no transaction can be written with it.
+    fake = _TransactionCoordinator(InitProducerIdResponse(0, 0, -1, -1))
+    manager = TransactionManager("txn", 60000, None, fake, fake, None, retry_backoff_ms=10,
+                                 max_block_ms=1000, delivery_timeout_ms=1000)
+    manager.states = TransactionStateMachine("txn", lambda refusal: None)
+    with pytest.raises(ProtocolError, match="InitProducerId for 'txn' answered no error but "
+                       "producer id -1, epoch -1"):
+        manager.init_transactions()
+    assert manager.states.state == TransactionState.FATAL_ERROR
 
 
 def test_partition_errors_answer_missing_a_partition_asked_is_refused():

@@ -431,6 +431,12 @@ class ProducerIdManager:
         if response.error_code:
             raise errors.error_for_code(response.error_code,
                                         f"InitProducerId from {conn.describe()}")
+        if response.producer_id < 0 or response.producer_epoch < 0:
+            # Stamped on batches, producer id -1 would turn idempotence off unseen: a
+            # broker neither checks nor deduplicates its sequences.
+            raise errors.ProtocolError(
+                f"InitProducerId from {conn.describe()} answered no error but producer id "
+                f"{response.producer_id}, epoch {response.producer_epoch}")
         return response.producer_id, response.producer_epoch
 
 

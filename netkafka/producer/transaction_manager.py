@@ -429,6 +429,13 @@ class TransactionManager:
             lambda cid, client_id, version: encode_init_producer_id_request(
                 cid, client_id, version, txn_id, timeout_ms, producer_id, epoch),
             decode_init_producer_id_response, _top_level_error, frozenset(), deadline)
+        if response.producer_id < 0 or response.producer_epoch < 0:
+            # Transactional batches need a producer id; -1 is none.
+            error = errors.ProtocolError(
+                f"InitProducerId for {txn_id!r} answered no error but producer id "
+                f"{response.producer_id}, epoch {response.producer_epoch}")
+            self.states.fatal(error)
+            raise error
         return response.producer_id, response.producer_epoch
 
     def _end_transaction(self, committed, deadline):
