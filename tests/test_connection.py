@@ -409,6 +409,56 @@ def test_hostile_answer_is_a_protocol_error_and_the_connection_recovers(kafka_br
         proxy.close()
 
 
+class _RefusingEveryApiVersions:
+    """A peer that answers every ApiVersions request UNSUPPORTED_VERSION with a v0 body
+    offering ApiVersions v0..v3, whatever the version asked: ``asked`` lists the
+    versions it was asked at."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.asked = []  # written by the serving thread; read after the test's request
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        try:
+            sock, _ = self.listener.accept()
+        except OSError:
+            return
+        with sock:
+            try:
+                while True:
+                    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+                    _, version, correlation_id = struct.unpack_from(
+                        ">hhi", recv_exactly(sock, size))
+                    self.asked.append(version)
+                    body = struct.pack(">ihihhh", correlation_id,
+                                       errors.UnsupportedVersionError.code, 1,
+                                       ApiKey.API_VERSIONS, 0, 3)
+                    sock.sendall(struct.pack(">i", len(body)) + body)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+
+
+def test_api_versions_refused_again_at_the_version_offered_is_an_error_not_a_loop(pool):
+    # The first refusal is followed once, at the version the answer offers (v3); a
+    # broker refusing that too would otherwise be asked again and again, as fast as it
+    # answers, until the setup timeout.
+    peer = _RefusingEveryApiVersions()
+    try:
+        conn = pool.connection(-1, "127.0.0.1", peer.port)
+        with pytest.raises(errors.UnsupportedVersionError,
+                           match=r"ApiVersions request refused; the broker supports "
+                                 r"ApiVersions v0\.\.v3"):
+            request_metadata(conn, []).result(10)
+    finally:
+        peer.close()
+    assert peer.asked[:3] == [api_versions.API_VERSIONS_VERSION, 3]
+
+
 def test_request_times_out_while_the_broker_is_frozen(kafka_broker):
     node = single_node(kafka_broker)
     host, port = broker_address(kafka_broker.bootstrap)

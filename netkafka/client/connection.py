@@ -51,6 +51,7 @@ that is taken with or without ``_lock`` held and never holds another.
 """
 import collections
 import errno
+import functools
 import logging
 import math
 import operator
@@ -796,7 +797,7 @@ class BrokerConnection:
             ApiKey.API_VERSIONS,
             lambda cid, v: encode_api_versions_request(cid, self.config.client_id, v),
             decode_api_versions_response,
-            self._io_on_api_versions,
+            functools.partial(self._io_on_api_versions, version),
             api_version=version), now_ns)
 
     def _io_send_now(self, request, now_ns):
@@ -810,18 +811,19 @@ class BrokerConnection:
         if self._transport is not None:
             self._io_update_events()
 
-    def _io_on_api_versions(self, response, error):
-        """Completion of the handshake request (runs inside _complete, which
-        only logs exceptions: so every failure here fails the connection)."""
+    def _io_on_api_versions(self, version, response, error):
+        """Completion of the handshake request sent at version (runs inside
+        _complete, which only logs exceptions: so every failure here fails the
+        connection)."""
         if error is not None:
             return  # the connection failure already reported it
         now_ns = time.monotonic_ns()
         try:
             theirs = response.api_versions.get(ApiKey.API_VERSIONS)
             if (response.error_code == _UNSUPPORTED_VERSION and theirs is not None
-                    and SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0] <= theirs[1]
-                    < API_VERSIONS_VERSION):
-                # An older broker: ask again at the newest version it knows.
+                    and SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0] <= theirs[1] < version):
+                # An older broker: ask again at the newest version it knows.  Only
+                # lower: one refusing the version it offers would be asked in a loop.
                 self._io_send_api_versions(theirs[1], now_ns)
                 return
             # Raises for a broker without Produce v3 (IncompatibleBrokerError).
