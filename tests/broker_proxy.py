@@ -161,3 +161,39 @@ class MetadataProxy(BrokerProxy):
             return kafka_python_response(KpMetadataResponse, version, **fields)
         encoded = kafka_python_response(KpMetadataResponse, version, **rewrite(fields))
         return encoded if replace is None else encoded.replace(*replace)
+
+
+class ProduceAnswerProxy(MetadataProxy):
+    """A MetadataProxy (so every connection comes through it) that also hands each
+    Produce answer (the bytes after the correlation id) and its version to
+    ``rewrite_produce`` while that is set."""
+
+    def __init__(self, target):
+        self.rewrite_produce = None  # guarded by lock
+        self.produce_asked = {}  # guarded by lock: as MetadataProxy.asked, for Produce
+        super().__init__(target)
+
+    def _requests(self, src, dst):
+        def note(body):
+            api_key, version, correlation_id = _REQUEST_HEADER.unpack_from(body)
+            with self.lock:
+                book = {ApiKey.METADATA: self.asked,
+                        ApiKey.PRODUCE: self.produce_asked}.get(api_key)
+                if book is not None:
+                    book.setdefault(dst, {})[correlation_id] = version
+            return body
+        _relay_frames(src, dst, note)
+
+    def _answers(self, src, dst):
+        def answer(body):
+            (correlation_id,) = struct.unpack_from(">i", body)
+            with self.lock:
+                metadata_version = self.asked.get(src, {}).pop(correlation_id, None)
+                produce_version = self.produce_asked.get(src, {}).pop(correlation_id, None)
+                rewrite = self.rewrite_produce
+            if metadata_version is not None:
+                return body[:4] + self._metadata_answer(body[4:], metadata_version)
+            if produce_version is not None and rewrite is not None:
+                return body[:4] + rewrite(body[4:], produce_version)
+            return body
+        _relay_frames(src, dst, answer)

@@ -1,4 +1,5 @@
 """The sender's own contract: delivery timeout, close, bad input -- each a clear error."""
+import struct
 import threading
 import time
 
@@ -6,8 +7,10 @@ import pytest
 
 from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
                            wait_for)
+from broker_proxy import ProduceAnswerProxy
 from netkafka import Producer, errors
 from netkafka.errors import KafkaTimeoutError
+from netkafka.protocol.produce import decode_produce_response
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -290,3 +293,33 @@ def test_a_request_carries_many_partitions_and_stops_at_the_first_that_does_not_
     assert sorted(as_read(read_topic(kafka_broker.bootstrap, topic_name, len(written))),
                   key=repr) == sorted(written, key=repr)
     release_batches([warm] + batches)
+
+
+def test_a_base_offset_leaving_no_room_for_the_batch_is_not_reported(kafka_broker, topic_name):
+    # A broker answering a base offset so close to the int64 limit that the batch's
+    # last records would lie past it: the records' offsets are not computed from it
+    # (in native int64 arithmetic that overflowed), they are unknown (-1).
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    proxy = ProduceAnswerProxy((host, int(port)))
+    huge = 2**63 - 2
+
+    def rewrite(data, version):
+        answer = decode_produce_response(data, version)
+        [part] = answer.topics[0].partitions
+        old = struct.pack(">ihq", part.partition, part.error_code, part.base_offset)
+        assert data.count(old) == 1
+        return data.replace(old, struct.pack(">ihq", part.partition, part.error_code, huge))
+
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, linger_ms=100) as producer:
+            producer.send(topic_name, b"warm").get(30)
+            with proxy.lock:
+                proxy.rewrite_produce = rewrite
+            futures = [producer.send(topic_name, b"v%d" % i) for i in range(5)]
+            offsets = [f.get(30).offset for f in futures]
+    finally:
+        proxy.close()
+    assert offsets == [-1] * 5
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)] == [
+        b"warm"] + [b"v%d" % i for i in range(5)]

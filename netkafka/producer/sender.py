@@ -64,9 +64,15 @@ from netkafka.protocol.produce import decode_produce_response, encode_produce_re
 
 _log = logging.getLogger("netkafka.producer.sender")
 
+# The largest offset a record can have (int64).  A base offset answered with less room
+# than the batch's records need is no broker's: each record's offset is base + index,
+# computed in int64 by the futures (_futures.pyx) and send_batch's offsets().
+_MAX_OFFSET = 2**63 - 1
+
 
 class ProduceResult(NamedTuple):
-    """A batch's outcome when acknowledged.  base_offset is -1 with acks=0."""
+    """A batch's outcome when acknowledged.  base_offset is -1 when unknown (acks=0, a
+    duplicate, an offset no broker could answer)."""
 
     topic: str
     partition: int
@@ -543,8 +549,11 @@ class Sender:
                     f"{item.topic}-{item.partition}"))
             elif code == errors.NO_ERROR or verdict == APPENDED:
                 appended = part.error_code == errors.NO_ERROR
+                base_offset = part.base_offset if appended else -1
+                if base_offset > _MAX_OFFSET - (item.record_count - 1):
+                    base_offset = -1  # appended, but at no offset that can be true: unknown
                 acknowledged.append((item, _result((
-                    item.topic, item.partition, part.base_offset if appended else -1,
+                    item.topic, item.partition, base_offset,
                     part.log_append_time_ms if appended else -1, item.record_count)), None))
             else:
                 error = errors.error_for_code(
