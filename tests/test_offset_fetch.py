@@ -3,6 +3,7 @@ message spec, the response decoded as kafka-python encodes it, at every version
 netkafka speaks; then Producer.committed_offsets() against the real broker, checked
 against kafka-python's admin client: an open transaction's offsets are waited out
 (require_stable), an aborted one's never appear, a committed one's do."""
+import time
 import uuid
 
 import pytest
@@ -12,6 +13,7 @@ from kafka.protocol.consumer.group import (
 )
 
 from netkafka import Producer
+from netkafka.client.group_offsets import fetch_committed_offsets
 from netkafka.errors import KafkaTimeoutError, ProtocolError
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.offset_fetch import (
@@ -99,3 +101,32 @@ def test_committed_offsets_follow_the_transaction(kafka_broker, topic_name):
         assert producer.committed_offsets(group, asked) == {(topic_name, 0): None,
                                                             (topic_name, 1): 9}
     assert group_offsets(kafka_broker.bootstrap, group) == {(topic_name, 1): (9, "")}
+
+
+class _AnsweringCoordinators:
+    """Coordinators whose every request is answered `response` (error_of applied)."""
+
+    def __init__(self, response):
+        self.response = response
+
+    def request(self, key_type, key, deadline, timeout_s, what, api_key, encode, decode,
+                error_of):
+        error = error_of(self.response, what)
+        if error is not None:
+            raise error
+        return self.response
+
+
+def test_committed_offsets_of_partitions_not_asked_are_left_out():
+    # The coordinator answers for the partition asked and for one nobody asked about
+    # (with an error code of its own): neither reaches the caller.
+    response = OffsetFetchResponse(0, 0, {
+        ("t", 0): PartitionOffsetFetched(7, -1, None, 0),
+        ("t", 1): PartitionOffsetFetched(NO_OFFSET, -1, None, 0),
+        ("other", 3): PartitionOffsetFetched(99, -1, None, 16)})
+    assert fetch_committed_offsets(_AnsweringCoordinators(response), "g",
+                                   [("t", 0), ("t", 1)], time.monotonic() + 5, 10) == {
+        ("t", 0): 7, ("t", 1): None}
+    with pytest.raises(ProtocolError, match=r"no answer for \[\('t', 2\)\]"):
+        fetch_committed_offsets(_AnsweringCoordinators(response), "g", [("t", 2)],
+                                time.monotonic() + 5, 10)

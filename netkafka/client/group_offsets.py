@@ -42,8 +42,10 @@ def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_
         BrokerError: refused for good (e.g. GROUP_AUTHORIZATION_FAILED), named.
     """
     by_topic = {}
+    asked = set()
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
+        asked.add((topic, partition))
     what = f"OffsetFetch of group {group_id!r}"
 
     def attempt(remaining_s):
@@ -52,26 +54,27 @@ def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_
             lambda cid, client_id, version: encode_offset_fetch_request(
                 cid, client_id, version, group_id, by_topic, require_stable=True),
             decode_offset_fetch_response,
-            lambda response, where: _error(response, by_topic, where))
+            lambda response, where: _error(response, asked, where))
 
     response = ask_until(deadline, f"{what}: no answer in time", attempt,
                          retry_backoff_ms / 1000, last_error_after="; ")
-    return {key: (None if entry.offset == NO_OFFSET else entry.offset)
-            for key, entry in response.partitions.items()}
+    # Only the partitions asked: others in the answer are none of the caller's.
+    answered = response.partitions
+    return {key: (None if answered[key].offset == NO_OFFSET else answered[key].offset)
+            for key in asked}
 
 
-def _error(response, by_topic, where):
-    """The answer's error to act on (the group's, else a partition's: one that is not
-    retriable first), or None; an answer missing a partition asked for is a
-    ProtocolError."""
+def _error(response, asked, where):
+    """The answer's error to act on (the group's, else that of a partition of asked:
+    one that is not retriable first), or None; an answer missing a partition asked
+    for is a ProtocolError."""
     if response.error_code:
         return errors.error_for_code(response.error_code, where)
-    asked = {(topic, p) for topic, indexes in by_topic.items() for p in indexes}
     missing = asked - response.partitions.keys()
     if missing:
         return errors.ProtocolError(f"{where}: no answer for {sorted(missing)}")
     failed = [errors.error_for_code(entry.error_code, f"{where}: {topic}-{partition}")
               for (topic, partition), entry in sorted(response.partitions.items())
-              if entry.error_code]
+              if entry.error_code and (topic, partition) in asked]
     failed.sort(key=lambda error: error.retriable)
     return failed[0] if failed else None
