@@ -171,6 +171,10 @@ def test_partition_errors_answer_missing_a_partition_asked_is_refused():
     asked = {("t1", 0), ("t1", 2)}
     answered = PartitionErrorsResponse(0, {("t1", 0): 0, ("t1", 2): 0})
     assert _partition_error(asked, answered, "AddPartitionsToTxn") is None
+    # A partition not asked about, with an error code of its own, is none of the
+    # request's (taken for its error, it would fail the transaction or the producer).
+    assert _partition_error(asked, PartitionErrorsResponse(
+        0, {("t1", 0): 0, ("t1", 2): 0, ("other", 5): 29}), "AddPartitionsToTxn") is None
     for errors_answered in ({("t1", 0): 0}, {}, {("t1", 0): 0, ("t1", 3): 0}):
         error = _partition_error(asked, PartitionErrorsResponse(0, errors_answered),
                                  "AddPartitionsToTxn from node 0")

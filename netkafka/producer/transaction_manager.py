@@ -544,17 +544,19 @@ def _top_level_error(response, where):
 
 
 def _partition_error(asked, response, where):
-    """The error to act on among an answer's partitions: one that is not retriable
-    first (OPERATION_NOT_ATTEMPTED only comes with another), else a retriable one; an
-    answer missing a partition of asked ((topic, partition) pairs) is a ProtocolError:
-    taken as done, a partition never added would get no transaction marker, or an
-    offset never committed would count as committed with the transaction."""
+    """The error to act on among the answer's partitions of asked ((topic, partition)
+    pairs; others are none of this request's): one that is not retriable first
+    (OPERATION_NOT_ATTEMPTED only comes with another), else a retriable one.  An
+    answer missing a partition of asked is a ProtocolError: taken as done, a partition
+    never added would get no transaction marker, or an offset never committed would
+    count as committed with the transaction."""
     missing = asked - response.errors.keys()
     if missing:
         return errors.ProtocolError(f"{where}: no answer for {sorted(missing)}")
     failed = {}
     for (topic, partition), code in response.errors.items():
-        if code not in (errors.NO_ERROR, errors.OperationNotAttemptedError.code):
+        if (code not in (errors.NO_ERROR, errors.OperationNotAttemptedError.code)
+                and (topic, partition) in asked):
             failed.setdefault(code, []).append(f"{topic}-{partition}")
     if not failed:
         return None
