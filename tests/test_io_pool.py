@@ -143,6 +143,22 @@ def test_timers_run_on_their_thread():
     assert after_s >= 0.09
 
 
+def test_a_deadline_weeks_away_does_not_stop_the_thread():
+    # select() takes at most about 24.8 days (epoll counts int milliseconds): a
+    # re-authentication due after a long SessionLifetimeMs, or any deadline that far,
+    # must not be handed to it whole, or the thread dies with OverflowError.
+    pool = IOPool()
+    try:
+        thread = pool.thread_for(0)
+        thread.call_later(30 * 24 * 3600 * 1000, lambda: None)
+        time.sleep(0.2)  # the thread sleeps with that timer first in line
+        ran = threading.Event()
+        thread.call_soon(ran.set)
+        assert ran.wait(5)
+    finally:
+        pool.close()
+
+
 def test_a_failing_callback_does_not_stop_the_thread(kafka_broker, caplog):
     host, port = address(kafka_broker)
     pool = IOPool()

@@ -24,6 +24,12 @@ from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.client.io_pool")
 
+# The longest sleep handed to select(): epoll counts int milliseconds (about 24.8 days
+# at most) and raises OverflowError beyond, which would end the thread.  A deadline
+# further away (a re-authentication after a broker's long SessionLifetimeMs, a huge
+# configured timeout) is reached by waking once a day to look again.
+_MAX_SELECT_S = 86400.0
+
 
 class IOThread:
     """One I/O thread: a selector, its connections, its timers."""
@@ -163,7 +169,7 @@ class IOThread:
                 deadline = d
         if deadline is None:
             return None  # nothing scheduled: sleep until woken
-        return max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+        return min(_MAX_SELECT_S, max(0.0, (deadline - time.monotonic_ns()) / 1e9))
 
     def _drain_wakeup(self):
         # Read every byte first, then clear the flag: a wake-up that comes
