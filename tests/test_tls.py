@@ -16,7 +16,7 @@ from netkafka import Producer
 from netkafka.client.tls import HOLD_LIMIT_BYTES, TlsTransport, build_ssl_context
 from netkafka.client.transport import PlainTransport
 from netkafka.config import ProducerConfig, producer_setting
-from netkafka.errors import SslAuthenticationError, SslConfigError
+from netkafka.errors import KafkaTimeoutError, SslAuthenticationError, SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from netkafka.testing.tls import make_tls_files
@@ -147,10 +147,11 @@ def test_java_pem_settings_become_kafka_pythons(tls_files, tmp_path):
 class EchoServer:
     """A blocking TLS server on one end of a socketpair, in a thread: echoes every byte
     back (so the client's writes and reads both cross TLS) and counts them; closes the
-    socket (no close_notify) once `expected` bytes came."""
+    socket once `expected` bytes came, with a close_notify first if close_notify."""
 
-    def __init__(self, sock, keystore_file, expected=0):
+    def __init__(self, sock, keystore_file, expected=0, close_notify=False):
         self.expected = expected
+        self._close_notify = close_notify
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(keystore_file)
         self.received = 0
@@ -164,6 +165,8 @@ class EchoServer:
             while self.received < self.expected and (data := self._tls.recv(1 << 16)):
                 self.received += len(data)
                 self._tls.sendall(data)
+            if self._close_notify:
+                self._tls.unwrap()  # sends close_notify (as a Java broker closes), waits for the answer
         except (OSError, ssl.SSLError):
             pass  # the client went away
         finally:
@@ -228,6 +231,39 @@ def test_tls_transport_handshakes_in_steps_holds_back_a_bounded_amount_and_reads
     transport.close()
     echo.join()
     assert echo.received == len(payload)
+
+
+def test_tls_transport_ends_the_stream_at_the_brokers_close_notify(tls_files):
+    """A Java broker sends close_notify when it closes a TLS connection (a request it
+    refuses, its idle timeout, its shutdown): read_into() must say 0, the end of the
+    stream, and not ask the TLS object again and again (which spun the I/O thread)."""
+    client, server = socket.socketpair()
+    client.setblocking(False)
+    echo = EchoServer(server, tls_files.broker_keystore_file, close_notify=True)
+    context = build_ssl_context({"ssl_cafile": str(tls_files.ca_file)}, "SSL")
+    transport = TlsTransport(PlainTransport(client), context, "localhost", "localhost:0")
+    with selectors.DefaultSelector() as selector:
+        selector.register(transport, selectors.EVENT_WRITE)
+        while wanted := transport.handshake():
+            selector.modify(transport, wanted)
+            assert selector.select(10), "handshake stuck"
+    read = []
+
+    def read_to_the_end():  # on a thread of its own: a regression spins, not the test
+        buf = bytearray(16)
+        with selectors.DefaultSelector() as selector:
+            selector.register(transport, selectors.EVENT_READ)
+            while (n := transport.read_into(memoryview(buf))) is None:
+                assert selector.select(10)
+        read.append(n)
+
+    reader = threading.Thread(target=read_to_the_end, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "read_into() spins at the close_notify"
+    assert read == [0]
+    transport.close()
+    echo.join()
 
 
 def test_tls_transport_names_the_host_and_the_reason_a_certificate_fails(tls_files):
@@ -301,6 +337,22 @@ def test_a_users_ssl_context_is_the_one_used(secured_broker, topic_name):
                                   ssl_context=context,
                                   ssl_cafile=str(secured_broker.untrusted_ca_file))
     assert sorted(read) == sorted(sent)
+
+
+def test_a_listener_closing_with_close_notify_fails_the_send_and_close_returns(
+        secured_broker, topic_name):
+    """SSL to a SASL_SSL listener: the TLS handshake passes, and the broker closes the
+    connection (with close_notify) at the first request that is not SASL.  The send
+    fails naming the closed connection; the I/O thread did not spin on the
+    close_notify, so close() returns."""
+    spec = secured_broker.listeners["SASL_SSL_PLAIN"]
+    producer = Producer(bootstrap_servers=spec.bootstrap, security_protocol="SSL",
+                        ssl_cafile=str(secured_broker.ca_file), max_block_ms=3000)
+    try:
+        with pytest.raises(KafkaTimeoutError, match=rf"{spec.bootstrap} closed the connection"):
+            producer.send(topic_name, b"refused").get(30)
+    finally:
+        producer.close(timeout=10)
 
 
 def test_an_untrusted_broker_certificate_fails_fast_naming_host_and_reason(secured_broker,

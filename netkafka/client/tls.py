@@ -295,7 +295,13 @@ class TlsTransport:
         try:
             while total < size:
                 try:
-                    total += self._tls.read(size - total, buffer[total:])
+                    n = self._tls.read(size - total, buffer[total:])
+                    if n == 0:
+                        # The broker's close_notify: SSLObject.read() returns 0 for it
+                        # rather than raising SSLZeroReturnError (CPython's choice), and
+                        # asking again would return 0 forever.
+                        return total
+                    total += n
                 except ssl.SSLWantReadError:
                     received = self._receive()
                     if received is None:
