@@ -780,6 +780,16 @@ class OAuthTokenError(KafkaError):
         self.retriable = url is not None and (status is None or status == 429 or status >= 500)
 
 
+def refuses_credentials(error):
+    """True for a connection failure that waiting does not cure, so that a record or a
+    wait for metadata fails with it at once instead of after max_block_ms or
+    delivery_timeout_ms: an AuthenticationError, or an OAuthTokenError that is not
+    retriable (a token endpoint refusing the client's secret, a token provider that
+    failed)."""
+    return isinstance(error, AuthenticationError) or (
+        isinstance(error, OAuthTokenError) and not error.retriable)
+
+
 # --- kafka-python 3's names (kafka.errors) for the classes above.
 
 BrokerResponseError = BrokerError

@@ -629,7 +629,7 @@ class Metadata:
             self._fetching = False
             self._last_attempt_ns = now_ns
             self._errors[conn.address] = self._last_failure = str(error)
-            if isinstance(error, errors.AuthenticationError):
+            if errors.refuses_credentials(error):
                 self._fatal_error = error
             self._need_update = True
             # Asked, or about to be: again after retry_backoff_ms, not at once (a

@@ -605,12 +605,13 @@ class Sender:
 
     def on_failure(self, conn, error, was_ready):
         """Pool listener: a broker refused this client's credentials or certificate
-        (a password changed, a user deleted since the last connection).  The batches
+        (a password changed, a user deleted since the last connection), or its token
+        endpoint refused to issue a token (errors.refuses_credentials).  The batches
         queued for it fail now with that error, as records fail at once when the
         first connection is refused, instead of waiting through reconnects that meet
         the same refusal until delivery_timeout_ms.  Other failures leave them
         queued: the connection is tried again, or metadata moves them elsewhere."""
-        if not isinstance(error, errors.AuthenticationError):
+        if not errors.refuses_credentials(error):
             return
         refused, released = [], []
         with self._lock:
