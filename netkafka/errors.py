@@ -91,9 +91,10 @@ class KafkaConnectionError(KafkaError):
 
 
 class AuthenticationError(KafkaError):
-    """A broker refused to authenticate this client: wrong credentials, or a SASL
-    mechanism its listener does not enable.  The message names the mechanism and the
-    broker.  Not retriable (as the Java client's AuthenticationException): waiting
+    """A broker refused to authenticate this client: wrong credentials, a SASL
+    mechanism its listener does not enable, or a TLS listener answering a client whose
+    security_protocol has no TLS.  The message names the mechanism (or the setting) and
+    the broker.  Not retriable (as the Java client's AuthenticationException): waiting
     for metadata raises it at once rather than after max_block_ms.  The connection
     is still tried again after the reconnect backoff (credentials may be fixed)."""
 

@@ -8,6 +8,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from netkafka import Producer
 from netkafka.client.tls import HOLD_LIMIT_BYTES, TlsTransport, build_ssl_context
 from netkafka.client.transport import PlainTransport
 from netkafka.config import ProducerConfig, producer_setting
-from netkafka.errors import KafkaTimeoutError, SslAuthenticationError, SslConfigError
+from netkafka.errors import (AuthenticationError, KafkaTimeoutError, SslAuthenticationError,
+                             SslConfigError)
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from netkafka.testing.tls import make_tls_files
@@ -353,6 +355,29 @@ def test_a_listener_closing_with_close_notify_fails_the_send_and_close_returns(
             producer.send(topic_name, b"refused").get(30)
     finally:
         producer.close(timeout=10)
+
+
+@pytest.mark.parametrize("listener, settings", [
+    ("SSL", {}),
+    ("SASL_SSL_PLAIN", {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                        "sasl_plain_username": "alice", "sasl_plain_password": "unused"}),
+])
+def test_a_plaintext_client_on_a_tls_listener_fails_at_once_naming_the_setting(
+        secured_broker, topic_name, listener, settings):
+    """The listener answers the plaintext ApiVersions request with a TLS alert: the
+    send fails with that said, not after max_block_ms of retrying a 'response size'."""
+    spec = secured_broker.listeners[listener]
+    max_block_ms = 60000
+    producer = Producer(bootstrap_servers=spec.bootstrap, max_block_ms=max_block_ms,
+                        **settings)
+    started = time.monotonic()
+    try:
+        with pytest.raises(AuthenticationError, match=r"the listener speaks TLS, but "
+                                                      r"security_protocol='(SASL_)?PLAINTEXT'"):
+            producer.send(topic_name, b"refused").get(90)
+    finally:
+        producer.close()
+    assert time.monotonic() - started < max_block_ms / 1000 / 2
 
 
 def test_an_untrusted_broker_certificate_fails_fast_naming_host_and_reason(secured_broker,

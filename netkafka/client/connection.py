@@ -97,6 +97,10 @@ _SIZE = struct.Struct(">i")
 # A request's deadline, as a C callable: io_next_deadline_ns() runs on every turn of
 # the I/O loop, and a generator there cost a Python call per request in flight.
 _DEADLINE_NS = operator.attrgetter("deadline_ns")
+# A TLS record's first two bytes (content type: alert or handshake; major version 3):
+# what a TLS listener answers a plaintext client with, read as a response size.
+_TLS_RECORD_TYPES = (0x15, 0x16)
+_TLS_MAJOR_VERSION = 0x03
 # The receive buffer's usual size: a few Produce answers at once.  A larger
 # response gets a buffer of its own size while it is read.
 _RX_BUFFER_BYTES = 64 * 1024
@@ -1089,6 +1093,15 @@ class BrokerConnection:
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(rx, pos)
             if size < 4 or size > self.config.max_response_bytes:
+                if (self.config.ssl_context is None and rx[pos] in _TLS_RECORD_TYPES
+                        and rx[pos + 1] == _TLS_MAJOR_VERSION):
+                    # A TLS listener's alert for our plaintext: it stays a TLS listener,
+                    # so retrying until max_block_ms would only hide the cause.
+                    raise errors.AuthenticationError(
+                        f"{self._who()} answered with a TLS record (first bytes "
+                        f"{bytes(view[pos:pos + 4])!r}): the listener speaks TLS, but "
+                        f"security_protocol={self.config.security_protocol!r}; use SSL or "
+                        f"SASL_SSL (with ssl_cafile) to match the listener")
                 raise errors.ProtocolError(
                     f"{self._who()} sent a response size of {size} bytes (first bytes "
                     f"{bytes(view[pos:pos + 4])!r}; allowed 4..{self.config.max_response_bytes}"
