@@ -380,6 +380,19 @@ def test_a_plaintext_client_on_a_tls_listener_fails_at_once_naming_the_setting(
     assert time.monotonic() - started < max_block_ms / 1000 / 2
 
 
+def test_a_tls_client_on_a_plaintext_listener_is_told_to_match_the_listener(secured_broker,
+                                                                          topic_name):
+    """The plaintext listener reads the ClientHello as a request too large and closes:
+    the handshake's EOF says which setting to look at."""
+    spec = secured_broker.listeners["PLAINTEXT"]
+    with Producer(bootstrap_servers=spec.bootstrap, security_protocol="SSL",
+                  ssl_cafile=str(secured_broker.ca_file), max_block_ms=600_000) as producer:
+        with pytest.raises(SslAuthenticationError,
+                           match=rf"TLS handshake with {spec.bootstrap} failed: .*is it a TLS "
+                                 r"listener\? security_protocol must match the listener"):
+            producer.send(topic_name, b"v").get(600)
+
+
 def test_an_untrusted_broker_certificate_fails_fast_naming_host_and_reason(secured_broker,
                                                                           topic_name):
     spec = secured_broker.listeners["SSL"]

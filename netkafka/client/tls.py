@@ -360,6 +360,9 @@ def _alert_hint(exc):
                                          "ALERT_CERTIFICATE_UNKNOWN", "ALERT_UNKNOWN_CA")):
         return (" (the broker refused this client's certificate, or its absence: the "
                 "listener wants mTLS; set ssl_certfile to a certificate its CA trusts)")
-    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
+    # A plaintext listener answers a ClientHello with bytes that are no TLS record, or
+    # (a Kafka listener: a 369 MB request size it refuses) closes the connection.
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                  "UNEXPECTED_EOF_WHILE_READING") or isinstance(exc, ssl.SSLEOFError):
         return " (is it a TLS listener? security_protocol must match the listener)"
     return ""
