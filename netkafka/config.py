@@ -14,7 +14,7 @@ SaslConfigError, both ValueErrors).
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
 Producer through producer_setting(): the Java client's dotted names and typed
-values, read one way for every tool (and its PEM key and trust store settings,
+values (trimmed, as Java trims them), read one way for every tool (and its PEM key and trust store settings,
 JAVA_TLS_SETTINGS, turned into kafka-python's).
 """
 import itertools
@@ -556,12 +556,17 @@ def producer_setting(name, value, origin=None):
     """The Producer keyword argument a setting given by name stands for, as a dict:
     {keyword: value}, or {} for a Java setting that only confirms what netkafka does
     (ssl.truststore.type=PEM).  Names are read by producer_keyword, values by
-    setting_from_text; the Java TLS settings (JAVA_TLS_SETTINGS) become kafka-python's.
+    setting_from_text, text trimmed first as Java's ConfigDef trims it; the Java TLS
+    settings (JAVA_TLS_SETTINGS) become kafka-python's.
 
     Raises:
         TypeError: not a setting of Producer (named).
         ValueError: a value the setting cannot take (named as origin=value).
     """
+    if isinstance(value, str):
+        # Java's ConfigDef trims every value it parses (passwords too): a properties
+        # file's trailing blanks, invisible, are not part of the setting.
+        value = value.strip()
     java = JAVA_TLS_SETTINGS.get(name.strip().lower())
     if java is None:
         keyword = producer_keyword(name, origin)
@@ -610,7 +615,7 @@ def setting_from_text(keyword, value, origin=None):
 
     Text is true/false for a setting whose default is a bool, a whole number for one
     whose default is an int (and for acks and the socket buffer sizes, where it may
-    be); anything else stays text.  The Producer checks the values it gets.
+    be); security_protocol in any case, as Java reads it; anything else stays text.  The Producer checks the values it gets.
 
     Args:
         keyword: a Producer keyword (see producer_keyword).
@@ -622,6 +627,9 @@ def setting_from_text(keyword, value, origin=None):
     """
     if not isinstance(value, str):
         return value
+    if keyword == "security_protocol":
+        # As the Java client (SecurityProtocol.forName): 'sasl_ssl' is SASL_SSL.
+        return value.strip().upper()
     default = _SETTING_DEFAULTS[keyword]
     if isinstance(default, bool):
         if value.strip().lower() not in ("true", "false"):

@@ -135,6 +135,13 @@ def test_java_pem_settings_become_kafka_pythons(tls_files, tmp_path):
                       "ssl_check_hostname": False}
     assert producer_setting("ssl.endpoint.identification.algorithm", "HTTPS") == {
         "ssl_check_hostname": True}
+    # Text is trimmed and the protocol read in any case, as the Java client reads them.
+    assert producer_setting("ssl.truststore.location", f"{tls_files.ca_file} ") == {
+        "ssl_cafile": str(tls_files.ca_file)}
+    assert producer_setting("ssl.key.password", "secret \t") == {"ssl_password": "secret"}
+    assert producer_setting("security.protocol", "sasl_ssl ") == {
+        "security_protocol": "SASL_SSL"}
+    assert producer_setting("sasl.mechanism", "PLAIN ") == {"sasl_mechanism": "PLAIN"}
     for name, text, message in [
             ("ssl.truststore.type", "JKS", r"ssl.truststore.type='JKS': must be 'PEM'.*keytool"),
             ("ssl.endpoint.identification.algorithm", "dns",
@@ -434,14 +441,16 @@ def test_perf_tool_takes_java_security_properties(secured_broker, topic_name, tm
     keystore = tmp_path / "alice-keystore.pem"
     keystore.write_bytes(alice.encrypted_key_file.read_bytes() + alice.cert_file.read_bytes())
     properties = tmp_path / "client.properties"
+    # Trailing blanks and a lower-case protocol, as Java's client reads them (its
+    # ConfigDef trims values; SecurityProtocol.forName ignores case).
     properties.write_text(
         f"bootstrap.servers={spec.bootstrap}\n"
-        "security.protocol=SSL\n"
+        "security.protocol=ssl \n"
         "ssl.truststore.type=PEM\n"
-        f"ssl.truststore.location={secured_broker.ca_file}\n"
+        f"ssl.truststore.location={secured_broker.ca_file} \n"
         "ssl.keystore.type=PEM\n"
-        f"ssl.keystore.location={keystore}\n"
-        f"ssl.key.password={alice.key_password}\n"
+        f"ssl.keystore.location={keystore}\t\n"
+        f"ssl.key.password={alice.key_password} \n"
         "ssl.endpoint.identification.algorithm=https\n")
     done = subprocess.run(
         [sys.executable, "-m", "netkafka.tools.perf", "--topic", topic_name, "--num-records",
