@@ -6,8 +6,9 @@
     +-- IncompatibleBrokerError the broker lacks an API version netkafka needs
     +-- KafkaConnectionError    a broker connection could not be made, or broke
     +-- AuthenticationError     a broker refused this client's credentials (also the
-    |                           BrokerErrors SASL_AUTHENTICATION_FAILED and
-    |                           UNSUPPORTED_SASL_MECHANISM): not retried
+    |                           BrokerErrors SASL_AUTHENTICATION_FAILED,
+    |                           UNSUPPORTED_SASL_MECHANISM and ILLEGAL_SASL_STATE):
+    |                           not retried
     |   +-- SslAuthenticationError  the TLS handshake failed (certificate, protocol)
     +-- SslConfigError          a TLS or security_protocol setting is wrong (also a
     |                           ValueError)
@@ -573,8 +574,10 @@ class UnsupportedSaslMechanismError(BrokerError, AuthenticationError):
     code = 33
 
 
-class IllegalSaslStateError(BrokerError):
-    """The request is not valid at this point of the SASL exchange."""
+class IllegalSaslStateError(BrokerError, AuthenticationError):
+    """The request is not valid at this point of the SASL exchange; a listener without
+    SASL answers SaslHandshake with it.  An AuthenticationError, as the Java client's
+    IllegalSaslStateException: not cured by waiting."""
 
     code = 34
 

@@ -124,6 +124,26 @@ def test_a_mechanism_the_listener_lacks_is_named_with_the_ones_it_has(secured_br
     assert "SCRAM-SHA-512" in message and "offers PLAIN" in message, message
 
 
+@pytest.mark.parametrize("protocol, listener", [("SASL_PLAINTEXT", "PLAINTEXT"),
+                                                ("SASL_SSL", "SSL")])
+def test_a_sasl_client_on_a_listener_without_sasl_fails_at_once_naming_the_setting(
+        secured_broker, topic_name, protocol, listener):
+    """The listener answers SaslHandshake with ILLEGAL_SASL_STATE: the setting is wrong
+    for it, and waiting for metadata (max_block_ms) cannot change that."""
+    spec = secured_broker.listeners[listener]
+    tls = {"ssl_cafile": str(secured_broker.ca_file)} if protocol == "SASL_SSL" else {}
+    max_block_ms = 60000
+    producer = Producer(bootstrap_servers=spec.bootstrap, max_block_ms=max_block_ms,
+                        **{**sasl_settings(secured_broker, "PLAIN"),
+                           "security_protocol": protocol, **tls})
+    started = time.monotonic()
+    error = refused_send(producer, topic_name, errors.AuthenticationError)
+    assert isinstance(error, errors.IllegalSaslStateError)
+    assert (f"{spec.bootstrap} does not use SASL on this listener: "
+            f"security_protocol={protocol!r} must match" in str(error)), error
+    assert time.monotonic() - started < max_block_ms / 1000 / 2
+
+
 @pytest.mark.parametrize("operation", [AclOperation.WRITE, AclOperation.ALL])
 def test_a_topic_the_acls_deny_fails_its_records_and_nothing_is_written(
         secured_broker, topic_name, operation):

@@ -923,6 +923,13 @@ class BrokerConnection:
             self._io_fail(_as_kafka_error(exc, self), now_ns)
 
     def _io_on_sasl_handshake(self, mechanism, response, now_ns):
+        if response.error_code == errors.IllegalSaslStateError.code:
+            # The broker's answer where the listener authenticated the connection
+            # already, i.e. has no SASL (PLAINTEXT or SSL): no mechanism would do.
+            raise errors.IllegalSaslStateError(
+                f"{self._who()} does not use SASL on this listener: "
+                f"security_protocol={self.config.security_protocol!r} must match the "
+                f"listener (PLAINTEXT or SSL, without sasl_* settings)")
         if response.error_code:
             raise errors.error_for_code(
                 response.error_code,
