@@ -80,6 +80,32 @@ def test_sasl_settings_without_a_sasl_protocol_are_refused_not_ignored():
     sasl.check_sasl_settings({"sasl_kerberos_service_name": "kafka"}, "PLAINTEXT")
 
 
+class _Provider:
+    def token(self):
+        return "t"
+
+
+@pytest.mark.parametrize("mechanism, stray", [
+    ("PLAIN", {"sasl_oauth_token_provider": _Provider()}),
+    ("SCRAM-SHA-256", {"sasl_kerberos_service_name": "kafka-prod"}),
+    ("SCRAM-SHA-512", {"sasl_kerberos_name": "kafka@broker1"}),
+    ("OAUTHBEARER", {"sasl_plain_username": "alice"}),
+])
+def test_another_mechanisms_settings_are_refused_not_ignored(mechanism, stray):
+    """A setting the chosen mechanism does not read would be silently ignored (and the
+    user's credentials not be the ones sent): refused, naming it and the mechanism."""
+    own = ({"sasl_oauth_token_provider": _Provider()} if mechanism == "OAUTHBEARER"
+           else scram_settings(mechanism))
+    settings = {**own, "sasl_mechanism": mechanism}
+    sasl.check_sasl_settings(settings, "SASL_SSL")
+    (name,) = stray
+    with pytest.raises(SaslConfigError, match=rf"{name} is set but sasl_mechanism="
+                                              rf"'{mechanism}' does not use it"):
+        sasl.check_sasl_settings({**settings, **stray}, "SASL_SSL")
+    # Defaults are not "set": kafka-python's default service name passes.
+    sasl.check_sasl_settings({**settings, "sasl_kerberos_service_name": "kafka"}, "SASL_SSL")
+
+
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_password_mechanisms_need_both_credentials(mechanism):
     settings = scram_settings(mechanism)

@@ -92,6 +92,10 @@ class SaslMechanism(abc.ABC):
     """
 
     name = None
+    # The SASL settings (SASL_DEFAULTS names) this mechanism reads besides
+    # sasl_mechanism: check_sasl_settings refuses the others when set, since they
+    # would be ignored.  A mechanism that does not say is taken to read them all.
+    settings_read = tuple(SASL_DEFAULTS)
 
     def __init__(self):
         self._complete = False  # owned by the I/O thread (see the module docstring)
@@ -158,6 +162,8 @@ class PasswordMechanism(SaslMechanism):
     """A mechanism that authenticates with sasl_plain_username and sasl_plain_password,
     or the same from sasl_jaas_config (PLAIN, SCRAM): subclasses take ``(username,
     password)`` and check what their encoding needs of them in ``check_credentials``."""
+
+    settings_read = ("sasl_plain_username", "sasl_plain_password", "sasl_jaas_config")
 
     @classmethod
     def check_settings(cls, settings):
@@ -253,7 +259,8 @@ def check_sasl_settings(settings, security_protocol="PLAINTEXT"):
         SaslConfigError: naming the setting: a SASL protocol without sasl_mechanism, an
             unknown mechanism, missing or malformed credentials for it, a token
             provider without token(); or a SASL setting given with a protocol that
-            does not use SASL (it would be silently ignored).
+            does not use SASL, or with a mechanism that does not read it (it would be
+            silently ignored).
         SaslLibraryMissingError: the mechanism needs an optional library that is not
             installed.
     """
@@ -282,6 +289,14 @@ def check_sasl_settings(settings, security_protocol="PLAINTEXT"):
             f"sasl_jaas_config is read for the PLAIN and SCRAM login modules only, not "
             f"for sasl_mechanism={name!r}: give that mechanism's settings instead "
             f"(sasl_kerberos_* for GSSAPI, sasl_oauth_token_provider for OAUTHBEARER)")
+    for other, default in SASL_DEFAULTS.items():
+        if (other != "sasl_mechanism" and other not in cls.settings_read
+                and settings.get(other, default) != default):
+            # Most likely meant for another mechanism: used with this one it would be
+            # silently ignored, and the exchange fail or authenticate someone else.
+            raise SaslConfigError(
+                f"{other} is set but sasl_mechanism={name!r} does not use it: drop it, or "
+                f"choose the mechanism it belongs to")
     cls.check_settings(settings)
 
 

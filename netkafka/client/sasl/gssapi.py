@@ -43,6 +43,8 @@ def import_gssapi():
 
 class GssapiMechanism(SaslMechanism):
     name = "GSSAPI"
+    settings_read = ("sasl_kerberos_name", "sasl_kerberos_service_name",
+                     "sasl_kerberos_domain_name")
 
     def __init__(self, service_name):
         """``service_name``: the broker's service principal as a host-based service

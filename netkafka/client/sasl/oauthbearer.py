@@ -105,6 +105,7 @@ def check_extensions(extensions):
 
 class OAuthBearerMechanism(SaslMechanism):
     name = "OAUTHBEARER"
+    settings_read = ("sasl_oauth_token_provider",)
 
     def __init__(self, token_provider):
         super().__init__()
