@@ -628,6 +628,15 @@ def test_jaas_credentials_errors_name_what_is_missing_and_never_the_password():
             f"username=c password=d;", "PLAIN")
     with pytest.raises(JaasConfigError, match=r"not for sasl.mechanism='GSSAPI'"):
         jaas.credentials_from_jaas("x required;", "GSSAPI")
+    # A delegation token sent as a password would only be refused as a wrong one.
+    with pytest.raises(JaasConfigError, match=r"tokenauth \(delegation token authentication\) "
+                                              r"is not supported") as token:
+        jaas.credentials_from_jaas(
+            f'{SCRAM_MODULE} required username="tokenid" password="hmac-secret" tokenauth=TRUE;',
+            "SCRAM-SHA-256")
+    assert "hmac-secret" not in str(token.value)
+    assert jaas.credentials_from_jaas(f"{SCRAM_MODULE} required username=a password=b "
+                                      f"tokenauth=false;", "SCRAM-SHA-512") == ("a", "b")
     with pytest.raises(JaasConfigError) as unclosed:
         jaas.credentials_from_jaas(
             f'{PLAIN_MODULE} required username="a" password="hunter2-secret', "PLAIN")

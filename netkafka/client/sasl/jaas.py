@@ -180,8 +180,9 @@ def credentials_from_jaas(text, mechanism):
 
     Raises:
         JaasConfigError: the string does not parse, has more than one entry (Kafka's
-            clients take exactly one), names another mechanism's login module, or
-            lacks a non-empty username or password.
+            clients take exactly one), names another mechanism's login module, asks
+            for delegation token authentication (tokenauth), or lacks a non-empty
+            username or password.
     """
     expected = LOGIN_MODULES.get(mechanism)
     if expected is None:
@@ -197,6 +198,13 @@ def credentials_from_jaas(text, mechanism):
         raise JaasConfigError(
             f"{SETTING} names {entry.login_module}, but sasl.mechanism={mechanism!r} needs "
             f"{expected}")
+    if entry.options.get("tokenauth", "").lower() == "true":  # Java's Boolean.parseBoolean
+        # Java's ScramLoginModule then sends the tokenauth extension and the broker
+        # checks a delegation token, which netkafka does not: sent as a password, the
+        # token would only be refused as a wrong one.
+        raise JaasConfigError(
+            f"{SETTING}: tokenauth (delegation token authentication) is not supported; "
+            f"authenticate with a SCRAM user's username and password")
     missing = [name for name in ("username", "password") if not entry.options.get(name)]
     if missing:
         raise JaasConfigError(
