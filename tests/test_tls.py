@@ -1,6 +1,7 @@
 """TLS: the settings (refused at construction, naming the setting; the Java client's PEM
 names), TlsTransport's contract against a TLS server in this process, and producing over
 the secured broker's SSL and MTLS listeners, read back by the independent reader."""
+import datetime
 import os
 import selectors
 import socket
@@ -62,6 +63,16 @@ def bad_settings(tls):
          r"ssl_keyfile: ssl_password does not decrypt the key \(or none was given\)"),
         ({"security_protocol": "SSL", "ssl_crlfile": "/no/such/crl.pem"},
          r"ssl_crlfile='/no/such/crl.pem'"),
+        # Each missing part named by its setting, not OpenSSL's bare "PEM lib".
+        ({"security_protocol": "SSL", "ssl_certfile": str(alice.cert_file)},
+         r"ssl_certfile=.*alice.crt' holds no PEM private key \(put the key in it too, or "
+         r"name its file in ssl_keyfile\)"),
+        ({"security_protocol": "SSL", "ssl_certfile": str(alice.key_file)},
+         r"ssl_certfile=.* holds no PEM certificate"),
+        ({"security_protocol": "SSL", "ssl_certfile": str(alice.cert_file),
+          "ssl_keyfile": str(alice.cert_file)}, r"ssl_keyfile=.* holds no PEM private key$"),
+        ({"security_protocol": "SSL", "ssl_crlfile": str(tls.ca_file)},
+         r"ssl_crlfile=.* holds no PEM CRL"),
         ({"security_protocol": "SSL", "ssl_ciphers": "NO-SUCH-CIPHER"},
          r"ssl_ciphers='NO-SUCH-CIPHER': OpenSSL takes none"),
         ({"security_protocol": "SSL", "ssl_context": "tls"},
@@ -74,6 +85,23 @@ def test_bad_tls_settings_are_refused_at_construction_naming_the_setting(tls_fil
     for settings, message in bad_settings(tls_files):
         with pytest.raises(SslConfigError, match=message):
             Producer(bootstrap_servers=NOWHERE, **settings)
+
+
+def test_a_crl_file_is_loaded_and_checked_for_the_brokers_certificate(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    crl = (x509.CertificateRevocationListBuilder()
+           .issuer_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "ca")]))
+           .last_update(now).next_update(now + datetime.timedelta(days=1))
+           .sign(key, hashes.SHA256()))
+    crl_file = tmp_path / "crl.pem"
+    crl_file.write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    context = build_ssl_context({"ssl_crlfile": str(crl_file)}, "SSL")
+    assert context.verify_flags & ssl.VERIFY_CRL_CHECK_LEAF
 
 
 def test_settings_build_the_context_the_connections_use(tls_files):

@@ -121,8 +121,14 @@ def build_ssl_context(settings, security_protocol):
     certfile = given.get("ssl_certfile")
     if certfile is not None:
         keyfile = given.get("ssl_keyfile")
+        # OpenSSL says only "PEM lib" when either part is missing, and the error named
+        # ssl_certfile even when ssl_keyfile held no key: looked for first.
+        _check_pem("ssl_certfile", certfile, b"-----BEGIN CERTIFICATE-----", "certificate")
         if keyfile is not None:
-            _check_readable("ssl_keyfile", keyfile)
+            _check_pem("ssl_keyfile", keyfile, b"PRIVATE KEY-----", "private key")
+        else:
+            _check_pem("ssl_certfile", certfile, b"PRIVATE KEY-----",
+                       "private key (put the key in it too, or name its file in ssl_keyfile)")
         password = given.get("ssl_password")
         _load("ssl_certfile", certfile, lambda: context.load_cert_chain(
             certfile, keyfile, _password_callback(password)),
@@ -130,6 +136,9 @@ def build_ssl_context(settings, security_protocol):
             key_setting_path=certfile if keyfile is None else keyfile)
     crlfile = given.get("ssl_crlfile")
     if crlfile is not None:
+        # load_verify_locations takes certificates too: a file of them would pass here
+        # and fail every handshake for want of a CRL.
+        _check_pem("ssl_crlfile", crlfile, b"-----BEGIN X509 CRL-----", "CRL")
         _load("ssl_crlfile", crlfile, lambda: context.load_verify_locations(cafile=crlfile))
         context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     ciphers = given.get("ssl_ciphers")
@@ -161,6 +170,18 @@ def _check_readable(name, path):
             pass
     except OSError as exc:
         raise SslConfigError(f"{name}={str(path)!r}: {exc.strerror}") from None
+
+
+def _check_pem(name, path, marker, what):
+    """SslConfigError naming setting name unless its file at path holds marker, the
+    PEM header of what it must hold."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read()
+    except OSError as exc:
+        raise SslConfigError(f"{name}={str(path)!r}: {exc.strerror}") from None
+    if marker not in text:
+        raise SslConfigError(f"{name}={str(path)!r} holds no PEM {what}")
 
 
 def _load(name, path, load, key_setting=None, key_setting_path=None):
