@@ -21,6 +21,7 @@ from netkafka.config import ProducerConfig, producer_setting
 from netkafka.errors import (AuthenticationError, KafkaTimeoutError, SslAuthenticationError,
                              SslConfigError)
 from netkafka.testing.admin import create_topic
+from netkafka.testing.proxy import TcpProxy
 from netkafka.testing.reader import read_topic
 from netkafka.testing.tls import make_tls_files
 
@@ -418,14 +419,43 @@ def test_a_plaintext_client_on_a_tls_listener_fails_at_once_naming_the_setting(
 def test_a_tls_client_on_a_plaintext_listener_is_told_to_match_the_listener(secured_broker,
                                                                           topic_name):
     """The plaintext listener reads the ClientHello as a request too large and closes:
-    the handshake's EOF says which setting to look at."""
+    a connection failure (see the next test), whose error says which setting to check."""
     spec = secured_broker.listeners["PLAINTEXT"]
     with Producer(bootstrap_servers=spec.bootstrap, security_protocol="SSL",
-                  ssl_cafile=str(secured_broker.ca_file), max_block_ms=600_000) as producer:
-        with pytest.raises(SslAuthenticationError,
-                           match=rf"TLS handshake with {spec.bootstrap} failed: .*is it a TLS "
-                                 r"listener\? security_protocol must match the listener"):
-            producer.send(topic_name, b"v").get(600)
+                  ssl_cafile=str(secured_broker.ca_file), max_block_ms=3000) as producer:
+        with pytest.raises(KafkaTimeoutError,
+                           match=rf"TLS handshake with {spec.bootstrap}: the peer closed the "
+                                 r"connection \(is it a TLS listener\? security_protocol must "
+                                 r"match the listener\)"):
+            producer.send(topic_name, b"v").get(60)
+
+
+def test_a_connection_closed_mid_handshake_is_retried_not_an_authentication_failure(
+        secured_broker, topic_name):
+    """A load balancer with no broker behind it accepts and closes (a TcpProxy whose
+    target refuses): the TLS handshake meets EOF.  As in the Java client (an
+    EOFException, not an SslAuthenticationException) that is a connection failure,
+    retried; it failed the send at once as a refused authentication."""
+    spec = secured_broker.listeners["SSL"]
+    create_topic(spec.bootstrap, topic_name, client_config=secured_broker.client_config("SSL"))
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead_port = unused.getsockname()[1]  # nothing listens once this closes
+    broker_port = int(spec.bootstrap.rsplit(":", 1)[1])
+    with TcpProxy(dead_port) as proxy:
+        timer = threading.Timer(2.0, proxy.retarget, (broker_port,))
+        timer.start()
+        try:
+            with Producer(bootstrap_servers=proxy.address, security_protocol="SSL",
+                          ssl_cafile=str(secured_broker.ca_file),
+                          max_block_ms=30000) as producer:
+                producer.send(topic_name, b"through").get(30)
+        finally:
+            timer.cancel()
+        assert proxy.accepted >= 2  # closed at least once before it forwarded
+    records = read_topic(spec.bootstrap, topic_name, 1,
+                         client_config=secured_broker.client_config("SSL"))
+    assert [r.value for r in records] == [b"through"]
 
 
 def test_an_untrusted_broker_certificate_fails_fast_naming_host_and_reason(secured_broker,

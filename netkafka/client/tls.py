@@ -260,6 +260,14 @@ class TlsTransport:
                 done = True
             except ssl.SSLWantReadError:
                 done = False
+            except ssl.SSLEOFError:
+                # Closed mid-handshake: a broker going down, a load balancer with no
+                # broker behind it -- a connection failure, retried, as Java's
+                # EOFException, not a refusal that fails the records at once.  Also what
+                # a plaintext Kafka listener does with a ClientHello (a request too large).
+                raise ConnectionAbortedError(
+                    f"TLS handshake with {self._peer}: the peer closed the connection "
+                    f"({_LISTENER_HINT})") from None
             except ssl.SSLCertVerificationError as exc:
                 raise SslAuthenticationError(
                     f"TLS handshake with {self._peer}: the broker's certificate did not "
@@ -374,6 +382,9 @@ class TlsTransport:
             self._held_sent += sent
 
 
+_LISTENER_HINT = "is it a TLS listener? security_protocol must match the listener"
+
+
 def _alert_hint(exc):
     """A hint for the handshake failures users meet most."""
     reason = exc.reason or ""
@@ -381,9 +392,6 @@ def _alert_hint(exc):
                                          "ALERT_CERTIFICATE_UNKNOWN", "ALERT_UNKNOWN_CA")):
         return (" (the broker refused this client's certificate, or its absence: the "
                 "listener wants mTLS; set ssl_certfile to a certificate its CA trusts)")
-    # A plaintext listener answers a ClientHello with bytes that are no TLS record, or
-    # (a Kafka listener: a 369 MB request size it refuses) closes the connection.
-    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
-                  "UNEXPECTED_EOF_WHILE_READING") or isinstance(exc, ssl.SSLEOFError):
-        return " (is it a TLS listener? security_protocol must match the listener)"
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
+        return f" ({_LISTENER_HINT})"
     return ""
