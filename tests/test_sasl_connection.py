@@ -178,6 +178,26 @@ def test_a_denied_idempotent_write_names_the_missing_permission(secured_broker, 
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 0) == []
 
 
+@pytest.mark.parametrize("operation", [AclOperation.WRITE, AclOperation.DESCRIBE])
+def test_a_denied_transactional_id_names_the_missing_permission(secured_broker, topic_name,
+                                                                operation):
+    """Describe denied: FindCoordinator is refused; Write denied: InitProducerId is.
+    Either way the error says what to grant, as for IdempotentWrite."""
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
+    txn_id = f"{topic_name}-txn"
+    with secured_broker.acls(deny("bob", ResourceType.TRANSACTIONAL_ID, txn_id, operation)):
+        bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                       transactional_id=txn_id, max_block_ms=20000,
+                       **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+        try:
+            with pytest.raises(errors.TransactionalIdAuthorizationFailedError) as refused:
+                bob.init_transactions()
+        finally:
+            bob.close()
+    assert (f"this principal needs Write on the TransactionalId resource {txn_id!r}"
+            in str(refused.value)), refused.value
+
+
 def in_flight_at_reauthentication(producer):
     """Requests that were in flight when the producer's re-authentications began."""
     return sum(conn.stats()["in_flight_at_reauthentication"]

@@ -511,6 +511,14 @@ class TransactionManager:
                 f"({error})")
             fenced.__cause__ = error
             error = fenced
+        elif code == errors.TransactionalIdAuthorizationFailedError.code:
+            # Say which permission: the code alone does not (FindCoordinator needs
+            # Describe on the id, the other requests Write, which implies Describe).
+            denied = errors.TransactionalIdAuthorizationFailedError(
+                f"{error.message}: this principal needs Write on the TransactionalId "
+                f"resource {self.transactional_id!r}")
+            denied.__cause__ = error
+            error = denied
         if self.states.fatal(error):
             self._discard_unsent()
         return error
