@@ -923,9 +923,10 @@ class BrokerConnection:
             self._io_fail(_as_kafka_error(exc, self), now_ns)
 
     def _io_on_sasl_handshake(self, mechanism, response, now_ns):
-        if response.error_code == errors.IllegalSaslStateError.code:
-            # The broker's answer where the listener authenticated the connection
-            # already, i.e. has no SASL (PLAINTEXT or SSL): no mechanism would do.
+        if response.error_code == errors.IllegalSaslStateError.code and self._state != READY:
+            # The broker's answer to a first handshake where the listener authenticated
+            # the connection already, i.e. has no SASL (PLAINTEXT or SSL): no mechanism
+            # would do.  (During a re-authentication it means something else.)
             raise errors.IllegalSaslStateError(
                 f"{self._who()} does not use SASL on this listener: "
                 f"security_protocol={self.config.security_protocol!r} must match the "
