@@ -79,6 +79,8 @@ def bad_settings(tls):
         ({"security_protocol": "SSL", "ssl_context": "tls"},
          r"ssl_context must be an ssl.SSLContext, not a str"),
         ({"security_protocol": "TLS"}, r"security_protocol='TLS' is not one of"),
+        ({"security_protocol": "SSL", "ssl_context": ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)},
+         r"ssl_context is a server's \(PROTOCOL_TLS_SERVER\): the producer is a TLS client"),
     ]
 
 

@@ -93,6 +93,12 @@ def build_ssl_context(settings, security_protocol):
         if not isinstance(user_context, ssl.SSLContext):
             raise SslConfigError(f"ssl_context must be an ssl.SSLContext, not a "
                                  f"{type(user_context).__name__}")
+        if user_context.protocol == ssl.PROTOCOL_TLS_SERVER:
+            # OpenSSL refuses it at every connection ("Cannot create a client socket"),
+            # which would only show as connection failures until max_block_ms.
+            raise SslConfigError("ssl_context is a server's (PROTOCOL_TLS_SERVER): the "
+                                 "producer is a TLS client; use ssl.create_default_context() "
+                                 "or PROTOCOL_TLS_CLIENT")
         return user_context
     for name in _FILE_SETTINGS:
         if name in given and not isinstance(given[name], (str, bytes)) and not hasattr(
