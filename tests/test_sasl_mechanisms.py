@@ -964,3 +964,13 @@ def test_gssapi_settings_are_checked(kdc):
     with pytest.raises(SaslConfigError, match=r"sasl_kerberos_name must be a str or gssapi.Name"):
         sasl.check_sasl_settings({"sasl_mechanism": "GSSAPI", "sasl_kerberos_name": 5},
                                  "SASL_SSL")
+    # The whole principal given: a service or domain name beside it would be ignored.
+    for other, value in (("sasl_kerberos_service_name", "kafka-prod"),
+                         ("sasl_kerberos_domain_name", "broker1.example.com")):
+        with pytest.raises(SaslConfigError, match=rf"sasl_kerberos_name and {other} are both "
+                                                  r"set"):
+            sasl.check_sasl_settings({"sasl_mechanism": "GSSAPI",
+                                      "sasl_kerberos_name": "kafka@broker1", other: value},
+                                     "SASL_SSL")
+    sasl.check_sasl_settings({"sasl_mechanism": "GSSAPI", "sasl_kerberos_name": "kafka@broker1",
+                              "sasl_kerberos_service_name": "kafka"}, "SASL_SSL")

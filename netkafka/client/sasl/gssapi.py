@@ -19,7 +19,7 @@ which may ask the KDC for a service ticket: it runs on the setup thread.
 """
 import importlib
 
-from netkafka.client.sasl import SaslMechanism, setting
+from netkafka.client.sasl import SASL_DEFAULTS, SaslMechanism, setting
 from netkafka.errors import SaslAuthenticationFailedError, SaslConfigError, SaslLibraryMissingError
 
 # RFC 4752 security layer bits: Kafka speaks only the first.
@@ -68,7 +68,14 @@ class GssapiMechanism(SaslMechanism):
         if name is not None and not isinstance(name, (str, gssapi.Name)):
             raise SaslConfigError(
                 f"sasl_kerberos_name must be a str or gssapi.Name, not {type(name).__name__}")
-        if name is None:
+        if name is not None:
+            # The full principal: the service and domain names would be ignored.
+            for other in ("sasl_kerberos_service_name", "sasl_kerberos_domain_name"):
+                if setting(settings, other) != SASL_DEFAULTS[other]:
+                    raise SaslConfigError(
+                        f"sasl_kerberos_name and {other} are both set: sasl_kerberos_name "
+                        f"names the broker's whole principal; give one or the other")
+        else:
             service = setting(settings, "sasl_kerberos_service_name")
             if not isinstance(service, str) or not service or "@" in service:
                 raise SaslConfigError(
