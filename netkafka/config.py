@@ -739,11 +739,15 @@ def _check_unsupported_option(name, value):
 
 
 def _check_socket_options(options):
+    # The types setsockopt(level, option, value) takes: a wrong one raised TypeError
+    # at every connection attempt, never reaching the user as a setting error.
     if isinstance(options, (list, tuple)) and all(
-            isinstance(option, (list, tuple)) and len(option) == 3 for option in options):
+            isinstance(option, (list, tuple)) and len(option) == 3
+            and all(isinstance(part, int) for part in option[:2])
+            and isinstance(option[2], (int, bytes, bytearray)) for option in options):
         return
     raise ValueError(f"socket_options must be a list of (level, option, value) for "
-                     f"socket.setsockopt, got {options!r}")
+                     f"socket.setsockopt (ints; the value an int or bytes), got {options!r}")
 
 
 def _check_interceptors(interceptors):

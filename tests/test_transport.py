@@ -123,6 +123,23 @@ def test_connect_tcp_reports_a_refused_connect_once_writable():
         transport.close()
 
 
+def test_connect_tcp_closes_its_socket_whatever_setting_it_up_raises():
+    port = free_port()
+    made = []
+    real_socket = socket.socket
+
+    def recording_socket(*args):
+        made.append(real_socket(*args))
+        return made[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket, "socket", recording_socket)
+        with pytest.raises(TypeError):  # a str where setsockopt takes an int or bytes
+            connect_tcp(socket.AF_INET, ("127.0.0.1", port), 65536, 65536,
+                        [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, "1")])
+    assert [sock.fileno() for sock in made] == [-1]  # closed, not left to the GC
+
+
 def test_resolve_raises_for_a_name_that_does_not_resolve():
     # connect_tcp takes resolved addresses only: names are resolver.py's, off the I/O thread.
     with pytest.raises(socket.gaierror):

@@ -55,7 +55,8 @@ def connect_tcp(family, sockaddr, send_buffer_bytes, receive_buffer_bytes,
     option, value) triples for setsockopt().
 
     Raises:
-        OSError: the socket cannot be made or set up (it is closed then).
+        OSError: the socket cannot be made or set up (it is closed then, as on any
+            other exception).
     """
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -68,7 +69,7 @@ def connect_tcp(family, sockaddr, send_buffer_bytes, receive_buffer_bytes,
         if receive_buffer_bytes > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
         err = sock.connect_ex(sockaddr)
-    except OSError:
-        sock.close()
+    except BaseException:
+        sock.close()  # not returned: nobody else would close it
         raise
     return PlainTransport(sock), err
