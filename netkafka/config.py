@@ -14,8 +14,8 @@ SaslConfigError, both ValueErrors).
 
 Settings given as text (Spark conf, a properties file, a command line) reach the
 Producer through producer_setting(): the Java client's dotted names and typed
-values (trimmed, as Java trims them), read one way for every tool (and its PEM key and trust store settings,
-JAVA_TLS_SETTINGS, turned into kafka-python's).
+values (trimmed, as Java trims them), read one way for every tool (and its PEM key
+and trust store settings, JAVA_TLS_SETTINGS, turned into kafka-python's).
 """
 import itertools
 import math
@@ -615,7 +615,8 @@ def setting_from_text(keyword, value, origin=None):
 
     Text is true/false for a setting whose default is a bool, a whole number for one
     whose default is an int (and for acks and the socket buffer sizes, where it may
-    be); security_protocol in any case, as Java reads it; anything else stays text.  The Producer checks the values it gets.
+    be); security_protocol in any case, as Java reads it; anything else stays text.
+    The Producer checks the values it gets.
 
     Args:
         keyword: a Producer keyword (see producer_keyword).

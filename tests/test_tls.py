@@ -206,7 +206,8 @@ class EchoServer:
                 self.received += len(data)
                 self._tls.sendall(data)
             if self._close_notify:
-                self._tls.unwrap()  # sends close_notify (as a Java broker closes), waits for the answer
+                # Sends close_notify, as a Java broker closes; waits for the answer.
+                self._tls.unwrap()
         except (OSError, ssl.SSLError):
             pass  # the client went away
         finally:
