@@ -8,6 +8,7 @@ cluster's IdempotentWrite.  KIP-368: the REAUTH listener grants sessions of REAU
 producer writing for several of them must re-authenticate without losing a record.  Every mechanism also runs over SASL_SSL (the recipes of the README: Confluent
 Cloud's SASL_SSL/PLAIN, MSK's SASL_SSL/SCRAM).
 """
+import socket
 import time
 
 import pytest
@@ -95,6 +96,24 @@ def test_the_oidc_provider_fetches_its_token_from_the_endpoint(secured_broker, t
     elapsed_s = time.monotonic() - started
     assert secured_broker.oauth.token_url in str(error) and "HTTP 401" in str(error), error
     assert elapsed_s < max_block_ms / 1000 / 2, elapsed_s
+
+
+def test_a_token_endpoint_that_does_not_answer_is_named_by_the_setup_timeout(secured_broker,
+                                                                             topic_name):
+    """The endpoint accepts the connection and never answers: the setup timeout fires
+    while the token is still being fetched, and says that is what it waited for."""
+    listener = listener_name("SASL_PLAINTEXT", "OAUTHBEARER")
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # never accepts: no answer
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/token"
+        provider = OidcClientCredentialsProvider(url, "alice", "secret", timeout_s=30)
+        producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                            security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                            sasl_oauth_token_provider=provider, max_block_ms=3000,
+                            socket_connection_setup_timeout_ms=1000,
+                            socket_connection_setup_timeout_max_ms=1000)
+        error = refused_send(producer, topic_name, errors.KafkaTimeoutError)
+    assert ("authentication (OAUTHBEARER's preparation, its token provider or KDC, had not "
+            "finished) did not complete within this attempt's setup timeout") in str(error), error
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])

@@ -1162,8 +1162,14 @@ class BrokerConnection:
     def _io_check_deadlines(self, now_ns):
         if self._state in _STAGE_NAMES:  # setting up
             if now_ns >= self._connect_deadline_ns:
+                stage = _STAGE_NAMES[self._state]
+                if self._io_sasl is not None and not self._io_sasl_exchanging:
+                    # Its prepare thread still out: the token endpoint or the KDC, not
+                    # the broker, is what did not answer.
+                    stage += (f" ({self._io_sasl.name}'s preparation, its token provider "
+                              f"or KDC, had not finished)")
                 self._io_fail(KafkaTimeoutError(
-                    f"{self._who()}{self._io_at_address()}: {_STAGE_NAMES[self._state]} did "
+                    f"{self._who()}{self._io_at_address()}: {stage} did "
                     f"not complete within this attempt's setup timeout of "
                     f"{self._setup_timeout_ms:.0f} ms (socket_connection_setup_timeout_ms="
                     f"{self.config.connect_timeout_ms}, doubling per consecutive failed setup up "
