@@ -163,6 +163,19 @@ def test_a_sasl_client_on_a_listener_without_sasl_fails_at_once_naming_the_setti
     assert time.monotonic() - started < max_block_ms / 1000 / 2
 
 
+def test_a_plaintext_client_on_a_sasl_listener_is_asked_whether_the_protocol_matches(
+        secured_broker, topic_name):
+    """The listener answers ApiVersions, then closes the connection at the Metadata
+    request (not a SaslHandshake).  A close is not proof (brokers stop too), so the
+    send still waits for max_block_ms, but its error asks the question."""
+    spec = secured_broker.listeners[listener_name("SASL_PLAINTEXT", "PLAIN")]
+    producer = Producer(bootstrap_servers=spec.bootstrap, max_block_ms=3000)
+    error = refused_send(producer, topic_name, errors.KafkaTimeoutError)
+    assert (f"{spec.bootstrap} closed the connection before answering any request after "
+            f"ApiVersions (a SASL listener does that: does security_protocol='PLAINTEXT' "
+            f"match the listener?)") in str(error), error
+
+
 @pytest.mark.parametrize("operation", [AclOperation.WRITE, AclOperation.ALL])
 def test_a_topic_the_acls_deny_fails_its_records_and_nothing_is_written(
         secured_broker, topic_name, operation):

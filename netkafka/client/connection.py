@@ -387,6 +387,9 @@ class BrokerConnection:
         self._io_sasl = None
         self._io_sasl_exchanging = False
         self._io_reauth_at_ns = 0
+        # Owned by the I/O thread: responses taken since the connection became READY
+        # (none when the broker closes it at once: see _io_read).
+        self._io_answers_since_ready = 0
 
     # ------------------------------------------------------------------
     # Any thread.
@@ -779,6 +782,7 @@ class BrokerConnection:
         else:
             with self._lock:
                 self._stats["connections_ready"] += 1
+            self._io_answers_since_ready = 0
             self._io_count_failures(0)
             self._setup_failures = 0
             # The round is over: the next connection resolves the name again (as Java, which
@@ -1084,8 +1088,16 @@ class BrokerConnection:
             if n is None:
                 return  # nothing there now (EAGAIN)
             if n == 0:
+                hint = ""
+                if (self._state == READY and not self._io_answers_since_ready
+                        and not self.config.uses_sasl):
+                    # A SASL listener answers ApiVersions, then closes a connection
+                    # whose next request is not SaslHandshake.
+                    hint = (f" before answering any request after ApiVersions (a SASL "
+                            f"listener does that: does security_protocol="
+                            f"{self.config.security_protocol!r} match the listener?)")
                 raise KafkaConnectionError(
-                    f"{self._who()} closed the connection{self._io_during()}")
+                    f"{self._who()} closed the connection{self._io_during()}{hint}")
             self._last_activity_ns = now_ns
             self._rx_len += n
             filled = self._rx_len == len(rx)
@@ -1148,6 +1160,8 @@ class BrokerConnection:
                 f"{self._who()} answered correlation id {correlation_id} while the "
                 f"oldest request in flight is {request.describe()}: responses out of order")
         self._in_flight.popleft()
+        if self._state == READY:
+            self._io_answers_since_ready += 1
         try:
             response = request.decode(memoryview(body)[4:], request.api_version)
         except errors.KafkaError as exc:
