@@ -445,6 +445,40 @@ def test_an_entry_with_a_good_checksum_that_does_not_parse_is_corruption_not_a_t
         open_wal(tmp_path)
 
 
+def open_files_under(directory):
+    """This process's fds open on files under directory."""
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:
+            continue  # the listing's own fd
+        if target.startswith(f"{directory}/"):
+            names.append(target)
+    return names
+
+
+def test_a_log_that_cannot_be_opened_leaves_none_of_its_files_open(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    fill_batch(wal, "t", 0, [b"r" * 900] * 150)  # three segments
+    with wal.appender.lock:
+        _, offset = wal.appender.active_end_locked()
+    wal.close()
+    names = segments(tmp_path)
+    assert len(names) == 3
+    # An entry of the last segment with a good checksum that does not parse: the
+    # segments before it were opened and read when recovery finds it.
+    tag = int(names[-1][:20]) & 0xFFFFFFFF
+    body = struct.pack("<IBBH", 8, _wal.RECORD, 0, 0) + bytes(8)
+    with open(tmp_path / names[-1], "r+b") as f:
+        f.seek(offset)
+        f.write(struct.pack("<II", tag, crc32c(body, crc32c(struct.pack("<I", tag)))) + body)
+    for _ in range(3):  # a caller retrying
+        with pytest.raises(WalCorruptError):
+            open_wal(tmp_path)
+    assert open_files_under(tmp_path) == []
+
+
 # -- errors: lock, version, bound, storage --------------------------------------------------
 
 def test_a_second_opener_is_refused_naming_the_directory_and_holder(tmp_path):

@@ -685,16 +685,23 @@ class WriteAheadLog:
 
     def _remove_segment_file(self, segment):
         """Unmaps, closes and deletes a segment that is no part of the log any more."""
-        if segment.mapped is not None:
-            segment.mapped.unmap()
-        if segment.slot is not None:
-            self._staging.give(segment.slot)
-            segment.slot = None
-        os.close(segment.fd)
+        self._close_segment_file(segment)
         try:
             os.unlink(segment.path)
         except FileNotFoundError:
             pass
+
+    def _close_segment_file(self, segment):
+        """Unmaps and closes a segment file (once: its fd is -1 after)."""
+        if segment.mapped is not None:
+            segment.mapped.unmap()
+            segment.mapped = None
+        if segment.slot is not None:
+            self._staging.give(segment.slot)
+            segment.slot = None
+        if segment.fd >= 0:
+            os.close(segment.fd)
+            segment.fd = -1
 
     def _prepare_spare(self):
         # A new file only once the active segment is half full: until then a segment
@@ -803,6 +810,16 @@ class WriteAheadLog:
 
     def _recover(self):
         found = self._open_segment_files()
+        try:
+            return self._recover_from(found)
+        except BaseException:
+            # A log that cannot be opened keeps none of its files open: a caller that
+            # retries (a supervisor restarting the producer) would run out of fds.
+            for segment in found + list(self._segments.values()):
+                self._close_segment_file(segment)
+            raise
+
+    def _recover_from(self, found):
         chain, discarded, torn, done_ids, max_batch_id = self._read_chain(found)
         # Nothing past the end of the log was ever reported durable.
         for segment in discarded:
@@ -848,26 +865,27 @@ class WriteAheadLog:
         except OSError as exc:
             raise WalStorageError(f"cannot list WAL directory {self.directory}: "
                                   f"{exc.strerror}", errno=exc.errno) from None
-        for name in names:
-            path = os.path.join(self.directory, name)
-            if name == SPARE_NAME:
-                _os_call("cannot delete", path, os.unlink, path)
-                continue
-            match = _SEGMENT_NAME.fullmatch(name)
-            if match is None:
-                continue
-            fd = _os_call("cannot open WAL segment", path, os.open, path, os.O_RDWR)
-            segment = _SegmentFile(int(match.group(1)), path, fd, os.fstat(fd).st_size)
-            found.append(segment)
-            try:
+        try:
+            for name in names:
+                path = os.path.join(self.directory, name)
+                if name == SPARE_NAME:
+                    _os_call("cannot delete", path, os.unlink, path)
+                    continue
+                match = _SEGMENT_NAME.fullmatch(name)
+                if match is None:
+                    continue
+                fd = _os_call("cannot open WAL segment", path, os.open, path, os.O_RDWR)
+                segment = _SegmentFile(int(match.group(1)), path, fd, os.fstat(fd).st_size)
+                found.append(segment)
                 if self._header_ok(segment):
                     segment.mapped = MappedSegment(fd, segment.size_bytes, path)
                     segment.mapped.segment_id = segment.segment_id
                     segment.mapped.tag = segment.segment_id & 0xFFFFFFFF
-            except BaseException:
-                for opened in found:
-                    os.close(opened.fd)
-                raise
+        except BaseException:
+            # The files opened before the one that failed (to open, or to check).
+            for opened in found:
+                self._close_segment_file(opened)
+            raise
         return found
 
     def _image_segment_path(self, raw):
