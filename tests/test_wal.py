@@ -445,6 +445,47 @@ def test_an_entry_with_a_good_checksum_that_does_not_parse_is_corruption_not_a_t
         open_wal(tmp_path)
 
 
+def write_entry(path, offset, tag, kind, payload):
+    """An entry framed as the writer frames it (a good checksum) at offset of path."""
+    body = struct.pack("<IBBH", len(payload), kind, 0, 0) + payload
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(struct.pack("<II", tag, crc32c(body, crc32c(struct.pack("<I", tag)))) + body)
+
+
+def test_an_entry_too_short_for_its_batch_id_is_corruption_not_read_past(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    fill_batch(wal, "t", 0, [b"live"])
+    acked = fill_batch(wal, "t", 0, [b"acked"])
+    wal.log_done(acked, OUTCOME_ACKNOWLEDGED)
+    position = wal.appender.position
+    wal.close()
+    [name] = segments(tmp_path)
+    tag = int(name[:20]) & 0xFFFFFFFF
+    assert acked != tag
+    # A RECORD entry with no payload, then bytes that end the log (a foreign tag) and
+    # spell the acked batch's id where the entry's batch id would be: read past the
+    # entry, they made it look like an entry of a done batch, passed over.
+    write_entry(tmp_path / name, position, tag, _wal.RECORD, b"")
+    with open(tmp_path / name, "r+b") as f:
+        f.seek(position + _wal.ENTRY_HEADER_BYTES)
+        f.write(struct.pack("<Q", acked))
+    with pytest.raises(WalCorruptError, match=rf"{name}.*offset {position}"):
+        open_wal(tmp_path)
+
+
+def test_an_entry_whose_topic_is_not_utf8_is_corruption(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    position = wal.appender.position
+    wal.close()
+    [name] = segments(tmp_path)
+    topic = b"\xff\xfe"
+    payload = struct.pack("<QiiqHHI", 1, 0, 0, 1000, len(topic), 0, 0) + topic
+    write_entry(tmp_path / name, position, int(name[:20]) & 0xFFFFFFFF, _wal.RECORD, payload)
+    with pytest.raises(WalCorruptError, match=rf"{name}.*offset {position}"):
+        open_wal(tmp_path)
+
+
 def open_files_under(directory):
     """This process's fds open on files under directory."""
     names = []

@@ -383,6 +383,9 @@ def scan(MappedSegment segment not None, Py_ssize_t start=SEGMENT_HEADER_BYTES,
                 entries.append((ENTRY_DONE, batch_id, nk_wal_get32(p + 8)))
         elif (kind == ENTRY_RECORD or kind == ENTRY_SEAL or kind == ENTRY_RESTAMP
               or kind == ENTRY_MOVE):
+            # Each of these payloads starts with its batch id: read before the payload
+            # is decoded (or when it is passed over), so checked here.
+            _expect(length >= 8, segment, pos)
             batch_id = nk_wal_get64(p)
             if not done_only and (skip is None or batch_id not in skip) and (
                     only is None or batch_id in only):
@@ -400,12 +403,17 @@ cdef int _expect(bint condition, MappedSegment segment, Py_ssize_t pos) except -
     return 0
 
 
-cdef object _topic(const unsigned char *p, Py_ssize_t n, dict topics):
-    # Topics repeat: one str per distinct name.
+cdef object _topic(const unsigned char *p, Py_ssize_t n, dict topics,
+                   MappedSegment segment, Py_ssize_t pos):
+    # Topics repeat: one str per distinct name.  Written from a str, so UTF-8: other
+    # bytes are a corrupt entry, not a UnicodeDecodeError for the caller to puzzle over.
     raw = PyBytes_FromStringAndSize(<const char *>p, n)
     topic = topics.get(raw)
     if topic is None:
-        topic = topics[raw] = PyUnicode_DecodeUTF8(<const char *>p, n, "strict")
+        try:
+            topic = topics[raw] = PyUnicode_DecodeUTF8(<const char *>p, n, "strict")
+        except UnicodeDecodeError:
+            _expect(False, segment, pos)
     return topic
 
 
@@ -423,7 +431,7 @@ cdef tuple _decode(uint8_t kind, uint8_t flags, const unsigned char *p, uint32_t
         _expect(length >= _SEAL_FIXED_BYTES, segment, pos)
         topic_len = nk_wal_get16(p + 40)
         _expect(length == <uint32_t>(_SEAL_FIXED_BYTES + topic_len), segment, pos)
-        return (ENTRY_SEAL, nk_wal_get64(p), _topic(p + 42, topic_len, topics),
+        return (ENTRY_SEAL, nk_wal_get64(p), _topic(p + 42, topic_len, topics, segment, pos),
                 <int32_t>nk_wal_get32(p + 16), <int64_t>nk_wal_get64(p + 8),
                 <int16_t>nk_wal_get16(p + 28), <int32_t>nk_wal_get32(p + 20),
                 <int32_t>nk_wal_get32(p + 24), <int16_t>nk_wal_get16(p + 30),
@@ -437,7 +445,7 @@ cdef tuple _decode(uint8_t kind, uint8_t flags, const unsigned char *p, uint32_t
     _expect(<uint64_t>length == <uint64_t>_RECORD_FIXED_BYTES + topic_len + context_len
             + record_len, segment, pos)
     q = p + _RECORD_FIXED_BYTES
-    topic = _topic(q, topic_len, topics)
+    topic = _topic(q, topic_len, topics, segment, pos)
     q += topic_len
     context = (PyBytes_FromStringAndSize(<const char *>q, context_len)
                if flags & _FLAG_CONTEXT else None)
@@ -466,7 +474,8 @@ cdef tuple _decode_move(uint8_t flags, const unsigned char *p, uint32_t length,
         seal = (<int64_t>nk_wal_get64(p + 24), <int16_t>nk_wal_get16(p + 44),
                 <int32_t>nk_wal_get32(p + 36), count, <int16_t>nk_wal_get16(p + 46),
                 nk_wal_get32(p + 48), nk_wal_get32(p + 52))
-    topic = _topic(p + _MOVE_FIXED_BYTES, topic_len, topics)
+    topic = _topic(p + _MOVE_FIXED_BYTES, topic_len, topics, segment,
+                   pos)
     q = p + _MOVE_FIXED_BYTES + topic_len
     left = length - _MOVE_FIXED_BYTES - topic_len
     records = []
