@@ -26,8 +26,8 @@ import time
 
 import pytest
 
-from netkafka.errors import (WalCorruptError, WalFullError, WalLockedError, WalStorageError,
-                             WalVersionError)
+from netkafka.errors import (WalCorruptError, WalError, WalFullError, WalLockedError,
+                             WalStorageError, WalVersionError)
 from netkafka.producer import _wal, wal_staging
 from netkafka.producer import wal as wal_module
 from netkafka.producer.wal import (OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED, SPARE_NAME,
@@ -750,6 +750,21 @@ def test_a_failed_write_out_fails_the_log_and_its_images_keep_every_record(tmp_p
     assert (batch.batch_id, [r.record for r in batch.records]) == (
         batch_id, [b"kept-%03d" % i for i in range(100)])
     assert not [name for name in images() if token in name]
+
+
+def test_a_sync_after_never_closed_the_log_is_refused_not_run_on_a_stale_fd(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    assert wal._staging is not None  # the segment is staged: synced through its fd
+    fill_batch(wal, "t", 0, [b"x"] * 10)
+    wal.close()  # written to the files, not synced
+    # The segment files' fds are closed: their numbers go to the next files opened.
+    others = [os.open(tmp_path / f"other-{i}", os.O_RDWR | os.O_CREAT) for i in range(8)]
+    try:
+        with pytest.raises(WalError, match="the WAL is closed"):
+            wal.sync()
+    finally:
+        for fd in others:
+            os.close(fd)
 
 
 def test_interval_syncs_in_the_background(tmp_path):

@@ -892,6 +892,7 @@ cdef class WalAppender:
 
         Raises:
             WalStorageError: a sync failed (now or before: the WAL stays failed).
+            WalError: the WAL is closed, and not on disk up to position.
         """
         cdef list rolled
         cdef MappedSegment active, segment
@@ -907,6 +908,12 @@ cdef class WalAppender:
                 target = self._start + <uint64_t>self._pos
                 if self._durable >= (position if position < target else target):
                     return None
+                if self._closed:
+                    # The owner closed the segments' fds (their numbers may be other
+                    # files' by now): what close() did not sync (fsync "never") cannot
+                    # be synced any more.
+                    raise WalError("the WAL is closed: entries it did not sync cannot be "
+                                   "synced now")
                 rolled = list(self._unsynced)
                 active = self._active
                 active_end = self._pos

@@ -655,6 +655,8 @@ class Producer(ProducerCore):
         Raises:
             KafkaError: the producer has no write-ahead log (wal_dir).
             WalStorageError: the sync failed.
+            WalError: the producer is closed, and with wal_fsync 'never' its last
+                records were not synced.
         """
         self._start_if_forked()
         if self._wal is None:

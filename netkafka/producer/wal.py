@@ -447,6 +447,7 @@ class WriteAheadLog:
 
         Raises:
             WalStorageError: the sync failed; the WAL refuses entries from then on.
+            WalError: the log is closed with entries it did not sync (fsync "never").
         """
         self._appender.sync()
 
