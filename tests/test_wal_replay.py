@@ -185,6 +185,29 @@ def test_a_producer_id_the_broker_forgot_falls_back_to_at_least_once_and_says_so
     assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
 
 
+def test_a_replay_under_a_new_stamp_killed_before_it_finished_is_replayed_again(
+        kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    values = [b"r%d" % i for i in range(5)]
+    with WriteAheadLog(tmp_path) as log:  # as in the test above: a stamp of no use
+        batch_id = log.open_batch()
+        for i, record in enumerate(encoded_records(values, 1_700_000_000_000)):
+            log.append_record(batch_id, i, topic_name, 0, 1_700_000_000_000 + i, record,
+                              b"c%d" % i)
+        log.log_seal(batch_id, topic_name, 0, (1 << 40) + 12345, 3, 40, 5, 0, 0, 0)
+    # The replaying producer seals the batch again under its own stamp, and dies as
+    # soon as it has handed it over: the batch has two SEAL entries, no outcome.
+    crash("sealed", kafka_broker, topic_name, tmp_path, count=0)
+    heard = Heard()
+    producer, report = replay(kafka_broker, tmp_path, heard)
+    try:
+        assert report.records == 5 and report.failed == report.pending == 0, report
+    finally:
+        producer.close()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
+    assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
+
+
 def test_append_encoded_rebuilds_a_batch_byte_identical():
     values = [b"a", b"", None, b"d" * 300]
     records = encoded_records(values, 1_700_000_000_000)

@@ -1101,9 +1101,12 @@ class _BatchReader:
                     continue
                 batch.records.append(RecoveredRecord(index, timestamp_ms, record, context))
             elif kind == _wal.SEAL:
+                # A sealed batch is sealed again by a replay that re-encodes it under
+                # a new stamp (replay.py): the new SEAL supersedes the old one, and
+                # places the batch where the replay sent it.
                 (_, _, topic, partition, producer_id, epoch, base_sequence, count,
                  attributes, batch_crc, batch_bytes, offset) = entry
-                if batch is None or batch.seal is not None or count != len(batch.records):
+                if batch is None or count != len(batch.records):
                     self._break(batch_id, f"WAL {self.directory}: the seal of batch "
                                           f"{batch_id} in {segment.path} does not match "
                                           f"its records")
