@@ -93,6 +93,28 @@ def test_a_forked_child_cannot_use_its_parents_wal_and_says_so(tmp_path):
                               f"parent"), outcome
 
 
+def test_a_forked_child_does_not_keep_its_parents_wal_locked(tmp_path):
+    p = Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path), max_block_ms=500)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: lives on, never using the producer, until told to exit
+        try:
+            os.close(write_end)
+            os.read(read_end, 1)
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    try:
+        p.close(0)
+        # The parent's producer is gone; the child, a worker that outlives it, must
+        # not hold the directory for it (nor for a parent that died).
+        Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path),
+                 max_block_ms=500).close(0)
+    finally:
+        os.close(write_end)
+        os.waitpid(pid, 0)
+
+
 def test_context_needs_a_wal_and_is_bounded(kafka_broker, topic_name, tmp_path):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
     with Producer(bootstrap_servers=kafka_broker.bootstrap) as plain:

@@ -735,8 +735,9 @@ class Producer(ProducerCore):
         The parent's threads did not come along, and every lock one of them held at
         the fork stays held here.  So nothing of the parent's stack is used again:
         its batches fail in the child's copies of their futures (the parent
-        delivers them), its sockets are closed in this process only, and the stack
-        is kept referenced -- freeing it could take such a lock.  The producer
+        delivers them), its sockets and its hold on the WAL directory's lock file
+        are closed in this process only, and the stack is kept referenced --
+        freeing it could take such a lock.  The producer
         starts a stack of its own (threads, connections, producer id, partitioner)
         when the child first uses it."""
         self._close_lock = threading.Lock()
@@ -744,6 +745,8 @@ class Producer(ProducerCore):
             return
         self._abandoned.append((self._pool, self._metadata, self._sender,
                                 self._idempotence, self._accumulator, self._transaction))
+        if self._wal is not None:
+            self._wal.release_lock_after_fork()
         self._accumulator.fail_after_fork(SentBeforeForkError(
             "the record was sent in the parent process before os.fork(); the parent "
             "delivers it, this process's copy of its future cannot know the outcome"))

@@ -773,6 +773,16 @@ class WriteAheadLog:
     def __exit__(self, *exc_info):
         self.close()
 
+    def release_lock_after_fork(self):
+        """In a child of os.fork(), on its only thread: closes the child's copy of the
+        lock file's fd.  The parent keeps the directory (a flock belongs to the open
+        file, which the parent's fd holds too); the child, which cannot use the log,
+        would otherwise hold it as long as it lives -- after the parent closed the log
+        or died, every producer opened on the directory would be refused."""
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
     def _release_files(self):
         if self._dir_fd >= 0:
             os.close(self._dir_fd)
