@@ -5,7 +5,10 @@ What is checked here: settings and their errors; every record sent with a WAL ar
 send_batch() logs its rows; "always" returns durable; a full WAL applies the backoff
 strategy.  Crashes and replay: tests/test_wal_replay.py.
 """
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +20,13 @@ from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, 
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+# The children import this checkout's netkafka, as pytest does.
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
 
 
 def producer(broker, wal_dir, **settings):
@@ -203,6 +213,67 @@ def test_sync_wal_puts_what_was_logged_on_disk(kafka_broker, topic_name, tmp_pat
         assert appender.durable_position < appender.position
         p.sync_wal()
         assert appender.durable_position == appender.position
+
+
+# The child of the next test: a producer whose WAL fails under it, as a disk that
+# refuses writes fails it.  RLIMIT_FSIZE refuses writes past 64 KiB of any file with no
+# privilege needed (SIGXFSZ would kill the process instead of failing the call).
+FAILING_DISK_CHILD = """
+import collections, json, resource, signal, sys, time
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+from netkafka import Producer
+bootstrap, topic, wal_dir = sys.argv[1:4]
+p = Producer(bootstrap_servers=bootstrap, wal_dir=wal_dir, wal_fsync="interval",
+             linger_ms=20, max_block_ms=2000, request_timeout_ms=5000,
+             delivery_timeout_ms=10000)
+p.send(topic, b"first").get(30)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+futures, refused = [], None
+for i in range(400):
+    try:
+        futures.append(p.send(topic, b"%04d" % i + b"v" * 500))
+    except Exception as exc:
+        refused = type(exc).__name__
+        break
+    time.sleep(0.002)
+outcomes = collections.Counter()
+for future in futures:
+    try:
+        future.get(15)
+        outcomes["delivered"] += 1
+    except Exception as exc:
+        outcomes[type(exc).__name__] += 1
+metrics = p.metrics()["netkafka"]
+print(json.dumps({"refused": refused, "outcomes": outcomes,
+                  "buffer": [metrics["buffer_available_bytes"],
+                             metrics["buffer_total_bytes"]]}))
+try:
+    p.close(5)
+except Exception:
+    pass
+"""
+
+
+def test_a_wal_that_fails_under_the_producer_fails_new_records_and_completes_the_others(
+        kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    probe = subprocess.run(
+        [sys.executable, "-c", FAILING_DISK_CHILD, kafka_broker.bootstrap, topic_name,
+         str(tmp_path)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
+        timeout=300)
+    assert probe.returncode == 0, probe.stderr
+    summary = json.loads(probe.stdout.splitlines()[-1])
+    # The interval sync failed once entries passed 64 KiB: send() refuses from then on.
+    assert summary["refused"] == "WalStorageError", summary
+    # Every record accepted before is delivered, or fails with the WAL's error (its
+    # batch could not be sealed in the log) -- none waits for an outcome that never
+    # comes because its DONE entry could not be written, and no batch keeps its memory.
+    outcomes = summary["outcomes"]
+    assert set(outcomes) <= {"delivered", "WalStorageError"}, summary
+    assert summary["buffer"][0] == summary["buffer"][1], summary
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name,
+                                          1 + outcomes["delivered"])]
+    assert len(values) == 1 + outcomes["delivered"]
 
 
 # -- a full log -----------------------------------------------------------------------------

@@ -610,15 +610,25 @@ class RecordAccumulator(AccumulatorCore):
     def log_wal_outcome(self, wal_id, error):
         """Any thread: a batch's DONE entry in the WAL, acknowledged or failed for good
         -- but a failure from close() on, or a delivery timeout with the spool on, is
-        not logged: the batch is sent again.  Returns whether it was logged."""
+        not logged: the batch is sent again.  Returns whether the batch is done with
+        the WAL (its DONE logged, or refused by a failed log)."""
         if self._wal is None or not wal_id:
             return False
         with self._state_lock:
             keep = error is not None and (self._wal_keeps_failures or self._spools(error))
-        if not keep:
+        if keep:
+            return False
+        try:
             self._wal.log_done(wal_id, OUTCOME_ACKNOWLEDGED if error is None
                                else OUTCOME_FAILED)
-        return not keep
+        except errors.WalError as exc:
+            # A log that failed (a sync or write refused, no room on disk for a
+            # segment) must not keep the outcome from the batch's futures, nor its
+            # memory from the pool: the batch stays live in the WAL, and the next
+            # producer on the directory replays it.
+            _log.error("WAL: the outcome of a batch cannot be logged (%s); the next "
+                       "producer on the directory replays it", exc)
+        return True
 
     @property
     def compressor(self):
