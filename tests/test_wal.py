@@ -217,6 +217,27 @@ def test_batches_that_never_complete_are_moved_forward_and_the_log_stays_bounded
     assert recover(tmp_path).batches == []
 
 
+def test_a_batch_sealed_again_is_read_with_its_last_seal_by_recovery_and_relocation(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    batch_id = fill_batch(wal, "t", 0, [b"x" * 20])
+    wal.log_seal(batch_id, "t", 0, 4242, 3, 40, 1, 0, 5, 70)
+    wal.close()
+    wal = open_wal(tmp_path, fsync="never")
+    # A replay that cannot use the stamp re-encodes the batch and seals it again.
+    wal.log_seal(batch_id, "t", 0, 77, 0, 0, 1, 0, 6, 70)
+    for _ in range(400):  # other batches roll the log on while this one is live
+        wal.log_done(fill_batch(wal, "u", 0, [b"f" * 900]), OUTCOME_ACKNOWLEDGED)
+    wal.reclaim()
+    metrics = wal.metrics()
+    # Moved forward (by the housekeeping thread too, perhaps more than once), so that
+    # the segments it pinned went.
+    assert metrics["batches_relocated"] >= 1
+    assert metrics["segments"] <= 3
+    wal.close()
+    [batch] = recover(tmp_path).sealed
+    assert (batch.batch_id, batch.seal) == (batch_id, (77, 0, 0, 1, 0, 6, 70))
+
+
 def test_a_move_is_made_only_when_it_frees_four_times_its_copy_and_not_retried_till_then(
         tmp_path):
     wal = open_wal(tmp_path, fsync="never")
