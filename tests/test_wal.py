@@ -863,6 +863,33 @@ def test_an_image_left_empty_or_naming_no_segment_is_dropped(tmp_path):
     assert segments(tmp_path) == ["00000000000000000002.wal"]
 
 
+def test_an_image_another_format_version_left_is_refused_untouched(tmp_path):
+    # What a producer of another netkafka, killed, leaves: its segment file, and the
+    # shared-memory image holding what the file lacks.
+    open_wal(tmp_path, fsync="interval").close()
+    [name] = segments(tmp_path)
+    path = tmp_path / name
+    header = bytearray(path.read_bytes()[:_wal.HEADER_BYTES])
+    struct.pack_into("<I", header, 8, 3)
+    struct.pack_into("<I", header, 60, crc32c(bytes(header[:60])))
+    with open(path, "r+b") as f:
+        f.write(header)
+    token = (tmp_path / wal_staging.TOKEN_NAME).read_text().strip()
+    image = os.path.join(wal_staging.SHM_DIR, f"netkafka-wal-{token}-0")
+    content = bytes(header) + b"entries the file lacks" + bytes(64 * 1024 - 86)
+    with open(image, "wb") as f:
+        f.write(content)
+    try:
+        with pytest.raises(WalVersionError, match=r"netkafka-wal-.*version 3.*reads version 2"):
+            open_wal(tmp_path, fsync="interval")
+        # Kept for the netkafka that wrote it, which copies it to its segment.
+        with open(image, "rb") as f:
+            assert f.read() == content
+    finally:
+        if os.path.exists(image):
+            os.unlink(image)
+
+
 def test_interval_segments_are_staged_while_images_are_free_and_mapped_from_files_else(
         tmp_path, monkeypatch):
     monkeypatch.setattr(wal_staging, "SLOTS", 1)

@@ -899,16 +899,27 @@ class WriteAheadLog:
             raise
         return found
 
-    def _image_segment_path(self, raw):
-        """The segment file a dead producer's image belongs to, from the image's
-        header (raw: its first bytes); None for a header that is not a good one (an
-        image is empty if its producer was killed as it made it)."""
+    def _image_segment_path(self, raw, image):
+        """The segment file a dead producer's image (path `image`) belongs to, from
+        the image's header (raw: its first bytes); None for a header that is not a
+        good one (an image is empty if its producer was killed as it made it).
+
+        Raises:
+            WalVersionError: another format version wrote the image: it holds what
+                that version's segment lacks, for that version to copy (as segments,
+                refused before anything is dropped).
+        """
         if len(raw) < _wal.HEADER_BYTES:
             return None
         magic, version, _, segment_id, _, _, _ = _HEADER.unpack_from(raw)
+        if magic == MAGIC and version != FORMAT_VERSION:
+            raise WalVersionError(
+                f"{image} (the shared-memory image of a segment of {self.directory}) was "
+                f"written in WAL format version {version}; this netkafka reads version "
+                f"{FORMAT_VERSION}: replay the directory with the netkafka that wrote it, "
+                f"or move it away")
         (crc,) = _HEADER_CRC.unpack_from(raw, _HEADER.size)
-        if (magic != MAGIC or version != FORMAT_VERSION
-                or crc != crc32c(raw[:_HEADER.size])):
+        if magic != MAGIC or crc != crc32c(raw[:_HEADER.size]):
             return None
         return os.path.join(self.directory, segment_name(segment_id))
 

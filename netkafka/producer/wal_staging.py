@@ -173,11 +173,13 @@ def apply_left_over(directory, segment_path):
     copied.  Called before the log is read, with the directory locked.
 
     Args:
-        segment_path: segment_path(header bytes) -> the path of the segment file the
-            image belongs to (its header checked), or None for an image to drop.
+        segment_path: segment_path(header bytes, image path) -> the path of the
+            segment file the image belongs to (its header checked), or None for an
+            image to drop; it raises to refuse the image (which is then kept).
 
     Raises:
         WalStorageError: an image or a segment file cannot be read, written or synced.
+        What segment_path raises.
     """
     token = _read_token(directory)
     if token is None:
@@ -200,7 +202,8 @@ def _copy_image(image, segment_path):
     fd = os_call(reading, image, os.open, image, os.O_RDONLY)
     try:
         size = os_call(reading, image, os.fstat, fd).st_size
-        path = segment_path(os_call(reading, image, os.pread, fd, _wal.HEADER_BYTES, 0))
+        path = segment_path(os_call(reading, image, os.pread, fd, _wal.HEADER_BYTES, 0),
+                            image)
         if path is None or not os.path.exists(path):
             return 0  # not an image, its segment reclaimed, or a spare never used
         target = os_call("cannot open WAL segment", path, os.open, path, os.O_WRONLY)
