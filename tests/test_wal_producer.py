@@ -17,6 +17,7 @@ from netkafka import Producer
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
                              KafkaTimeoutError, RecordDroppedError, RecordSpooledError,
                              WalLockedError)
+from netkafka.producer import wal_staging
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -257,10 +258,18 @@ except Exception:
 def test_a_wal_that_fails_under_the_producer_fails_new_records_and_completes_the_others(
         kafka_broker, topic_name, tmp_path):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    probe = subprocess.run(
-        [sys.executable, "-c", FAILING_DISK_CHILD, kafka_broker.bootstrap, topic_name,
-         str(tmp_path)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
-        timeout=300)
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", FAILING_DISK_CHILD, kafka_broker.bootstrap, topic_name,
+             str(tmp_path)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
+            timeout=300)
+    finally:
+        # The failed log keeps its shared-memory images (what its files lack) for a
+        # next producer this test does not open: 64 MiB each.
+        token = (tmp_path / wal_staging.TOKEN_NAME).read_text().strip()
+        for name in os.listdir(wal_staging.SHM_DIR):
+            if name.startswith(f"netkafka-wal-{token}-"):
+                os.unlink(os.path.join(wal_staging.SHM_DIR, name))
     assert probe.returncode == 0, probe.stderr
     summary = json.loads(probe.stdout.splitlines()[-1])
     # The interval sync failed once entries passed 64 KiB: send() refuses from then on.
