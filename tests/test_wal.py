@@ -507,6 +507,16 @@ def test_an_entry_whose_topic_is_not_utf8_is_corruption(tmp_path):
         open_wal(tmp_path)
 
 
+def test_a_segment_too_small_for_entries_is_corruption(tmp_path):
+    header = wal_module._HEADER.pack(wal_module.MAGIC, wal_module.FORMAT_VERSION, 1, 1, 1, 0,
+                                     70)
+    with open(tmp_path / segment_name(1), "wb") as f:
+        f.write(header + struct.pack("<I", crc32c(header)) + bytes(6))
+    with pytest.raises(WalCorruptError, match=rf"{segment_name(1)}: a WAL segment of 70 bytes"):
+        open_wal(tmp_path)
+    assert open_files_under(tmp_path) == []
+
+
 def open_files_under(directory):
     """This process's fds open on files under directory."""
     names = []

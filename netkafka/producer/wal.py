@@ -945,8 +945,14 @@ class WriteAheadLog:
                 f"netkafka reads version {FORMAT_VERSION}: replay the directory with the "
                 f"netkafka that wrote it, or move it away")
         (crc,) = _HEADER_CRC.unpack_from(raw, _HEADER.size)
-        return (crc == crc32c(raw[:_HEADER.size]) and segment_id == segment.segment_id
+        good = (crc == crc32c(raw[:_HEADER.size]) and segment_id == segment.segment_id
                 and size_bytes == segment.size_bytes)
+        if good and size_bytes < _wal.HEADER_BYTES + _wal.ROLL_ENTRY_BYTES:
+            # No writer makes one (a segment holds at least its largest entry): read
+            # as it is, it would not even hold the ROLL entry that ends it.
+            raise WalCorruptError(f"{segment.path}: a WAL segment of {size_bytes} bytes "
+                                  f"cannot hold entries; move it out of the WAL directory")
+        return good
 
     def _read_chain(self, found):
         """Follows the log from the oldest segment: (chain, discarded, torn,
