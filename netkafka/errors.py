@@ -857,8 +857,10 @@ class WalVersionError(WalError):
 
 
 class WalCorruptError(WalError):
-    """A file in the WAL directory is not a netkafka WAL segment, or an entry passes its
-    checksum but does not parse: not a torn write, which recovery truncates and counts."""
+    """A file in the WAL directory is not a netkafka WAL segment, a segment's header is
+    bad where no crash leaves one (before later segments, or over entries), or an entry
+    passes its checksum but does not parse: not a torn write, which recovery truncates
+    and counts."""
 
 
 class WalFullError(WalError):

@@ -551,6 +551,127 @@ def test_a_log_that_cannot_be_opened_leaves_none_of_its_files_open(tmp_path):
     assert open_files_under(tmp_path) == []
 
 
+# -- segment headers: what a crash leaves, and what only corruption makes ------------------
+
+def closed_log_of_one_segment(directory, count=5):
+    """A log of one segment holding a batch of `count` records, closed; returns (its
+    path, the offset where its entries end, the batch's id)."""
+    wal = open_wal(directory, fsync="never")
+    batch_id = fill_batch(wal, "t", 0, [bytes([i]) * 200 for i in range(count)])
+    end = wal.appender.position
+    wal.close()
+    [name] = segments(directory)
+    return directory / name, end, batch_id
+
+
+def directory_bytes(directory):
+    return {name: (directory / name).read_bytes() for name in segments(directory)}
+
+
+def flip_byte(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+def test_a_flipped_header_byte_over_entries_is_corruption_and_nothing_is_deleted(tmp_path):
+    path, _, _ = closed_log_of_one_segment(tmp_path)
+    flip_byte(path, 40)  # the created-ms field: the header's checksum no longer matches
+    before = directory_bytes(tmp_path)
+    with pytest.raises(WalCorruptError, match=rf"{path.name} has a header whose checksum is "
+                                              rf"wrong, yet holds entries"):
+        open_wal(tmp_path)
+    assert directory_bytes(tmp_path) == before
+    assert open_files_under(tmp_path) == []
+
+
+def test_a_bad_header_before_later_segments_is_corruption_and_nothing_is_deleted(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    fill_batch(wal, "t", 0, [b"r" * 900] * 250)  # four segments
+    wal.close()
+    names = segments(tmp_path)
+    assert len(names) >= 3
+    # Zeros, as a header never written would be: but later segments' headers were.
+    with open(tmp_path / names[1], "r+b") as f:
+        f.write(bytes(_wal.HEADER_BYTES))
+    before = directory_bytes(tmp_path)
+    with pytest.raises(WalCorruptError, match=rf"{names[1]} has a header of zeros, yet the "
+                                              rf"log goes on in .*{names[2]}"):
+        open_wal(tmp_path)
+    assert directory_bytes(tmp_path) == before
+
+
+def test_a_header_whose_size_is_not_its_files_is_corruption(tmp_path):
+    path, end, _ = closed_log_of_one_segment(tmp_path)
+    os.truncate(path, SMALL["segment_bytes"] // 2)
+    with pytest.raises(WalCorruptError, match=rf"{path.name}: its header says "
+                                              rf"{SMALL['segment_bytes']} bytes, the file is "
+                                              rf"{SMALL['segment_bytes'] // 2} bytes"):
+        open_wal(tmp_path)
+    assert os.path.getsize(path) == SMALL["segment_bytes"] // 2
+
+
+def rolled_to_unfinished_segment(directory):
+    """A log of one segment whose last entry is a ROLL naming a next segment, as a
+    producer killed (or a machine crashed) just after rolling over leaves it; returns
+    (the next segment's path, its id, the batch's id).  The caller makes that file."""
+    path, end, batch_id = closed_log_of_one_segment(directory)
+    segment_id = int(path.name[:20])
+    write_entry(path, end, segment_id & 0xFFFFFFFF, _wal.ROLL,
+                struct.pack("<Q", segment_id + 1))
+    return directory / segment_name(segment_id + 1), segment_id + 1, batch_id
+
+
+def header_bytes(segment_id, size_bytes):
+    header = wal_module._HEADER.pack(wal_module.MAGIC, wal_module.FORMAT_VERSION,
+                                     segment_id & 0xFFFFFFFF, segment_id, 1, 0, size_bytes)
+    return header + struct.pack("<I", crc32c(header))
+
+
+@pytest.mark.parametrize("state", ["empty file", "zeros", "torn header",
+                                   "a spare's old header"])
+def test_the_last_segment_a_crash_left_unfinished_is_discarded_and_the_log_kept(tmp_path,
+                                                                                  state):
+    path, segment_id, batch_id = rolled_to_unfinished_segment(tmp_path)
+    size = SMALL["segment_bytes"]
+    if state == "empty file":  # created, not yet allocated
+        content = b""
+    elif state == "zeros":  # allocated, header not yet written
+        content = bytes(size)
+    elif state == "torn header":  # killed while its header was being written
+        content = header_bytes(segment_id, size)[:40] + bytes(size - 40)
+    else:  # a recycled spare renamed, its new header (in an image) lost
+        content = header_bytes(segment_id - 1, size) + bytes(size - _wal.HEADER_BYTES)
+    path.write_bytes(content)
+    if state == "a spare's old header":  # and an entry of the old segment: not its tag
+        write_entry(path, _wal.HEADER_BYTES, (segment_id - 1) & 0xFFFFFFFF, _wal.DONE,
+                    struct.pack("<QI", 7, OUTCOME_ACKNOWLEDGED))
+    with open_wal(tmp_path) as wal:
+        recovery = wal.recovery()
+        assert (recovery.segments_discarded, recovery.torn_entries) == (1, 0)
+        [batch] = recovery.unsealed
+        assert (batch.batch_id, [r.record for r in batch.records]) == (
+            batch_id, [bytes([i]) * 200 for i in range(5)])
+    assert path.name not in segments(tmp_path)
+
+
+def test_a_bad_header_over_entries_of_the_last_segment_is_corruption(tmp_path):
+    path, segment_id, _ = rolled_to_unfinished_segment(tmp_path)
+    size = SMALL["segment_bytes"]
+    path.write_bytes(header_bytes(segment_id, size) + bytes(size - _wal.HEADER_BYTES))
+    write_entry(path, _wal.HEADER_BYTES, segment_id & 0xFFFFFFFF, _wal.DONE,
+                struct.pack("<QI", 3, OUTCOME_ACKNOWLEDGED))
+    flip_byte(path, 20)  # the segment id field
+    before = directory_bytes(tmp_path)
+    with pytest.raises(WalCorruptError, match=rf"{path.name} has a header whose checksum is "
+                                              rf"wrong, yet holds entries with good "
+                                              rf"checksums"):
+        open_wal(tmp_path)
+    assert directory_bytes(tmp_path) == before
+
+
 # -- errors: lock, version, bound, storage --------------------------------------------------
 
 def test_a_second_opener_is_refused_naming_the_directory_and_holder(tmp_path):

@@ -57,10 +57,12 @@ Recovery (at open): segments are read in id order along their chain, DONE entrie
 first (so that finished batches are skipped), then the rest (a MOVE replacing what
 was read of its batch: _BatchReader).  The log ends at the
 first torn entry (a good tag over a bad checksum: counted in torn_entries), at a
-segment that ends without a ROLL entry while others follow, or at a ROLL entry whose
-segment is missing or unreadable; segments past that end were never reported
-durable and are deleted (counted).  The last segment read is closed with a ROLL entry
-naming the new producer's first segment.  What is left live is the Recovery: batches
+segment that ends without a ROLL entry while others follow, at a ROLL entry whose
+segment is missing or unreadable, or at the last segment when its header was never
+finished (no entry of its own behind it); segments past that end were never reported
+durable and are deleted (counted).  A bad header anywhere else is corruption
+(WalCorruptError), as is a header whose size is not its file's.  The last segment
+read is closed with a ROLL entry naming the new producer's first segment.  What is left live is the Recovery: batches
 sealed but not done (replayed byte-identical under their stamp), and batches never
 sealed (re-encoded) -- see recovery().
 
@@ -231,7 +233,8 @@ class WriteAheadLog:
         ValueError: a bad argument (named).
         WalLockedError: another producer has the directory open.
         WalVersionError: a segment of another format version is there.
-        WalCorruptError: a file that is not a segment, or an entry that does not parse.
+        WalCorruptError: a file that is not a segment, a segment header no crash leaves,
+            or an entry that does not parse.
         WalStorageError: the directory cannot be created, locked or written.
     """
 
@@ -888,7 +891,7 @@ class WriteAheadLog:
                 fd = _os_call("cannot open WAL segment", path, os.open, path, os.O_RDWR)
                 segment = _SegmentFile(int(match.group(1)), path, fd, os.fstat(fd).st_size)
                 found.append(segment)
-                if self._header_ok(segment):
+                if self._header_fault(segment) is None:
                     segment.mapped = MappedSegment(fd, segment.size_bytes, path)
                     segment.mapped.segment_id = segment.segment_id
                     segment.mapped.tag = segment.segment_id & 0xFFFFFFFF
@@ -923,20 +926,23 @@ class WriteAheadLog:
             return None
         return os.path.join(self.directory, segment_name(segment_id))
 
-    def _header_ok(self, segment):
-        """True for a good header; False for one a crash left unfinished.
+    def _header_fault(self, segment):
+        """None for a good header; else what is wrong with it, for a header a crash may
+        have left unfinished (judged by _check_unfinished when the log reaches it).
 
         Raises:
-            WalCorruptError: the file is not a netkafka WAL segment.
+            WalCorruptError: the file is not a netkafka WAL segment, or its header has
+                a good checksum and a size the file does not have (no crash makes
+                one: the header is written after the file is allocated to its size).
             WalVersionError: another format version wrote it.
         """
         if segment.size_bytes < _wal.HEADER_BYTES:
-            return False
+            return f"is {segment.size_bytes} bytes, too short for a header"
         raw = os.pread(segment.fd, _wal.HEADER_BYTES, 0)
         magic, version, _, segment_id, _, _, size_bytes = _HEADER.unpack_from(raw)
         if magic != MAGIC:
             if raw.count(0) == len(raw):
-                return False  # created, header never written
+                return "has a header of zeros"  # created, header never written
             raise WalCorruptError(f"{segment.path} is not a netkafka WAL segment "
                                   f"(magic {magic!r}); move it out of the WAL directory")
         if version != FORMAT_VERSION:
@@ -945,14 +951,57 @@ class WriteAheadLog:
                 f"netkafka reads version {FORMAT_VERSION}: replay the directory with the "
                 f"netkafka that wrote it, or move it away")
         (crc,) = _HEADER_CRC.unpack_from(raw, _HEADER.size)
-        good = (crc == crc32c(raw[:_HEADER.size]) and segment_id == segment.segment_id
-                and size_bytes == segment.size_bytes)
-        if good and size_bytes < _wal.HEADER_BYTES + _wal.ROLL_ENTRY_BYTES:
+        if crc != crc32c(raw[:_HEADER.size]):
+            return "has a header whose checksum is wrong"
+        if size_bytes != segment.size_bytes:
+            raise WalCorruptError(f"{segment.path}: its header says {size_bytes} bytes, the "
+                                  f"file is {segment.size_bytes} bytes (truncated or "
+                                  f"extended); nothing was deleted")
+        if size_bytes < _wal.HEADER_BYTES + _wal.ROLL_ENTRY_BYTES:
             # No writer makes one (a segment holds at least its largest entry): read
             # as it is, it would not even hold the ROLL entry that ends it.
             raise WalCorruptError(f"{segment.path}: a WAL segment of {size_bytes} bytes "
                                   f"cannot hold entries; move it out of the WAL directory")
-        return good
+        if segment_id != segment.segment_id:
+            # A spare renamed to this segment, its new header lost with its image.
+            return f"has the header of segment {segment_id}"
+        return None
+
+    def _check_unfinished(self, segment, later):
+        """The log reached segment, whose header is not good: returns if a crash can
+        have left it so (then it held nothing reported durable, and is discarded with
+        what follows); else raises.
+
+        A header is written (into the file's pages, or its image) before any entry of
+        its segment, and synced with them (a sync covers a segment from its byte 0, and
+        syncs rolled segments before later ones; a killed process leaves its pages and
+        images, which are copied back).  So a crash leaves a bad header only on the last
+        segment, with no entry of its own behind it.
+
+        Raises:
+            WalCorruptError: a later segment has a good header, or this one holds an
+                entry with a good checksum (names the file and what is wrong).
+        """
+        fault = self._header_fault(segment)
+        following = [s for s in later if s.mapped is not None]
+        if following:
+            raise WalCorruptError(
+                f"{segment.path} {fault}, yet the log goes on in {following[0].path}: a "
+                f"corrupt segment header, not a crash; nothing was deleted")
+        if segment.size_bytes < _wal.HEADER_BYTES + _wal.ROLL_ENTRY_BYTES:
+            return
+        mapped = MappedSegment(segment.fd, segment.size_bytes, segment.path)
+        try:
+            mapped.segment_id = segment.segment_id
+            mapped.tag = segment.segment_id & 0xFFFFFFFF
+            entries, end, _ = _wal.scan(mapped, done_only=True)
+        finally:
+            mapped.unmap()
+        if entries or end > _wal.HEADER_BYTES:
+            raise WalCorruptError(
+                f"{segment.path} {fault}, yet holds entries with good checksums (up to "
+                f"offset {end}): a corrupt segment header, not a crash; nothing was "
+                f"deleted")
 
     def _read_chain(self, found):
         """Follows the log from the oldest segment: (chain, discarded, torn,
@@ -961,8 +1010,10 @@ class WriteAheadLog:
         chain, done_ids, max_batch_id, torn = [], set(), 0, 0
         expected = None
         for position, segment in enumerate(found):
-            if segment.mapped is None or (expected is not None
-                                          and segment.segment_id != expected):
+            if expected is not None and segment.segment_id != expected:
+                break
+            if segment.mapped is None:
+                self._check_unfinished(segment, found[position + 1:])
                 break
             entries, end, status = _wal.scan(segment.mapped, done_only=True)
             chain.append((segment, end, entries))
