@@ -62,9 +62,9 @@ segment is missing or unreadable, or at the last segment when its header was nev
 finished (no entry of its own behind it); segments past that end were never reported
 durable and are deleted (counted).  A bad header anywhere else is corruption
 (WalCorruptError), as is a header whose size is not its file's.  The last segment
-read is closed with a ROLL entry naming the new producer's first segment.  What is left live is the Recovery: batches
-sealed but not done (replayed byte-identical under their stamp), and batches never
-sealed (re-encoded) -- see recovery().
+read is closed with a ROLL entry naming the new producer's first segment.  What is
+left live is the Recovery: batches sealed but not done (replayed byte-identical under
+their stamp), and batches never sealed (re-encoded) -- see recovery().
 
 Threads: the appender's methods and open_batch()/log_*() may be called from any
 thread.  Locks: the appender's `lock` guards the appender and, here, _segments,
