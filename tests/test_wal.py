@@ -32,7 +32,10 @@ from netkafka.producer import _wal, wal_staging
 from netkafka.producer import wal as wal_module
 from netkafka.producer.wal import (OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED, SPARE_NAME,
                                    WriteAheadLog, segment_name)
+from netkafka.record._batch import RecordBatchBuilder
+from netkafka.record._columns import Rows
 from netkafka.record._crc import crc32c
+from netkafka.record._pool import BufferPool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -1111,3 +1114,40 @@ def test_entry_framing_is_exact_and_clean_under_sanitizers(tmp_path):
     done = subprocess.run([driver], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split("\n")[-2] == "checked wal entries"
+
+
+# -- send_batch()'s bulk appends ----------------------------------------------------------
+
+def test_rows_a_failed_roll_left_unlogged_are_cut_from_the_batch(tmp_path):
+    wal = open_wal(tmp_path, fsync="never")
+    # No spare, and no file for the next segment: the roll fails as on a full disk.
+    wal._prepare_spare = lambda: None
+
+    def disk_full(path, size_bytes):
+        raise WalStorageError(f"cannot allocate {size_bytes} bytes for WAL segment {path}: "
+                              f"disk full", errno=errno.ENOSPC)
+
+    wal._create_segment = disk_full
+    pool = BufferPool(64 * 1024, 4 * 64 * 1024)
+    builder = RecordBatchBuilder(pool.try_acquire(), 64 * 1024, 64 * 1024)
+    # About 3,000 rows fit the batch; their entries (about 60 bytes each) do not fit
+    # the 64 KiB segment: the roll comes in the middle of the bulk call.
+    rows = Rows([b"%010d" % i for i in range(5000)], None, None,
+                [1000 + i % 7 for i in range(5000)])
+    batch_id = wal.open_batch()
+    with pytest.raises(WalStorageError, match="disk full"):
+        wal.appender.append_rows_to(builder, lambda b, start: b.append_rows(rows, None, start),
+                                    0, batch_id, "t", 0)
+    kept = builder.record_count
+    assert 0 < kept < 5000
+    assert builder.max_timestamp_ms == max(1000 + i % 7 for i in range(kept))
+    wal.close()
+    # The log holds exactly the records the batch holds, byte for byte.
+    [batch] = recover(tmp_path).unsealed
+    assert [r.index for r in batch.records] == list(range(kept))
+    view = builder.seal()
+    assert struct.unpack_from(">i", view, 57)[0] == kept  # the batch's record count
+    assert bytes(view[61:]) == b"".join(r.record for r in batch.records)
+    view.release()
+    builder.mark_failed()
+    builder.release()

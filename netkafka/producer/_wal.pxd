@@ -110,8 +110,9 @@ cdef class WalAppender:
     # Syncs everything appended so far (fsync "always", after an append returns).
     cdef int sync_appended(self) except -1
     cdef int _log_appended(self, RecordBatchBuilder builder, Py_ssize_t start,
-                           int32_t first_index, uint64_t batch_id, const char *topic,
-                           Py_ssize_t topic_len, int32_t partition) except -1
+                           int32_t first_index, int64_t max_timestamp_ms, uint64_t batch_id,
+                           const char *topic, Py_ssize_t topic_len,
+                           int32_t partition) except -1
 
     cdef void _install(self, MappedSegment segment, uint64_t start_position) noexcept
     cdef int _roll_over(self, Py_ssize_t n, bint control) except -1

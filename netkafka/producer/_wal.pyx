@@ -662,10 +662,14 @@ cdef class WalAppender:
 
         Raises:
             WalFullError: the log is at its bound for records (nothing appended).
+            WalStorageError: a roll over to the next segment failed (disk full): the
+                records appended and not logged are cut from builder again, which
+                holds those logged (builder.record_count says how many).
             What append raises, once the records it appended are logged.
         """
         cdef Py_ssize_t topic_len, before
         cdef int32_t first
+        cdef int64_t max_timestamp_ms
         cdef const char *topic_utf8 = _topic_utf8(topic, &topic_len)
         self.lock.take()
         try:
@@ -674,27 +678,31 @@ cdef class WalAppender:
                                    "records")
             before = builder._pos_bytes
             first = builder._record_count
+            max_timestamp_ms = builder._max_timestamp_ms
             try:
                 return append(builder, start)
             finally:
-                self._log_appended(builder, before, first, batch_id, topic_utf8, topic_len,
-                                   partition)
+                self._log_appended(builder, before, first, max_timestamp_ms, batch_id,
+                                   topic_utf8, topic_len, partition)
         finally:
             self.lock.give()
 
     cdef int _log_appended(self, RecordBatchBuilder builder, Py_ssize_t start,
-                           int32_t first_index, uint64_t batch_id, const char *topic,
-                           Py_ssize_t topic_len, int32_t partition) except -1:
+                           int32_t first_index, int64_t max_timestamp_ms, uint64_t batch_id,
+                           const char *topic, Py_ssize_t topic_len,
+                           int32_t partition) except -1:
         # With `lock` held: an entry for each record the builder holds from offset start
-        # on.  Records are read by their own framing: length varint, attributes, then
-        # the timestamp delta against the batch's first timestamp.  These entries never
-        # wait for room (the bulk call was admitted as a whole, and is one batch at
-        # most): they may take the log past its bound for records, as control entries.
+        # on (max_timestamp_ms: the builder's before them).  Records are read by their
+        # own framing: length varint, attributes, then the timestamp delta against the
+        # batch's first timestamp.  These entries never wait for room (the bulk call was
+        # admitted as a whole, and is one batch at most): they may take the log past its
+        # bound for records, as control entries.
         cdef const unsigned char *p = builder._data + start
         cdef const unsigned char *end = builder._data + builder._pos_bytes
         cdef const unsigned char *body
         cdef uint64_t body_bytes, ts_zigzag
         cdef int32_t index = first_index
+        cdef int64_t timestamp_ms
         cdef Py_ssize_t record_bytes
         while p < end:
             body = nk_read_uvarint64(p, end, &body_bytes)
@@ -703,12 +711,23 @@ cdef class WalAppender:
                     nk_read_uvarint64(body + 1, body + body_bytes, &ts_zigzag) == NULL:
                 raise RuntimeError("a record the builder wrote does not parse")
             record_bytes = (body - p) + <Py_ssize_t>body_bytes
-            self.ensure(NK_WAL_ENTRY_HEADER_BYTES + _RECORD_FIXED_BYTES + topic_len
-                        + record_bytes, True)
+            timestamp_ms = builder._first_timestamp_ms + <int64_t>(
+                (ts_zigzag >> 1) ^ (0 - (ts_zigzag & 1)))
+            try:
+                self.ensure(NK_WAL_ENTRY_HEADER_BYTES + _RECORD_FIXED_BYTES + topic_len
+                            + record_bytes, True)
+            except BaseException:
+                # The roll over failed (disk full): a record is in both the batch and
+                # the log or in neither, so the batch ends at the last record logged.
+                # Sealing is what makes a builder's bytes final, and it has not run.
+                builder._pos_bytes = p - builder._data
+                builder._record_count = index
+                builder._max_timestamp_ms = max_timestamp_ms
+                raise
             self.put_record(batch_id, index, <const unsigned char *>topic, topic_len,
-                            partition, builder._first_timestamp_ms
-                            + <int64_t>((ts_zigzag >> 1) ^ (0 - (ts_zigzag & 1))),
-                            p, record_bytes, NULL, -1)
+                            partition, timestamp_ms, p, record_bytes, NULL, -1)
+            if index == 0 or timestamp_ms > max_timestamp_ms:
+                max_timestamp_ms = timestamp_ms
             p += record_bytes
             index += 1
         return 0
