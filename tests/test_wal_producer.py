@@ -285,6 +285,56 @@ def test_a_wal_that_fails_under_the_producer_fails_new_records_and_completes_the
     assert len(values) == 1 + outcomes["delivered"]
 
 
+
+# The child of the next test: send_batch() on a disk that fills as the WAL rolls over
+# in the middle of a bulk append (fsync "always" writes its segments through their
+# mappings, which RLIMIT_FSIZE lets be: only allocating the next segment fails).
+FAILING_ROLL_CHILD = """
+import json, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+from netkafka import Producer
+bootstrap, topic, wal_dir = sys.argv[1:4]
+# 1 MiB segments; 64 KiB batches of rows whose entries take about 400 KiB each.
+p = Producer(bootstrap_servers=bootstrap, wal_dir=wal_dir, wal_fsync="always",
+             wal_max_bytes=3 << 20, batch_size=64 * 1024, max_request_size=64 * 1024,
+             linger_ms=20, max_block_ms=2000, request_timeout_ms=5000,
+             delivery_timeout_ms=10000)
+p.send(topic, b"first").get(30)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+try:
+    result = p.send_batch(topic, [b"%07d" % i for i in range(40000)], partitions=0)
+    result.get(30)
+    report = {"raised": None, "errors": [(row, type(exc).__name__)
+                                         for row, exc in result.errors]}
+except Exception as exc:
+    report = {"raised": f"{type(exc).__name__}: {exc}", "errors": []}
+print(json.dumps(report))
+try:
+    p.close(5)
+except Exception:
+    pass
+"""
+
+
+def test_send_batch_on_a_disk_that_fills_as_the_wal_rolls_over_delivers_what_it_reports(
+        kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    probe = subprocess.run(
+        [sys.executable, "-c", FAILING_ROLL_CHILD, kafka_broker.bootstrap, topic_name,
+         str(tmp_path)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
+        timeout=300)
+    assert probe.returncode == 0, probe.stderr
+    report = json.loads(probe.stdout.splitlines()[-1])
+    # The rows the log could not take fail with its error; send_batch() itself returns.
+    assert report["raised"] is None, report
+    failed = {row for row, _ in report["errors"]}
+    assert failed and {name for _, name in report["errors"]} == {"WalStorageError"}
+    delivered = [b"%07d" % i for i in range(40000) if i not in failed]
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name,
+                                          1 + len(delivered))]
+    # Exactly the rows reported delivered: none that was cut from its batch unlogged.
+    assert values == [b"first"] + delivered
+
 # -- a full log -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backoff, error", [("block", BackpressureTimeoutError),

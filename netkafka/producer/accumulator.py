@@ -369,7 +369,8 @@ class RecordAccumulator(AccumulatorCore):
         batch has room.  A row the builder refuses (its type, its size, its
         timestamp) fails alone; an error of the partition itself (no metadata,
         no such partition, no memory within max_block_ms) fails the rows left, as
-        each would wait as long again.
+        each would wait as long again; so does a WAL that fails (a disk full as it
+        rolls over), the rows it did not log taken out of the batch.
 
         rows: count, record(i) -> (key, value, headers, timestamp_ms), append_to(
         builder, start) -> rows appended.  outcome hears where each row went:
@@ -394,6 +395,7 @@ class RecordAccumulator(AccumulatorCore):
                 return
             run_start, start = start, start + 1
             retired = False
+            wal_failure = None
             with self.lock:
                 queue = self.queue_locked(topic, batch.result.partition)
                 builder = batch.builder
@@ -408,6 +410,12 @@ class RecordAccumulator(AccumulatorCore):
                         start += self._append_rows_to(rows, start, batch, queue)
                     except errors.WalFullError:
                         break  # the next row waits for room, on the per-record path
+                    except errors.WalError as exc:
+                        # The log failed (a roll over on a full disk): the rows it
+                        # logged are in the batch, the others were cut from it again.
+                        start += builder.record_count - before
+                        wal_failure = exc
+                        break
                     except (TypeError, ValueError) as exc:
                         # Row `start + appended` was refused, the ones before it taken.
                         start += builder.record_count - before
@@ -425,6 +433,12 @@ class RecordAccumulator(AccumulatorCore):
                     outcome.appended(rows, batch.result, first, run_start, start - run_start)
             if retired:
                 self._drain(queue)
+            if wal_failure is not None:
+                # As a failure on the per-record path: the rows left fail with it.
+                if self.refusing():
+                    raise wal_failure
+                outcome.refused(rows, start, count - start, wal_failure)
+                return
 
     def _start_bytes_locked(self, queue, size_bytes):
         """With the lock held: the size of queue's next batch's first buffer, which is

@@ -342,6 +342,8 @@ class Producer(ProducerCore):
             exception)], failed_count, partitions() and offsets() per row.  A row
             refused by the encoder (an element of the wrong type, larger than
             max_request_size, a bad timestamp) fails alone and the others are sent.
+            With wal_dir, rows the log cannot take (its disk full as it rolls over to
+            a new segment) fail with WalStorageError and are not sent.
 
         Raises:
             ProducerClosedError: after close().
