@@ -774,14 +774,17 @@ class OAuthTokenError(KafkaError):
     Attributes:
         url: the token endpoint, or None when the token came from elsewhere.
         status: the endpoint's HTTP status, or None when there was no answer.
-    Retriable when the endpoint may answer later: no answer, HTTP 429 or 5xx.
+    Retriable when the endpoint may answer later (no answer, HTTP 429 or 5xx), or when
+    the raiser says so (retriable=True: a provider's or signer's own failure, which may
+    pass as an unreachable broker does).
     """
 
-    def __init__(self, message, *, url=None, status=None):
+    def __init__(self, message, *, url=None, status=None, retriable=False):
         super().__init__(message)
         self.url = url
         self.status = status
-        self.retriable = url is not None and (status is None or status == 429 or status >= 500)
+        self.retriable = retriable or (
+            url is not None and (status is None or status == 429 or status >= 500))
 
 
 def refuses_credentials(error):

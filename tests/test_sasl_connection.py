@@ -98,6 +98,41 @@ def test_the_oidc_provider_fetches_its_token_from_the_endpoint(secured_broker, t
     assert elapsed_s < max_block_ms / 1000 / 2, elapsed_s
 
 
+class FlakyProvider:
+    """A user's token provider whose identity provider is away for its first `failures`
+    calls (ConnectionError), then hands out the OIDC endpoint's real tokens."""
+
+    def __init__(self, provider, failures):
+        self._provider = provider
+        self.failures = failures
+        self.calls = 0
+
+    def token(self):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ConnectionError("identity provider unreachable")
+        return self._provider.token()
+
+
+def test_a_token_providers_passing_failure_is_waited_for_not_fatal(secured_broker, topic_name):
+    """A user's provider that raises (its own identity provider away for a moment) fails
+    no record: the producer tries again, as for an unreachable broker, and every record
+    lands once the provider answers (read back by confluent-kafka)."""
+    listener = listener_name("SASL_PLAINTEXT", "OAUTHBEARER")
+    admin_topic(secured_broker, topic_name)
+    flaky = FlakyProvider(OidcClientCredentialsProvider(
+        secured_broker.oauth.token_url, "alice", secured_broker.oauth.clients["alice"]), 2)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                        sasl_oauth_token_provider=flaky)
+    try:
+        sent = send_all(producer, topic_name)
+    finally:
+        producer.close()
+    assert flaky.calls > flaky.failures
+    assert read_back(secured_broker, topic_name, listener, len(sent)) == sorted(sent)
+
+
 def test_a_token_endpoint_that_does_not_answer_is_named_by_the_setup_timeout(secured_broker,
                                                                              topic_name):
     """The endpoint accepts the connection and never answers: the setup timeout fires

@@ -92,5 +92,8 @@ class MskIamTokenProvider(RefreshingTokenProvider):
         try:
             token, expiry_ms = self._sign()
         except Exception as exc:  # botocore's errors have no common base worth naming
-            raise OAuthTokenError(f"{self._source}: no token: {exc!r}") from exc
+            # Retriable: a credentials source or STS may fail for a moment (as
+            # OAuthBearerMechanism.prepare says); the records wait, then time out naming it.
+            raise OAuthTokenError(f"{self._source}: no token: {exc!r}",
+                                  retriable=True) from exc
         return token, expiry_ms / 1000

@@ -146,7 +146,11 @@ class OAuthBearerMechanism(SaslMechanism):
         except OAuthTokenError:
             raise
         except Exception as exc:
-            raise OAuthTokenError(f"sasl_oauth_token_provider ({name}) failed: {exc!r}") from exc
+            # Retriable: what a provider raises cannot be told apart from a passing
+            # failure (its identity provider unreachable for a moment); the records wait
+            # for it as for an unreachable broker, and time out naming it.
+            raise OAuthTokenError(f"sasl_oauth_token_provider ({name}) failed: {exc!r}",
+                                  retriable=True) from exc
         self._message = client_first_message(
             token, extensions, f"sasl_oauth_token_provider ({name}).token()")
 
