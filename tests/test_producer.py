@@ -311,6 +311,20 @@ def test_callbacks_and_errbacks(kafka_broker, topic_name):
     assert future.value == meta and future.exception is None
 
 
+def test_a_bad_timeout_to_get_is_a_type_error_and_delivery_goes_on(kafka_broker, topic_name):
+    # get() with a timeout that is not a number used to raise with the batch's lock
+    # held: the I/O thread completing the batch then waited for it forever, and
+    # flush() and close() with it.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        future = p.send(topic_name, b"pending")
+        with pytest.raises(TypeError):
+            future.get("soon")
+        p.flush(10)
+        assert future.get(0).offset == 0
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"pending"]
+
+
 def test_flush_or_close_from_a_callback_is_refused_not_a_hang(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name)
     seen = []

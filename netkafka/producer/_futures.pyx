@@ -70,12 +70,20 @@ cdef class BatchResult:
         return self._is_done()
 
     def wait(self, timeout_s=None):
-        """True once completed; False if timeout_s passed first."""
+        """True once completed; False if timeout_s passed first.
+
+        Raises:
+            TypeError: timeout_s is not a number or None.
+        """
+        # Compared before the lock is taken: a timeout that is not a number raises
+        # here, and must not leave _lock held (the thread completing the batch would
+        # wait for it forever, and with it every batch of its broker).
+        cdef bint poll = timeout_s is not None and timeout_s <= 0
         self._lock.take()
         if self._done:
             self._lock.give()
             return True
-        if timeout_s is not None and timeout_s <= 0:
+        if poll:
             self._lock.give()
             return False  # a poll: no Event needed
         try:
