@@ -44,7 +44,10 @@
     |   +-- WalStorageError     the OS refused: disk full, permission, I/O error
     |   +-- RecordSpooledError  delivery timed out; the record is kept and sent again
     +-- BrokerError             an error code a broker returned; one subclass per
-                                code a producer meets, generic for the rest
+        |                       code a producer meets, generic for the rest
+        +-- MessageTooLargeError (MESSAGE_TOO_LARGE)
+            +-- RecordTooLargeError  a record larger than max_request_size, refused
+                                by send() before it is queued (also a ValueError)
 
 Each BrokerError carries ``code``, ``name`` (Kafka's name for the code),
 ``retriable`` (the same request may succeed if sent again) and
@@ -379,7 +382,10 @@ class BrokerError(KafkaError):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls.name, cls.retriable, cls.invalid_metadata = ERROR_CODES[cls.code]
-        _CLASS_FOR_CODE[cls.code] = cls
+        if "code" in cls.__dict__:
+            # A subclass keeping its parent's code (RecordTooLargeError) is raised by
+            # netkafka itself: the broker's code still maps to the parent.
+            _CLASS_FOR_CODE[cls.code] = cls
 
     def __init__(self, message=None, *, code=None):
         if code is not None:
@@ -476,6 +482,14 @@ class MessageTooLargeError(BrokerError):
     """A batch is larger than the broker or topic accepts (message.max.bytes, max.message.bytes)."""
 
     code = 10
+
+
+class RecordTooLargeError(MessageTooLargeError, ValueError):
+    """A record larger than max_request_size (serialized in a batch), refused by
+    send(), produce() and send_batch() before it is queued; the message gives both
+    sizes.  kafka-python's send() raises MessageSizeTooLargeError for it, which this
+    is (so code catching that, or KafkaError, still does); also a ValueError, which
+    netkafka raised for it before."""
 
 
 class NetworkError(BrokerError):

@@ -74,6 +74,29 @@ def test_error_names_of_kafka_python():
     assert issubclass(errors.ProducerClosedError, errors.IllegalStateError)
 
 
+def test_an_oversize_record_is_kafka_pythons_message_size_too_large_error(kafka_broker, topic):
+    # kafka-python's send() raises MessageSizeTooLargeError for a record larger than
+    # max_request_size; netkafka raised a bare ValueError, which a script's
+    # `except KafkaError` (or `except MessageSizeTooLargeError`) let through.
+    with producer(kafka_broker, max_request_size=10_000, batch_size=4096) as p:
+        for attempt in (lambda: p.send(topic, b"x" * 10_001),
+                        lambda: p.send(topic, b"x" * 10_001, partition=1)):
+            with pytest.raises(errors.MessageSizeTooLargeError,
+                               match=r"larger than max_request_size_bytes=10000") as info:
+                attempt()
+            assert isinstance(info.value, errors.KafkaError)
+            assert isinstance(info.value, ValueError)  # as netkafka documents it
+        result = p.send_batch(topic, [b"small", b"x" * 10_001])
+        result.get(30)
+        assert [(row, type(error)) for row, error in result.errors] == [
+            (1, errors.RecordTooLargeError)]
+        assert p.send(topic, b"after").get(30).offset >= 0
+    # A broker's MESSAGE_TOO_LARGE is still MessageTooLargeError, not the client's class.
+    assert type(errors.error_for_code(10)) is errors.MessageTooLargeError
+    assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic, 2)) == [
+        b"after", b"small"]
+
+
 def test_record_metadata_fields_in_kafka_pythons_order(kafka_broker, topic):
     assert netkafka.RecordMetadata._fields == KafkaPythonRecordMetadata._fields
     with producer(kafka_broker) as p:

@@ -47,6 +47,8 @@ from netkafka.record._compression cimport CODEC_NONE, Compressor
 from netkafka.record._pool cimport (BATCH_OPEN, BATCH_SEALED, PooledBatch, PooledBuffer,
                                      check_max_request_size)
 
+from netkafka.errors import RecordTooLargeError
+
 
 cdef enum:
     # Below this the CRC takes less time than giving up and retaking the GIL.
@@ -185,8 +187,8 @@ cdef class RecordBatchBuilder(PooledBatch):
 
         Raises:
             TypeError: an argument has a type not listed above (the message names it).
-            ValueError: the first record alone exceeds max_request_size_bytes, or a
-                bad timestamp.
+            ValueError: the first record alone exceeds max_request_size_bytes (a
+                RecordTooLargeError), or a bad timestamp.
             BatchStateError: the batch is sealed.
             BufferPoolExhausted: the first record is larger than the buffer and the
                 pool has no room for a larger one now.
@@ -456,8 +458,9 @@ cdef class RecordBatchBuilder(PooledBatch):
         # if the buffer is too small the (still empty) batch grows into a larger one.
         cdef Py_ssize_t needed = HEADER_SIZE_BYTES + record_bytes
         if needed > self.max_request_size_bytes:
-            raise ValueError(f"the record is {needed} bytes when serialized in a batch, larger "
-                             f"than max_request_size_bytes={self.max_request_size_bytes}")
+            raise RecordTooLargeError(
+                f"the record is {needed} bytes when serialized in a batch, larger than "
+                f"max_request_size_bytes={self.max_request_size_bytes}")
         if needed > self._records_buf.capacity_bytes:
             self._grow(needed, True)
         return 0

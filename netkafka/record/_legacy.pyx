@@ -51,6 +51,8 @@ from netkafka.record._compression cimport CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, Com
 from netkafka.record._pool cimport BATCH_OPEN, PooledBatch, PooledBuffer, check_max_request_size
 from netkafka.csrc cimport nk_crc32, nk_store_be32, nk_store_be64
 
+from netkafka.errors import RecordTooLargeError
+
 
 cdef enum:
     # Offsets in an entry, and sizes.
@@ -319,7 +321,7 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
         # The first record goes in whatever its size, up to max_request_size_bytes;
         # if the buffer is too small the (still empty) set grows into a larger one.
         if self._wrapper_bytes + entry_bytes > self.max_request_size_bytes:
-            raise ValueError(
+            raise RecordTooLargeError(
                 f"the record is {self._wrapper_bytes + entry_bytes} bytes as a v{self.magic} "
                 f"message{' in a compressed set' if self._wrapper_bytes else ''}, larger "
                 f"than max_request_size_bytes={self.max_request_size_bytes}")
