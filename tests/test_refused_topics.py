@@ -46,6 +46,19 @@ def test_illegal_name_is_refused_by_every_way_in(kafka_broker, producer, topic_n
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"fine"]
 
 
+@pytest.mark.parametrize("topic", [None, 5, b"topic"], ids=["None", "int", "bytes"])
+def test_a_topic_that_is_no_str_is_a_type_error_naming_it(kafka_broker, producer, topic_name,
+                                                           topic):
+    # kafka-python's partitions_for() says "All topics must be strings"; netkafka's
+    # failed on len(None), or with a regex's complaint about bytes.
+    for call in (producer.partitions_for, lambda t: producer.send(t, b"x"),
+                 lambda t: producer.send_batch(t, [b"x"])):
+        with pytest.raises(TypeError, match=rf"^topic must be a str, not {type(topic).__name__}$"):
+            call(topic)
+    producer.send(topic_name, b"fine").get(30)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"fine"]
+
+
 def test_names_at_the_rules_edges_are_written(kafka_broker, producer):
     """The longest name, and every punctuation the rule allows, reach the broker."""
     names = ["e" * 249, "._-Az09"]

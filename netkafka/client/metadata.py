@@ -696,8 +696,12 @@ def check_topic_name(topic):
     over 249 characters, '.' or '..', or with a character outside a-z A-Z 0-9 . _ -.
 
     Raises:
+        TypeError: topic is not a str (as send() says it).
         InvalidTopicError: naming the topic and what is wrong with it.
     """
+    if not isinstance(topic, str):
+        # partitions_for(None) used to fail here on len(None), naming neither.
+        raise TypeError(f"topic must be a str, not {type(topic).__name__}")
     if not topic:
         why = "it is empty"
     elif len(topic) > _TOPIC_NAME_MAX_CHARS:
