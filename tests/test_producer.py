@@ -4,6 +4,7 @@ Every check compares what the test handed to send() with what an independent rea
 (netkafka.testing.reader, librdkafka underneath) finds in the topic, and with what
 the futures reported: offsets, partitions, timestamps, sizes.
 """
+import math
 import os
 import threading
 import time
@@ -380,6 +381,36 @@ def test_send_after_close_raises_and_close_stops_every_thread(kafka_broker, topi
     assert netkafka_threads() == before
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [
         b"before close"]
+
+
+def test_close_with_a_bad_timeout_leaves_the_producer_open_and_inf_waits_until_done(
+        kafka_broker, topic_name):
+    # close("soon") used to mark the producer closed before its timeout raised: its
+    # threads kept running, the lingering record never got an outcome, and every later
+    # close() returned at once.  math.inf (kafka-python's "no bound") raised
+    # OverflowError from the wait, half-way through close(), likewise.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    before = netkafka_threads()
+    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
+    first = p.send(topic_name, b"first")
+    for bad, error in (("soon", TypeError), (float("nan"), ValueError)):
+        with pytest.raises(error, match=r"close\(\) timeout must be a number of seconds"):
+            p.close(bad)
+    with pytest.raises(TypeError, match=r"flush\(\) timeout must be a number of seconds"):
+        p.flush("soon")
+    assert not first.is_done
+    flusher = threading.Timer(0.2, p.flush, args=(math.inf,))
+    flusher.start()
+    assert first.get(math.inf).offset == 0  # waited for while pending
+    flusher.join()
+    second = p.send(topic_name, b"second")
+    p.close(math.inf)
+    assert second.get(0).offset == 1
+    assert netkafka_threads() == before
+    with pytest.raises(ProducerClosedError):
+        p.send(topic_name, b"after close")
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 2)] == [
+        b"first", b"second"]
 
 
 def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broker, topic_name):

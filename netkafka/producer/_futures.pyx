@@ -27,6 +27,8 @@ from collections import namedtuple
 from netkafka.errors import KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.futures")
+# The longest wait threading.Event takes; a longer timeout waits without bound.
+_TIMEOUT_MAX_S = threading.TIMEOUT_MAX
 
 TopicPartition = namedtuple("TopicPartition", ["topic", "partition"])
 
@@ -79,6 +81,10 @@ cdef class BatchResult:
         # here, and must not leave _lock held (the thread completing the batch would
         # wait for it forever, and with it every batch of its broker).
         cdef bint poll = timeout_s is not None and timeout_s <= 0
+        if timeout_s is not None and timeout_s >= _TIMEOUT_MAX_S:
+            # Longer than threading can wait (math.inf among them), which raised
+            # OverflowError: no bound.
+            timeout_s = None
         self._lock.take()
         if self._done:
             self._lock.give()

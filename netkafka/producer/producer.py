@@ -32,6 +32,8 @@ by _close_lock.
 """
 import atexit
 import logging
+import math
+import numbers
 import os
 import threading
 import time
@@ -588,6 +590,7 @@ class Producer(ProducerCore):
             KafkaError: called from a callback, on the I/O thread that would have to
                 deliver what it waits for.
         """
+        timeout = _timeout_s("flush()", timeout)
         self._start_if_forked()
         self._refuse_on_io_thread("flush()")
         self._accumulator.flush(timeout)
@@ -595,7 +598,15 @@ class Producer(ProducerCore):
     def close(self, timeout=None):
         """Flushes for up to timeout seconds (None: until every record is done),
         then fails whatever is left and stops every thread.  send() raises
-        ProducerClosedError from now on.  Calling it again does nothing."""
+        ProducerClosedError from now on.  Calling it again does nothing.
+
+        Raises:
+            TypeError, ValueError: timeout is not a number of seconds or None (the
+                producer is left open).
+        """
+        # Checked before the producer counts as closed: a timeout that raised later
+        # left it closed to close() but with its threads running and records pending.
+        timeout = _timeout_s("close()", timeout)
         if not self._needs_start:
             self._refuse_on_io_thread("close()")
         with self._close_lock:
@@ -829,6 +840,25 @@ def _serializer_function(serializer):
 
 def _name_of(fn):
     return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _timeout_s(what, timeout):
+    """flush()'s or close()'s timeout as the waits take it: None for no bound --
+    None, or one longer than threading can wait (math.inf: "until done") --, else
+    the number of seconds.
+
+    Raises:
+        TypeError: timeout is not a real number or None.
+        ValueError: timeout is NaN.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{what} timeout must be a number of seconds or None, not "
+                        f"{type(timeout).__name__}")
+    if math.isnan(timeout):
+        raise ValueError(f"{what} timeout must be a number of seconds or None, got nan")
+    return None if timeout >= threading.TIMEOUT_MAX else timeout
 
 
 def _remaining_s(deadline):
