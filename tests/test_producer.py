@@ -413,6 +413,25 @@ def test_close_with_a_bad_timeout_leaves_the_producer_open_and_inf_waits_until_d
         b"first", b"second"]
 
 
+def test_after_close_partitions_for_and_committed_offsets_are_refused_at_once(
+        kafka_broker, topic_name):
+    # After close(), partitions_for() of a topic not known yet said KafkaTimeoutError
+    # "after 30000 ms" at once, and committed_offsets() waited its whole timeout to
+    # name a coordinator not found.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    p = producer(kafka_broker.bootstrap)
+    p.send(topic_name, b"x").get(30)
+    p.close()
+    assert p.partitions_for(topic_name) == {0, 1}  # known: kafka-python answers too
+    started = time.monotonic()
+    with pytest.raises(ProducerClosedError, match=r"partitions_for\('never-asked-for'\) after "
+                                                  r"close\(\)"):
+        p.partitions_for("never-asked-for")
+    with pytest.raises(ProducerClosedError, match=r"committed_offsets\(\) after close\(\)"):
+        p.committed_offsets("group", [(topic_name, 0)], timeout=20)
+    assert time.monotonic() - started < 5
+
+
 def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name)
     p = producer(kafka_broker.bootstrap, linger_ms=60_000)

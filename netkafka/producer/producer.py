@@ -556,8 +556,12 @@ class Producer(ProducerCore):
 
         Raises:
             KafkaTimeoutError: not answered in time; BrokerError: refused (named).
+            ProducerClosedError: after close().
         """
         self._start_if_forked()
+        # Its connections are gone: asked anyway, it waited the whole timeout and
+        # then named a coordinator not found.
+        self._refuse_if_closed("committed_offsets()")
         config = self.config
         timeout_s = config.max_block_ms / 1000 if timeout is None else timeout
         return fetch_committed_offsets(
@@ -570,11 +574,14 @@ class Producer(ProducerCore):
         if self.config.transactional_id is None:
             raise TransactionStateError(
                 f"{what} needs a transactional producer: create it with transactional_id")
+        self._refuse_if_closed(what)
+        self._refuse_on_io_thread(what)
+        return self._transaction
+
+    def _refuse_if_closed(self, what):
         with self._close_lock:
             if self._closed:
                 raise ProducerClosedError(f"{what} after close(): the producer is closed")
-        self._refuse_on_io_thread(what)
-        return self._transaction
 
     # ------------------------------------------------------------------
     # Flush, close, and the rest of kafka-python's interface.
@@ -677,9 +684,23 @@ class Producer(ProducerCore):
         self._wal.sync()
 
     def partitions_for(self, topic):
-        """The set of the topic's partition ids (waits up to max_block_ms for them)."""
+        """The set of the topic's partition ids (waits up to max_block_ms for them).
+
+        Raises:
+            KafkaTimeoutError: the topic is not known within max_block_ms.
+            ProducerClosedError: after close(), for a topic whose partitions were not
+                known by then (a known one's are still given, as kafka-python does).
+            InvalidTopicError, TopicAuthorizationFailedError: the topic is refused.
+        """
         self._start_if_forked()
-        return set(self._metadata.wait_for_topic(topic, self._max_block_s).partitions)
+        try:
+            info = self._metadata.wait_for_topic(topic, self._max_block_s)
+        except KafkaTimeoutError:
+            # A closed producer's metadata gives up at once: its KafkaTimeoutError
+            # said "after max_block_ms" of a wait that never happened.
+            self._refuse_if_closed(f"partitions_for({topic!r})")
+            raise
+        return set(info.partitions)
 
     def bootstrap_connected(self):
         """True once a broker has answered (kafka-python's: the bootstrap is
