@@ -97,6 +97,29 @@ def test_an_oversize_record_is_kafka_pythons_message_size_too_large_error(kafka_
         b"after", b"small"]
 
 
+def test_a_str_enum_topic_and_a_numpy_partition_are_taken_as_kafka_python_takes_them(
+        kafka_broker, topic):
+    # kafka-python takes any str as the topic (a str Enum's member among them) and any
+    # integer as the partition (numpy's, as a pandas column gives them); netkafka
+    # refused both with a TypeError ("topic must be a str, not Topics").
+    import enum
+    import numpy
+
+    Topics = enum.Enum("Topics", {"EVENTS": topic}, type=str)
+    with producer(kafka_broker) as p:
+        meta = p.send(Topics.EVENTS, b"enum", partition=numpy.int64(2)).get(30)
+        assert (type(meta.topic), meta.topic, type(meta.partition), meta.partition) == (
+            str, topic, int, 2)
+        p.produce(Topics.EVENTS, b"produced", partition=numpy.int32(1))
+        p.send_batch(Topics.EVENTS, [b"batch"], partitions=0).get(30)
+        p.flush(30)
+        for bad in (numpy.float64(1.0), numpy.bool_(True), True, "1"):
+            with pytest.raises(TypeError, match=r"partition must be an int or None"):
+                p.send(topic, b"x", partition=bad)
+    placed = {(r.partition, r.value) for r in read_topic(kafka_broker.bootstrap, topic, 3)}
+    assert placed == {(2, b"enum"), (1, b"produced"), (0, b"batch")}
+
+
 def test_record_metadata_fields_in_kafka_pythons_order(kafka_broker, topic):
     assert netkafka.RecordMetadata._fields == KafkaPythonRecordMetadata._fields
     with producer(kafka_broker) as p:

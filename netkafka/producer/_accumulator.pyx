@@ -56,6 +56,7 @@ from netkafka.csrc cimport (
 )
 
 import collections
+import operator
 
 from netkafka.errors import WalFullError
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
@@ -245,11 +246,11 @@ cdef class AccumulatorCore:
         cdef unsigned long epoch
         cdef bint full = False
         if type(topic) is not str:
-            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+            topic = _topic_arg(topic)
         if timestamp_ms is not None:
             ts = checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
         if partition is not None:
-            chosen = _partition_arg(partition)
+            chosen = partition = _partition_arg(partition)
         # 1. The topic's partitions; with a built-in partitioner its choice too, so
         # that the usual record takes the lock once.
         self.lock.take()
@@ -425,9 +426,28 @@ cdef class AccumulatorCore:
                 table.forget_sticky_locked()
 
 
+cdef str _topic_arg(object topic):
+    # Cold: a topic that is not exactly a str.  A str subclass's (a str Enum member's,
+    # which kafka-python takes) plain str; the partition queues and the metadata are
+    # keyed by plain strs.
+    if isinstance(topic, str):
+        return str.__str__(topic)
+    raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+
+
 cdef int _partition_arg(object partition) except -1:
     if isinstance(partition, bool) or not isinstance(partition, int):
-        raise TypeError(f"partition must be an int or None, not {partition!r}")
+        # Cold: an integer of another type (numpy's, as a pandas column gives them),
+        # which kafka-python takes, stands for its int; a bool or a float does not.
+        index = None
+        if not isinstance(partition, bool):
+            try:
+                index = operator.index(partition)
+            except TypeError:
+                pass
+        if index is None:
+            raise TypeError(f"partition must be an int or None, not {partition!r}")
+        partition = index
     if partition < 0:
         raise ValueError(f"partition must be >= 0, got {partition}")
     if partition > 0x7FFFFFFF:

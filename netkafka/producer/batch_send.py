@@ -169,7 +169,9 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
                timestamps_ms=None):
     """Producer.send_batch() after serialization: see its docstring."""
     if type(topic) is not str:
-        raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        topic = str.__str__(topic)  # a str Enum member's plain str, as send() takes it
     # Here, not only when the topic's metadata is first waited for: the rows would
     # fail one by one, and send_batch() raises a refusal of every row.
     check_topic_name(topic)
