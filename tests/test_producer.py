@@ -424,12 +424,47 @@ def test_after_close_partitions_for_and_committed_offsets_are_refused_at_once(
     p.close()
     assert p.partitions_for(topic_name) == {0, 1}  # known: kafka-python answers too
     started = time.monotonic()
-    with pytest.raises(ProducerClosedError, match=r"partitions_for\('never-asked-for'\) after "
-                                                  r"close\(\)"):
+    with pytest.raises(ProducerClosedError, match=r"closed: the partitions of topic "
+                                                  r"'never-asked-for' are not known"):
         p.partitions_for("never-asked-for")
     with pytest.raises(ProducerClosedError, match=r"committed_offsets\(\) after close\(\)"):
         p.committed_offsets("group", [(topic_name, 0)], timeout=20)
     assert time.monotonic() - started < 5
+
+
+def test_close_ends_the_metadata_waits_of_send_produce_and_send_batch_saying_so(
+        kafka_broker, topic_name):
+    # Sends waiting for a topic's metadata when close() came returned at once with
+    # KafkaTimeoutError "not available in metadata after 60000 ms"; nothing had waited
+    # that long.  (Auto-creation off: the topic stays unknown.)
+    missing = f"{topic_name}-missing"
+    outcomes = {}
+
+    def wait_in(name, call):
+        try:
+            call()
+            outcomes[name] = "returned"
+        except Exception as exc:  # noqa: BLE001 -- the outcome is what is checked
+            outcomes[name] = exc
+
+    p = producer(kafka_broker.bootstrap, max_block_ms=60_000, allow_auto_create_topics=False)
+    waits = [threading.Thread(target=wait_in, args=(name, call)) for name, call in (
+        ("send", lambda: p.send(missing, b"x")),
+        ("produce", lambda: p.produce(missing, b"x")),
+        ("send_batch", lambda: p.send_batch(missing, [b"x"])),
+        ("partitions_for", lambda: p.partitions_for(missing)))]
+    for wait in waits:
+        wait.start()
+    time.sleep(1)
+    started = time.monotonic()
+    p.close()
+    for wait in waits:
+        wait.join(10)
+    assert time.monotonic() - started < 5
+    assert sorted(outcomes) == ["partitions_for", "produce", "send", "send_batch"]
+    for name, outcome in outcomes.items():
+        assert isinstance(outcome, ProducerClosedError), (name, outcome)
+        assert f"the partitions of topic '{missing}' are not known" in str(outcome)
 
 
 def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broker, topic_name):

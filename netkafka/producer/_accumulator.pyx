@@ -524,7 +524,8 @@ cdef class ProducerCore:
                 producer what became of it.  Needs wal_dir.
 
         Raises:
-            ProducerClosedError: after close().
+            ProducerClosedError: after close(), or close() while it waited for the
+                topic's metadata.
             SerializationError: a serializer failed.
             TypeError, ValueError: a bad argument (named), a record larger than
                 max_request_size among them (a RecordTooLargeError: kafka-python's

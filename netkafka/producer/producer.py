@@ -419,14 +419,29 @@ class Producer(ProducerCore):
 
         Raises:
             KafkaTimeoutError: no metadata in time (names the topic and why).
+            ProducerClosedError: close() came first (before or during the wait).
             KafkaError: the topic has no such partition.
         """
-        info = self._metadata.wait_for_topic(topic, self._max_block_s)
-        if partition is not None and partition not in info.partitions:
-            # Perhaps partitions were added since: the metadata knows, or says why not.
-            self._metadata.leader_for(topic, partition, self._max_block_s)
-            info = self._metadata.snapshot().topics[topic]
+        try:
+            info = self._metadata.wait_for_topic(topic, self._max_block_s)
+            if partition is not None and partition not in info.partitions:
+                # Perhaps partitions were added since: the metadata knows, or says why not.
+                self._metadata.leader_for(topic, partition, self._max_block_s)
+                info = self._metadata.snapshot().topics[topic]
+        except KafkaTimeoutError:
+            self._refuse_if_closed_waiting(topic)
+            raise
         self._give_partitions(topic, info)
+
+    def _refuse_if_closed_waiting(self, topic):
+        """A wait for topic's metadata that ended in KafkaTimeoutError: if close() cut
+        it short (closed metadata gives up at once), the error says so rather than
+        "after max_block_ms" of a wait that did not happen."""
+        with self._close_lock:
+            if self._closed:
+                raise ProducerClosedError(
+                    f"the producer is closed: the partitions of topic {topic!r} are not "
+                    f"known") from None
 
     def _give_partitions(self, topic, info):
         """Gives the accumulator the topic's partitions as info (a TopicInfo) says, then
@@ -696,9 +711,7 @@ class Producer(ProducerCore):
         try:
             info = self._metadata.wait_for_topic(topic, self._max_block_s)
         except KafkaTimeoutError:
-            # A closed producer's metadata gives up at once: its KafkaTimeoutError
-            # said "after max_block_ms" of a wait that never happened.
-            self._refuse_if_closed(f"partitions_for({topic!r})")
+            self._refuse_if_closed_waiting(topic)
             raise
         return set(info.partitions)
 
