@@ -239,6 +239,27 @@ def test_linger_sends_a_small_batch_without_flush(kafka_broker, topic_name):
     assert [r.value for r in records] == [f"small-{i}".encode() for i in range(10)]
 
 
+def test_a_linger_beyond_threadings_longest_wait_keeps_the_linger_thread(
+        kafka_broker, topic_name, monkeypatch):
+    # linger_ms=10**16 (accepted: delivery_timeout_ms above it) made the linger
+    # thread's wait raise OverflowError, and the thread ended.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    died = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    linger_ms = 10**16
+    with producer(kafka_broker.bootstrap, linger_ms=linger_ms,
+                  delivery_timeout_ms=linger_ms + 30_000) as p:
+        future = p.send(topic_name, b"lingering")
+        time.sleep(0.5)
+        assert [t.name for t in netkafka_threads()].count("netkafka-linger") == 1
+        assert died == []
+        assert not future.is_done
+        p.flush(10)
+        assert future.get(0).offset == 0
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [
+        b"lingering"]
+
+
 def test_a_record_that_fills_its_batch_alone_does_not_linger(kafka_broker, topic_name):
     # A batch with no room for another record goes at once, without the linger timer
     # (issue 18, large records: the timer woke for each such batch).  With a 60 s

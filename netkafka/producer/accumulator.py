@@ -1152,8 +1152,11 @@ class _LingerTimer:
                         self._wake_ns = now_ns + self._linger_ns
                     else:
                         self._wake_ns = None
+                    # At most threading's longest wait: a linger_ms beyond it (some
+                    # 292 years) raised OverflowError here, ending this thread.
                     self._cond.wait(None if self._wake_ns is None
-                                    else (self._wake_ns - now_ns) / 1e9)
+                                    else min((self._wake_ns - now_ns) / 1e9,
+                                             threading.TIMEOUT_MAX))
             try:
                 self._accumulator._on_linger_expired(queue, batch)
             except Exception:  # noqa: BLE001 -- the thread must keep serving the others
