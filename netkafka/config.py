@@ -262,6 +262,10 @@ class ProducerConfig(Mapping):
         check_int("batch_size", self.batch_size, 128)
         check_int("linger_ms", self.linger_ms, 0)
         check_int("max_block_ms", self.max_block_ms, 0)
+        # As retries: Long.MAX_VALUE, the Java client's "block without bound", or any
+        # wait longer than threading takes (TIMEOUT_MAX) raised OverflowError from the
+        # first send(); 2**31-1 ms (24.8 days) is as unbounded in practice.
+        object.__setattr__(self, "max_block_ms", min(self.max_block_ms, _INT32_MAX))
         check_int("max_request_size", self.max_request_size, 1, maximum=_INT32_MAX)
         if self.batch_size > self.max_request_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be at most "
@@ -270,7 +274,8 @@ class ProducerConfig(Mapping):
                   minimum_text=f"batch_size ({self.batch_size})")
         check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
         check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
-        check_int("request_timeout_ms", self.request_timeout_ms, 1)
+        # Every Produce request carries it as an int32 (the Java client's type).
+        check_int("request_timeout_ms", self.request_timeout_ms, 1, maximum=_INT32_MAX)
         check_int("delivery_timeout_ms", self.delivery_timeout_ms, 1)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             # The Java client's rule: a batch must be able to linger and then wait

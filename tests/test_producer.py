@@ -260,6 +260,32 @@ def test_a_linger_beyond_threadings_longest_wait_keeps_the_linger_thread(
         b"lingering"]
 
 
+def test_a_max_block_ms_beyond_what_a_wait_can_take_still_delivers(kafka_broker, topic_name):
+    # max_block_ms=Long.MAX_VALUE (the Java client's "block without bound") raised
+    # OverflowError out of the first send(): its metadata wait could not take it.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, max_block_ms=2**63 - 1) as p:
+        assert p.config["max_block_ms"] == 2**31 - 1  # the value in use
+        assert p.send(topic_name, b"delivered").get(30).offset == 0
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [
+        b"delivered"]
+
+
+def test_a_huge_retry_backoff_does_not_end_the_io_thread(monkeypatch):
+    # retry_backoff_ms=10**16: after a failed Metadata request the I/O thread's
+    # select() got a timeout epoll cannot take, raised OverflowError and the thread
+    # ended -- the producer could never reach a broker again.
+    died = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    with Producer(bootstrap_servers="127.0.0.1:9", max_block_ms=1500,
+                  retry_backoff_ms=10**16) as p:
+        with pytest.raises(KafkaTimeoutError, match="cannot connect"):
+            p.send("topic", b"x")
+        time.sleep(0.3)
+        assert died == []
+        assert [t.name for t in netkafka_threads()].count("netkafka-io-0") == 1
+
+
 def test_a_record_that_fills_its_batch_alone_does_not_linger(kafka_broker, topic_name):
     # A batch with no room for another record goes at once, without the linger timer
     # (issue 18, large records: the timer woke for each such batch).  With a 60 s
@@ -558,6 +584,8 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"compression_type must be None, 'none', 'gzip', 'snappy', 'lz4' or 'zstd', got 'brotli'"),
     ({"batch_size": -1}, ValueError, r"batch_size must be an int >= 128, got -1"),
     ({"linger_ms": "5"}, ValueError, r"linger_ms must be an int >= 0, got '5'"),
+    ({"request_timeout_ms": 2**31}, ValueError,
+     r"request_timeout_ms must be an int >= 1 and <= 2147483647, got 2147483648"),
     ({"buffer_memory": 1000}, ValueError, r"buffer_memory must be an int >= batch_size"),
     ({"high_watermark_bytes": 10, "low_watermark_bytes": 20}, ValueError,
      r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
