@@ -120,6 +120,25 @@ def test_a_str_enum_topic_and_a_numpy_partition_are_taken_as_kafka_python_takes_
     assert placed == {(2, b"enum"), (1, b"produced"), (0, b"batch")}
 
 
+def test_headers_in_kafka_pythons_shapes_subclasses_too(kafka_broker, topic):
+    # kafka-python takes any list of tuples (isinstance); netkafka refused a list
+    # subclass and a namedtuple pair ("headers[0] must be a (key, value) pair, not
+    # Header").
+    import collections
+
+    Header = collections.namedtuple("Header", "key value")
+    Headers = type("Headers", (list,), {})
+    with producer(kafka_broker) as p:
+        sent = [Headers([("a", b"1")]), [Header("b", b"2"), ("c", b"3")]]
+        for headers in sent:
+            meta = p.send(topic, b"v", headers=headers, partition=0).get(30)
+            assert meta.serialized_header_size == sum(len(k) + len(v) for k, v in headers)
+        with pytest.raises(TypeError, match=r"headers\[0\] must be a \(key, value\) pair"):
+            p.send(topic, b"v", headers=[Header("k", b"v")._replace(value=b"v") + ("x",)])
+    records = read_topic(kafka_broker.bootstrap, topic, 2)
+    assert [list(r.headers) for r in records] == [[("a", b"1")], [("b", b"2"), ("c", b"3")]]
+
+
 def test_record_metadata_fields_in_kafka_pythons_order(kafka_broker, topic):
     assert netkafka.RecordMetadata._fields == KafkaPythonRecordMetadata._fields
     with producer(kafka_broker) as p:

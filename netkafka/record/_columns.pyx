@@ -25,10 +25,10 @@ from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
-from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.list cimport PyList_Check, PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLong, PyLong_Check
 from cpython.object cimport PyObject
-from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.tuple cimport PyTuple_Check, PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
@@ -108,6 +108,10 @@ cdef inline int _header_parts(object header, Py_ssize_t index, const unsigned ch
     elif PyList_CheckExact(header) and PyList_GET_SIZE(header) == 2:
         k = <object>PyList_GET_ITEM(header, 0)
         v = <object>PyList_GET_ITEM(header, 1)
+    elif PyTuple_Check(header) and PyTuple_GET_SIZE(header) == 2:
+        # A tuple subclass's pair (a namedtuple's), which kafka-python takes.
+        k = <object>PyTuple_GET_ITEM(header, 0)
+        v = <object>PyTuple_GET_ITEM(header, 1)
     else:
         raise TypeError(f"headers[{index}] must be a (key, value) pair, "
                         f"not {type(header).__name__}")
@@ -134,9 +138,9 @@ cdef inline int _header_parts(object header, Py_ssize_t index, const unsigned ch
 
 
 cdef inline object _sequence_item(object seq, Py_ssize_t i):
-    # seq is an exact list or tuple (checked by the caller); the length is read again
-    # on every access because a list may shrink while we work.
-    if PyList_CheckExact(seq):
+    # seq is a list (a subclass too) or an exact tuple (checked by the caller); the
+    # length is read again on every access because a list may shrink while we work.
+    if PyList_Check(seq):
         if i < PyList_GET_SIZE(seq):
             return <object>PyList_GET_ITEM(seq, i)
     elif i < PyTuple_GET_SIZE(seq):
@@ -152,7 +156,8 @@ cdef Py_ssize_t _headers_size(object headers) except -1:
     cdef Py_ssize_t k_len, v_len
     if type(headers) is _HeaderColumns:
         return (<_HeaderColumns>headers)._size()
-    if not (PyList_CheckExact(headers) or PyTuple_CheckExact(headers)):
+    # A list subclass too: kafka-python takes any list.
+    if not (PyList_Check(headers) or PyTuple_CheckExact(headers)):
         raise TypeError(f"headers must be a list or tuple of (key, value) pairs or None, "
                         f"not {type(headers).__name__}")
     count = len(headers)
