@@ -373,7 +373,8 @@ class Metadata:
 
         Raises:
             KafkaTimeoutError: no leader known within timeout_s (names why).
-            KafkaError: the topic has no such partition.
+            IllegalArgumentError: the topic has no such partition (a KafkaError, and
+                a ValueError as kafka-python's send() raises for it).
         """
         deadline = time.monotonic() + timeout_s
         while True:
@@ -384,7 +385,7 @@ class Metadata:
                 return broker
             info = self.wait_for_topic(topic, max(0.0, deadline - time.monotonic()))
             if partition not in info.partitions:
-                raise errors.KafkaError(
+                raise errors.IllegalArgumentError(
                     f"topic {topic!r} has no partition {partition} "
                     f"(it has {len(info.partitions)})")
             # The partition names a leader missing from the answer's broker

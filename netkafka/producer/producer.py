@@ -420,7 +420,7 @@ class Producer(ProducerCore):
         Raises:
             KafkaTimeoutError: no metadata in time (names the topic and why).
             ProducerClosedError: close() came first (before or during the wait).
-            KafkaError: the topic has no such partition.
+            IllegalArgumentError: the topic has no such partition.
         """
         try:
             info = self._metadata.wait_for_topic(topic, self._max_block_s)
