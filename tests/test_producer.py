@@ -8,6 +8,7 @@ import math
 import os
 import threading
 import time
+import traceback
 
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
@@ -516,6 +517,25 @@ def test_close_ends_the_metadata_waits_of_send_produce_and_send_batch_saying_so(
     for name, outcome in outcomes.items():
         assert isinstance(outcome, ProducerClosedError), (name, outcome)
         assert f"the partitions of topic '{missing}' are not known" in str(outcome)
+
+
+def test_the_futures_of_a_failed_batch_raise_without_growing_its_traceback(
+        kafka_broker, topic_name):
+    # The records of a batch share its error object; each get() raised it as it was,
+    # and the traceback grew by the caller's frames every time.
+    # The broker refuses the whole batch (larger than the topic's max.message.bytes).
+    create_topic(kafka_broker.bootstrap, topic_name, config={"max.message.bytes": "1000"})
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        futures = [p.send(topic_name, b"x") for _ in range(1000)]
+        p.flush(30)
+    errors_seen = set()
+    for future in futures:
+        with pytest.raises(KafkaError) as info:
+            future.get(0)
+        errors_seen.add(id(info.value))
+        depth = len(traceback.extract_tb(info.value.__traceback__))
+    assert len(errors_seen) == 1
+    assert depth < 10
 
 
 def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broker, topic_name):
