@@ -400,6 +400,37 @@ def test_flush_or_close_from_a_callback_is_refused_not_a_hang(kafka_broker, topi
         "the records, so it would wait for itself forever"]
 
 
+def test_a_send_from_a_callback_to_a_topic_not_known_yet_is_refused_at_once(
+        kafka_broker, topic_name):
+    # It waited for the topic's metadata on the I/O thread that had to fetch it:
+    # every record of that thread stalled for max_block_ms, then it failed anyway.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    other = f"{topic_name}-other"
+    create_topic(kafka_broker.bootstrap, other)
+    seen = []
+
+    def send_from_callback(meta):
+        try:
+            p.send(other, b"from a callback")
+            seen.append("sent")
+        except KafkaError as exc:
+            seen.append(str(exc))
+        p.send(topic_name, b"known topic: taken")  # a topic known already still is
+
+    with producer(kafka_broker.bootstrap, max_block_ms=20_000) as p:
+        started = time.monotonic()
+        p.send(topic_name, b"first").add_callback(send_from_callback)
+        p.flush(30)
+        assert p.send(topic_name, b"after").get(30).offset == 2
+        assert time.monotonic() - started < 10
+    assert seen == [f"a record for topic {other!r} sent from a callback before the topic's "
+                    f"partitions are known: callbacks run on the I/O thread that would fetch "
+                    f"them, so it would wait for itself; send the topic a first record (or call "
+                    f"partitions_for()) from another thread"]
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 3)] == [
+        b"first", b"known topic: taken", b"after"]
+
+
 def test_an_oversize_record_is_refused_naming_the_limit(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name)
     with producer(kafka_broker.bootstrap, max_request_size=100_000, batch_size=16384) as p:

@@ -421,7 +421,17 @@ class Producer(ProducerCore):
             KafkaTimeoutError: no metadata in time (names the topic and why).
             ProducerClosedError: close() came first (before or during the wait).
             IllegalArgumentError: the topic has no such partition.
+            KafkaError: called from a callback (an I/O thread), at once.
         """
+        if self._pool.on_io_thread():
+            # Waiting here would hold up the thread that fetches the metadata and
+            # delivers its connections' batches: every record of it stalled for
+            # max_block_ms, and then this one failed anyway.
+            raise errors.KafkaError(
+                f"a record for topic {topic!r} sent from a callback before the topic's "
+                f"partitions are known: callbacks run on the I/O thread that would fetch "
+                f"them, so it would wait for itself; send the topic a first record (or call "
+                f"partitions_for()) from another thread")
         try:
             info = self._metadata.wait_for_topic(topic, self._max_block_s)
             if partition is not None and partition not in info.partitions:
