@@ -529,9 +529,9 @@ cdef class ProducerCore:
             SerializationError: a serializer failed.
             TypeError, ValueError: a bad argument (named), a record larger than
                 max_request_size among them (a RecordTooLargeError: kafka-python's
-                MessageSizeTooLargeError, and a KafkaError); a topic no Kafka string can carry (a
-                lone surrogate, over 32767 UTF-8 bytes) is an IllegalArgumentError,
-                refused before the producer keeps it.
+                MessageSizeTooLargeError, and a KafkaError); a topic no Kafka string
+                can carry (a lone surrogate, over 32767 UTF-8 bytes) is an
+                IllegalArgumentError, refused before the producer keeps it.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
             InvalidTopicError: a topic name Kafka's rule or the broker refuses (at
                 once, naming the topic); TopicAuthorizationFailedError likewise.
