@@ -104,13 +104,15 @@ class MetadataProxy(BrokerProxy):
     counts the answers it was applied to.
     """
 
+    ANSWERED = (ApiKey.METADATA,)  # the APIs whose answers _answer() is handed
+
     def __init__(self, target):
         self.rewrite = None  # guarded by lock
         self.replace = None  # guarded by lock
         self.rewritten = 0  # guarded by lock
-        # Guarded by lock: per upstream socket, correlation id -> Metadata version of
-        # the requests in flight.
-        self.asked = {}
+        # Guarded by lock: per API key answered here (METADATA, and a subclass's), per
+        # upstream socket, correlation id -> version of the requests in flight.
+        self.asked = {api_key: {} for api_key in self.ANSWERED}
         super().__init__(target)
 
     def set_rewrite(self, rewrite, replace=None):
@@ -127,9 +129,9 @@ class MetadataProxy(BrokerProxy):
     def _requests(self, src, dst):
         def note(body):
             api_key, version, correlation_id = _REQUEST_HEADER.unpack_from(body)
-            if api_key == ApiKey.METADATA:
+            if api_key in self.asked:
                 with self.lock:
-                    self.asked.setdefault(dst, {})[correlation_id] = version
+                    self.asked[api_key].setdefault(dst, {})[correlation_id] = version
             return body
         _relay_frames(src, dst, note)
 
@@ -137,11 +139,18 @@ class MetadataProxy(BrokerProxy):
         def answer(body):
             (correlation_id,) = struct.unpack_from(">i", body)
             with self.lock:
-                version = self.asked.get(src, {}).pop(correlation_id, None)
+                for api_key, book in self.asked.items():
+                    version = book.get(src, {}).pop(correlation_id, None)
+                    if version is not None:
+                        break
             if version is None:
                 return body
-            return body[:4] + self._metadata_answer(body[4:], version)
+            return body[:4] + self._answer(api_key, body[4:], version)
         _relay_frames(src, dst, answer)
+
+    def _answer(self, api_key, data, version):
+        """The answer (after its correlation id) to send instead of data."""
+        return self._metadata_answer(data, version)
 
     def _metadata_answer(self, data, version):
         answer = kafka_python_decode(KpMetadataResponse, data, version)
@@ -168,32 +177,15 @@ class ProduceAnswerProxy(MetadataProxy):
     Produce answer (the bytes after the correlation id) and its version to
     ``rewrite_produce`` while that is set."""
 
+    ANSWERED = (ApiKey.METADATA, ApiKey.PRODUCE)
+
     def __init__(self, target):
         self.rewrite_produce = None  # guarded by lock
-        self.produce_asked = {}  # guarded by lock: as MetadataProxy.asked, for Produce
         super().__init__(target)
 
-    def _requests(self, src, dst):
-        def note(body):
-            api_key, version, correlation_id = _REQUEST_HEADER.unpack_from(body)
-            with self.lock:
-                book = {ApiKey.METADATA: self.asked,
-                        ApiKey.PRODUCE: self.produce_asked}.get(api_key)
-                if book is not None:
-                    book.setdefault(dst, {})[correlation_id] = version
-            return body
-        _relay_frames(src, dst, note)
-
-    def _answers(self, src, dst):
-        def answer(body):
-            (correlation_id,) = struct.unpack_from(">i", body)
-            with self.lock:
-                metadata_version = self.asked.get(src, {}).pop(correlation_id, None)
-                produce_version = self.produce_asked.get(src, {}).pop(correlation_id, None)
-                rewrite = self.rewrite_produce
-            if metadata_version is not None:
-                return body[:4] + self._metadata_answer(body[4:], metadata_version)
-            if produce_version is not None and rewrite is not None:
-                return body[:4] + rewrite(body[4:], produce_version)
-            return body
-        _relay_frames(src, dst, answer)
+    def _answer(self, api_key, data, version):
+        if api_key != ApiKey.PRODUCE:
+            return super()._answer(api_key, data, version)
+        with self.lock:
+            rewrite = self.rewrite_produce
+        return data if rewrite is None else rewrite(data, version)

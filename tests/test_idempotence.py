@@ -23,6 +23,7 @@ from netkafka.producer.idempotence import APPENDED, RESTART, WAIT, ProducerIdMan
 from netkafka.protocol.init_producer_id import InitProducerIdResponse
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
+from answering import AnsweringConnection
 from test_delivery import session_node
 
 # A topic refusing batches above this many bytes, and a record that makes one.
@@ -303,29 +304,11 @@ def test_a_batch_numbered_before_its_partition_started_over_is_restamped_when_ta
     builder.release()
 
 
-class _AnswersInitProducerId:
-    """The metadata cache and connection of ProducerIdManager in one: InitProducerId
-    is answered `response`."""
-
-    def __init__(self, response):
-        self.response = response
-        self.config = type("Config", (), {"client_id": "test"})()
-
-    def least_loaded_connection(self, timeout_s):
-        return self
-
-    def call(self, api_key, encode, decode, timeout_s):
-        return self.response
-
-    def describe(self):
-        return "node 0"
-
-
 @pytest.mark.parametrize("producer_id, epoch", [(-1, -1), (-1, 0), (5, -1)])
 def test_an_init_producer_id_answer_without_an_id_is_refused(producer_id, epoch):
     # No error code, yet no producer id: stamped on batches, -1 turns the broker's
     # sequence checks (and deduplication) off without a word.
-    fake = _AnswersInitProducerId(InitProducerIdResponse(0, 0, producer_id, epoch))
+    fake = AnsweringConnection(InitProducerIdResponse(0, 0, producer_id, epoch))
     manager = ProducerIdManager(pool=None, metadata=fake, retry_backoff_ms=10,
                                 max_block_ms=1000)
     with pytest.raises(ProtocolError, match=f"node 0 answered no error but producer id "

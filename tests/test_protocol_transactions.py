@@ -24,6 +24,7 @@ from kafka.protocol.producer.transaction import (
     TxnOffsetCommitResponse as KpTxnOffsetCommitResponse,
 )
 
+from answering import AnsweringConnection
 from blocking_wire import BlockingWire
 from netkafka import errors
 from netkafka.client.coordinator import Coordinators
@@ -99,29 +100,6 @@ def test_find_coordinator_response_for_more_than_one_key_is_refused():
         decode_find_coordinator_response(data, 4)
 
 
-class _CoordinatorAnswer:
-    """The metadata cache, pool and connection of Coordinators in one: every
-    FindCoordinator is answered `response`; the pool's connections are noted."""
-
-    def __init__(self, response):
-        self.response = response
-        self.config = type("Config", (), {"client_id": "test"})()
-        self.connections = []
-
-    def least_loaded_connection(self, timeout_s):
-        return self
-
-    def call(self, api_key, encode, decode, timeout_s):
-        return self.response
-
-    def describe(self):
-        return "node 0"
-
-    def connection(self, node_id, host, port):
-        self.connections.append((node_id, host, port))
-        return self
-
-
 @pytest.mark.parametrize("node_id, host, port", [
     (-1, "", -1),            # what a broker sends with COORDINATOR_NOT_AVAILABLE, sent without it
     (-1, "broker-2", 9093),  # -1: the first bootstrap connection's id
@@ -131,7 +109,7 @@ class _CoordinatorAnswer:
     (2, "broker 2", 9093),
 ])
 def test_find_coordinator_answer_naming_no_usable_broker_is_refused(node_id, host, port):
-    fake = _CoordinatorAnswer(FindCoordinatorResponse(0, 0, None, "txn", node_id, host, port))
+    fake = AnsweringConnection(FindCoordinatorResponse(0, 0, None, "txn", node_id, host, port))
     with pytest.raises(ProtocolError, match="node 0 answered FindCoordinator for the "
                        "transaction coordinator of 'txn' with broker"):
         Coordinators(fake, fake, 10).find(TRANSACTION, "txn", time.monotonic() + 1)
@@ -141,8 +119,8 @@ def test_find_coordinator_answer_naming_no_usable_broker_is_refused(node_id, hos
     assert fake.connections == [(2, "broker-2", 9093)]
 
 
-class _TransactionCoordinator(_CoordinatorAnswer):
-    """As _CoordinatorAnswer, and the coordinator it names answers InitProducerId
+class _TransactionCoordinator(AnsweringConnection):
+    """As AnsweringConnection, and the coordinator it names answers InitProducerId
     `init_response`."""
 
     def __init__(self, init_response):

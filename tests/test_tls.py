@@ -243,32 +243,51 @@ def drive(transport, selector, payload):
     return bytes(echoed), largest_take
 
 
-def test_tls_transport_handshakes_in_steps_holds_back_a_bounded_amount_and_reads(tls_files):
+def echo_pair(tls_files, ca_file, peer="localhost:0", send_buffer_bytes=None, **echo_options):
+    """A TlsTransport over one end of a socketpair (for the broker "localhost", trusting
+    ca_file) and an EchoServer on the other."""
     client, server = socket.socketpair()
     client.setblocking(False)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
-    payload = os.urandom(3 * 1024 * 1024)
-    echo = EchoServer(server, tls_files.broker_keystore_file, expected=len(payload))
-    context = build_ssl_context({"ssl_cafile": str(tls_files.ca_file)}, "SSL")
-    transport = TlsTransport(PlainTransport(client), context, "localhost", "localhost:0")
+    if send_buffer_bytes is not None:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+    echo = EchoServer(server, tls_files.broker_keystore_file, **echo_options)
+    context = build_ssl_context({"ssl_cafile": str(ca_file)}, "SSL")
+    return TlsTransport(PlainTransport(client), context, "localhost", peer), echo
+
+
+def handshake(transport, selector):
+    """Runs the TLS handshake to its end, waiting on selector in between.  How many waits
+    it takes depends on when the server's thread runs (its answer may already be there
+    when handshake() reads): none is asserted."""
+    selector.register(transport, selectors.EVENT_WRITE)
+    while wanted := transport.handshake():
+        selector.modify(transport, wanted)
+        assert selector.select(10), "handshake stuck"
+
+
+def read_past_nothing(transport):
+    """read_into() until it has something to say other than "nothing now": its count."""
+    buf = bytearray(16)
     with selectors.DefaultSelector() as selector:
-        selector.register(transport, selectors.EVENT_WRITE)
-        # How many waits the handshake takes depends on when the server's thread runs
-        # (its answer may already be there when handshake() reads): none is asserted.
-        while wanted := transport.handshake():
-            selector.modify(transport, wanted)
-            assert selector.select(10), "handshake stuck"
+        selector.register(transport, selectors.EVENT_READ)
+        while (n := transport.read_into(memoryview(buf))) is None:
+            assert selector.select(10)
+    return n
+
+
+def test_tls_transport_handshakes_in_steps_holds_back_a_bounded_amount_and_reads(tls_files):
+    payload = os.urandom(3 * 1024 * 1024)
+    transport, echo = echo_pair(tls_files, tls_files.ca_file, send_buffer_bytes=8192,
+                                expected=len(payload))
+    with selectors.DefaultSelector() as selector:
+        handshake(transport, selector)
         echoed, largest_take = drive(transport, selector, payload)
     assert echoed == payload
     # The socket's buffer is far smaller than the payload, so the transport held
     # ciphertext back -- never more than its bound per call.
     assert 0 < largest_take <= HOLD_LIMIT_BYTES
-    buf = bytearray(16)  # the server closed after the echo: the end of the stream
-    with selectors.DefaultSelector() as selector:
-        selector.register(transport, selectors.EVENT_READ)
-        while (n := transport.read_into(memoryview(buf))) is None:
-            assert selector.select(10)
-    assert n == 0
+    # The server closed after the echo: the end of the stream.
+    assert read_past_nothing(transport) == 0
     transport.close()
     echo.join()
     assert echo.received == len(payload)
@@ -278,27 +297,13 @@ def test_tls_transport_ends_the_stream_at_the_brokers_close_notify(tls_files):
     """A Java broker sends close_notify when it closes a TLS connection (a request it
     refuses, its idle timeout, its shutdown): read_into() must say 0, the end of the
     stream, and not ask the TLS object again and again (which spun the I/O thread)."""
-    client, server = socket.socketpair()
-    client.setblocking(False)
-    echo = EchoServer(server, tls_files.broker_keystore_file, close_notify=True)
-    context = build_ssl_context({"ssl_cafile": str(tls_files.ca_file)}, "SSL")
-    transport = TlsTransport(PlainTransport(client), context, "localhost", "localhost:0")
+    transport, echo = echo_pair(tls_files, tls_files.ca_file, close_notify=True)
     with selectors.DefaultSelector() as selector:
-        selector.register(transport, selectors.EVENT_WRITE)
-        while wanted := transport.handshake():
-            selector.modify(transport, wanted)
-            assert selector.select(10), "handshake stuck"
+        handshake(transport, selector)
     read = []
-
-    def read_to_the_end():  # on a thread of its own: a regression spins, not the test
-        buf = bytearray(16)
-        with selectors.DefaultSelector() as selector:
-            selector.register(transport, selectors.EVENT_READ)
-            while (n := transport.read_into(memoryview(buf))) is None:
-                assert selector.select(10)
-        read.append(n)
-
-    reader = threading.Thread(target=read_to_the_end, daemon=True)
+    # On a thread of its own: a regression spins, not the test.
+    reader = threading.Thread(target=lambda: read.append(read_past_nothing(transport)),
+                              daemon=True)
     reader.start()
     reader.join(10)
     assert not reader.is_alive(), "read_into() spins at the close_notify"
@@ -308,19 +313,12 @@ def test_tls_transport_ends_the_stream_at_the_brokers_close_notify(tls_files):
 
 
 def test_tls_transport_names_the_host_and_the_reason_a_certificate_fails(tls_files):
-    client, server = socket.socketpair()
-    client.setblocking(False)
-    echo = EchoServer(server, tls_files.broker_keystore_file)
-    context = build_ssl_context({"ssl_cafile": str(tls_files.untrusted_ca_file)}, "SSL")
-    transport = TlsTransport(PlainTransport(client), context, "localhost", "localhost:9093")
+    transport, echo = echo_pair(tls_files, tls_files.untrusted_ca_file, peer="localhost:9093")
     with selectors.DefaultSelector() as selector:
-        selector.register(transport, selectors.EVENT_WRITE)
         with pytest.raises(SslAuthenticationError,
                            match=r"TLS handshake with localhost:9093: the broker's certificate "
                                  r"did not verify: unable to get local issuer certificate"):
-            while wanted := transport.handshake():
-                selector.modify(transport, wanted)
-                assert selector.select(10)
+            handshake(transport, selector)
     transport.close()
     echo.join()
 

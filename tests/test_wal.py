@@ -427,12 +427,18 @@ def test_a_torn_last_entry_is_cut_counted_once_and_the_log_goes_on(tmp_path, dam
                                                                          (after, 1)]
 
 
-def test_a_lost_segment_tail_ends_the_log_there_and_later_segments_are_discarded(tmp_path):
+def several_segments(tmp_path):
+    """A closed log of one batch over four segments (at least three): their names."""
     wal = open_wal(tmp_path, fsync="never")
-    fill_batch(wal, "t", 0, [b"r" * 900] * 250)  # four segments
+    fill_batch(wal, "t", 0, [b"r" * 900] * 250)
     wal.close()
     names = segments(tmp_path)
     assert len(names) >= 3
+    return names
+
+
+def test_a_lost_segment_tail_ends_the_log_there_and_later_segments_are_discarded(tmp_path):
+    names = several_segments(tmp_path)
     # The second segment's ROLL entry (and whatever else) never reached the disk.
     second = os.path.join(tmp_path, names[1])
     with open(second, "r+b") as f:
@@ -591,11 +597,7 @@ def test_a_flipped_header_byte_over_entries_is_corruption_and_nothing_is_deleted
 
 
 def test_a_bad_header_before_later_segments_is_corruption_and_nothing_is_deleted(tmp_path):
-    wal = open_wal(tmp_path, fsync="never")
-    fill_batch(wal, "t", 0, [b"r" * 900] * 250)  # four segments
-    wal.close()
-    names = segments(tmp_path)
-    assert len(names) >= 3
+    names = several_segments(tmp_path)
     # Zeros, as a header never written would be: but later segments' headers were.
     with open(tmp_path / names[1], "r+b") as f:
         f.write(bytes(_wal.HEADER_BYTES))

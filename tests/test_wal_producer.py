@@ -216,19 +216,51 @@ def test_sync_wal_puts_what_was_logged_on_disk(kafka_broker, topic_name, tmp_pat
         assert appender.durable_position == appender.position
 
 
-# The child of the next test: a producer whose WAL fails under it, as a disk that
-# refuses writes fails it.  RLIMIT_FSIZE refuses writes past 64 KiB of any file with no
-# privilege needed (SIGXFSZ would kill the process instead of failing the call).
-FAILING_DISK_CHILD = """
+def run_on_failing_disk(body, kafka_broker, topic_name, tmp_path):
+    """Runs body in a child process whose disk refuses writes once body calls
+    refuse_writes(): RLIMIT_FSIZE refuses writes past 64 KiB of any file with no
+    privilege needed (SIGXFSZ, ignored, would kill the process instead of failing the
+    call).  body has bootstrap, topic and wal_dir, and leaves what it reports in
+    `report`; returns that."""
+    child = f"""
 import collections, json, resource, signal, sys, time
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 from netkafka import Producer
 bootstrap, topic, wal_dir = sys.argv[1:4]
+def refuse_writes():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+{body}
+print(json.dumps(report))
+try:
+    p.close(5)
+except Exception:
+    pass
+"""
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", child, kafka_broker.bootstrap, topic_name,
+             str(tmp_path)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
+            timeout=300)
+    finally:
+        # A failed log staged in shared memory (fsync "interval") keeps its images
+        # (what its files lack) for a next producer these tests do not open: up to 64
+        # MiB each.
+        token_file = tmp_path / wal_staging.TOKEN_NAME
+        token = token_file.read_text().strip() if token_file.exists() else None
+        for name in os.listdir(wal_staging.SHM_DIR) if token else ():
+            if name.startswith(f"netkafka-wal-{token}-"):
+                os.unlink(os.path.join(wal_staging.SHM_DIR, name))
+    assert probe.returncode == 0, probe.stderr
+    return json.loads(probe.stdout.splitlines()[-1])
+
+
+# A producer whose WAL fails under it, as a disk that refuses writes fails it.
+FAILING_DISK = """
 p = Producer(bootstrap_servers=bootstrap, wal_dir=wal_dir, wal_fsync="interval",
              linger_ms=20, max_block_ms=2000, request_timeout_ms=5000,
              delivery_timeout_ms=10000)
 p.send(topic, b"first").get(30)
-resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+refuse_writes()
 futures, refused = [], None
 for i in range(400):
     try:
@@ -245,33 +277,15 @@ for future in futures:
     except Exception as exc:
         outcomes[type(exc).__name__] += 1
 metrics = p.metrics()["netkafka"]
-print(json.dumps({"refused": refused, "outcomes": outcomes,
-                  "buffer": [metrics["buffer_available_bytes"],
-                             metrics["buffer_total_bytes"]]}))
-try:
-    p.close(5)
-except Exception:
-    pass
+report = {"refused": refused, "outcomes": outcomes,
+          "buffer": [metrics["buffer_available_bytes"], metrics["buffer_total_bytes"]]}
 """
 
 
 def test_a_wal_that_fails_under_the_producer_fails_new_records_and_completes_the_others(
         kafka_broker, topic_name, tmp_path):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    try:
-        probe = subprocess.run(
-            [sys.executable, "-c", FAILING_DISK_CHILD, kafka_broker.bootstrap, topic_name,
-             str(tmp_path)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
-            timeout=300)
-    finally:
-        # The failed log keeps its shared-memory images (what its files lack) for a
-        # next producer this test does not open: 64 MiB each.
-        token = (tmp_path / wal_staging.TOKEN_NAME).read_text().strip()
-        for name in os.listdir(wal_staging.SHM_DIR):
-            if name.startswith(f"netkafka-wal-{token}-"):
-                os.unlink(os.path.join(wal_staging.SHM_DIR, name))
-    assert probe.returncode == 0, probe.stderr
-    summary = json.loads(probe.stdout.splitlines()[-1])
+    summary = run_on_failing_disk(FAILING_DISK, kafka_broker, topic_name, tmp_path)
     # The interval sync failed once entries passed 64 KiB: send() refuses from then on.
     assert summary["refused"] == "WalStorageError", summary
     # Every record accepted before is delivered, or fails with the WAL's error (its
@@ -285,22 +299,17 @@ def test_a_wal_that_fails_under_the_producer_fails_new_records_and_completes_the
     assert len(values) == 1 + outcomes["delivered"]
 
 
-
-# The child of the next test: send_batch() on a disk that fills as the WAL rolls over
-# in the middle of a bulk append (fsync "always" writes its segments through their
-# mappings, which RLIMIT_FSIZE lets be: only allocating the next segment fails).
-FAILING_ROLL_CHILD = """
-import json, resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-from netkafka import Producer
-bootstrap, topic, wal_dir = sys.argv[1:4]
+# send_batch() on a disk that fills as the WAL rolls over in the middle of a bulk append
+# (fsync "always" writes its segments through their mappings, which RLIMIT_FSIZE lets
+# be: only allocating the next segment fails).
+FAILING_ROLL = """
 # 1 MiB segments; 64 KiB batches of rows whose entries take about 400 KiB each.
 p = Producer(bootstrap_servers=bootstrap, wal_dir=wal_dir, wal_fsync="always",
              wal_max_bytes=3 << 20, batch_size=64 * 1024, max_request_size=64 * 1024,
              linger_ms=20, max_block_ms=2000, request_timeout_ms=5000,
              delivery_timeout_ms=10000)
 p.send(topic, b"first").get(30)
-resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+refuse_writes()
 try:
     result = p.send_batch(topic, [b"%07d" % i for i in range(40000)], partitions=0)
     result.get(30)
@@ -308,23 +317,13 @@ try:
                                          for row, exc in result.errors]}
 except Exception as exc:
     report = {"raised": f"{type(exc).__name__}: {exc}", "errors": []}
-print(json.dumps(report))
-try:
-    p.close(5)
-except Exception:
-    pass
 """
 
 
 def test_send_batch_on_a_disk_that_fills_as_the_wal_rolls_over_delivers_what_it_reports(
         kafka_broker, topic_name, tmp_path):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    probe = subprocess.run(
-        [sys.executable, "-c", FAILING_ROLL_CHILD, kafka_broker.bootstrap, topic_name,
-         str(tmp_path)], cwd=REPO, env=CHILD_ENV, capture_output=True, text=True,
-        timeout=300)
-    assert probe.returncode == 0, probe.stderr
-    report = json.loads(probe.stdout.splitlines()[-1])
+    report = run_on_failing_disk(FAILING_ROLL, kafka_broker, topic_name, tmp_path)
     # The rows the log could not take fail with its error; send_batch() itself returns.
     assert report["raised"] is None, report
     failed = {row for row, _ in report["errors"]}
@@ -334,6 +333,7 @@ def test_send_batch_on_a_disk_that_fills_as_the_wal_rolls_over_delivers_what_it_
                                           1 + len(delivered))]
     # Exactly the rows reported delivered: none that was cut from its batch unlogged.
     assert values == [b"first"] + delivered
+
 
 # -- a full log -----------------------------------------------------------------------------
 

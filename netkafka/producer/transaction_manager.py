@@ -429,13 +429,7 @@ class TransactionManager:
             lambda cid, client_id, version: encode_init_producer_id_request(
                 cid, client_id, version, txn_id, timeout_ms, producer_id, epoch),
             decode_init_producer_id_response, _top_level_error, frozenset(), deadline)
-        if response.producer_id < 0 or response.producer_epoch < 0:
-            # Transactional batches need a producer id; -1 is none.
-            error = errors.ProtocolError(
-                f"InitProducerId for {txn_id!r} answered no error but producer id "
-                f"{response.producer_id}, epoch {response.producer_epoch}")
-            self.states.fatal(error)
-            raise error
+        self._require_producer_id(response, f"InitProducerId for {txn_id!r}")
         return response.producer_id, response.producer_epoch
 
     def _end_transaction(self, committed, deadline):
@@ -451,13 +445,19 @@ class TransactionManager:
             decode_end_txn_response, _top_level_error, ABORTABLE_END_TXN, deadline,
             max_version=None if v2 else V1_END_TXN_MAX_VERSION)
         if v2:
-            if response.producer_id < 0 or response.producer_epoch < 0:
-                error = errors.ProtocolError(
-                    f"EndTxn v{EPOCH_BUMP_VERSION}+ for {txn_id!r} answered no producer id "
-                    f"and epoch for the next transaction")
-                self.states.fatal(error)
-                raise error
+            # The answer's id and epoch stamp the next transaction.
+            self._require_producer_id(response, f"EndTxn v{EPOCH_BUMP_VERSION}+ for {txn_id!r}")
             self._producer_ids.install(response.producer_id, response.producer_epoch)
+
+    def _require_producer_id(self, response, what):
+        """Fails the producer for good when an answer without an error carries no producer
+        id or epoch (-1 is none): transactional batches cannot be stamped without them."""
+        if response.producer_id < 0 or response.producer_epoch < 0:
+            error = errors.ProtocolError(
+                f"{what} answered no error but producer id {response.producer_id}, "
+                f"epoch {response.producer_epoch}")
+            self.states.fatal(error)
+            raise error
 
     def _call(self, what, key_type, key, api_key, encode, decode, error_of, abortable,
               deadline, max_version=None):
