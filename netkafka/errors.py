@@ -46,8 +46,9 @@
     +-- BrokerError             an error code a broker returned; one subclass per
         |                       code a producer meets, generic for the rest
         +-- MessageTooLargeError (MESSAGE_TOO_LARGE)
-            +-- RecordTooLargeError  a record larger than max_request_size, refused
-                                by send() before it is queued (also a ValueError)
+            +-- RecordTooLargeError  a record larger than max_request_size or
+                                buffer_memory, refused by send() before it is
+                                queued (also a ValueError)
 
 Each BrokerError carries ``code``, ``name`` (Kafka's name for the code),
 ``retriable`` (the same request may succeed if sent again) and
@@ -485,9 +486,9 @@ class MessageTooLargeError(BrokerError):
 
 
 class RecordTooLargeError(MessageTooLargeError, ValueError):
-    """A record larger than max_request_size (serialized in a batch), refused by
-    send(), produce() and send_batch() before it is queued; the message gives both
-    sizes.  kafka-python's send() raises MessageSizeTooLargeError for it, which this
+    """A record larger than max_request_size or buffer_memory (serialized in a batch),
+    refused by send(), produce() and send_batch() before it is queued; the message
+    gives both sizes.  kafka-python's send() raises MessageSizeTooLargeError for it, which this
     is (so code catching that, or KafkaError, still does); also a ValueError, which
     netkafka raised for it before."""
 

@@ -97,6 +97,26 @@ def test_an_oversize_record_is_kafka_pythons_message_size_too_large_error(kafka_
         b"after", b"small"]
 
 
+def test_a_record_larger_than_buffer_memory_is_too_large_naming_it(kafka_broker, topic):
+    # kafka-python's send() raises MessageSizeTooLargeError for a record larger than
+    # buffer_memory too; netkafka raised the buffer pool's bare ValueError.
+    size = 300 * 1024
+    with producer(kafka_broker, buffer_memory=256 * 1024, batch_size=16384) as p:
+        for attempt in (lambda: p.send(topic, b"x" * size),
+                        lambda: p.send(topic, b"x" * size, partition=1)):
+            with pytest.raises(errors.RecordTooLargeError,
+                               match=r"larger than buffer_memory=262144"):
+                attempt()
+        result = p.send_batch(topic, [b"small", b"x" * size])
+        result.get(30)
+        assert [(row, type(error)) for row, error in result.errors] == [
+            (1, errors.RecordTooLargeError)]
+        assert p.send(topic, b"after").get(30).offset >= 0
+        assert p.metrics()["netkafka"]["buffer_available_bytes"] == 256 * 1024
+    assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic, 2)) == [
+        b"after", b"small"]
+
+
 def test_a_str_enum_topic_and_a_numpy_partition_are_taken_as_kafka_python_takes_them(
         kafka_broker, topic):
     # kafka-python takes any str as the topic (a str Enum's member among them) and any

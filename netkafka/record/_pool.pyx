@@ -19,7 +19,7 @@ owned by one thread at a time (PooledBatch's, in _pool.pxd).
 import threading
 import time
 
-from netkafka.errors import BatchStateError, BufferPoolExhausted
+from netkafka.errors import BatchStateError, BufferPoolExhausted, RecordTooLargeError
 
 cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
@@ -412,6 +412,13 @@ cdef class PooledBatch:
         cdef PooledBuffer larger
         if self._state != BATCH_OPEN:
             self._state_error("grow")
+        if first and needed_bytes > pool.total_bytes:
+            # No wait would make room for it (kafka-python and Java refuse it as too
+            # large, too), and the pool's own refusal names no record.
+            raise RecordTooLargeError(
+                f"the record is {needed_bytes} bytes when serialized in a batch, larger "
+                f"than buffer_memory={pool.total_bytes}, all the memory the producer "
+                f"holds records in")
         larger = pool._try_acquire(
             max(needed_bytes, min(2 * old.capacity_bytes, pool.buffer_size_bytes)))
         if larger is None:
