@@ -61,6 +61,13 @@ def _topic_listed_twice(fields):
     return {**fields, "topics": fields["topics"] * 2}
 
 
+def _another_topic_with_its_id(fields):
+    """A second topic, other name, same topic id (Produce v13+ names topics by id)."""
+    (topic,) = fields["topics"]
+    other = type(topic)(**{**_fields_of(topic), "name": topic.name + "-other"})
+    return {**fields, "topics": [topic, other]}
+
+
 HOSTILE = {
     # What the issue found: an index that sized the accumulator's table (OOM at 2**31-1,
     # 763 MB and a record "delivered" to partition 50,000,000), a negative index (a
@@ -89,6 +96,8 @@ HOSTILE = {
                          r"broker -4 has a negative node id"),
     "duplicate-broker": (_with_brokers(_broker, _broker), r"broker 1 is listed twice"),
     "topic-listed-twice": (_topic_listed_twice, r"topic '[^']+' is listed twice"),
+    "shared-topic-id": (_another_topic_with_its_id,
+                        r"topics '[^']+' and '[^']+-other' have the same topic id"),
     # Hosts and ports.
     "empty-host": (_with_brokers(lambda f: _broker(f, host="")),
                    r"broker 1 has host '', not a host name or address"),

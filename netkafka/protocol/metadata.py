@@ -152,10 +152,11 @@ def decode_metadata_response(data, version):
 def check_metadata_response(response):
     """Raises ProtocolError naming the first value of a decoded Metadata answer
     that no broker sends: an empty or inconsistent broker list, a host or port
-    that cannot be connected to, a topic without a name or listed twice, partition
-    indexes that are not exactly 0..count-1, a leader (other than -1: none) that
-    is not a listed broker, a negative node id or epoch.  Afterwards a topic's
-    partition count bounds every index in it, so nothing is sized by an index.
+    that cannot be connected to, a topic without a name or listed twice, two topics
+    with one topic id, partition indexes that are not exactly 0..count-1, a leader
+    (other than -1: none) that is not a listed broker, a negative node id or epoch.
+    Afterwards a topic's partition count bounds every index in it, so nothing is
+    sized by an index.
     """
     if not response.brokers:
         raise ProtocolError("the answer lists no brokers")
@@ -166,12 +167,20 @@ def check_metadata_response(response):
     if response.controller_id < -1:
         raise ProtocolError(f"controller id {response.controller_id} is negative")
     names = set()
+    ids = {}  # topic id -> the topic that has it
     for topic in response.topics:
         if not topic.name:
             raise ProtocolError(f"a topic has no name ({topic.name!r})")
         if topic.name in names:
             raise ProtocolError(f"topic {topic.name!r} is listed twice")
         names.add(topic.name)
+        if topic.topic_id is not None:
+            # Produce v13+ names topics by id: with one id for two topics, records of
+            # one would be written to the other.
+            other = ids.setdefault(topic.topic_id, topic.name)
+            if other != topic.name:
+                raise ProtocolError(f"topics {other!r} and {topic.name!r} have the same "
+                                    f"topic id {topic.topic_id}")
         _check_partitions(topic, node_ids)
 
 
