@@ -160,8 +160,11 @@ def test_calls_in_the_wrong_state_are_refused(kafka_broker, topic_name, protocol
                         transactional_id=f"txn-{uuid.uuid4().hex[:10]}",
                         transaction_version=PROTOCOLS[protocol])
     with producer:
-        with pytest.raises(TransactionStateError, match=r"send\(\) before init_transactions"):
-            producer.send(topic_name, b"x")
+        for call in (lambda: producer.send(topic_name, b"x"),
+                     lambda: producer.produce(topic_name, b"x"),
+                     lambda: producer.send_batch(topic_name, [b"x"])):
+            with pytest.raises(TransactionStateError, match=r"^a record before init_transactions"):
+                call()
         with pytest.raises(TransactionStateError, match="before init_transactions"):
             producer.begin_transaction()
         producer.init_transactions()

@@ -425,7 +425,8 @@ class TransactionStateMachine:
         later = self._later_failures
 
         def refusal():
-            return _refusal(state, error, later, "send()", self.transactional_id)
+            # The one gate of send(), produce() and send_batch(): named for none of them.
+            return _refusal(state, error, later, "a record", self.transactional_id)
 
         return refusal
 
