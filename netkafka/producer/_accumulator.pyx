@@ -246,7 +246,7 @@ cdef class AccumulatorCore:
         cdef unsigned long epoch
         cdef bint full = False
         if type(topic) is not str:
-            topic = _topic_arg(topic)
+            topic = topic_arg(topic)
         if timestamp_ms is not None:
             ts = checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
         if partition is not None:
@@ -426,10 +426,10 @@ cdef class AccumulatorCore:
                 table.forget_sticky_locked()
 
 
-cdef str _topic_arg(object topic):
-    # Cold: a topic that is not exactly a str.  A str subclass's (a str Enum member's,
-    # which kafka-python takes) plain str; the partition queues and the metadata are
-    # keyed by plain strs.
+cpdef str topic_arg(object topic):
+    """Cold: a topic that is not exactly a str (send(), produce(), send_batch()).  A str
+    subclass's (a str Enum member's, which kafka-python takes) plain str; the
+    partition queues and the metadata are keyed by plain strs."""
     if isinstance(topic, str):
         return str.__str__(topic)
     raise TypeError(f"topic must be a str, not {type(topic).__name__}")

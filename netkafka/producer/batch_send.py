@@ -35,6 +35,7 @@ from array import array
 from typing import Optional
 
 from netkafka import errors
+from netkafka.producer._accumulator import topic_arg
 from netkafka.producer._batch_send import (fill_rows, group_rows, keyed_partitions,
                                            partitions_array, place_unkeyed_rows)
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
@@ -169,9 +170,7 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
                timestamps_ms=None):
     """Producer.send_batch() after serialization: see its docstring."""
     if type(topic) is not str:
-        if not isinstance(topic, str):
-            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
-        topic = str.__str__(topic)  # a str Enum member's plain str, as send() takes it
+        topic = topic_arg(topic)  # as send() takes it
     # Here, not only when the topic's metadata is first waited for: the rows would
     # fail one by one, and send_batch() raises a refusal of every row.
     check_topic_name(topic)
