@@ -102,16 +102,13 @@ cdef inline int _header_parts(object header, Py_ssize_t index, const unsigned ch
     # bytes or None.  Pointers stay valid while the header objects live: UTF-8 of a
     # str is cached in the str itself.
     cdef object k, v
-    if PyTuple_CheckExact(header) and PyTuple_GET_SIZE(header) == 2:
+    # A tuple subclass's pair too (a namedtuple's), which kafka-python takes.
+    if PyTuple_Check(header) and PyTuple_GET_SIZE(header) == 2:
         k = <object>PyTuple_GET_ITEM(header, 0)
         v = <object>PyTuple_GET_ITEM(header, 1)
     elif PyList_CheckExact(header) and PyList_GET_SIZE(header) == 2:
         k = <object>PyList_GET_ITEM(header, 0)
         v = <object>PyList_GET_ITEM(header, 1)
-    elif PyTuple_Check(header) and PyTuple_GET_SIZE(header) == 2:
-        # A tuple subclass's pair (a namedtuple's), which kafka-python takes.
-        k = <object>PyTuple_GET_ITEM(header, 0)
-        v = <object>PyTuple_GET_ITEM(header, 1)
     else:
         raise TypeError(f"headers[{index}] must be a (key, value) pair, "
                         f"not {type(header).__name__}")
