@@ -203,7 +203,7 @@ class Recovery:
 class _SegmentFile:
     """A segment file: its fd, and its mapping while it is written or reused."""
 
-    __slots__ = ("segment_id", "path", "fd", "size_bytes", "mapped", "slot")
+    __slots__ = ("segment_id", "path", "fd", "size_bytes", "mapped", "slot", "header_fault")
 
     def __init__(self, segment_id, path, fd, size_bytes):
         self.segment_id = segment_id
@@ -212,6 +212,15 @@ class _SegmentFile:
         self.size_bytes = size_bytes
         self.mapped = None  # MappedSegment or None
         self.slot = None  # the wal_staging.Slot whose image it is staged in, or None
+        # Found at open (recovery): what is wrong with its header, or None when good.
+        self.header_fault = None
+
+    def map_for_reading(self):
+        """A MappedSegment of this file as it is, tagged as its entries are."""
+        mapped = MappedSegment(self.fd, self.size_bytes, self.path)
+        mapped.segment_id = self.segment_id
+        mapped.tag = self.segment_id & 0xFFFFFFFF
+        return mapped
 
 
 class WriteAheadLog:
@@ -891,10 +900,9 @@ class WriteAheadLog:
                 fd = _os_call("cannot open WAL segment", path, os.open, path, os.O_RDWR)
                 segment = _SegmentFile(int(match.group(1)), path, fd, os.fstat(fd).st_size)
                 found.append(segment)
-                if self._header_fault(segment) is None:
-                    segment.mapped = MappedSegment(fd, segment.size_bytes, path)
-                    segment.mapped.segment_id = segment.segment_id
-                    segment.mapped.tag = segment.segment_id & 0xFFFFFFFF
+                segment.header_fault = self._header_fault(segment)
+                if segment.header_fault is None:
+                    segment.mapped = segment.map_for_reading()
         except BaseException:
             # The files opened before the one that failed (to open, or to check).
             for opened in found:
@@ -982,7 +990,7 @@ class WriteAheadLog:
             WalCorruptError: a later segment has a good header, or this one holds an
                 entry with a good checksum (names the file and what is wrong).
         """
-        fault = self._header_fault(segment)
+        fault = segment.header_fault
         following = [s for s in later if s.mapped is not None]
         if following:
             raise WalCorruptError(
@@ -990,10 +998,8 @@ class WriteAheadLog:
                 f"corrupt segment header, not a crash; nothing was deleted")
         if segment.size_bytes < _wal.HEADER_BYTES + _wal.ROLL_ENTRY_BYTES:
             return
-        mapped = MappedSegment(segment.fd, segment.size_bytes, segment.path)
+        mapped = segment.map_for_reading()
         try:
-            mapped.segment_id = segment.segment_id
-            mapped.tag = segment.segment_id & 0xFFFFFFFF
             entries, end, _ = _wal.scan(mapped, done_only=True)
         finally:
             mapped.unmap()
@@ -1072,9 +1078,7 @@ class WriteAheadLog:
         reader = _BatchReader(self.directory)
         for segment in segments:
             if segment.mapped is None:  # a dead producer's, unmapped after recovery
-                segment.mapped = MappedSegment(segment.fd, segment.size_bytes, segment.path)
-                segment.mapped.segment_id = segment.segment_id
-                segment.mapped.tag = segment.segment_id & 0xFFFFFFFF
+                segment.mapped = segment.map_for_reading()
             last = segment.mapped is active
             entries, _, _ = _wal.scan(segment.mapped, only=candidates,
                                       end=end if last else -1)
