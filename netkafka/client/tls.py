@@ -170,10 +170,12 @@ def _password_callback(password):
     return lambda: password
 
 
-def _check_readable(name, path):
+def _file_bytes(name, path):
+    """The bytes of setting name's file; SslConfigError naming the setting when it
+    cannot be read."""
     try:
-        with open(path, "rb"):
-            pass
+        with open(path, "rb") as file:
+            return file.read()
     except OSError as exc:
         raise SslConfigError(f"{name}={str(path)!r}: {exc.strerror}") from None
 
@@ -181,12 +183,7 @@ def _check_readable(name, path):
 def _check_pem(name, path, marker, what):
     """SslConfigError naming setting name unless its file at path holds marker, the
     PEM header of what it must hold."""
-    try:
-        with open(path, "rb") as file:
-            text = file.read()
-    except OSError as exc:
-        raise SslConfigError(f"{name}={str(path)!r}: {exc.strerror}") from None
-    if marker not in text:
+    if marker not in _file_bytes(name, path):
         raise SslConfigError(f"{name}={str(path)!r} holds no PEM {what}")
 
 
@@ -194,7 +191,7 @@ def _load(name, path, load, key_setting=None, key_setting_path=None):
     """Runs load(), an SSLContext call reading the file of setting name; its failure
     becomes SslConfigError naming the setting (key_setting, at key_setting_path, when
     the private key is what failed)."""
-    _check_readable(name, path)
+    _file_bytes(name, path)  # readable, or named as the setting's
     try:
         load()
     except ssl.SSLError as exc:
