@@ -97,6 +97,24 @@ def test_a_batch_grows_a_class_at_a_time_and_keeps_its_records():
     assert pool.in_use_bytes == 0
 
 
+def test_a_batch_of_large_records_grows_once_not_a_class_at_a_time():
+    # 128 KiB records in 1 MiB batches: each move copies the records so far, and a class
+    # at a time (256 KiB -> 512 KiB -> 1 MiB) copied four of a batch's seven records.
+    pool = BufferPool(MiB, 8 * MiB, 16 * KiB)
+    records = [(None, bytes([i]) * (128 * KiB), [], 1_700_000_000_000 + i) for i in range(8)]
+    builder = RecordBatchBuilder(pool.try_acquire(), MiB, 4 * MiB)
+    held = []
+    for key, value, headers, ts in records:
+        if builder.append(key, value, headers, ts) < 0:
+            break
+        held.append(pool.in_use_bytes)
+    assert held == [256 * KiB] + [MiB] * 6 and builder.is_full
+    check_batch(sealed_bytes(builder), records[:7])
+    builder.mark_acknowledged()
+    builder.release()
+    assert pool.in_use_bytes == 0
+
+
 def test_bulk_columns_and_encoded_records_grow_too():
     pa = pytest.importorskip("pyarrow")
     pool = BufferPool(256 * KiB, MiB, 1 * KiB)

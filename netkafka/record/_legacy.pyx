@@ -326,7 +326,7 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
                 f"message{' in a compressed set' if self._wrapper_bytes else ''}, larger "
                 f"than max_request_size_bytes={self.max_request_size_bytes}")
         if entry_bytes > self._records_buf.capacity_bytes:
-            self._grow(entry_bytes, True)
+            self._grow(entry_bytes, entry_bytes, True)
         return 0
 
     # -- sealing and export -------------------------------------------------------------

@@ -120,7 +120,8 @@ cdef class PooledBatch:
     # Moves the records (still OPEN: no view exported) to a buffer of at least needed_bytes
     # of the next size class up.  1 if moved; 0 if the pool has no room now -- or, for a
     # first record (first=True), raises BufferPoolExhausted.
-    cdef int _grow(self, Py_ssize_t needed_bytes, bint first) except -1
+    cdef int _grow(self, Py_ssize_t needed_bytes, Py_ssize_t wanted_bytes,
+                   bint first) except -1
     # The cold path of an append of record_bytes (not the first record) past _end_bytes:
     # 1 once there is room (grown), 0 when the batch is full (past _limit_bytes, or no
     # memory to grow into now: it is sent as it is, as Kafka's own full batches).
