@@ -6,12 +6,14 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 
 import pytest
+from kafka.protocol.metadata import MetadataResponse as KpMetadataResponse
 
 from batch_helpers import (as_read, connection_states, io_stack, make_batch, new_buffer_pool,
                            release_batches)
-from broker_proxy import BrokerProxy, recv_exactly
+from broker_proxy import BrokerProxy, MetadataProxy, recv_exactly
 from netkafka import errors
 from netkafka.client.connection import (AUTHENTICATING, CONNECTING, DISCONNECTED,
                                         NEGOTIATING_VERSIONS, READY, TRANSPORT_HANDSHAKE,
@@ -327,7 +329,7 @@ def test_request_never_sent_to_a_silent_endpoint_says_why_in_words():
 
 class _RewritingProxy(BrokerProxy):
     """Rewrites the first Metadata answer: its correlation id (an out-of-order answer)
-    or its size prefix (an absurd size).  Hostile-broker input for the connection's
+    or its size prefix (an absurd size, or a claim the bytes never make good).  Hostile-broker input for the connection's
     checks; everything else passes through untouched."""
 
     def __init__(self, target, mode):
@@ -347,6 +349,8 @@ class _RewritingProxy(BrokerProxy):
                     self.rewritten.set()
                     if self.mode == "correlation":
                         correlation_id += 1000
+                    elif self.mode == "claim":
+                        size = 90 * 1024 * 1024  # allowed, but only the real body follows
                     else:
                         size = 0x7FFFFFF0
                 dst.sendall(struct.pack(">ii", size, correlation_id) + body)
@@ -407,6 +411,43 @@ def test_hostile_answer_is_a_protocol_error_and_the_connection_recovers(kafka_br
         assert conn.stats()["connections_ready"] == 2
     finally:
         proxy.close()
+
+
+def test_a_size_prefix_alone_costs_no_memory(kafka_broker):
+    """A response claiming 90 MiB (under max_response_bytes) of which a few KB come: the
+    receive buffer grows as the bytes arrive, not to the claimed size at once."""
+    proxy = _RewritingProxy(broker_address(kafka_broker.bootstrap), "claim")
+    pool = IOPool(ConnectionConfig(request_timeout_ms=1000, connect_timeout_ms=5000))
+    tracemalloc.start()
+    try:
+        conn = pool.connection(-1, "127.0.0.1", proxy.port)
+        with pytest.raises(RequestTimeoutError, match="within request_timeout_ms=1000"):
+            request_metadata(conn, []).result(10)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        pool.close()
+        proxy.close()
+    assert proxy.rewritten.is_set()
+    assert peak_bytes < 8 * 1024 * 1024
+
+
+def test_a_response_larger_than_the_receive_buffer_is_read_whole(kafka_broker, pool):
+    """Its bytes arrive over several reads while the buffer doubles to its size (~500 KB
+    here: the broker's answer with 20,000 more brokers)."""
+    proxy = MetadataProxy(broker_address(kafka_broker.bootstrap))
+    Broker = KpMetadataResponse.MetadataResponseBroker
+    extra = [Broker(node_id=1000 + i, host="127.0.0.1", port=proxy.port, rack=None)
+             for i in range(20_000)]
+    proxy.set_rewrite(lambda fields: dict(fields, brokers=fields["brokers"] + extra))
+    try:
+        conn = pool.connection(-1, "127.0.0.1", proxy.port)
+        answer = request_metadata(conn, []).result(10)
+    finally:
+        proxy.close()
+    assert proxy.rewritten_count() == 1
+    assert len(answer.brokers) == 20_001
+    assert {broker.node_id for broker in answer.brokers} >= {1000, 20_999}
 
 
 class _RefusingEveryApiVersions:

@@ -101,8 +101,8 @@ _DEADLINE_NS = operator.attrgetter("deadline_ns")
 # what a TLS listener answers a plaintext client with, read as a response size.
 _TLS_RECORD_TYPES = (0x15, 0x16)
 _TLS_MAJOR_VERSION = 0x03
-# The receive buffer's usual size: a few Produce answers at once.  A larger
-# response gets a buffer of its own size while it is read.
+# The receive buffer's usual size: a few Produce answers at once.  For a larger
+# response it doubles towards the response's size while the response is read.
 _RX_BUFFER_BYTES = 64 * 1024
 
 # Connection states.  Owned by the I/O thread; published copies under _lock.
@@ -1138,9 +1138,17 @@ class BrokerConnection:
             needed = 4 + _SIZE.unpack_from(rx, pos)[0]
         else:
             needed = _RX_BUFFER_BYTES
-        if needed > len(rx) or (len(rx) > _RX_BUFFER_BYTES and needed <= _RX_BUFFER_BYTES):
-            # Grown for one large response, or back to the usual size after it.
-            grown = bytearray(max(needed, _RX_BUFFER_BYTES))
+        if needed > len(rx) == rest:
+            # A response larger than the buffer, which its bytes have filled: the
+            # buffer doubles towards its size as they arrive, not to the size at once,
+            # so a size prefix alone (a broken or hostile peer's, up to
+            # max_response_bytes) costs no memory.
+            grown = bytearray(min(needed, 2 * len(rx)))
+        elif len(rx) > _RX_BUFFER_BYTES and needed <= _RX_BUFFER_BYTES:
+            grown = bytearray(_RX_BUFFER_BYTES)  # back to the usual size after one
+        else:
+            grown = None
+        if grown is not None:
             grown[:rest] = view[pos:end]
             view.release()
             self._rx = grown
