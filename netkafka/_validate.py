@@ -1,4 +1,4 @@
-"""The checks of integer and enumerated settings, in one wording for every layer.
+"""The checks of integer, duration and enumerated settings, in one wording for every layer.
 
 Producer(), ConnectionConfig, the Sender, the metadata cache, the I/O pool, the
 backoff and partitioner options and the Spark sink all take such settings; each
@@ -8,6 +8,7 @@ wherever it is raised.
 It imports nothing of netkafka, so that any layer may use it: the client layer,
 below config, checks its own settings with it.
 """
+import math
 
 
 def check_int(name, value, minimum, maximum=None, *, minimum_text=None, none_allowed=False):
@@ -35,6 +36,31 @@ def check_int(name, value, minimum, maximum=None, *, minimum_text=None, none_all
             allowed += " or None"
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
     return value
+
+
+def check_ms(name, value, minimum, maximum=None, *, fraction_kept=False):
+    """value, a duration in milliseconds, as the setting keeps it: an int, or a finite
+    float (a bool is not) from minimum to maximum -- kafka-python takes floats, doing
+    arithmetic on them.  A whole float is its int (30000.0 is 30000); a fraction is
+    kept where fraction_kept (the setting is used in nanoseconds: 0.5 is half a
+    millisecond), else rounded up to the next millisecond, where it is used in whole
+    ones (on the wire, in the layers below): a wait never shorter than asked.
+
+    Raises:
+        ValueError: "<name> must be an int or a finite float >= <minimum>[ and <=
+            <maximum>] (milliseconds), got <value>".
+    """
+    number = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) and value >= minimum
+              and (maximum is None or value <= maximum))
+    if not number:
+        allowed = f"an int or a finite float >= {minimum}"
+        if maximum is not None:
+            allowed += f" and <= {maximum}"
+        raise ValueError(f"{name} must be {allowed} (milliseconds), got {value!r}")
+    if isinstance(value, int) or (fraction_kept and not value.is_integer()):
+        return value
+    return math.ceil(value)
 
 
 def check_choice(name, value, choices, others=()):

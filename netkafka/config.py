@@ -27,7 +27,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from netkafka._validate import check_choice, check_int
+from netkafka._validate import check_choice, check_int, check_ms
 from netkafka.client.connection import ConnectionConfig
 from netkafka.client.metadata import METADATA_RECOVERY_STRATEGIES
 from netkafka.client.resolver import CLIENT_DNS_LOOKUPS
@@ -133,8 +133,9 @@ class ProducerConfig(Mapping):
     retries: object = _INT32_MAX
     batch_size: int = 16384
     # kafka-python's default (Java 4.x has 5).  A batch whose partition still has batches
-    # queued for the broker stays open past it (as Java's do), up to 100 ms more.
-    linger_ms: int = 0
+    # queued for the broker stays open past it (as Java's do), up to 100 ms more.  The
+    # one duration kept as given, fraction and all (the other *_ms: whole ms, check_ms).
+    linger_ms: float = 0
     partitioner: object = "default"
     buffer_memory: int = 32 * _MiB
     max_block_ms: int = 60000
@@ -260,8 +261,9 @@ class ProducerConfig(Mapping):
         object.__setattr__(self, "retries", min(self.retries, _INT32_MAX))
         # A batch holds the 61-byte header and at least one small record.
         check_int("batch_size", self.batch_size, 128)
-        check_int("linger_ms", self.linger_ms, 0)
-        check_int("max_block_ms", self.max_block_ms, 0)
+        # Kept in nanoseconds by the accumulator: 0.5 is half a millisecond.
+        self._set_ms("linger_ms", 0, fraction_kept=True)
+        self._set_ms("max_block_ms", 0)
         # As retries: Long.MAX_VALUE, the Java client's "block without bound", or any
         # wait longer than threading takes (TIMEOUT_MAX) raised OverflowError from the
         # first send(); 2**31-1 ms (24.8 days) is as unbounded in practice.
@@ -272,11 +274,11 @@ class ProducerConfig(Mapping):
                              f"max_request_size ({self.max_request_size})")
         check_int("buffer_memory", self.buffer_memory, self.batch_size,
                   minimum_text=f"batch_size ({self.batch_size})")
-        check_int("metadata_max_age_ms", self.metadata_max_age_ms, 1)
-        check_int("retry_backoff_ms", self.retry_backoff_ms, 0)
+        self._set_ms("metadata_max_age_ms", 1)
+        self._set_ms("retry_backoff_ms", 0)
         # Every Produce request carries it as an int32 (the Java client's type).
-        check_int("request_timeout_ms", self.request_timeout_ms, 1, maximum=_INT32_MAX)
-        check_int("delivery_timeout_ms", self.delivery_timeout_ms, 1)
+        self._set_ms("request_timeout_ms", 1, maximum=_INT32_MAX)
+        self._set_ms("delivery_timeout_ms", 1)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             # The Java client's rule: a batch must be able to linger and then wait
             # for one answer before its delivery time runs out.
@@ -289,24 +291,21 @@ class ProducerConfig(Mapping):
         check_choice("enable_idempotence", self.enable_idempotence, (True, False))
         for name in ("send_buffer_bytes", "receive_buffer_bytes"):
             check_int(name, getattr(self, name), 1, none_allowed=True)
-        check_int("connections_max_idle_ms", self.connections_max_idle_ms, 0)
-        check_int("reconnect_backoff_ms", self.reconnect_backoff_ms, 0)
-        check_int("reconnect_backoff_max_ms", self.reconnect_backoff_max_ms, 1)
+        self._set_ms("connections_max_idle_ms", 0)
+        self._set_ms("reconnect_backoff_ms", 0)
+        self._set_ms("reconnect_backoff_max_ms", 1)
         object.__setattr__(self, "api_version", api_version_value(self.api_version))
         self._check_legacy()
         check_choice("allow_auto_create_topics", self.allow_auto_create_topics, (True, False))
         check_choice("metrics_enabled", self.metrics_enabled, (True, False))
         check_choice("client_dns_lookup", self.client_dns_lookup, CLIENT_DNS_LOOKUPS)
         check_int("receive_message_max_bytes", self.receive_message_max_bytes, 4)
-        check_int("socket_connection_setup_timeout_ms",
-                  self.socket_connection_setup_timeout_ms, 1)
-        check_int("socket_connection_setup_timeout_max_ms",
-                  self.socket_connection_setup_timeout_max_ms, 1)
+        self._set_ms("socket_connection_setup_timeout_ms", 1)
+        self._set_ms("socket_connection_setup_timeout_max_ms", 1)
         check_choice("metadata_recovery_strategy", self.metadata_recovery_strategy,
                      METADATA_RECOVERY_STRATEGIES)
-        check_int("metadata_recovery_rebootstrap_trigger_ms",
-                  self.metadata_recovery_rebootstrap_trigger_ms, 0)
-        check_int("bootstrap_timeout_ms", self.bootstrap_timeout_ms, 0)
+        self._set_ms("metadata_recovery_rebootstrap_trigger_ms", 0)
+        self._set_ms("bootstrap_timeout_ms", 0)
         _check_socket_options(self.socket_options)
         _check_interceptors(self.interceptors)
         self._check_compression_levels()
@@ -319,13 +318,19 @@ class ProducerConfig(Mapping):
         self._check_wal()
         self._check_security()
 
+    def _set_ms(self, name, minimum, maximum=None, *, fraction_kept=False):
+        """Checks a duration setting and keeps what check_ms makes of it: whole ms,
+        or the float as given where fraction_kept."""
+        object.__setattr__(self, name, check_ms(name, getattr(self, name), minimum, maximum,
+                                                fraction_kept=fraction_kept))
+
     def _check_wal(self):
         # The sizes that depend on each other (segments within wal_max_bytes) are the
         # WAL's to check when it opens: it names these settings too.
         if self.wal_dir is not None and not isinstance(self.wal_dir, (str, os.PathLike)):
             raise ValueError(f"wal_dir must be a directory path or None, got {self.wal_dir!r}")
         check_choice("wal_fsync", self.wal_fsync, WAL_FSYNC_MODES)
-        check_int("wal_fsync_interval_ms", self.wal_fsync_interval_ms, 1)
+        self._set_ms("wal_fsync_interval_ms", 1)
         check_int("wal_max_bytes", self.wal_max_bytes, 1)
         check_choice("on_delivery_timeout", self.on_delivery_timeout, DELIVERY_TIMEOUT_ACTIONS)
         if self.on_replay is not None and not callable(self.on_replay):
@@ -391,7 +396,7 @@ class ProducerConfig(Mapping):
                 raise ValueError(f"transactional_id must be None or a non-empty str, "
                                  f"got {self.transactional_id!r}")
             wire_string("transactional_id", self.transactional_id)
-        check_int("transaction_timeout_ms", self.transaction_timeout_ms, 1, maximum=_INT32_MAX)
+        self._set_ms("transaction_timeout_ms", 1, maximum=_INT32_MAX)
         check_choice("transaction_version", self.transaction_version, TRANSACTION_VERSIONS)
         if self.transactional_id is not None and not self.enable_idempotence:
             # The Java client's rule: a transaction's batches carry the producer id

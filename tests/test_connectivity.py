@@ -216,7 +216,7 @@ def test_canonical_bootstrap_name_is_the_one_tls_verifies(secured_broker, topic_
     ("metadata_recovery_strategy", "REBOOTSTRAP",
      r"metadata_recovery_strategy must be 'none' or 'rebootstrap', got 'REBOOTSTRAP'"),
     ("socket_connection_setup_timeout_max_ms", 0,
-     r"socket_connection_setup_timeout_max_ms must be an int >= 1"),
+     r"socket_connection_setup_timeout_max_ms must be an int or a finite float >= 1"),
     ("socket_options", [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, "1")],
      r"socket_options must be a list of \(level, option, value\) for socket.setsockopt "
      r"\(ints; the value an int or bytes\)"),

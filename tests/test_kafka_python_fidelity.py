@@ -5,6 +5,7 @@ interceptors and compression_level -- against the real broker, read back by the
 independent reader."""
 import json
 import logging
+import re
 import socket
 
 import kafka
@@ -348,3 +349,25 @@ def test_compression_level_checks():
         KafkaProducer(compression_type="snappy", compression_level=1)
     with pytest.raises(errors.KafkaConfigurationError, match="disagree"):
         KafkaProducer(compression_type="lz4", compression_level=1, compression_lz4_level=2)
+
+
+def test_float_milliseconds_are_taken_as_kafka_python_takes_them(kafka_broker, topic):
+    # kafka-python does arithmetic on its *_ms settings, so floats work there;
+    # netkafka refused linger_ms=0.5 and request_timeout_ms=30000.0.
+    with producer(kafka_broker, linger_ms=0.5, request_timeout_ms=30000.0,
+                  delivery_timeout_ms=120000.0, retry_backoff_ms=99.2,
+                  max_block_ms=30000.0) as p:
+        config = p.config
+        assert config["linger_ms"] == 0.5 and p._accumulator._linger_ns == 500_000
+        # Used in whole ms below (the wire's int32): whole floats are their int, a
+        # fraction rounds up, so no wait is shorter than asked.
+        assert (config["request_timeout_ms"], config["retry_backoff_ms"]) == (30000, 100)
+        assert type(config["request_timeout_ms"]) is int
+        assert p.send(topic, b"v", partition=0).get(30).offset == 0
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5, True, "5"])
+def test_bad_milliseconds_are_refused_naming_the_setting(value):
+    with pytest.raises(ValueError, match=r"linger_ms must be an int or a finite float >= 0 "
+                                         r"\(milliseconds\), got " + re.escape(repr(value))):
+        KafkaProducer(linger_ms=value)

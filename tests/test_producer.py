@@ -638,9 +638,11 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"compression_type": "brotli"}, ValueError,
      r"compression_type must be None, 'none', 'gzip', 'snappy', 'lz4' or 'zstd', got 'brotli'"),
     ({"batch_size": -1}, ValueError, r"batch_size must be an int >= 128, got -1"),
-    ({"linger_ms": "5"}, ValueError, r"linger_ms must be an int >= 0, got '5'"),
+    ({"linger_ms": "5"}, ValueError,
+     r"linger_ms must be an int or a finite float >= 0 \(milliseconds\), got '5'"),
     ({"request_timeout_ms": 2**31}, ValueError,
-     r"request_timeout_ms must be an int >= 1 and <= 2147483647, got 2147483648"),
+     r"request_timeout_ms must be an int or a finite float >= 1 and <= 2147483647 "
+     r"\(milliseconds\), got 2147483648"),
     ({"buffer_memory": 1000}, ValueError, r"buffer_memory must be an int >= batch_size"),
     ({"high_watermark_bytes": 10, "low_watermark_bytes": 20}, ValueError,
      r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
@@ -692,7 +694,8 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"transactional_id": "tx-1", "acks": 1}, ValueError, r"transactional_id needs acks='all'"),
     ({"transactional_id": "tx-1", "enable_idempotence": False}, ValueError,
      r"transactional_id needs enable_idempotence=True"),
-    ({"transaction_timeout_ms": 0}, ValueError, r"transaction_timeout_ms must be an int >= 1"),
+    ({"transaction_timeout_ms": 0}, ValueError,
+     r"transaction_timeout_ms must be an int or a finite float >= 1"),
     ({"transaction_version": 2}, ValueError, r"transaction_version must be None or 1, got 2"),
 ])
 def test_bad_options_are_refused_naming_them(options, error, message):

@@ -38,7 +38,8 @@ def producer(broker, wal_dir, **settings):
 
 @pytest.mark.parametrize("settings, message", [
     ({"wal_fsync": "often"}, "wal_fsync must be 'never', 'interval' or 'always'"),
-    ({"wal_fsync_interval_ms": 0}, "wal_fsync_interval_ms must be an int >= 1"),
+    ({"wal_fsync_interval_ms": 0},
+     "wal_fsync_interval_ms must be an int or a finite float >= 1"),
     ({"wal_max_bytes": 1 << 20}, "wal_max_bytes=1048576 must hold at least three segments"),
     ({"on_delivery_timeout": "retry"}, "on_delivery_timeout must be 'fail' or 'spool'"),
     ({"on_replay": "print"}, "on_replay must be a callable"),

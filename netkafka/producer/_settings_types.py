@@ -4,7 +4,8 @@ Producer takes ``**configs`` (netkafka.config.ProducerConfig checks each at run 
 its stub (producer.pyi) spells them ``**configs: Unpack[ProducerSettings]``, so an IDE
 completes the names and mypy checks their types.  tests/test_typing.py keeps this list
 equal to the settings netkafka.config accepts.  Types are what each setting takes; a
-value the type allows may still be refused at run time (e.g. acks=2).
+value the type allows may still be refused at run time (e.g. acks=2).  The *_ms
+durations are float, which takes an int too: kafka-python takes either.
 """
 import os
 import ssl
@@ -22,32 +23,32 @@ class ProducerSettings(TypedDict, total=False):
     compression_type: Optional[str]
     retries: int
     batch_size: int
-    linger_ms: int
+    linger_ms: float
     partitioner: Any  # a name ('default', 'round_robin', ...), a Partitioner or a callable
     buffer_memory: int
-    max_block_ms: int
+    max_block_ms: float
     max_request_size: int
-    metadata_max_age_ms: int
-    retry_backoff_ms: int
-    request_timeout_ms: int
-    delivery_timeout_ms: int
+    metadata_max_age_ms: float
+    retry_backoff_ms: float
+    request_timeout_ms: float
+    delivery_timeout_ms: float
     max_in_flight_requests_per_connection: int
     enable_idempotence: Optional[bool]
     send_buffer_bytes: Optional[int]
     receive_buffer_bytes: Optional[int]
-    connections_max_idle_ms: int
-    reconnect_backoff_ms: int
-    reconnect_backoff_max_ms: int
+    connections_max_idle_ms: float
+    reconnect_backoff_ms: float
+    reconnect_backoff_max_ms: float
     api_version: Optional[Union[tuple[int, ...], str]]
     allow_auto_create_topics: bool
     client_dns_lookup: Literal["use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"]
     receive_message_max_bytes: int
     socket_options: list[tuple[int, int, int]]
-    socket_connection_setup_timeout_ms: int
-    socket_connection_setup_timeout_max_ms: int
+    socket_connection_setup_timeout_ms: float
+    socket_connection_setup_timeout_max_ms: float
     metadata_recovery_strategy: Literal["none", "rebootstrap"]
-    metadata_recovery_rebootstrap_trigger_ms: int
-    bootstrap_timeout_ms: int
+    metadata_recovery_rebootstrap_trigger_ms: float
+    bootstrap_timeout_ms: float
     metrics_enabled: bool
     interceptors: Optional[list[Any]]  # objects with on_send / on_acknowledgement
     compression_level: Optional[int]
@@ -60,7 +61,7 @@ class ProducerSettings(TypedDict, total=False):
     backoff: Any  # 'block', 'park', 'drop' or a strategy object
     wal_dir: Optional[Union[str, "os.PathLike[str]"]]
     wal_fsync: Literal["never", "interval", "always"]
-    wal_fsync_interval_ms: int
+    wal_fsync_interval_ms: float
     wal_max_bytes: int
     on_replay: Optional[Callable[[Optional[bytes], Any], object]]  # (context, metadata or error)
     on_delivery_timeout: Literal["fail", "spool"]
@@ -82,7 +83,7 @@ class ProducerSettings(TypedDict, total=False):
     sasl_oauth_token_provider: Any  # an object with token() (kafka-python's interface)
     sasl_jaas_config: Optional[str]  # netkafka's: PLAIN or SCRAM login module, Java's syntax
     transactional_id: Optional[str]
-    transaction_timeout_ms: int
+    transaction_timeout_ms: float
     transaction_version: Optional[int]  # netkafka's: None (V2 where the cluster has it) or 1
     # kafka-python 3 machinery, refused unless at its default (KafkaConfigurationError).
     kafka_client: Any

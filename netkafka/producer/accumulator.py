@@ -171,7 +171,8 @@ class RecordAccumulator(AccumulatorCore):
         self._pool = BufferPool(buffer_size, max(buffer_memory, buffer_size),
                                 min(FIRST_BUFFER_BYTES, buffer_size),
                                 compression_reserve=self._compressor is not None)
-        self._linger_ns = linger_ms * 1_000_000  # immutable
+        # round(): linger_ms may be a float (0.5 is 500,000 ns), and ns are ints.
+        self._linger_ns = round(linger_ms * 1_000_000)  # immutable
         self._max_block_ms = max_block_ms  # immutable
         self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000  # immutable
         self._backoff = backoff  # immutable
