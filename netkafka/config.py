@@ -35,6 +35,7 @@ from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_setti
 from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
 from netkafka.errors import KafkaConfigurationError, SslConfigError
 from netkafka.protocol.framing import wire_string
+from netkafka.record._batch import SMALLEST_BATCH_BYTES
 from netkafka.record._compression import CODEC_NAMES, codec_id
 
 _MiB = 1024 * 1024
@@ -259,8 +260,10 @@ class ProducerConfig(Mapping):
             object.__setattr__(self, "retries", _INT32_MAX)
         check_int("retries", self.retries, 0)
         object.__setattr__(self, "retries", min(self.retries, _INT32_MAX))
-        # A batch holds the 61-byte header and at least one small record.
-        check_int("batch_size", self.batch_size, 128)
+        # kafka-python's and Java's "a batch size of zero will disable batching":
+        # any batch_size from 0 (the accumulator makes one too small for a record
+        # the smallest batch, which holds one).
+        check_int("batch_size", self.batch_size, 0)
         # Kept in nanoseconds by the accumulator: 0.5 is half a millisecond.
         self._set_ms("linger_ms", 0, fraction_kept=True)
         self._set_ms("max_block_ms", 0)
@@ -268,7 +271,9 @@ class ProducerConfig(Mapping):
         # wait longer than threading takes (TIMEOUT_MAX) raised OverflowError from the
         # first send(); 2**31-1 ms (24.8 days) is as unbounded in practice.
         object.__setattr__(self, "max_block_ms", min(self.max_block_ms, _INT32_MAX))
-        check_int("max_request_size", self.max_request_size, 1, maximum=_INT32_MAX)
+        # A request holds at least one batch: the 61-byte header and a small record.
+        check_int("max_request_size", self.max_request_size, SMALLEST_BATCH_BYTES,
+                  maximum=_INT32_MAX)
         if self.batch_size > self.max_request_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be at most "
                              f"max_request_size ({self.max_request_size})")

@@ -351,6 +351,20 @@ def test_compression_level_checks():
         KafkaProducer(compression_type="lz4", compression_level=1, compression_lz4_level=2)
 
 
+def test_batch_size_zero_sends_one_record_per_batch(kafka_broker, topic):
+    # kafka-python: "a batch size of zero will disable batching entirely" (Java: one
+    # record per batch); netkafka refused batch_size=0.
+    values = [b"r%d" % i for i in range(5)]
+    with producer(kafka_broker, batch_size=0, linger_ms=200, acks=1) as p:
+        assert p.config["batch_size"] == 0
+        futures = [p.send(topic, value, partition=0) for value in values]
+        p.flush()
+        assert [f.get(30).offset for f in futures] == [0, 1, 2, 3, 4]
+        # Lingering 200 ms would have gathered them into one batch.
+        assert p.metrics()["netkafka"]["batches_created"] == 5
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 5)] == values
+
+
 def test_float_milliseconds_are_taken_as_kafka_python_takes_them(kafka_broker, topic):
     # kafka-python does arithmetic on its *_ms settings, so floats work there;
     # netkafka refused linger_ms=0.5 and request_timeout_ms=30000.0.

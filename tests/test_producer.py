@@ -637,13 +637,15 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"acks": 2}, ValueError, r"acks must be 0, 1, 'all' or -1, got 2"),
     ({"compression_type": "brotli"}, ValueError,
      r"compression_type must be None, 'none', 'gzip', 'snappy', 'lz4' or 'zstd', got 'brotli'"),
-    ({"batch_size": -1}, ValueError, r"batch_size must be an int >= 128, got -1"),
+    ({"batch_size": -1}, ValueError, r"batch_size must be an int >= 0, got -1"),
     ({"linger_ms": "5"}, ValueError,
      r"linger_ms must be an int or a finite float >= 0 \(milliseconds\), got '5'"),
     ({"request_timeout_ms": 2**31}, ValueError,
      r"request_timeout_ms must be an int or a finite float >= 1 and <= 2147483647 "
      r"\(milliseconds\), got 2147483648"),
     ({"buffer_memory": 1000}, ValueError, r"buffer_memory must be an int >= batch_size"),
+    ({"max_request_size": 60}, ValueError, r"max_request_size must be an int >= 68 and "
+                                           r"<= 2147483647, got 60"),
     ({"high_watermark_bytes": 10, "low_watermark_bytes": 20}, ValueError,
      r"high_watermark_bytes must be an int >= low_watermark_bytes \(20\), got 10"),
     ({"backoff": "spin"}, ValueError, r"backoff must be 'block', 'drop', 'park' or an object"),

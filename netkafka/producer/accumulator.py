@@ -69,7 +69,8 @@ from netkafka import errors
 from netkafka.producer._accumulator import AccumulatorCore, Batch
 from netkafka.record._compression import Compressor
 from netkafka.producer._futures import BatchResult
-from netkafka.record._batch import RecordBatchBuilder, pool_buffer_size_bytes
+from netkafka.record._batch import (SMALLEST_BATCH_BYTES, RecordBatchBuilder,
+                                    pool_buffer_size_bytes)
 from netkafka.record._legacy import LegacyMessageSetBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.errors import (BackpressureTimeoutError, BufferPoolExhausted, KafkaTimeoutError,
@@ -160,11 +161,13 @@ class RecordAccumulator(AccumulatorCore):
         self._legacy_magic = legacy_magic  # immutable
         self._sender = sender  # immutable
         self._topic_waiter = topic_waiter  # immutable
-        self._batch_size = batch_size  # immutable
+        # A batch_size too small for a record (0: kafka-python's "disable batching
+        # entirely") makes batches of one record: the smallest batch's.
+        self._batch_size = max(batch_size, SMALLEST_BATCH_BYTES)  # immutable
         self._max_request_size = max_request_size  # immutable
         # Thread-safe.
         self._compressor = None if codec is None else Compressor(codec, compression_level)
-        buffer_size = pool_buffer_size_bytes(batch_size, self._compressor)
+        buffer_size = pool_buffer_size_bytes(self._batch_size, self._compressor)
         # Thread-safe (its own mutex).  Batches start in FIRST_BUFFER_BYTES and grow;
         # with a codec, a buffer of the largest class is set aside so a batch sealed
         # while the pool is full still goes out compressed (BufferPool).

@@ -8,6 +8,7 @@ from netkafka.record._pool import PooledBatch, PooledBuffer
 TIMESTAMP_CREATE_TIME: int
 TIMESTAMP_LOG_APPEND_TIME: int
 BATCH_HEADER_BYTES: int
+SMALLEST_BATCH_BYTES: int
 
 _Bytes = bytes | bytearray | memoryview
 _Headers = Optional[Sequence[tuple[str | bytes, Optional[_Bytes]]]]

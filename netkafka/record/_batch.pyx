@@ -62,6 +62,10 @@ cdef enum:
 
 # Bytes of the batch header before the records (the layout above).
 BATCH_HEADER_BYTES = HEADER_SIZE_BYTES
+# The smallest batch_size_bytes: the header and the smallest record.  A batch of it
+# holds one record (the first always goes in, and then no record fits): the Java
+# client's and kafka-python's batch size 0.
+SMALLEST_BATCH_BYTES = HEADER_SIZE_BYTES + _RECORD_MIN_BYTES
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
@@ -149,7 +153,7 @@ cdef class RecordBatchBuilder(PooledBatch):
                   Py_ssize_t max_request_size_bytes, compression=None, *,
                   int timestamp_type=TIMESTAMP_CREATE_TIME, bint transactional=False,
                   bint control=False):
-        if batch_size_bytes < HEADER_SIZE_BYTES + _RECORD_MIN_BYTES:
+        if batch_size_bytes < SMALLEST_BATCH_BYTES:
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold the "
                              f"{HEADER_SIZE_BYTES}-byte batch header and a record")
         check_max_request_size(batch_size_bytes, max_request_size_bytes)
