@@ -261,8 +261,9 @@ class ProducerConfig(Mapping):
         check_int("retries", self.retries, 0)
         object.__setattr__(self, "retries", min(self.retries, _INT32_MAX))
         # kafka-python's and Java's "a batch size of zero will disable batching":
-        # any batch_size from 0 (the accumulator makes one too small for a record
-        # the smallest batch, which holds one).
+        # any batch_size from 0.  One too small for a record gives batches of the
+        # smallest size, which hold one record each (the accumulator's rule); one
+        # above max_request_size, see batch_size_bytes.
         check_int("batch_size", self.batch_size, 0)
         # Kept in nanoseconds by the accumulator: 0.5 is half a millisecond.
         self._set_ms("linger_ms", 0, fraction_kept=True)
@@ -274,11 +275,9 @@ class ProducerConfig(Mapping):
         # A request holds at least one batch: the 61-byte header and a small record.
         check_int("max_request_size", self.max_request_size, SMALLEST_BATCH_BYTES,
                   maximum=_INT32_MAX)
-        if self.batch_size > self.max_request_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be at most "
-                             f"max_request_size ({self.max_request_size})")
-        check_int("buffer_memory", self.buffer_memory, self.batch_size,
-                  minimum_text=f"batch_size ({self.batch_size})")
+        check_int("buffer_memory", self.buffer_memory, self.batch_size_bytes,
+                  minimum_text=f"the largest batch ({self.batch_size_bytes} bytes: "
+                               f"batch_size, at most max_request_size)")
         self._set_ms("metadata_max_age_ms", 1)
         self._set_ms("retry_backoff_ms", 0)
         # Every Produce request carries it as an int32 (the Java client's type).
@@ -328,6 +327,17 @@ class ProducerConfig(Mapping):
         or the float as given where fraction_kept."""
         object.__setattr__(self, name, check_ms(name, getattr(self, name), minimum, maximum,
                                                 fraction_kept=fraction_kept))
+
+    @property
+    def batch_size_bytes(self):
+        """The bytes a batch may reach (a single larger record still gets a batch of
+        its own, up to max_request_size): batch_size, at most max_request_size.
+
+        Java's documentation calls max.request.size "effectively a cap on the
+        maximum uncompressed record batch size"; kafka-python and Java accept a
+        larger batch_size but then send such a batch alone in a request above
+        max_request_size, which a broker at its default message.max.bytes refuses."""
+        return min(self.batch_size, self.max_request_size)
 
     def _check_wal(self):
         # The sizes that depend on each other (segments within wal_max_bytes) are the

@@ -365,6 +365,21 @@ def test_batch_size_zero_sends_one_record_per_batch(kafka_broker, topic):
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 5)] == values
 
 
+def test_batch_size_above_max_request_size_is_taken_capped(kafka_broker, topic):
+    # kafka-python and Java accept it (Java documents max.request.size as "effectively
+    # a cap on the maximum uncompressed record batch size"); netkafka refused it.
+    value = b"x" * 6000
+    with producer(kafka_broker, batch_size=1 << 20, max_request_size=10_000,
+                  linger_ms=200) as p:
+        assert (p.config["batch_size"], p.config.batch_size_bytes) == (1 << 20, 10_000)
+        futures = [p.send(topic, value, partition=0) for _ in range(3)]
+        p.flush()
+        assert [f.get(30).offset for f in futures] == [0, 1, 2]
+        # Each batch stops at max_request_size: one 6000-byte record each.
+        assert p.metrics()["netkafka"]["batches_created"] == 3
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 3)] == [value] * 3
+
+
 def test_float_milliseconds_are_taken_as_kafka_python_takes_them(kafka_broker, topic):
     # kafka-python does arithmetic on its *_ms settings, so floats work there;
     # netkafka refused linger_ms=0.5 and request_timeout_ms=30000.0.

@@ -643,7 +643,9 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
     ({"request_timeout_ms": 2**31}, ValueError,
      r"request_timeout_ms must be an int or a finite float >= 1 and <= 2147483647 "
      r"\(milliseconds\), got 2147483648"),
-    ({"buffer_memory": 1000}, ValueError, r"buffer_memory must be an int >= batch_size"),
+    ({"buffer_memory": 1000}, ValueError, r"buffer_memory must be an int >= the largest batch "
+                                          r"\(16384 bytes: batch_size, at most "
+                                          r"max_request_size\)"),
     ({"max_request_size": 60}, ValueError, r"max_request_size must be an int >= 68 and "
                                            r"<= 2147483647, got 60"),
     ({"high_watermark_bytes": 10, "low_watermark_bytes": 20}, ValueError,

@@ -226,7 +226,7 @@ class Producer(ProducerCore):
             partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
             accumulator = RecordAccumulator(
                 partitioner, sender, self._wait_for_partition,
-                batch_size=config.batch_size, max_request_size=config.max_request_size,
+                batch_size=config.batch_size_bytes, max_request_size=config.max_request_size,
                 compression_type=config.compression_type,
                 compression_level=config.effective_compression_level,
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,

@@ -74,8 +74,6 @@ def producer_settings(config=None):
                          f"{CONF_PREFIX}bootstrap.servers in the Spark conf")
     for name, value in SPARK_DEFAULTS.items():
         kwargs.setdefault(name, value)
-    if "batch_size" not in (config or {}) and "max_request_size" in kwargs:
-        kwargs["batch_size"] = min(kwargs["batch_size"], kwargs["max_request_size"])
     ProducerConfig.from_kwargs(kwargs)  # every check of Producer(), now, on the driver
     digest = hashlib.sha256(cloudpickle.dumps(sorted(kwargs.items()))).hexdigest()
     return ProducerSettings(kwargs, digest)
