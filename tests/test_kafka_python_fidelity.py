@@ -19,7 +19,7 @@ import netkafka
 from netkafka import KafkaProducer, ProducerRecord
 from netkafka import errors
 from netkafka.partitioner import Partitioner
-from netkafka.testing.admin import create_topic
+from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
 
 
@@ -400,3 +400,44 @@ def test_bad_milliseconds_are_refused_naming_the_setting(value):
     with pytest.raises(ValueError, match=r"linger_ms must be an int or a finite float >= 0 "
                                          r"\(milliseconds\), got " + re.escape(repr(value))):
         KafkaProducer(linger_ms=value)
+
+
+def test_futures_have_kafka_pythons_retriable_and_chain(kafka_broker, topic_name):
+    # kafka-python's Future has retriable() and chain(future); netkafka's futures had
+    # neither, so code written for kafka-python raised AttributeError.
+    from kafka.future import Future as KafkaPythonFuture
+    public = {name for name in dir(KafkaPythonFuture) if not name.startswith("_")}
+    # success()/failure() complete a future: the producer's own business, not the user's.
+    assert public - {"success", "failure", "error_on_callbacks"} <= set(dir(
+        netkafka.FutureRecordMetadata))
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker, delivery_timeout_ms=3000, request_timeout_ms=2000,
+                  allow_auto_create_topics=False) as p:
+        p.send(topic_name, b"v", partition=0).get(30)
+        # The topic gone from the broker but not from the producer's metadata: the
+        # broker's UNKNOWN_TOPIC_OR_PARTITION, retriable, until delivery_timeout_ms.
+        admin = admin_client(kafka_broker.bootstrap)
+        admin.delete_topics([topic_name])[topic_name].result(30)
+        failing = p.send(topic_name, b"v", partition=0)
+        chained = KafkaPythonFuture()
+        assert failing.chain(chained) is failing
+        with pytest.raises(errors.KafkaError) as info:
+            failing.get(30)
+        assert info.value.retriable and failing.retriable()
+        assert chained.failed() and chained.exception is info.value
+    create_topic(kafka_broker.bootstrap, topic_name + "-ok")
+    with producer(kafka_broker) as p:
+        future = p.send(topic_name + "-ok", b"v")
+        assert future.retriable() is False  # pending
+        chained = KafkaPythonFuture()
+        future.chain(chained)
+        metadata = future.get(30)
+        assert future.retriable() is False and chained.succeeded()
+        assert chained.value == metadata
+        # Chained after it is done: completed at once, as kafka-python does.
+        late = KafkaPythonFuture()
+        future.chain(late)
+        assert late.value == metadata
+        with pytest.raises(TypeError, match=r"chain\(\) needs a future with success\(value\) "
+                                            r"and failure\(error\)"):
+            future.chain(object())

@@ -182,8 +182,10 @@ cdef FutureRecordMetadata new_record_future(BatchResult batch, int index, int64_
 cdef class FutureRecordMetadata:
     """The future of one record: resolves to its RecordMetadata, or fails with the
     error that failed its batch.  kafka-python's interface: get(timeout), is_done,
-    succeeded(), failed(), value, exception, add_callback(fn, *args, **kwargs),
-    add_errback(fn, *args, **kwargs), add_both(fn, *args, **kwargs)."""
+    succeeded(), failed(), retriable(), value, exception, add_callback(fn, *args,
+    **kwargs), add_errback(fn, *args, **kwargs), add_both(fn, *args, **kwargs),
+    chain(future).  Not its success() and failure(): only the producer completes
+    a record's future."""
 
     def get(self, timeout=None):
         """The record's RecordMetadata once its batch is acknowledged.
@@ -220,6 +222,11 @@ cdef class FutureRecordMetadata:
     def failed(self):
         return self._batch._is_done() and self._batch.error is not None
 
+    def retriable(self):
+        """True once failed with an error that sending again may cure (its retriable
+        flag: kafka-python's RetriableError); False while pending or succeeded."""
+        return self.failed() and bool(getattr(self._batch.error, "retriable", False))
+
     @property
     def value(self):
         """RecordMetadata once succeeded, else None."""
@@ -244,6 +251,25 @@ cdef class FutureRecordMetadata:
     def add_both(self, fn, *args, **kwargs):
         self.add_callback(fn, *args, **kwargs)
         return self.add_errback(fn, *args, **kwargs)
+
+    def chain(self, future):
+        """Completes future with this record's outcome: future.success(metadata) or
+        future.failure(error), as add_callback / add_errback run them (on the
+        thread completing the batch, or here if done already).  kafka-python's
+        chain(); future is any object with those two methods (a kafka.future.Future).
+        Returns self.
+
+        Raises:
+            TypeError: future has no success() or failure() method.
+        """
+        success = getattr(future, "success", None)
+        failure = getattr(future, "failure", None)
+        if not (callable(success) and callable(failure)):
+            raise TypeError(f"chain() needs a future with success(value) and "
+                            f"failure(error) methods, got {future!r}")
+        self._batch.add_callback(self, success, False)
+        self._batch.add_callback(self, failure, True)
+        return self
 
     cdef object _metadata(self):
         cdef BatchResult batch = self._batch
