@@ -487,10 +487,10 @@ class MessageTooLargeError(BrokerError):
 
 class RecordTooLargeError(MessageTooLargeError, ValueError):
     """A record larger than max_request_size or buffer_memory (serialized in a batch),
-    refused by send(), produce() and send_batch() before it is queued; the message
-    gives both sizes.  kafka-python's send() raises MessageSizeTooLargeError for it, which this
-    is (so code catching that, or KafkaError, still does); also a ValueError, which
-    netkafka raised for it before."""
+    refused before it is queued: raised by send() and produce(), a row's error in
+    send_batch()'s result; the message gives both sizes.  kafka-python's send() raises
+    MessageSizeTooLargeError for it, which this is (so code catching that, or
+    KafkaError, still does); also a ValueError, which netkafka raised for it before."""
 
 
 class NetworkError(BrokerError):

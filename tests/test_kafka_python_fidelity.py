@@ -315,9 +315,8 @@ def test_interceptors_change_records_and_hear_every_outcome(kafka_broker, topic,
 
 def test_produce_failures_through_interceptors_still_reach_flush(kafka_broker, topic):
     tracing = _Tracing()
-    with producer(kafka_broker, interceptors=[tracing], max_request_size=2000,
-                  batch_size=1024) as p:
-        p.produce(topic, b"x" * 5000)
+    with producer(kafka_broker, interceptors=[tracing]) as p:
+        p.produce(topic, b"x", timestamp_ms=-5)
         with pytest.raises(errors.UndeliveredRecordsError):
             p.flush()
     assert len(tracing.acknowledged) == 1 and tracing.acknowledged[0][2] is not None

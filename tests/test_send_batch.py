@@ -13,6 +13,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka import BatchSendResult, Producer, UndeliveredRecordsError
+from netkafka.errors import RecordTooLargeError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -57,25 +58,22 @@ def test_produce_failures_are_raised_by_flush_with_their_count(kafka_broker, top
         p.flush()
         for _ in range(3):
             p.produce(topic_name, b"x" * 5000)
-        # Refused before reaching a batch: no such partition, larger than
-        # max_request_size.
+        # Refused before reaching a batch: no such partition.
         p.produce(topic_name, b"v", partition=7)
-        p.produce(topic_name, b"y" * (2 << 20))
         with pytest.raises(UndeliveredRecordsError) as raised:
             p.flush()
-        assert raised.value.failed_count == 5
+        assert raised.value.failed_count == 4
         # One error per failure met: the broker's refusal failed the 3-record batch.
         messages = sorted(str(error) for error in raised.value.first_errors)
-        assert len(messages) == 3
+        assert len(messages) == 2
         assert any("MESSAGE_TOO_LARGE" in m for m in messages), messages
         assert any("no partition 7" in m for m in messages), messages
-        assert any("larger than max_request_size" in m for m in messages), messages
-        assert "5 records sent with produce() failed" in str(raised.value)
-        assert p.metrics()["netkafka"]["records_untracked_failed"] == 5
+        assert "4 records sent with produce() failed" in str(raised.value)
+        assert p.metrics()["netkafka"]["records_untracked_failed"] == 4
         # The count starts again: nothing failed since.
         p.produce(topic_name, b"good again")
         p.flush()
-        assert p.metrics()["netkafka"]["records_untracked_failed"] == 5
+        assert p.metrics()["netkafka"]["records_untracked_failed"] == 4
     records = read_topic(kafka_broker.bootstrap, topic_name, 2)
     assert [r.value for r in records] == [b"good", b"good again"]
 
@@ -89,6 +87,41 @@ def test_produce_raises_type_errors_at_once(kafka_broker, topic_name):
             p.produce(topic_name, b"v", partition="0")
         p.flush()
         assert p.metrics()["netkafka"]["records_untracked_failed"] == 0
+
+
+@pytest.mark.parametrize("interceptors", [(), "tracing"])
+def test_produce_raises_a_record_too_large_for_any_request_at_once(kafka_broker, topic_name,
+                                                                   interceptors):
+    # confluent-kafka's produce() raises MSG_SIZE_TOO_LARGE at once; netkafka's counted
+    # the record and told of it only at the next flush(), far from the call.  A record
+    # no request can carry can never be written, like a wrong type: raised, as send()
+    # raises it.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    acknowledged = []
+    chain = [] if not interceptors else [_Acknowledged(acknowledged)]
+    with producer(kafka_broker.bootstrap, max_request_size=10_000, batch_size=4096,
+                  interceptors=chain) as p:
+        with pytest.raises(RecordTooLargeError, match=r"larger than max_request_size"):
+            p.produce(topic_name, b"y" * 10_001)
+        p.produce(topic_name, b"fits")
+        p.flush()
+        assert p.metrics()["netkafka"]["records_untracked_failed"] == 0
+    if interceptors:
+        assert [type(error) for error in acknowledged] == [RecordTooLargeError, type(None)]
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"fits"]
+
+
+class _Acknowledged:
+    """An interceptor keeping the error of every on_acknowledgement (None: success)."""
+
+    def __init__(self, errors):
+        self.errors = errors
+
+    def on_send(self, record):
+        return record
+
+    def on_acknowledgement(self, metadata, error):
+        self.errors.append(error)
 
 
 # ----------------------------------------------------------------------------------

@@ -576,8 +576,9 @@ cdef class ProducerCore:
         metrics() as records_untracked_failed, and raised by the next flush() as an
         UndeliveredRecordsError giving how many records failed since the previous
         flush() and the first errors.  That covers delivery errors and refusals of
-        the record itself (larger than max_request_size, unknown partition, no
-        metadata or no memory within max_block_ms, a bad timestamp).
+        the record itself (unknown partition, no metadata or no memory within
+        max_block_ms, a bad timestamp) -- but not a record that can never be
+        written (below).
 
         Args: as send().
 
@@ -585,6 +586,9 @@ cdef class ProducerCore:
             ProducerClosedError: after close().
             TypeError: an argument of the wrong type (named), as send().
             InvalidTopicError: as send().
+            RecordTooLargeError: a record larger than max_request_size or
+                buffer_memory, as send() (confluent-kafka's produce() raises
+                MSG_SIZE_TOO_LARGE at once too).
         """
         cdef AccumulatorCore records = self._records
         if self._interceptors is not None:

@@ -303,11 +303,14 @@ class Producer(ProducerCore):
 
     def _counts_as_undelivered(self, error):
         """produce()'s rule: a refusal of the record itself is counted (flush()
-        raises it later); a wrong argument type, a topic name that can never be
-        written, and a refusal of every record (a closed producer, a transactional
-        one between transactions) are raised."""
+        raises it later); what can never be written -- a wrong argument type, a
+        topic name Kafka refuses, a record larger than any request or buffer_memory
+        may hold (confluent-kafka's produce() raises MSG_SIZE_TOO_LARGE at once too)
+        -- and a refusal of every record (a closed producer, a transactional one
+        between transactions) are raised."""
         return (isinstance(error, (errors.KafkaError, ValueError))
-                and not isinstance(error, (TypeError, errors.InvalidTopicError))
+                and not isinstance(error, (TypeError, errors.InvalidTopicError,
+                                           errors.RecordTooLargeError))
                 and not self._accumulator.refusing())
 
     def send_batch(self, topic, values, keys=None, headers=None, partitions=None,
