@@ -90,6 +90,38 @@ def test_bad_tls_settings_are_refused_at_construction_naming_the_setting(tls_fil
             Producer(bootstrap_servers=NOWHERE, **settings)
 
 
+def test_a_java_or_pkcs12_store_where_pem_is_read_says_so_and_how_to_convert(tls_files,
+                                                                              tmp_path):
+    # A Java client's configuration moved here names its JKS trust store (no
+    # ssl.truststore.type, so JKS by Java's default) or a PKCS12 key store: netkafka
+    # said only that OpenSSL could not load it, or that it held no PEM certificate.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    alice = tls_files.clients["alice"]
+    jks = tmp_path / "truststore.jks"
+    subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "ca", "-file",
+                    str(tls_files.ca_file), "-keystore", str(jks), "-storepass", "secret",
+                    "-storetype", "JKS"], check=True, capture_output=True)
+    key = serialization.load_pem_private_key(alice.key_file.read_bytes(), None)
+    cert = x509.load_pem_x509_certificate(alice.cert_file.read_bytes())
+    p12 = tmp_path / "keystore.p12"
+    p12.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"alice", key, cert, None, serialization.NoEncryption()))
+    hint = r"and netkafka reads PEM files; convert it \(keytool -exportcert -rfc"
+    for settings, message in [
+            ({"ssl_cafile": str(jks)}, rf"ssl_cafile=.*truststore.jks' does not load: .*: it "
+                                       rf"is a JKS key store, {hint}"),
+            ({"ssl_certfile": str(jks)}, rf"ssl_certfile=.* holds no PEM certificate: it is "
+                                         rf"a JKS key store, {hint}"),
+            ({"ssl_certfile": str(p12)}, rf"ssl_certfile=.*keystore.p12' holds no PEM "
+                                         rf"certificate: it is binary DER \(a PKCS12 store "
+                                         rf"or a DER certificate\), {hint}")]:
+        with pytest.raises(SslConfigError, match=message):
+            Producer(bootstrap_servers=NOWHERE, security_protocol="SSL", **settings)
+
+
 def test_a_crl_file_is_loaded_and_checked_for_the_brokers_certificate(tmp_path):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization

@@ -183,15 +183,35 @@ def _file_bytes(name, path):
 def _check_pem(name, path, marker, what):
     """SslConfigError naming setting name unless its file at path holds marker, the
     PEM header of what it must hold."""
-    if marker not in _file_bytes(name, path):
-        raise SslConfigError(f"{name}={str(path)!r} holds no PEM {what}")
+    data = _file_bytes(name, path)
+    if marker not in data:
+        raise SslConfigError(f"{name}={str(path)!r} holds no PEM {what}{_not_pem_hint(data)}")
+
+
+# The first bytes of the stores Java clients keep keys and certificates in: users
+# moving a Java client's configuration here name them where netkafka reads PEM.
+_JAVA_STORE_MAGIC = {b"\xfe\xed\xfe\xed": "a JKS key store",
+                     b"\xce\xce\xce\xce": "a JCEKS key store"}
+
+
+def _not_pem_hint(data):
+    """What a file that is not PEM is, when it looks like a Java, PKCS12 or DER store,
+    and how to convert it; else ''."""
+    kind = _JAVA_STORE_MAGIC.get(data[:4])
+    if kind is None and data[:1] == b"\x30":  # an ASN.1 SEQUENCE: DER, not text
+        kind = "binary DER (a PKCS12 store or a DER certificate)"
+    if kind is None:
+        return ""
+    return (f": it is {kind}, and netkafka reads PEM files; convert it (keytool "
+            f"-exportcert -rfc for a trust store's certificates, keytool -importkeystore "
+            f"-deststoretype PKCS12 then openssl pkcs12 -nodes for a key and its chain)")
 
 
 def _load(name, path, load, key_setting=None, key_setting_path=None):
     """Runs load(), an SSLContext call reading the file of setting name; its failure
     becomes SslConfigError naming the setting (key_setting, at key_setting_path, when
     the private key is what failed)."""
-    _file_bytes(name, path)  # readable, or named as the setting's
+    data = _file_bytes(name, path)  # readable, or named as the setting's
     try:
         load()
     except ssl.SSLError as exc:
@@ -205,7 +225,8 @@ def _load(name, path, load, key_setting=None, key_setting_path=None):
             if _is_encrypted_key(key_setting_path):
                 raise SslConfigError(f"{key_setting}: ssl_password does not decrypt the key "
                                      f"(or none was given): {reason}") from None
-        raise SslConfigError(f"{name}={str(path)!r} does not load: {reason}") from None
+        raise SslConfigError(f"{name}={str(path)!r} does not load: {reason}"
+                             f"{_not_pem_hint(data)}") from None
 
 
 def _is_encrypted_key(path):
