@@ -451,7 +451,7 @@ def test_rebootstrap_when_no_metadata_answer_is_usable_for_the_trigger_time(
     assert (rebootstraps >= 1) if trigger_ms is not None else (rebootstraps == 0)
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, "300000"])
+@pytest.mark.parametrize("value", [-1, float("nan"), "300000"])
 def test_rebootstrap_trigger_setting_is_checked(value):
     with pytest.raises((TypeError, ValueError), match=r"metadata_recovery_rebootstrap_trigger_ms"):
         Producer(bootstrap_servers="127.0.0.1:9", metadata_recovery_rebootstrap_trigger_ms=value)
