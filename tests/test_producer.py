@@ -18,7 +18,8 @@ from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, Kafka
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError)
 from netkafka.config import COMPRESSION_TYPES
-from netkafka.errors import IllegalArgumentError, SaslConfigError, SslConfigError
+from netkafka.errors import (IllegalArgumentError, MessageTooLargeError, SaslConfigError,
+                             SslConfigError)
 from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
@@ -567,6 +568,25 @@ def test_the_futures_of_a_failed_batch_raise_without_growing_its_traceback(
         depth = len(traceback.extract_tb(info.value.__traceback__))
     assert len(errors_seen) == 1
     assert depth < 10
+
+
+def test_a_batch_the_broker_refuses_as_too_large_says_which_setting_makes_it_fit(
+        kafka_broker, topic_name):
+    # The broker says only MESSAGE_TOO_LARGE; the error named no size and no way out.
+    create_topic(kafka_broker.bootstrap, topic_name, config={"max.message.bytes": "1000"})
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        batched = [p.send(topic_name, b"x" * 100, partition=0) for _ in range(50)]
+        p.flush(30)
+        alone = p.send(topic_name, b"y" * 2000, partition=0)
+        p.flush(30)
+    with pytest.raises(MessageTooLargeError,
+                       match=rf"{topic_name}-0 .*\(a \d+-byte batch of 50 records: set "
+                             r"batch_size below the topic's max.message.bytes"):
+        batched[0].get(0)
+    with pytest.raises(MessageTooLargeError,
+                       match=r"\(a \d+-byte batch of one record: the record is larger than "
+                             r"the topic's max.message.bytes"):
+        alone.get(0)
 
 
 def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broker, topic_name):

@@ -108,6 +108,19 @@ class _Batch:
         self.sequenced = None  # idempotent: its SequencedBatch (the ProducerIdManager's lock)
 
 
+def _too_large_hint(item):
+    """What to do about a batch the broker refused as larger than it takes: the broker
+    says only MESSAGE_TOO_LARGE."""
+    if item.record_count == 1:
+        return (f" (a {item.size_bytes}-byte batch of one record: the record is larger "
+                f"than the topic's max.message.bytes or the broker's message.max.bytes)")
+    # kafka-python 3 and Java split such a batch and send the halves; netkafka does
+    # not (yet), so the setting that makes its batches fit is the way out.
+    return (f" (a {item.size_bytes}-byte batch of {item.record_count} records: set "
+            f"batch_size below the topic's max.message.bytes, or the broker's "
+            f"message.max.bytes, so the batches fit)")
+
+
 class Sender:
     """Routes sealed batches to partition leaders.
 
@@ -559,7 +572,9 @@ class Sender:
                 error = errors.error_for_code(
                     code,
                     f"{item.topic}-{item.partition} from {conn.describe()}"
-                    + (f": {part.error_message}" if part.error_message else ""))
+                    + (f": {part.error_message}" if part.error_message else "")
+                    + (_too_large_hint(item) if code == errors.MessageTooLargeError.code
+                       else ""))
                 refresh |= error.invalid_metadata
                 with self._lock:
                     self._metrics["errors." + error.name] += 1
