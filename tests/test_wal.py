@@ -26,9 +26,11 @@ import time
 
 import pytest
 
-from netkafka.errors import (WalCorruptError, WalError, WalFullError, WalLockedError,
-                             WalStorageError, WalVersionError)
+from netkafka.errors import (BackpressureTimeoutError, WalCorruptError, WalError,
+                             WalFullError, WalLockedError, WalStorageError, WalVersionError)
 from netkafka.producer import _wal, wal_staging
+from netkafka.producer.accumulator import _WalRoom
+from netkafka.producer.backoff import Park
 from netkafka.producer import wal as wal_module
 from netkafka.producer.wal import (OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED, SPARE_NAME,
                                    WriteAheadLog, segment_name)
@@ -724,6 +726,36 @@ def test_records_stop_at_the_bound_control_entries_do_not_and_acks_free_room(tmp
     fill_batch(wal, "t", 0, [b"f" * 1000] * 8)
     assert wal.metrics()["disk_bytes"] <= wal.max_bytes
     wal.close()
+
+
+def test_a_full_log_polled_by_park_reclaims_only_after_an_acknowledgement(tmp_path):
+    # backoff='park' asks for room every park_us while the log is full: a reclaim at
+    # each ask (a scan of the pinned segments) burned a core for nothing.
+    # Closed even when it fails: its shared-memory images would stay behind.
+    with open_wal(tmp_path, fsync="never", max_bytes=4 * SMALL["segment_bytes"]) as wal:
+        batches = []
+        with pytest.raises(WalFullError):
+            while True:
+                batches.append(fill_batch(wal, "t", 0, [b"f" * 1000] * 8))
+        parked = threading.current_thread()
+        reclaims = []
+        reclaim = wal.reclaim
+
+        def counted_reclaim():
+            if threading.current_thread() is parked:  # not the housekeeping thread's
+                reclaims.append(1)
+            return reclaim()
+
+        wal.reclaim = counted_reclaim
+        with pytest.raises(BackpressureTimeoutError, match="backoff='park'"):
+            Park(park_us=100).wait_for_room(_WalRoom(wal), 100)
+        # One, or one more for a relocation's unpins meanwhile: ~500 before, one per park.
+        assert len(reclaims) <= 2, len(reclaims)
+        for batch_id in batches:
+            wal.log_seal(batch_id, "t", 0, 1, 0, 0, 8, 0, 0, 0)
+            wal.log_done(batch_id, OUTCOME_ACKNOWLEDGED)
+        Park(park_us=100).wait_for_room(_WalRoom(wal), 10_000)
+        assert len(reclaims) <= 4, len(reclaims)
 
 
 @pytest.mark.parametrize("name, value, message", [

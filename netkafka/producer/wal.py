@@ -288,6 +288,10 @@ class WriteAheadLog:
         self._next_batch_id = 1  # lock
         self._live = {}  # lock: batch id -> id of the segment it pins
         self._pins = collections.Counter()  # lock: segment id -> live batches pinning it
+        # lock: unpins so far (a batch done, or moved forward): only they free segments.
+        self._unpins = 0
+        # lock: _unpins when has_room_for_records() last reclaimed (-1: never).
+        self._unpins_reclaimed = -1
         self._reclaim_lock = threading.Lock()
         # _reclaim_lock: (threshold, batches) of a relocation found not worth its copy.
         self._relocation_refused = None
@@ -394,6 +398,7 @@ class WriteAheadLog:
 
     def _unpin_locked(self, segment_id):
         """One batch less pins segment_id; True when that freed something to reclaim."""
+        self._unpins += 1
         self._pins[segment_id] -= 1
         if self._pins[segment_id]:
             return False
@@ -417,8 +422,11 @@ class WriteAheadLog:
                         or self._total_bytes + max(self.segment_bytes, needed)
                         <= self._record_limit_bytes):
                     return True
-            if attempt:
-                return False
+                if attempt or self._unpins == self._unpins_reclaimed:
+                    # No batch unpinned since the last reclaim here: another would
+                    # free nothing (backoff='park' asks every park_us while full).
+                    return False
+                self._unpins_reclaimed = self._unpins
             # Reclaimed here even when nothing looks reclaimable: the housekeeping
             # thread may be reclaiming right now (segments taken out of the list, not
             # yet deleted or made the spare), and reclaim() waits for it on sync_lock.
