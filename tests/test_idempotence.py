@@ -20,6 +20,7 @@ from netkafka.record._pool import BufferPool
 from netkafka.errors import (NO_ERROR, MessageTooLargeError, OutOfOrderSequenceNumberError,
                              ProtocolError, UnknownProducerIdError)
 from netkafka.producer.idempotence import APPENDED, RESTART, WAIT, ProducerIdManager
+from netkafka.producer.wal import WriteAheadLog
 from netkafka.protocol.init_producer_id import InitProducerIdResponse
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -264,6 +265,54 @@ def test_a_batch_behind_a_definite_hole_needs_no_resend_to_be_restamped(manager,
     manager.done(b, ok=False)
     assert manager.restamp([KEY]) == [KEY]
     assert stamp_of(c.batch) == (77, 2, 0)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_restamps_are_on_disk_before_the_batches_can_go_out_under_always(tmp_path, late):
+    # Lost in a machine crash, a RESTAMP leaves the batch's old stamp in the WAL, sent
+    # again by the replay where the broker cannot deduplicate it.
+    wal = WriteAheadLog(tmp_path, fsync="always", segment_bytes=64 * 1024,
+                        max_bytes=1 << 20, max_record_bytes=1024)
+    manager = ProducerIdManager(pool=None, metadata=None, retry_backoff_ms=100,
+                                max_block_ms=1000, wal=wal)
+    with manager._lock:
+        manager._current = (PRODUCER_ID, 0)
+    pool = BufferPool(4096, 4 * 4096)
+    builders = []
+
+    def logged_batch():
+        builder = RecordBatchBuilder(pool.try_acquire(), 4096, 4096)
+        builder.append(None, b"v", None, 1_700_000_000_000)
+        builder.set_producer_state(*manager.next_sequence(*KEY, 1))
+        view = builder.seal()
+        wal_id = wal.open_batch()
+        wal.append_record(wal_id, 0, *KEY, 1_700_000_000_000, b"v")
+        wal.log_seal(wal_id, *KEY, *stamp_of(builder), 1, 0, 0, view.nbytes)
+        view.release()
+        builders.append(builder)
+        return builder, wal_id
+
+    try:
+        builder, wal_id = logged_batch()
+        first = manager.track(*KEY, builder, 1, wal_id)
+        assert manager.take(first)
+        assert manager.answered(first, OutOfOrderSequenceNumberError.code) == RESTART
+        if late:  # numbered under the old stamp, restamped as the Sender takes it
+            builder, wal_id = logged_batch()
+            assert manager.restamp([KEY]) == [KEY]
+            wal.sync()  # the first batch's RESTAMP: only the late one's is looked at
+            assert stamp_of(builder) == (PRODUCER_ID, 0, 1)
+            manager.track(*KEY, builder, 1, wal_id)
+        else:
+            assert manager.restamp([KEY]) == [KEY]
+        assert stamp_of(builder)[1] == 1
+        assert wal.metrics()["restamps_logged"] >= 1
+        assert wal.appender.durable_position == wal.appender.position
+    finally:
+        for builder in builders:
+            builder.mark_failed()
+            builder.release()
+        wal.close()
 
 
 def test_a_first_batch_refused_after_a_later_one_was_acknowledged_is_in_the_log(manager,

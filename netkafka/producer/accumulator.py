@@ -743,8 +743,9 @@ class RecordAccumulator(AccumulatorCore):
             builder.rewrite_producer_state(*self._idempotence.next_sequence(
                 topic, partition, count))
             (batch_crc,) = struct.unpack_from(">I", view, 17)
-            self._wal.log_restamp(batch.wal_id, builder.producer_id, builder.producer_epoch,
-                                  builder.base_sequence, batch_crc)
+            self._wal.sync_restamps(self._wal.log_restamp(
+                batch.wal_id, builder.producer_id, builder.producer_epoch,
+                builder.base_sequence, batch_crc))
         # Counted before the sender has it (as _hand_over counts): an I/O thread may
         # complete it before send() returns.  Each attempt counts: the bytes may be in
         # the broker's log already, and the sender counts none of this as a retry.

@@ -39,9 +39,10 @@ partition; the others on the Sender's (callers' threads in send(), I/O threads,
 track() and take() with the Sender's lock held).  Every field, a SequencedBatch's
 included, is guarded by _lock, under which a batch is re-stamped only while it is in
 no request: take() and restamp() exclude each other.  _fetch_lock serialises
-InitProducerId.  Lock order: Sender._lock, then _lock (InitProducerId goes out with
+InitProducerId.  Lock order: Sender._lock, then _lock, then the WAL's (a re-stamp is
+logged, and with wal_fsync "always" synced, under both).  InitProducerId goes out with
 neither held, from the draining thread or the "netkafka-producer-id" thread, never
-from an I/O thread, which would wait for itself).
+from an I/O thread, which would wait for itself.
 """
 import collections
 import itertools
@@ -236,7 +237,7 @@ class ProducerIdManager:
             state = self._partitions[key]
             if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.epoch):
                 batch.rewrite_producer_state(*self._number_locked(state, record_count))
-                self._log_restamp_locked(entry)
+                self._make_durable_locked(self._log_restamp_locked(entry))
             state.outstanding.append(entry)
         return entry
 
@@ -305,6 +306,7 @@ class ProducerIdManager:
         the module's docstring).  Returns those re-stamped: their batches may be
         sent again."""
         restamped = []
+        position = 0  # the WAL's, after the last RESTAMP entry logged
         with self._lock:
             if not self._restarting:
                 return restamped
@@ -321,7 +323,7 @@ class ProducerIdManager:
                 sequence = 0
                 for entry in state.outstanding:
                     entry.batch.rewrite_producer_state(producer_id, epoch, sequence)
-                    self._log_restamp_locked(entry)
+                    position = self._log_restamp_locked(entry) or position
                     # No attempt under the new stamp yet (and none under the old
                     # one can be in the log: it is behind the first, which is not).
                     entry.maybe_appended = entry.appended = False
@@ -331,18 +333,28 @@ class ProducerIdManager:
                 self._restarting.discard(key)
                 self._restarts += 1
                 restamped.append(key)
+            self._make_durable_locked(position)
         return restamped
 
     def _log_restamp_locked(self, entry):
         """A batch's new stamp into the WAL, with the CRC32C it has now: a replay
-        rebuilds the batch as it was last sent."""
+        rebuilds the batch as it was last sent.  Returns the WAL's position after the
+        entry, or 0 when nothing was logged."""
         if self._wal is None or not entry.wal_id:
-            return
+            return 0
         batch = entry.batch
         with memoryview(batch) as view:
             (batch_crc,) = _CRC.unpack_from(view, 17)
-        self._wal.log_restamp(entry.wal_id, batch.producer_id, batch.producer_epoch,
-                              batch.base_sequence, batch_crc)
+        return self._wal.log_restamp(entry.wal_id, batch.producer_id, batch.producer_epoch,
+                                     batch.base_sequence, batch_crc)
+
+    def _make_durable_locked(self, position):
+        """The RESTAMP entries up to position (0: none) synced (wal_fsync "always")
+        before _lock is given back, so before take() lets a restamped batch into a
+        request.  The sync runs under the Sender's lock too: restamps are rare (an
+        epoch bump, a batch numbered before one)."""
+        if position:
+            self._wal.sync_restamps(position)
 
     def _new_stamp_locked(self, stamp):
         """The stamp a partition now under `stamp` starts over with: the producer's

@@ -378,9 +378,25 @@ class WriteAheadLog:
             record_count, attributes, batch_crc, batch_bytes))
 
     def log_restamp(self, batch_id, producer_id, producer_epoch, base_sequence, batch_crc):
-        """The sender rewrote the sealed batch's stamp.  Returns the position."""
+        """The sender rewrote the sealed batch's stamp.  Returns the position.  Not
+        synced here: a partition's batches are restamped together, and the caller
+        calls sync_restamps() once, after the last, before any of them is sent."""
         return self._appender.append_restamp(batch_id, producer_id, producer_epoch,
                                              base_sequence, batch_crc)
+
+    def sync_restamps(self, position):
+        """With fsync "always", returns once the RESTAMP entries up to position are on
+        disk: lost in a machine crash after their batches were sent, a replay would
+        send those under their old stamp, which the broker cannot deduplicate --
+        at-least-once where "always" promises exactly-once.  A failed sync is logged,
+        not raised: the WAL refuses records from then on (send() raises), and the
+        batches restamped go out all the same, as those sealed before the failure."""
+        try:
+            self._durable(position)
+        except WalError as exc:
+            _log.error("WAL %s: the new producer stamps of restamped batches cannot be "
+                       "synced (%s); a replay after a machine crash would send them at "
+                       "least once", self.directory, exc)
 
     def log_done(self, batch_id, outcome):
         """The batch was acknowledged or failed for good (OUTCOME_*): nothing of it is
