@@ -16,7 +16,7 @@ from batch_helpers import wait_for
 from netkafka import Producer
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
                              KafkaTimeoutError, RecordDroppedError, RecordSpooledError,
-                             WalLockedError)
+                             WalLockedError, WalStorageError)
 from netkafka.producer import wal_staging
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.testing.admin import create_topic
@@ -215,6 +215,66 @@ def test_sync_wal_puts_what_was_logged_on_disk(kafka_broker, topic_name, tmp_pat
         assert appender.durable_position < appender.position
         p.sync_wal()
         assert appender.durable_position == appender.position
+
+
+def fail_the_next_sync(p, topic):
+    """Sends records until the WAL's sync fails under send() (fsync "always"): a pipe
+    in the WAL directory's place makes the directory's fsync, which follows a roll
+    over to a new segment, fail (EINVAL) as on a failing disk.  Returns (the error
+    send() raised, the records sent before it)."""
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, p._wal._dir_fd)
+    os.close(read_end)
+    os.close(write_end)
+    for i in range(1000):  # enough to fill a segment and roll over
+        try:
+            p.send(topic, b"%04d" % i + b"v" * 500)
+        except WalStorageError as exc:
+            return exc, i
+    raise AssertionError("no sync failed")
+
+
+def always_on_small_segments(kafka_broker, wal_dir, **settings):
+    return producer(kafka_broker, wal_dir, wal_fsync="always", batch_size=64 * 1024,
+                    max_request_size=64 * 1024, wal_max_bytes=3 * 68 * 1024, **settings)
+
+
+def close_failed(p):
+    try:
+        p.close(10)
+    except WalStorageError:
+        pass  # its close() syncs: the log failed
+
+
+def test_records_whose_batch_the_failed_wal_refused_are_told_they_are_replayed(
+        kafka_broker, topic_name, tmp_path):
+    # Their batch fails (its SEAL refused), its DONE cannot be logged either: they
+    # stay in the log, and the next producer replays them.  Told only "failed", the
+    # application saw them arrive later.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    p = always_on_small_segments(kafka_broker, tmp_path, linger_ms=60_000)
+    try:
+        p.send(topic_name, b"first")
+        p.flush(30)
+        waiting = [p.send(topic_name, b"waiting-%d" % i) for i in range(3)]  # on disk
+        fail_the_next_sync(p, topic_name)
+        p.flush(30)  # their batch goes to be sealed
+        for future in waiting:
+            with pytest.raises(WalStorageError, match=(
+                    f"the records stay in the write-ahead log at {tmp_path}, which failed "
+                    f"and cannot log that they did not go: the next producer opened on "
+                    f"that directory replays them")):
+                future.get(30)
+    finally:
+        close_failed(p)
+    heard = []
+    with producer(kafka_broker, tmp_path, on_replay=lambda context, outcome: heard.append(
+            outcome)) as again:
+        report = again.replay(60)
+    assert report.failed == report.pending == 0, report
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name,
+                                          1 + report.records)]
+    assert {b"waiting-%d" % i for i in range(3)} <= set(values)
 
 
 def run_on_failing_disk(body, kafka_broker, topic_name, tmp_path):

@@ -581,7 +581,7 @@ class RecordAccumulator(AccumulatorCore):
                 self._count_sent(-1, -record_count, -view.nbytes)
             # Done in the WAL before its sequences go to the next batch: a replay must
             # never send this one and that one under the same sequences.
-            self._log_outcome(batch, exc)
+            exc = self._log_outcome(batch, exc)
             if self._idempotence is not None and builder.producer_id >= 0:
                 # Numbered but never sent: its sequences are the partition's next.
                 self._idempotence.release_sequence(
@@ -621,21 +621,27 @@ class RecordAccumulator(AccumulatorCore):
             self._complete(batch, view, error=error)
 
     def _log_outcome(self, batch, error):
-        """The batch's DONE entry, once."""
-        if self.log_wal_outcome(batch.wal_id, error):
+        """The batch's DONE entry, once; returns the error its records are told
+        (log_wal_outcome)."""
+        done, error = self.log_wal_outcome(batch.wal_id, error)
+        if done:
             batch.wal_id = 0
+        return error
 
     def log_wal_outcome(self, wal_id, error):
         """Any thread: a batch's DONE entry in the WAL, acknowledged or failed for good
         -- but a failure from close() on, or a delivery timeout with the spool on, is
-        not logged: the batch is sent again.  Returns whether the batch is done with
-        the WAL (its DONE logged, or refused by a failed log)."""
+        not logged: the batch is sent again.  Returns (whether the batch is done with
+        the WAL: its DONE logged, or refused by a failed log; the error its records
+        are told: error, or for a failure whose DONE the failed log refused, a
+        WalStorageError saying that the next producer on the directory replays
+        them)."""
         if self._wal is None or not wal_id:
-            return False
+            return False, error
         with self._state_lock:
             keep = error is not None and (self._wal_keeps_failures or self._spools(error))
         if keep:
-            return False
+            return False, error
         try:
             self._wal.log_done(wal_id, OUTCOME_ACKNOWLEDGED if error is None
                                else OUTCOME_FAILED)
@@ -643,10 +649,21 @@ class RecordAccumulator(AccumulatorCore):
             # A log that failed (a sync or write refused, no room on disk for a
             # segment) must not keep the outcome from the batch's futures, nor its
             # memory from the pool: the batch stays live in the WAL, and the next
-            # producer on the directory replays it.
+            # producer on the directory replays it -- a failure says so, or records
+            # told only "failed" arrive later.
             _log.error("WAL: the outcome of a batch cannot be logged (%s); the next "
                        "producer on the directory replays it", exc)
-        return True
+            if error is not None:
+                kept = errors.WalStorageError(
+                    f"{error}; the records stay in the write-ahead log at "
+                    f"{self._wal.directory}, which failed and cannot log that they did "
+                    f"not go: the next producer opened on that directory replays them "
+                    f"(its on_replay reports their fate)", errno=getattr(exc, "errno", None))
+                # Its frames must not keep views of the batch alive (_complete).
+                traceback.clear_frames(error.__traceback__)
+                kept.__cause__ = error
+                return True, kept
+        return True, error
 
     @property
     def compressor(self):
@@ -678,7 +695,7 @@ class RecordAccumulator(AccumulatorCore):
             self._spool_batch(batch, view, error)
             return
         if batch.wal_id:  # without a WAL, no call: this runs for every batch
-            self._log_outcome(batch, error)
+            error = self._log_outcome(batch, error)
         builder = batch.builder
         if error is not None:
             # The error lives on in the records' futures; its traceback's frames must

@@ -296,7 +296,7 @@ class Replay:
             # The broker refused the old stamp and the sender started the partition
             # over: the batch was written under a new one, perhaps a second time.
             kind = _AT_LEAST_ONCE
-        self._accumulator.log_wal_outcome(batch.batch_id, error)
+        _, error = self._accumulator.log_wal_outcome(batch.batch_id, error)
         release_batch(builder, view, error is None)
         if error is None:
             self._finish(batch, kind, result.base_offset, result.log_append_time_ms)
