@@ -246,6 +246,31 @@ def close_failed(p):
         pass  # its close() syncs: the log failed
 
 
+def test_a_failed_sync_under_always_says_the_record_is_not_sent_but_replayed(
+        kafka_broker, topic_name, tmp_path):
+    # The record is logged before its sync: told only "cannot sync", the caller takes
+    # it for gone, and the next producer on the directory replays it.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    p = always_on_small_segments(kafka_broker, tmp_path, linger_ms=20)
+    try:
+        p.send(topic_name, b"first").get(30)
+        caught, sent = fail_the_next_sync(p, topic_name)
+        assert (f"cannot sync the WAL directory of {tmp_path}" in str(caught)
+                and "the records of this call are not sent by this producer (the failed "
+                    "log refuses their batches), but are in the log unsynced: the next "
+                    "producer opened on its directory replays them" in str(caught)), caught
+        p.flush(30)
+        delivered = p.metrics()["netkafka"]["records_acknowledged"]
+    finally:
+        close_failed(p)
+    with producer(kafka_broker, tmp_path) as again:
+        report = again.replay(60)
+    assert report.failed == report.pending == 0, report
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name,
+                                          delivered + report.records)]
+    assert values.count(b"%04d" % sent + b"v" * 500) == 1
+
+
 def test_records_whose_batch_the_failed_wal_refused_are_told_they_are_replayed(
         kafka_broker, topic_name, tmp_path):
     # Their batch fails (its SEAL refused), its DONE cannot be logged either: they

@@ -538,6 +538,9 @@ cdef class ProducerCore:
             BackpressureTimeoutError: no memory within max_block_ms.
             RecordDroppedError: no memory and backoff='drop'.
             WalStorageError: the WAL's disk refused (full, unwritable, failed sync).
+                With wal_fsync "always" a sync that failed after the record was
+                logged says so: the record is not sent, and the next producer on the
+                directory replays it.
         """
         if self._interceptors is not None:
             return (<object>self)._send_intercepted(topic, value, key, headers, partition,

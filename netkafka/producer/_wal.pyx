@@ -733,15 +733,30 @@ cdef class WalAppender:
         return 0
 
     cdef int sync_appended(self) except -1:
+        # A failed sync fails the log, which then refuses the SEAL of the batches the
+        # call's records are in: they are not sent.  But their entries are in the
+        # segments, unsynced, and the next producer replays them: the error says so,
+        # or a caller told only "cannot sync" sees them arrive later.
         cdef uint64_t position
         self.lock.take()
         position = self._start + <uint64_t>self._pos
         self.lock.give()
-        self.sync_to(position)
+        try:
+            self.sync_to(position)
+        except WalStorageError as exc:
+            raise WalStorageError(
+                f"{exc}; the records of this call are not sent by this producer (the "
+                f"failed log refuses their batches), but are in the log unsynced: the "
+                f"next producer opened on its directory replays them (unless the machine "
+                f"goes down before the OS writes them)", errno=exc.errno) from exc
         return 0
 
     def sync_appended_entries(self):
-        """Returns once everything appended so far is on disk (fsync "always")."""
+        """Returns once everything appended so far is on disk (fsync "always").
+
+        Raises:
+            WalStorageError: the sync failed (saying what becomes of the records).
+        """
         self.sync_appended()
 
     # -- Python's appends: each takes the lock ------------------------------------------
