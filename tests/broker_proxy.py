@@ -32,13 +32,14 @@ def recv_exactly(sock, n):
 
 
 def _relay_frames(src, dst, transform):
-    """Passes each size-prefixed frame from src to dst as transform(body) makes it,
-    until either side closes."""
+    """Passes each size-prefixed frame from src to dst as transform(body) makes it
+    (None: dropped), until either side closes."""
     try:
         while True:
             (size,) = struct.unpack(">i", recv_exactly(src, 4))
             body = transform(recv_exactly(src, size))
-            dst.sendall(struct.pack(">i", len(body)) + body)
+            if body is not None:
+                dst.sendall(struct.pack(">i", len(body)) + body)
     except OSError:
         pass
     finally:
@@ -127,13 +128,16 @@ class MetadataProxy(BrokerProxy):
             return self.rewritten
 
     def _requests(self, src, dst):
-        def note(body):
-            api_key, version, correlation_id = _REQUEST_HEADER.unpack_from(body)
-            if api_key in self.asked:
-                with self.lock:
-                    self.asked[api_key].setdefault(dst, {})[correlation_id] = version
-            return body
-        _relay_frames(src, dst, note)
+        _relay_frames(src, dst, lambda body: self._request(dst, body))
+
+    def _request(self, dst, body):
+        """The request passed on to dst for body (None: dropped); noted if its answer
+        is one _answer() is handed."""
+        api_key, version, correlation_id = _REQUEST_HEADER.unpack_from(body)
+        if api_key in self.asked:
+            with self.lock:
+                self.asked[api_key].setdefault(dst, {})[correlation_id] = version
+        return body
 
     def _answers(self, src, dst):
         def answer(body):
@@ -189,3 +193,29 @@ class ProduceAnswerProxy(MetadataProxy):
         with self.lock:
             rewrite = self.rewrite_produce
         return data if rewrite is None else rewrite(data, version)
+
+
+class ProduceDroppingProxy(MetadataProxy):
+    """A MetadataProxy (so every connection comes through it) that leaves Produce
+    requests unanswered while ``set_dropping(True)`` holds: such a request, and what
+    follows it on its connection (answers come in order), never reach the broker,
+    and the connection is closed once dropping ends.  Their batches' delivery times
+    out; other connections' requests are answered."""
+
+    def __init__(self, target):
+        self._passing = threading.Event()  # set: Produce requests pass
+        self._passing.set()
+        super().__init__(target)
+
+    def set_dropping(self, dropping):
+        if dropping:
+            self._passing.clear()
+        else:
+            self._passing.set()
+
+    def _request(self, dst, body):
+        (api_key,) = struct.unpack_from(">h", body)
+        if api_key == ApiKey.PRODUCE and not self._passing.is_set():
+            self._passing.wait()
+            raise OSError("a Produce request dropped: its connection ends")
+        return super()._request(dst, body)

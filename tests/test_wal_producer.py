@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from batch_helpers import wait_for
-from netkafka import Producer
+from broker_proxy import ProduceDroppingProxy
+from netkafka import Producer, RecordMetadata
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
                              KafkaTimeoutError, RecordDroppedError, RecordSpooledError,
                              WalLockedError, WalStorageError)
@@ -523,5 +524,52 @@ def test_the_spool_survives_a_restart(kafka_broker, topic_name, tmp_path):
         report = again.replay(60)
         assert report.records == 5 and report.failed == report.pending == 0, report
     assert len(heard) == 5 and not any(isinstance(o, Exception) for o in heard)
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
+    assert {b"frozen-%d" % i for i in range(5)} <= set(values)
+
+
+def test_a_replayed_record_whose_delivery_times_out_is_spooled_and_heard_of_once_more(
+        kafka_broker, topic_name, tmp_path):
+    # Failed, a replayed batch stayed in the WAL all the same: on_replay heard
+    # "failed", and the next producer replayed it again.  Spooled, on_replay hears
+    # the spool error (as a sent record's future), then the spool's outcome.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    proxy = ProduceDroppingProxy((host, int(port)))
+    settings = dict(bootstrap_servers=proxy.bootstrap, wal_dir=str(tmp_path), **SPOOL)
+    heard = []
+    try:
+        first = Producer(**settings)
+        try:
+            first.send(topic_name, b"before").get(30)
+            proxy.set_dropping(True)
+            frozen = [first.send(topic_name, b"frozen-%d" % i, context=b"%d" % i)
+                      for i in range(5)]
+            for future in frozen:
+                with pytest.raises(RecordSpooledError):
+                    future.get(30)
+        finally:
+            first.close(0)  # the spooled records stay in the WAL
+        second = Producer(**settings, on_replay=lambda context, outcome: heard.append(
+            (context, outcome)))
+        try:
+            wait_for(lambda: len(heard) >= 5, 30, "the replayed records' delivery timeout")
+            for _, outcome in heard:
+                assert isinstance(outcome, RecordSpooledError), heard
+                assert f"kept in the write-ahead log at {tmp_path}" in str(outcome)
+            proxy.set_dropping(False)
+            wait_for(lambda: len(heard) >= 10, 60, "the spool's delivery")
+            report = second.replay(30)
+        finally:
+            second.close(10)
+    finally:
+        proxy.close()
+    assert report.spooled == 5 and report.failed == report.pending == 0, report
+    assert sorted(context for context, _ in heard[5:]) == [b"%d" % i for i in range(5)]
+    assert all(isinstance(outcome, RecordMetadata) for _, outcome in heard[5:]), heard
+    with producer(kafka_broker, tmp_path, on_replay=lambda *heard_again: heard.append(
+            heard_again)) as third:
+        assert third.replay(30).records == 0
+    assert len(heard) == 10
     values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
     assert {b"frozen-%d" % i for i in range(5)} <= set(values)

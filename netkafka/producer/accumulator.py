@@ -729,16 +729,37 @@ class RecordAccumulator(AccumulatorCore):
         """A batch whose delivery timed out: its futures fail with RecordSpooledError,
         and it stays -- its records in the WAL, its bytes in memory -- for the spool
         to send again."""
+        batch.result.fail(self._spooled_error(error))
+        with self._state_lock:
+            self._incomplete.discard(batch.result)
+        self._keep_spooled(batch, view, None)
+
+    def spool_replayed(self, wal_id, topic, partition, builder, view, error, on_final):
+        """An I/O thread: a batch replay.py sent (its sealed builder and view, its WAL
+        id) failed with error.  A delivery timeout with the spool on keeps it, as
+        this producer's own batches are kept: returns the RecordSpooledError its
+        records are told, and on_final(result, error) hears its outcome once the
+        spool has one.  Else returns None: the batch is the caller's still."""
+        if not self._spools(error):
+            return None
+        batch = Batch(builder, BatchResult(topic, partition), time.monotonic_ns())
+        batch.wal_id = wal_id
+        spooled = self._spooled_error(error)
+        self._keep_spooled(batch, view, on_final)
+        return spooled
+
+    def _spooled_error(self, error):
         spooled = errors.RecordSpooledError(
             f"{error}; the record is kept in the write-ahead log at {self._wal.directory} "
             f"and sent again when the cluster answers")
         spooled.__cause__ = error
         traceback.clear_frames(error.__traceback__)
-        batch.result.fail(spooled)
+        return spooled
+
+    def _keep_spooled(self, batch, view, on_final):
         with self._state_lock:
-            self._incomplete.discard(batch.result)
             self._metrics["records_spooled"] += batch.builder.record_count
-        self._spool.keep(batch, view)
+        self._spool.keep(batch, view, on_final)
 
     def seal_spooled(self, batch, view):
         """The spool thread: batch's sealed view, sealing (and SEAL-logging) it if it
@@ -749,10 +770,11 @@ class RecordAccumulator(AccumulatorCore):
         return self._seal_and_log(batch, builder, batch.result.topic, batch.result.partition,
                                   builder.record_count)
 
-    def resend_spooled(self, batch, view):
+    def resend_spooled(self, batch, view, on_final):
         """The spool thread: the sealed batch to the sender again, numbered anew (its
-        old stamp timed out with the partition, which started over).  Raises what the
-        sender raises; the sequences go back then, and the spool tries again later."""
+        old stamp timed out with the partition, which started over); on_final: None,
+        or spool_replayed()'s.  Raises what the sender raises; the sequences go back
+        then, and the spool tries again later."""
         builder = batch.builder
         topic, partition = batch.result.topic, batch.result.partition
         count = builder.record_count
@@ -770,7 +792,7 @@ class RecordAccumulator(AccumulatorCore):
         try:
             self._sender.send(topic, partition, builder, count,
                               on_done=functools.partial(self._on_spool_delivered, batch,
-                                                        view),
+                                                        view, on_final),
                               wal_id=batch.wal_id)
         except BaseException:
             self._count_spool_sent(-count)
@@ -784,14 +806,15 @@ class RecordAccumulator(AccumulatorCore):
         with self._state_lock:
             self._metrics["records_spool_sent"] += records
 
-    def _on_spool_delivered(self, batch, view, result, error):
+    def _on_spool_delivered(self, batch, view, on_final, result, error):
         """A spooled batch's outcome (an I/O thread): delivered, timed out again (kept
-        again), or failed for good.  Its futures heard of it already."""
+        again), or failed for good.  Its futures heard of it already; a replayed
+        batch's on_final hears it now."""
         if error is not None and self._spools(error):
-            self._spool.keep(batch, view)
+            self._spool.keep(batch, view, on_final)
             return
         if batch.wal_id:  # without a WAL, no call: this runs for every batch
-            self._log_outcome(batch, error)
+            error = self._log_outcome(batch, error)
         builder = batch.builder
         if error is not None:
             _log.error("a spooled batch of %d records to %s-%d failed for good: %s",
@@ -801,6 +824,8 @@ class RecordAccumulator(AccumulatorCore):
         with self._state_lock:
             self._metrics["records_spool_delivered" if error is None
                           else "records_spool_failed"] += builder.record_count
+        if on_final is not None:
+            on_final(result, error)
 
     def release_spooled(self, batch, view):
         """close(): a batch still spooled is kept in the WAL (no DONE entry), its memory
@@ -1047,7 +1072,9 @@ class _Spool:
         self._accumulator = accumulator  # immutable
         self._pause_s = max(retry_backoff_ms, 1) / 1000  # immutable
         self._cond = threading.Condition(threading.Lock())
-        self._batches = collections.deque()  # guarded by _cond: (Batch, sealed view or None)
+        # Guarded by _cond: (Batch, sealed view or None, on_final or None: see
+        # RecordAccumulator.spool_replayed).
+        self._batches = collections.deque()
         self._stopping = False  # guarded by _cond
         self._thread = threading.Thread(target=self._run, name="netkafka-spool", daemon=True)
         self._thread.start()
@@ -1058,14 +1085,14 @@ class _Spool:
         with self._cond:
             return len(self._batches)
 
-    def keep(self, batch, view):
+    def keep(self, batch, view, on_final):
         """Any thread: batch waits to be sent again."""
         with self._cond:
             if self._stopping:
                 stopped = True
             else:
                 stopped = False
-                self._batches.append((batch, view))
+                self._batches.append((batch, view, on_final))
                 self._cond.notify()
         if stopped:
             self._accumulator.release_spooled(batch, view)
@@ -1079,7 +1106,7 @@ class _Spool:
             self._cond.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
-        for batch, view in leftovers:
+        for batch, view, _ in leftovers:
             self._accumulator.release_spooled(batch, view)
 
     def _run(self):
@@ -1089,16 +1116,16 @@ class _Spool:
                     self._cond.wait()
                 if self._stopping:
                     return
-                batch, view = self._batches.popleft()
+                batch, view, on_final = self._batches.popleft()
             try:
                 view = self._accumulator.seal_spooled(batch, view)
-                self._accumulator.resend_spooled(batch, view)
+                self._accumulator.resend_spooled(batch, view, on_final)
             except Exception as exc:  # noqa: BLE001 -- the cluster is away: try later
                 _log.debug("spooled batch not taken yet: %s", exc)
                 with self._cond:
                     stopping = self._stopping
                     if not stopping:
-                        self._batches.appendleft((batch, view))
+                        self._batches.appendleft((batch, view, on_final))
                         self._cond.wait(self._pause_s)
                 if stopping:
                     self._accumulator.release_spooled(batch, view)

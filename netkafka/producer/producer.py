@@ -110,7 +110,11 @@ class Producer(ProducerCore):
     what it left before it returns (producer/replay.py): what was sealed is sent again
     byte-identical under its old producer id, epoch and sequences, so the broker drops
     what it has; on_replay(context, metadata_or_error) hears of each of those records,
-    and replay() reports the whole.
+    and replay() reports the whole.  A replayed record whose delivery times out with
+    on_delivery_timeout='spool' is spooled as a sent one is: on_replay gets the
+    RecordSpooledError (kept, sent again), and its final fate is reported by the
+    producer that delivers it (on_replay again: this one's spool, or the next
+    producer's replay).
 
     Raises:
         TypeError: an unknown keyword argument (named).
@@ -162,9 +166,9 @@ class Producer(ProducerCore):
     def replay(self, timeout=None):
         """What replaying the WAL came to: a ReplayReport (records, deduplicated,
         resent, reencoded, possibly_duplicated, failed, pending,
-        batches_not_byte_identical), once every replayed record is done or timeout
-        seconds have passed (then pending says how many are not).  All zeros when
-        the WAL held nothing to replay.
+        batches_not_byte_identical, spooled), once every replayed record is done or
+        timeout seconds have passed (then pending says how many are not).  All zeros
+        when the WAL held nothing to replay.
 
         Raises:
             KafkaError: the producer has no write-ahead log (wal_dir).

@@ -31,11 +31,15 @@ Replayed batches take their memory from the producer's buffer pool and are hande
 the sender before the constructor returns, so a partition's new records queue behind
 them.  Their outcomes come back on I/O threads: each batch's DONE entry, then
 on_replay(context, metadata_or_error) for each of its records, then the report's
-counts.  ReplayReport is what Producer.replay() returns.
+counts.  A batch whose delivery times out with on_delivery_timeout='spool' goes to
+the spool, as this producer's own batches do: on_replay gets RecordSpooledError
+(kept, sent again), and later the outcome of the spool's send; a producer stopped
+before that leaves the batch to the next one, whose on_replay reports it.
+ReplayReport is what Producer.replay() returns.
 
 Threads: start() runs on the constructor's thread; _on_delivered on I/O threads (and
-on the constructor's, for a batch the sender refused).  _lock guards the counts and
-_pending.
+on the constructor's, for a batch the sender refused), _on_spool_delivered on I/O
+threads.  _lock guards the counts and _pending.
 """
 import collections
 import functools
@@ -79,6 +83,10 @@ class ReplayReport(NamedTuple):
     batches_not_byte_identical: sealed batches whose rebuilt bytes did not match the
         CRC32C logged (a codec library that changed); sent under their stamp all the
         same, which is what the broker's idempotence looks at.
+    spooled: delivery timed out with on_delivery_timeout='spool': kept in the WAL
+        and sent again by the spool (on_replay got the RecordSpooledError, and hears
+        the final outcome from the producer that has it: this one's spool, or the
+        next producer's replay).
     """
 
     records: int
@@ -89,6 +97,7 @@ class ReplayReport(NamedTuple):
     failed: int
     pending: int
     batches_not_byte_identical: int
+    spooled: int = 0
 
 
 # How a batch is replayed, and what its acknowledged records count as.
@@ -296,6 +305,17 @@ class Replay:
             # The broker refused the old stamp and the sender started the partition
             # over: the batch was written under a new one, perhaps a second time.
             kind = _AT_LEAST_ONCE
+        if error is not None and not self._accumulator.wal_keeps_failures:
+            # A delivery timeout with the spool on: kept in the WAL and sent again,
+            # as this producer's own records are -- and said so, as their futures
+            # say it; failed, the batch would stay in the WAL all the same, and the
+            # next producer would replay it, on_replay hearing of it twice.
+            spooled = self._accumulator.spool_replayed(
+                batch.batch_id, batch.topic, batch.partition, builder, view, error,
+                functools.partial(self._on_spool_delivered, batch))
+            if spooled is not None:
+                self._finish(batch, "spooled", error=spooled)
+                return
         _, error = self._accumulator.log_wal_outcome(batch.batch_id, error)
         release_batch(builder, view, error is None)
         if error is None:
@@ -305,7 +325,24 @@ class Replay:
         # else: the producer is closing and the WAL keeps the batch; the next producer
         # replays it, and on_replay hears of it then.
 
+    def _on_spool_delivered(self, batch, result, error):
+        """A replayed batch the spool kept: its outcome, to on_replay (the report
+        counted it as spooled already)."""
+        if error is None:
+            self._tell(batch, result.base_offset, result.log_append_time_ms, None)
+        else:
+            self._tell(batch, -1, -1, error)
+
     def _finish(self, batch, kind, base_offset=-1, log_append_time_ms=-1, error=None):
+        self._tell(batch, base_offset, log_append_time_ms, error)
+        with self._lock:
+            self._counts[kind] += len(batch.records)
+            self._pending -= len(batch.records)
+            if not self._pending:
+                self._done.notify_all()
+
+    def _tell(self, batch, base_offset, log_append_time_ms, error):
+        """on_replay(context, metadata or error) for each record of batch."""
         if self._on_replay is not None:
             for record in batch.records:
                 outcome = error if error is not None else _metadata(
@@ -315,11 +352,6 @@ class Replay:
                 except Exception:  # noqa: BLE001 -- the other records still hear theirs
                     _log.exception("on_replay raised for a record of %s-%d", batch.topic,
                                    batch.partition)
-        with self._lock:
-            self._counts[kind] += len(batch.records)
-            self._pending -= len(batch.records)
-            if not self._pending:
-                self._done.notify_all()
 
     # ------------------------------------------------------------------
     # Any thread.
@@ -343,7 +375,8 @@ class Replay:
             resent=counts[_RESENT], reencoded=counts[_REENCODED],
             possibly_duplicated=counts[_AT_LEAST_ONCE], failed=counts["failed"],
             pending=self._pending,
-            batches_not_byte_identical=counts["batches_not_byte_identical"])
+            batches_not_byte_identical=counts["batches_not_byte_identical"],
+            spooled=counts["spooled"])
 
 
 _UNKNOWN_PRODUCER = object()  # the leader keeps no state for the producer id (epoch)
