@@ -167,7 +167,7 @@ def test_payload_file(kafka_broker, topic, tmp_path):
     (["--num-records", "ten"], "--num-records"),
     (["--throughput", "0"], "--throughput"),
     (["--mode", "fast"], "--mode"),
-    (["--producer-config", "batch.size=10"], "batch.size=10"),
+    (["--producer-config", "batch.size=-1"], "batch.size=-1"),
     (["--producer-config", "no.such.setting=1"], "no.such.setting"),
     (["--producer-config", "linger.ms"], "linger.ms"),
     (["--bootstrap-servers", "127.0.0.1:port"], "--bootstrap-servers"),
