@@ -183,9 +183,11 @@ class SinkPlan:
         self.exactly_once = flags.get(EXACTLY_ONCE_OPTION.lower(), False)
         self.write_id = options.get(WRITE_ID_OPTION.lower())
         topic = options.get(TOPIC_OPTION)
-        if topic is not None and not topic.strip():
-            raise ValueError(f"option {TOPIC_OPTION!r} is empty")
-        self.marker_topic = options.get(MARKER_TOPIC_OPTION.lower(), topic)
+        marker_topic = options.get(MARKER_TOPIC_OPTION.lower())
+        for name, value in ((TOPIC_OPTION, topic), (MARKER_TOPIC_OPTION, marker_topic)):
+            if value is not None and not value.strip():
+                raise ValueError(f"option {name!r} is empty")
+        self.marker_topic = topic if marker_topic is None else marker_topic
         if self.exactly_once:
             if not self.write_id or not self.write_id.strip():
                 raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true needs option "
@@ -200,9 +202,14 @@ class SinkPlan:
                                             transactional_id(self.write_id, 0)})
             except (KafkaConfigurationError, TypeError, ValueError) as exc:
                 raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true: {exc}") from exc
-        elif self.write_id is not None:
-            raise ValueError(f"option {WRITE_ID_OPTION} means nothing without "
-                             f"{EXACTLY_ONCE_OPTION}=true")
+        else:
+            # Options of exactly-once writes only: given without it, a caller who
+            # believes the write is exactly once learns otherwise now.
+            for name, value in ((WRITE_ID_OPTION, self.write_id),
+                                (MARKER_TOPIC_OPTION, marker_topic)):
+                if value is not None:
+                    raise ValueError(f"option {name} means nothing without "
+                                     f"{EXACTLY_ONCE_OPTION}=true")
         fields = {field.name.lower(): field for field in schema.fields}
         _check_column(fields, "value", _TEXT, required=True)
         present = {name: _check_column(fields, name, types) for name, types in (
