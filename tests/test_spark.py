@@ -457,6 +457,8 @@ def test_an_oidc_token_provider_travels_to_the_executors(spark, secured_broker, 
 def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
     with pytest.raises(ValueError, match="no bootstrap servers"):
         nks.partition_sink("t")
+    with pytest.raises(ValueError, match="bootstrap_servers entry 'h:1x': port '1x'"):
+        nks.arrow_emitter("t", {"bootstrap.servers": "h:1x"})
     with pytest.raises(TypeError, match="unknown producer setting 'linger.msec'"):
         nks.partition_sink("t", {"bootstrap.servers": "h:1", "linger.msec": 5})
     with pytest.raises(ValueError, match=r"linger.ms='soon': must be an integer"):

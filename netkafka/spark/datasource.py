@@ -57,7 +57,7 @@ from netkafka.config import ProducerConfig, producer_setting
 from netkafka.errors import KafkaConfigurationError
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
-from netkafka.spark.settings import producer_settings
+from netkafka.spark.settings import check_settings, producer_settings
 from netkafka.spark.sink import Emission, Pending, raise_if_failed, worker_producer
 
 SOURCE_NAME = "netkafka"
@@ -401,11 +401,14 @@ def _checked_settings(settings, origins):
         return producer_settings(settings)
     except (TypeError, ValueError) as exc:
         error = exc
-    # The refusal names a Producer keyword: find the option by checking each alone.
+    # The refusal names a Producer keyword: find the option by checking each alone
+    # beside the bootstrap servers, which are checked first (a bad entry would fail
+    # every other check and be blamed on its option).
     base = {"bootstrap_servers": settings["bootstrap_servers"]}
-    for keyword, option in origins.items():
+    for keyword, option in sorted(origins.items(),
+                                  key=lambda item: item[0] != "bootstrap_servers"):
         try:
-            ProducerConfig.from_kwargs({**base, keyword: settings[keyword]})
+            check_settings({**base, keyword: settings[keyword]})
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"option {option!r}: {exc}") from exc
     raise type(error)(f"options {sorted(origins.values())}: {error}") from error
