@@ -280,6 +280,8 @@ def test_a_topic_column_sends_each_row_to_its_topic(spark, kafka_broker, topic_n
     ({"kafka.bootstrap.servers": "broker:abc", "kafka.linger.ms": "5"}, None,
      "option 'kafka.bootstrap.servers': bootstrap_servers entry 'broker:abc': port 'abc'"),
     ({"kafka.key.serializer": "x"}, None, "kafka.key.serializer' is not supported"),
+    ({"kafka.metric.reporters": "com.example.Reporter"}, None,
+     "option 'kafka.metric.reporters': metric_reporters='com.example.Reporter'"),
     ({"exactlyOnce": "true"}, None, "needs option writeId"),
     ({"exactlyOnce": "maybe"}, None, "exactlyonce' must be true or false"),
     ({"writeId": "w"}, None, "writeId means nothing without exactlyOnce"),

@@ -84,6 +84,9 @@ ID_PREFIX = "netkafka-spark"
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 _BOOLEANS = {"true": True, "false": False}
+# What producer_settings raises for a setting it refuses (NotImplementedError: a
+# kafka-python setting netkafka does not support, such as metric.reporters).
+_REFUSALS = (TypeError, ValueError, NotImplementedError)
 _TEXT = (BinaryType, StringType)
 
 
@@ -399,7 +402,7 @@ def _checked_settings(settings, origins):
     """producer_settings(settings), a refusal naming the option at fault."""
     try:
         return producer_settings(settings)
-    except (TypeError, ValueError) as exc:
+    except _REFUSALS as exc:
         error = exc
     # The refusal names a Producer keyword: find the option by checking each alone
     # beside the bootstrap servers, which are checked first (a bad entry would fail
@@ -409,7 +412,7 @@ def _checked_settings(settings, origins):
                                   key=lambda item: item[0] != "bootstrap_servers"):
         try:
             check_settings({**base, keyword: settings[keyword]})
-        except (TypeError, ValueError) as exc:
+        except _REFUSALS as exc:
             raise type(exc)(f"option {option!r}: {exc}") from exc
     raise type(error)(f"options {sorted(origins.values())}: {error}") from error
 
