@@ -280,6 +280,13 @@ def test_a_topic_column_sends_each_row_to_its_topic(spark, kafka_broker, topic_n
     ({"kafka.bootstrap.servers": "broker:abc", "kafka.linger.ms": "5"}, None,
      "option 'kafka.bootstrap.servers': bootstrap_servers entry 'broker:abc': port 'abc'"),
     ({"kafka.key.serializer": "x"}, None, "kafka.key.serializer' is not supported"),
+    # The messages show the write's values (batch.size 1 MiB unless set), and name
+    # the options that clash.
+    ({"kafka.buffer.memory": "1000"}, None,
+     r"option 'kafka.buffer.memory': buffer_memory must be an int >= batch_size \(1048576\)"),
+    ({"kafka.batch.size": "2000", "kafka.max.request.size": "1000", "kafka.acks": "1"}, None,
+     r"options \['kafka.batch.size', 'kafka.max.request.size'\]: batch_size \(2000\) must be "
+     r"at most max_request_size \(1000\)"),
     ({"kafka.metric.reporters": "com.example.Reporter"}, None,
      "option 'kafka.metric.reporters': metric_reporters='com.example.Reporter'"),
     ({"exactlyOnce": "true"}, None, "needs option writeId"),

@@ -45,6 +45,7 @@ of the same write (and a new one for a new write), and the input's partitioning 
 partition i of a re-run must hold the rows partition i held.  Consumers must read
 with isolation.level=read_committed.
 """
+import re
 from dataclasses import dataclass
 
 from pyspark import TaskContext
@@ -57,7 +58,7 @@ from netkafka.config import ProducerConfig, producer_setting
 from netkafka.errors import KafkaConfigurationError
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
-from netkafka.spark.settings import check_settings, producer_settings
+from netkafka.spark.settings import producer_settings
 from netkafka.spark.sink import Emission, Pending, raise_if_failed, worker_producer
 
 SOURCE_NAME = "netkafka"
@@ -399,22 +400,25 @@ def _check_headers(fields):
 
 
 def _checked_settings(settings, origins):
-    """producer_settings(settings), a refusal naming the option at fault."""
+    """producer_settings(settings), a refusal naming the options at fault."""
     try:
         return producer_settings(settings)
     except _REFUSALS as exc:
         error = exc
-    # The refusal names a Producer keyword: find the option by checking each alone
-    # beside the bootstrap servers, which are checked first (a bad entry would fail
-    # every other check and be blamed on its option).
-    base = {"bootstrap_servers": settings["bootstrap_servers"]}
+    # The refusal names Producer keywords.  An option refused alone is at fault, with
+    # the write's own values (the Spark defaults too) in its message; the bootstrap
+    # servers are checked first, as a bad entry fails beside every other option.
+    bootstrap = {"bootstrap_servers": settings["bootstrap_servers"]}
     for keyword, option in sorted(origins.items(),
                                   key=lambda item: item[0] != "bootstrap_servers"):
         try:
-            check_settings({**base, keyword: settings[keyword]})
+            producer_settings({**bootstrap, keyword: settings[keyword]})
         except _REFUSALS as exc:
             raise type(exc)(f"option {option!r}: {exc}") from exc
-    raise type(error)(f"options {sorted(origins.values())}: {error}") from error
+    # Options that clash: those whose keywords the message names.
+    named = sorted(option for keyword, option in origins.items()
+                   if re.search(rf"\b{keyword}\b", str(error))) or sorted(origins.values())
+    raise type(error)(f"options {named}: {error}") from error
 
 
 def _boolean(name, value):

@@ -75,12 +75,12 @@ def producer_settings(config=None):
                          f"{CONF_PREFIX}bootstrap.servers in the Spark conf")
     for name, value in SPARK_DEFAULTS.items():
         kwargs.setdefault(name, value)
-    check_settings(kwargs)
+    _check_settings(kwargs)
     digest = hashlib.sha256(cloudpickle.dumps(sorted(kwargs.items()))).hexdigest()
     return ProducerSettings(kwargs, digest)
 
 
-def check_settings(kwargs):
+def _check_settings(kwargs):
     """Every check Producer(**kwargs) makes before it connects, made now, on the
     driver: ProducerConfig's, and the bootstrap servers' entries, which Producer()
     reads only when it is made -- in every task, each failing and retried in vain.
