@@ -373,6 +373,33 @@ def test_arrow_emitter_reads_string_columns_partitions_and_timestamps(
             b"key-%d" % i, i % 3, 1_700_000_000_000 + i)
 
 
+def test_pandas_emitter_reads_int_columns_with_nulls_that_pandas_made_floats(
+        spark, kafka_broker, topic_name):
+    # mapInPandas hands an int column with nulls as float64 with NaN: still the
+    # partition (null: the partitioner's) and the epoch ms (null: now).
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    before_ms = int(time.time() * 1000)
+    frame = spark.range(0, 30, numPartitions=1).selectExpr(
+        "cast(cast(id as string) as binary) as value",
+        "if(id % 3 = 0, null, cast(id % 2 as int)) as p",
+        "if(id % 4 = 0, null, 1700000000000 + id) as ts")
+    emit = nks.pandas_emitter(topic_name, config(kafka_broker), partition="p", timestamp="ts",
+                              on_error="raise")
+    assert sum(r.delivered for r in frame.mapInPandas(emit, emit.schema).collect()) == 30
+    for record in read_topic(kafka_broker.bootstrap, topic_name, 30):
+        i = int(record.value)
+        if i % 3:
+            assert record.partition == i % 2
+        if i % 4:
+            assert record.timestamp_ms == 1_700_000_000_000 + i
+        else:
+            assert record.timestamp_ms >= before_ms
+    fractions = pandas.DataFrame({"value": [b"v"], "p": [0.5]})
+    emit = nks.pandas_emitter(topic_name, config(kafka_broker), partition="p")
+    with pytest.raises(TypeError, match="partition: a column of double with a fraction"):
+        list(emit(iter([fractions])))
+
+
 # ----------------------------------------------------------------------------------
 # Configuration, and what goes wrong
 

@@ -58,7 +58,9 @@ def pandas_emitter(topic: str, config: Optional[Mapping[str, Any]] = None, *, ke
                    on_error: str = "report") -> "_ArrowEmitter":
     """arrow_emitter for df.mapInPandas(fn, fn.schema): pandas DataFrames in and
     out.  Columns are converted to pyarrow arrays (natively, by pyarrow); functions
-    get the DataFrame and return a Series, array or list."""
+    get the DataFrame and return a Series, array or list.  Partition and timestamp
+    columns of whole floats are read as ints, NaN as null: pandas's form of an int
+    column with nulls."""
     return _ArrowEmitter(Emission(topic, config, key, value, headers, partition,
                                    timestamp, provenance), report, on_error, pandas=True)
 
@@ -174,8 +176,22 @@ class FrameColumns:
         return producer.send_batch(emission.topic,
                                    *self.columns(emission, task_headers, first_row))
 
+    def integers(self, what, spec):
+        """The spec's column as array() gives it, but a pandas column of floats as
+        int64: pandas makes an int column with nulls float64, its nulls NaN (which
+        pyarrow reads as nulls)."""
+        pa = self.pyarrow
+        column = self.array(what, spec)
+        if column is None or not (self.is_pandas and pa.types.is_floating(column.type)):
+            return column
+        try:
+            return column.cast(pa.int64())  # a safe cast: a fraction is refused
+        except pa.ArrowInvalid:
+            raise TypeError(f"{what}: a column of {column.type} with a fraction is not "
+                            f"ints") from None
+
     def partitions(self, spec):
-        column = self.array("partition", spec)
+        column = self.integers("partition", spec)
         if column is None:
             return None
         if not self.pyarrow.types.is_integer(column.type):
@@ -188,7 +204,7 @@ class FrameColumns:
     def epoch_ms(self, spec):
         """The timestamp column as a memoryview of int64 epoch ms, nulls now."""
         pa = self.pyarrow
-        column = self.array("timestamp", spec)
+        column = self.integers("timestamp", spec)
         if column is None:
             return None
         if pa.types.is_timestamp(column.type):
