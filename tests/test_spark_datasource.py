@@ -273,6 +273,19 @@ def test_a_topic_column_sends_each_row_to_its_topic(spark, kafka_broker, topic_n
                 headers[nks.PARTITION_HEADER])
 
 
+def test_a_null_header_in_the_headers_column_fails_the_task_naming_it(
+        spark, kafka_broker, topic_name):
+    # Spark's sink fails on it too (a NullPointerException); here the row failed in
+    # send_batch(), the column unnamed, once the batch's other rows were sent.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    frame = rows_frame(spark, 10, 1).selectExpr(
+        "value", "array(named_struct('key', 'h', 'value', value), "
+                 "if(id = 3, null, named_struct('key', 'g', 'value', value))) as headers")
+    with pytest.raises(Exception, match=r"column 'headers' holds a null header "
+                                         r"\(row 3 of a batch\)"):
+        writer(frame, kafka_broker, topic_name).mode("append").save()
+
+
 @pytest.mark.parametrize("options, columns, message", [
     ({"kafka.bootstrap.servers": None, "tpoic": "x"}, None, "unknown option 'tpoic'"),
     ({"kafka.lingerr.ms": "5"}, None, "kafka.lingerr.ms"),

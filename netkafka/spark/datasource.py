@@ -45,6 +45,7 @@ of the same write (and a new one for a new write), and the input's partitioning 
 partition i of a re-run must hold the rows partition i held.  Consumers must read
 with isolation.level=read_committed.
 """
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -330,6 +331,15 @@ class SparkHeaders:
         keys = pairs.field("key").to_pylist()
         values = pairs.field("value").to_pylist()
         offsets = column.offsets.to_pylist()
+        if pairs.null_count or None in keys:
+            # Spark's sink fails on a header without a key; without this check its
+            # record failed in send_batch() unnamed, or a null header (with keys that
+            # Arrow left under it) went out as one with an empty key.
+            nulls = pairs.is_null().to_pylist()
+            element = next(i for i, key in enumerate(keys) if key is None or nulls[i])
+            raise ValueError(f"column {self.column!r} holds a null header (row "
+                             f"{bisect.bisect_right(offsets, element) - 1} of a batch): "
+                             f"each header needs a key")
         valid = column.is_valid().to_pylist() if column.null_count else None
         return [list(zip(keys[offsets[i]:offsets[i + 1]], values[offsets[i]:offsets[i + 1]]))
                 if valid is None or valid[i] else []
