@@ -172,6 +172,8 @@ def test_payload_file(kafka_broker, topic, tmp_path):
     (["--producer-config", "linger.ms"], "linger.ms"),
     (["--bootstrap-servers", "127.0.0.1:port"], "--bootstrap-servers"),
     (["--rows-per-call", "10"], "--rows-per-call"),
+    (["--producer-config", "transactional.id=perf"],
+     "--producer-config transactional.id=perf: netkafka-perf sends without transactions"),
     (["--payload-file", "/nonexistent/payloads"], "--payload-file"),
 ])
 def test_a_bad_argument_is_named(args, named):

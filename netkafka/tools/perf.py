@@ -169,6 +169,12 @@ def _producer_settings(parser, args):
     if "bootstrap_servers" not in settings:
         parser.error("the brokers are needed: give --bootstrap-servers, or bootstrap.servers "
                      "in --producer-config or --producer.config")
+    if "transactional_id" in settings:
+        # A transactional producer refuses records before init_transactions(): every
+        # record of the run would fail, after the topic's metadata had been waited for.
+        parser.error(f"{origins['transactional_id']}: netkafka-perf sends without "
+                     f"transactions (kafka-producer-perf-test's --transactional-id and "
+                     f"--transaction-duration-ms are not supported): drop it")
     try:
         ProducerConfig.from_kwargs(settings)
         parse_bootstrap_servers(settings["bootstrap_servers"])
