@@ -486,6 +486,8 @@ def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
         nks.partition_sink("t")
     with pytest.raises(ValueError, match="bootstrap_servers entry 'h:1x': port '1x'"):
         nks.arrow_emitter("t", {"bootstrap.servers": "h:1x"})
+    with pytest.raises(NotImplementedError, match="transactional_id: .* exactlyOnce=true"):
+        nks.arrow_emitter("t", {"bootstrap.servers": "h:1", "transactional.id": "x"})
     with pytest.raises(TypeError, match="unknown producer setting 'linger.msec'"):
         nks.partition_sink("t", {"bootstrap.servers": "h:1", "linger.msec": 5})
     with pytest.raises(ValueError, match=r"linger.ms='soon': must be an integer"):

@@ -55,7 +55,8 @@ def producer_settings(config=None):
             use instead for a Java-only one such as ssl.truststore.password).
         ValueError: a bad value, or no bootstrap servers at all (SslConfigError,
             SaslConfigError and JaasConfigError for the security settings).
-        NotImplementedError: transaction settings.
+        NotImplementedError: transactional_id, and the kafka-python settings
+            netkafka does not support.
     """
     if isinstance(config, ProducerSettings):
         return config
@@ -69,6 +70,13 @@ def producer_settings(config=None):
         if not isinstance(key, str):
             raise TypeError(f"config keys must be str, got {key!r}")
         kwargs.update(producer_setting(key, value, key))
+    if "transactional_id" in kwargs:
+        # Tasks send through their worker's shared producer (sink.worker_producer):
+        # a transactional one refuses every record before init_transactions().
+        raise NotImplementedError(
+            "transactional_id: the sink and emitters send through each worker's shared "
+            "producer, which runs no transactions; for exactly once, write with "
+            "format('netkafka') and the option exactlyOnce=true")
     if "bootstrap_servers" not in kwargs:
         raise ValueError(f"no bootstrap servers for netkafka.spark: pass "
                          f"config={{'bootstrap_servers': 'host:port'}} or set "
