@@ -300,6 +300,8 @@ def test_a_null_header_in_the_headers_column_fails_the_task_naming_it(
     ({"kafka.batch.size": "2000", "kafka.max.request.size": "1000", "kafka.acks": "1"}, None,
      r"options \['kafka.batch.size', 'kafka.max.request.size'\]: batch_size \(2000\) must be "
      r"at most max_request_size \(1000\)"),
+    ({"kafka.linger.ms": "5", "netkafka.producer.linger_ms": "50"}, None,
+     "options 'kafka.linger.ms' and 'netkafka.producer.linger_ms' both set linger_ms"),
     ({"netkafka.producer.transactional_id": "x"}, None,
      "option 'netkafka.producer.transactional_id': transactional_id: .* exactlyOnce=true"),
     ({"kafka.metric.reporters": "com.example.Reporter"}, None,

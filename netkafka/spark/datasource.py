@@ -170,6 +170,12 @@ class SinkPlan:
             else:
                 setting = None
             if setting is not None:
+                # kafka.linger.ms and netkafka.producer.linger_ms, say: which one won
+                # would be the order of Spark's options, which says nothing.
+                for keyword in setting.keys() & origins.keys():
+                    first, second = sorted((origins[keyword], name))
+                    raise ValueError(f"options {first!r} and {second!r} both set {keyword}: "
+                                     f"give one")
                 settings.update(setting)
                 origins.update(dict.fromkeys(setting, name))
                 continue
