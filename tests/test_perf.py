@@ -149,6 +149,18 @@ def test_producer_properties_file_and_overrides(kafka_broker, topic, tmp_path):
     assert len(read_topic(kafka_broker.bootstrap, topic, 300)) == 300
 
 
+def test_producer_config_given_twice_keeps_both(kafka_broker, topic):
+    # Its two names read as two options; the second one dropped the first's settings.
+    summary = run_json("--topic", topic, "--num-records", 100, "--record-size", 10,
+                       "--bootstrap-servers", kafka_broker.bootstrap,
+                       "--producer-config", "linger.ms=7", "acks=1",
+                       "--producer-props", "batch.size=32768", "acks=all")
+    assert summary["producer_config"] == {"linger_ms": 7, "acks": "all", "batch_size": 32768,
+                                          "bootstrap_servers": kafka_broker.bootstrap}
+    assert summary["records_sent"] == 100
+    assert len(read_topic(kafka_broker.bootstrap, topic, 100)) == 100
+
+
 def test_payload_file(kafka_broker, topic, tmp_path):
     payloads = [b"first", b"second payload", b"3"]
     path = tmp_path / "payloads.txt"

@@ -81,8 +81,10 @@ def parse_args(argv=None):
                         help="separator of the payloads in --payload-file (default: \\n)")
     parser.add_argument("--throughput", type=float, default=-1.0, metavar="RECORDS_PER_S",
                         help="records per second at most; -1 for no limit (default)")
-    parser.add_argument("--producer-config", "--producer-props", nargs="+", default=[],
-                        metavar="KEY=VALUE",
+    # extend: given again (or by its other name), the settings add up, later ones
+    # overriding, rather than the last group replacing the others unseen.
+    parser.add_argument("--producer-config", "--producer-props", nargs="+", action="extend",
+                        default=[], metavar="KEY=VALUE",
                         help="Producer settings: kafka-python's names (batch_size=1048576) or "
                              "the Java client's (batch.size=1048576)")
     parser.add_argument("--producer.config", dest="producer_config_file", metavar="FILE",
