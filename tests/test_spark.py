@@ -400,6 +400,28 @@ def test_pandas_emitter_reads_int_columns_with_nulls_that_pandas_made_floats(
         list(emit(iter([fractions])))
 
 
+def test_pandas_emitter_timestamps_are_instants_in_any_session_time_zone(
+        spark, kafka_broker, topic_name):
+    # mapInPandas hands timestamps as naive wall times of the session's time zone;
+    # they were sent as if UTC, off by the zone's offset.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    zone = "spark.sql.session.timeZone"
+    before = spark.conf.get(zone)
+    spark.conf.set(zone, "America/New_York")
+    try:
+        frame = spark.range(0, 10, numPartitions=1).selectExpr(
+            "cast(cast(id as string) as binary) as value",
+            "timestamp_millis(1700000000000 + id * 3600000) as ts")
+        emit = nks.pandas_emitter(topic_name, config(kafka_broker), timestamp="ts",
+                                  on_error="raise")
+        assert sum(r.delivered for r in frame.mapInPandas(emit, emit.schema).collect()) == 10
+    finally:
+        spark.conf.set(zone, before)
+    records = read_topic(kafka_broker.bootstrap, topic_name, 10)
+    assert sorted((int(r.value), r.timestamp_ms) for r in records) == [
+        (i, 1_700_000_000_000 + i * 3_600_000) for i in range(10)]
+
+
 # ----------------------------------------------------------------------------------
 # Configuration, and what goes wrong
 

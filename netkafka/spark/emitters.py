@@ -60,7 +60,8 @@ def pandas_emitter(topic: str, config: Optional[Mapping[str, Any]] = None, *, ke
     out.  Columns are converted to pyarrow arrays (natively, by pyarrow); functions
     get the DataFrame and return a Series, array or list.  Partition and timestamp
     columns of whole floats are read as ints, NaN as null: pandas's form of an int
-    column with nulls."""
+    column with nulls.  Naive timestamps are wall times of the Spark session's time
+    zone (spark.sql.session.timeZone, read now), as mapInPandas hands them."""
     return _ArrowEmitter(Emission(topic, config, key, value, headers, partition,
                                    timestamp, provenance), report, on_error, pandas=True)
 
@@ -73,6 +74,8 @@ class _ArrowEmitter:
         self.report = report
         self.on_error = on_error
         self.pandas = pandas
+        # mapInPandas turns timestamps into naive wall times of the session's zone.
+        self.time_zone = _session_time_zone() if pandas else None
         self.schema = _REPORTS[report]
 
     def __call__(self, frames):
@@ -84,7 +87,7 @@ class _ArrowEmitter:
         pending = Pending()
         first_row = 0
         for frame in frames:
-            columns = FrameColumns(pyarrow, frame, self.pandas)
+            columns = FrameColumns(pyarrow, frame, self.pandas, self.time_zone)
             count = columns.count
             if count:
                 pending.add(count, columns.send(producer, emission, task_headers, first_row))
@@ -103,12 +106,15 @@ class _ArrowEmitter:
 
 
 class FrameColumns:
-    """One input RecordBatch (or pandas DataFrame) as send_batch's pyarrow columns."""
+    """One input RecordBatch (or pandas DataFrame) as send_batch's pyarrow columns.
 
-    def __init__(self, pyarrow, frame, is_pandas):
+    time_zone: the zone whose wall times a frame's naive timestamps are (None: UTC)."""
+
+    def __init__(self, pyarrow, frame, is_pandas, time_zone=None):
         self.pyarrow = pyarrow
         self.frame = frame
         self.is_pandas = is_pandas
+        self.time_zone = time_zone
         self.count = len(frame)
 
     def array(self, what, spec):
@@ -138,6 +144,10 @@ class FrameColumns:
             column = frame.column(spec)
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
+        if self.time_zone is not None and _naive_datetimes(column):
+            # Read back as PySpark reads a naive pandas timestamp (an hour that occurs
+            # twice as its second occurrence), so any zone PySpark took is taken here.
+            column = column.dt.tz_localize(self.time_zone, ambiguous=False)
         if not isinstance(column, pa.Array):
             column = pa.array(column, from_pandas=True)
         if len(column) != self.count:
@@ -228,6 +238,19 @@ class FrameColumns:
                                  f"{self.count}")
             return list(headers)
         return {name: self.binary(f"header {name!r}", name) for name in spec}
+
+
+def _naive_datetimes(column):
+    """True for a pandas Series of timestamps without a time zone."""
+    import pandas
+    return isinstance(column, pandas.Series) and pandas.api.types.is_datetime64_dtype(column)
+
+
+def _session_time_zone():
+    """The active Spark session's time zone; None without a session (UTC)."""
+    from pyspark.sql import SparkSession
+    session = SparkSession.getActiveSession()
+    return None if session is None else session.conf.get("spark.sql.session.timeZone")
 
 
 def _row_report(pa, result, count):
