@@ -273,6 +273,18 @@ def test_a_topic_column_sends_each_row_to_its_topic(spark, kafka_broker, topic_n
                 headers[nks.PARTITION_HEADER])
 
 
+def test_overwrite_mode_is_refused_as_by_spark_kafka_sink(spark, kafka_broker, topic_name):
+    # A topic is only appended to: mode("overwrite") appended, the old records kept.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    frame = rows_frame(spark, 10, 1)
+    with pytest.raises(Exception, match="Save mode Overwrite not allowed for Kafka"):
+        writer(frame, kafka_broker, topic_name, "kafka").mode("overwrite").save()
+    with pytest.raises(Exception, match=r"mode\('overwrite'\) is not supported"):
+        writer(frame, kafka_broker, topic_name).mode("overwrite").save()
+    writer(frame, kafka_broker, topic_name).mode("append").save()
+    assert len(read_topic(kafka_broker.bootstrap, topic_name, 10)) == 10
+
+
 def test_a_null_header_in_the_headers_column_fails_the_task_naming_it(
         spark, kafka_broker, topic_name):
     # Spark's sink fails on it too (a NullPointerException); here the row failed in

@@ -100,6 +100,10 @@ class NetkafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def writer(self, schema, overwrite):
+        if overwrite:
+            # Records are only appended to a topic, and Spark's sink refuses it too.
+            raise ValueError(f"mode('overwrite') is not supported by format({SOURCE_NAME!r}): "
+                             f"records are appended to the topic; use mode('append')")
         return NetkafkaArrowWriter(SinkPlan(self.options, schema))
 
     def streamWriter(self, schema, overwrite):
