@@ -308,10 +308,13 @@ def test_a_null_header_in_the_headers_column_fails_the_task_naming_it(
     # The messages show the write's values (batch.size 1 MiB unless set), and name
     # the options that clash.
     ({"kafka.buffer.memory": "1000"}, None,
-     r"option 'kafka.buffer.memory': buffer_memory must be an int >= batch_size \(1048576\)"),
-    ({"kafka.batch.size": "2000", "kafka.max.request.size": "1000", "kafka.acks": "1"}, None,
-     r"options \['kafka.batch.size', 'kafka.max.request.size'\]: batch_size \(2000\) must be "
-     r"at most max_request_size \(1000\)"),
+     r"option 'kafka.buffer.memory': buffer_memory must be an int >= the largest batch \(1048576 "
+     r"bytes: batch_size, at most max_request_size\)"),
+    ({"kafka.delivery.timeout.ms": "40000", "kafka.request.timeout.ms": "39999",
+      "kafka.acks": "1"}, None,
+     r"options \['kafka.delivery.timeout.ms', 'kafka.request.timeout.ms'\]: "
+     r"delivery_timeout_ms \(40000\) must be at least linger_ms \+ request_timeout_ms "
+     r"\(5 \+ 39999\)"),
     ({"kafka.linger.ms": "5", "netkafka.producer.linger_ms": "50"}, None,
      "options 'kafka.linger.ms' and 'netkafka.producer.linger_ms' both set linger_ms"),
     ({"netkafka.producer.transactional_id": "x"}, None,
