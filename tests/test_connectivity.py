@@ -10,6 +10,7 @@ import contextlib
 import re
 import socket
 import threading
+import time
 
 import pytest
 
@@ -94,6 +95,42 @@ def test_a_slow_name_lookup_does_not_stall_the_io_thread(kafka_broker, monkeypat
         release.set()
         pool.close()
     assert len(lookup_threads) == 1 and lookup_threads[0].startswith("netkafka-resolve")
+
+
+def test_a_lookup_that_hangs_past_the_setup_timeout_is_waited_for_not_started_again(
+        kafka_broker, monkeypatch):
+    # Each attempt after a setup timeout started one more resolver thread while the
+    # earlier ones still hung: a DNS server that never answers left them piling up.
+    port = _port(kafka_broker.bootstrap)
+    release = threading.Event()
+    lookup_threads = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == "hung.test":
+            lookup_threads.append(threading.current_thread().name)
+            release.wait(30)
+            host = "127.0.0.1"
+        return _REAL_GETADDRINFO(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    pool = IOPool(ConnectionConfig(connect_timeout_ms=100, connect_timeout_max_ms=100,
+                                   reconnect_backoff_ms=10, reconnect_backoff_max_ms=10,
+                                   request_timeout_ms=20000))
+    try:
+        hung = pool.connection(-1, "hung.test", port)
+        failed = []
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # each request an attempt, each timed out
+            failed.append(request_metadata(hung, []).exception(10))
+        started_while_hung = list(lookup_threads)
+        release.set()
+        assert request_metadata(hung, []).result(10).brokers
+    finally:
+        release.set()
+        pool.close()
+    assert len(failed) >= 3, failed
+    assert all(isinstance(error, errors.KafkaTimeoutError) for error in failed), failed
+    assert len(started_while_hung) == 1, started_while_hung
 
 
 def test_every_address_of_a_name_is_tried_in_turn(kafka_broker, monkeypatch, topic_name):

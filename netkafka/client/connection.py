@@ -348,6 +348,9 @@ class BrokerConnection:
         # the one wanted.
         self._sasl_prepared = BackgroundResult(io_thread.wakeup)
         self._resolved = BackgroundResult(io_thread.wakeup)
+        # Owned by the I/O thread: ((host, port, canonical), token) of the latest name
+        # lookup started, which resume() may want again (_io_connect).
+        self._io_lookup = None
         # Guarded by _lock: (host TLS and SASL see, IP address) of the latest attempt.
         self._attempt = None
 
@@ -694,14 +697,22 @@ class BrokerConnection:
             self._io_addresses.extend(addresses)
             self._io_connect_next(now_ns)
             return
-        token = object()
-        self._resolved.start(token)
         self._io_start_setup_timer(now_ns)
         self._io_set_state(RESOLVING)
+        lookup = self._io_lookup
+        if (lookup is not None and lookup[0] == (host, port, canonical)
+                and self._resolved.resume(lookup[1])):
+            # An earlier attempt's lookup of the same name is still running (a DNS
+            # server not answering): its answer is waited for again, rather than one
+            # more resolver thread left hanging per attempt.
+            return
+        token = object()
+        self._resolved.start(token)
         # The resolver thread hands its answer over, if the connection still wants it.
         start_resolving(host, port, canonical, f"netkafka-resolve-{self.node_id}",
                         lambda addresses, error: self._resolved.deliver(
                             token, (addresses, error)))
+        self._io_lookup = ((host, port, canonical), token)  # once its thread runs
 
     def _io_take_resolved(self, now_ns):
         resolved = self._resolved.take()
