@@ -67,19 +67,27 @@ def _port(bootstrap):
 # -- names resolved off the I/O thread, every address tried ------------------------------------
 
 
-def test_a_slow_name_lookup_does_not_stall_the_io_thread(kafka_broker, monkeypatch):
-    port = _port(kafka_broker.bootstrap)
+def _slow_lookups(monkeypatch, name):
+    """Makes name's lookups wait (a DNS server that takes its time) until the returned
+    Event is set, then resolve to 127.0.0.1; the list returned gets the name of each
+    thread that looked it up."""
     release = threading.Event()
     lookup_threads = []
 
     def getaddrinfo(host, *args, **kwargs):
-        if host == "slow.test":
+        if host == name:
             lookup_threads.append(threading.current_thread().name)
-            release.wait(30)  # a DNS server that takes its time
+            release.wait(30)
             host = "127.0.0.1"
         return _REAL_GETADDRINFO(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return release, lookup_threads
+
+
+def test_a_slow_name_lookup_does_not_stall_the_io_thread(kafka_broker, monkeypatch):
+    port = _port(kafka_broker.bootstrap)
+    release, lookup_threads = _slow_lookups(monkeypatch, "slow.test")
     pool = IOPool(ConnectionConfig(connect_timeout_ms=20000), io_threads=1)
     try:
         slow = pool.connection(-1, "slow.test", port)
@@ -102,17 +110,7 @@ def test_a_lookup_that_hangs_past_the_setup_timeout_is_waited_for_not_started_ag
     # Each attempt after a setup timeout started one more resolver thread while the
     # earlier ones still hung: a DNS server that never answers left them piling up.
     port = _port(kafka_broker.bootstrap)
-    release = threading.Event()
-    lookup_threads = []
-
-    def getaddrinfo(host, *args, **kwargs):
-        if host == "hung.test":
-            lookup_threads.append(threading.current_thread().name)
-            release.wait(30)
-            host = "127.0.0.1"
-        return _REAL_GETADDRINFO(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    release, lookup_threads = _slow_lookups(monkeypatch, "hung.test")
     pool = IOPool(ConnectionConfig(connect_timeout_ms=100, connect_timeout_max_ms=100,
                                    reconnect_backoff_ms=10, reconnect_backoff_max_ms=10,
                                    request_timeout_ms=20000))
