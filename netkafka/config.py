@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from netkafka._validate import check_choice, check_int, check_ms
 from netkafka.client.connection import ConnectionConfig
-from netkafka.client.metadata import METADATA_RECOVERY_STRATEGIES
+from netkafka.client.metadata import METADATA_RECOVERY_STRATEGIES, parse_bootstrap_servers
 from netkafka.client.resolver import CLIENT_DNS_LOOKUPS
 from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
 from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
@@ -734,16 +734,16 @@ def acks_value(acks):
 
 
 def _check_bootstrap(servers):
-    # metadata.parse_bootstrap_servers checks each entry when the producer starts;
-    # here only the shape, so that a bad type names the option.
+    # The shape first, so that a bad type names the option; then each entry, as the
+    # metadata cache reads them, so that every caller of ProducerConfig (the Spark
+    # driver, netkafka-perf) refuses a bad one before anything starts.
     if isinstance(servers, str):
         if not servers.strip():
             raise ValueError("bootstrap_servers must name at least one 'host:port'")
-        return
-    if isinstance(servers, (list, tuple)) and servers:
-        return
-    raise ValueError(f"bootstrap_servers must be 'host:port[,host:port...]' or a list of "
-                     f"them, got {servers!r}")
+    elif not (isinstance(servers, (list, tuple)) and servers):
+        raise ValueError(f"bootstrap_servers must be 'host:port[,host:port...]' or a list of "
+                         f"them, got {servers!r}")
+    parse_bootstrap_servers(servers)
 
 
 def _check_plumbing_option(name, value):

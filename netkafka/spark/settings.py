@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from pyspark import cloudpickle
 
-from netkafka.client.metadata import parse_bootstrap_servers
 from netkafka.config import ProducerConfig, producer_setting
 
 CONF_PREFIX = "spark.netkafka.producer."
@@ -83,22 +82,9 @@ def producer_settings(config=None):
                          f"{CONF_PREFIX}bootstrap.servers in the Spark conf")
     for name, value in SPARK_DEFAULTS.items():
         kwargs.setdefault(name, value)
-    _check_settings(kwargs)
+    ProducerConfig.from_kwargs(kwargs)  # every check of Producer(), now, on the driver
     digest = hashlib.sha256(cloudpickle.dumps(sorted(kwargs.items()))).hexdigest()
     return ProducerSettings(kwargs, digest)
-
-
-def _check_settings(kwargs):
-    """Every check Producer(**kwargs) makes before it connects, made now, on the
-    driver: ProducerConfig's, and the bootstrap servers' entries, which Producer()
-    reads only when it is made -- in every task, each failing and retried in vain.
-
-    Raises:
-        TypeError, ValueError, NotImplementedError: as ProducerConfig.from_kwargs;
-            ValueError naming a bootstrap servers entry that is not host:port.
-    """
-    ProducerConfig.from_kwargs(kwargs)
-    parse_bootstrap_servers(kwargs["bootstrap_servers"])
 
 
 def _spark_conf_items():

@@ -36,7 +36,6 @@ from jproperties import Properties
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
 from netkafka.config import JAVA_TLS_SETTINGS, ProducerConfig, producer_setting
-from netkafka.client.metadata import parse_bootstrap_servers
 
 # At most about this many records per run carry a latency probe.
 LATENCY_SAMPLES = 10_000
@@ -179,7 +178,6 @@ def _producer_settings(parser, args):
                      f"--transaction-duration-ms are not supported): drop it")
     try:
         ProducerConfig.from_kwargs(settings)
-        parse_bootstrap_servers(settings["bootstrap_servers"])
     except (TypeError, ValueError, NotImplementedError) as exc:
         named = [origin for name, origin in origins.items() if name in str(exc)]
         parser.error(f"{'; '.join(named or origins.values())}: {exc}")
