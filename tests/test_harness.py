@@ -324,9 +324,11 @@ def test_cluster_arguments_are_checked():
         Cluster(1, inter_broker_listener="TLS")
 
 
-def test_every_listener_of_every_node_has_its_own_port():
+def test_every_listener_of_every_node_has_its_own_port(tmp_path):
     listeners = [Listener("TLS", "SSL"), Listener("SASL", "SASL_PLAINTEXT")]
-    cluster = Cluster(3, listeners=listeners)
+    # A directory of the test's own: a cluster never started or stopped would leave the one
+    # it makes itself in the system's temporary directory.
+    cluster = Cluster(3, listeners=listeners, directory=tmp_path)
     ports = [node.broker_port for node in cluster.nodes] + [node.controller_port for node in cluster.nodes]
     ports += [port for node in cluster.nodes for port in node.listener_ports.values()]
     assert len(ports) == len(set(ports)) == 3 * 4
@@ -345,8 +347,8 @@ def test_missing_jars_are_reported(tmp_path, monkeypatch, version):
         kafka_libs_dir(version)
 
 
-def test_state_keeps_each_nodes_line_and_listeners():
-    cluster = Cluster(2, kafka_version="3.9", listeners=[Listener("TLS", "SSL")])
+def test_state_keeps_each_nodes_line_and_listeners(tmp_path):
+    cluster = Cluster(2, kafka_version="3.9", listeners=[Listener("TLS", "SSL")], directory=tmp_path)
     again = Cluster.from_state(json.loads(json.dumps(cluster.to_state())))
     assert again.kafka_version == "3.9"
     for node, restored in zip(cluster.nodes, again.nodes):
