@@ -79,6 +79,13 @@ def bad_settings(tls):
         ({"security_protocol": "SSL", "ssl_context": "tls"},
          r"ssl_context must be an ssl.SSLContext, not a str"),
         ({"security_protocol": "TLS"}, r"security_protocol='TLS' is not one of"),
+        # Refused as every bool setting refuses a non-bool (0 == False passed).
+        ({"security_protocol": "SSL", "ssl_check_hostname": 0},
+         r"^ssl_check_hostname must be True or False, got 0$"),
+        ({"security_protocol": "SSL", "ssl_check_hostname": 1},
+         r"^ssl_check_hostname must be True or False, got 1$"),
+        ({"security_protocol": "SSL", "ssl_check_hostname": "false"},
+         r"^ssl_check_hostname must be True or False, got 'false'$"),
         ({"security_protocol": "SSL", "ssl_context": ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)},
          r"ssl_context is a server's \(PROTOCOL_TLS_SERVER\): the producer is a TLS client"),
     ]
@@ -198,6 +205,12 @@ def test_java_pem_settings_become_kafka_pythons(tls_files, tmp_path):
                       "ssl_check_hostname": False}
     assert producer_setting("ssl.endpoint.identification.algorithm", "HTTPS") == {
         "ssl_check_hostname": True}
+    # The bools it maps to pass ssl_check_hostname's check, and set the context.
+    for text, checked in (("https", True), ("", False)):
+        config = ProducerConfig.from_kwargs({
+            "bootstrap_servers": NOWHERE, "security_protocol": "SSL",
+            **producer_setting("ssl.endpoint.identification.algorithm", text)})
+        assert config._ssl_context.check_hostname is checked
     # Text is trimmed and the protocol read in any case, as the Java client reads them.
     assert producer_setting("ssl.truststore.location", f"{tls_files.ca_file} ") == {
         "ssl_cafile": str(tls_files.ca_file)}

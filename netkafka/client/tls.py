@@ -29,6 +29,7 @@ transport, is owned by its connection's I/O thread and only that thread calls it
 import selectors
 import ssl
 
+from netkafka._validate import check_choice
 from netkafka.errors import SslAuthenticationError, SslConfigError
 
 # kafka-python's TLS settings and their defaults (None: not given).
@@ -77,8 +78,16 @@ def build_ssl_context(settings, security_protocol):
     Raises:
         SslConfigError: naming the setting: a TLS setting with a protocol without TLS,
             a file that is missing or does not load, a key password that does not
-            fit, a key without a certificate, ciphers OpenSSL refuses.
+            fit, a key without a certificate, ciphers OpenSSL refuses, an
+            ssl_check_hostname that is not a bool.
     """
+    try:
+        # A bool, as every other bool setting, checked before the comparison with the
+        # defaults below, where 1 == True would pass as unset.
+        check_choice("ssl_check_hostname", settings.get("ssl_check_hostname", True),
+                     (True, False))
+    except ValueError as error:
+        raise SslConfigError(str(error)) from None
     given = {name: settings[name] for name in SSL_DEFAULTS
              if name in settings and settings[name] != SSL_DEFAULTS[name]}
     if security_protocol not in TLS_PROTOCOLS:
@@ -106,8 +115,6 @@ def build_ssl_context(settings, security_protocol):
             raise SslConfigError(f"{name} must be a file path, not a "
                                  f"{type(given[name]).__name__}")
     check_hostname = given.get("ssl_check_hostname", True)
-    if check_hostname not in (True, False):
-        raise SslConfigError(f"ssl_check_hostname must be True or False, got {check_hostname!r}")
     if "ssl_certfile" not in given:
         for name in ("ssl_keyfile", "ssl_password"):
             if name in given:
