@@ -370,7 +370,8 @@ def test_a_failing_provider_is_named():
 
 class TokenEndpoint:
     """An HTTP token endpoint on 127.0.0.1 answering from a script of
-    (status, JSON-able body or raw bytes), recording every request it gets."""
+    (status, JSON-able body or raw bytes[, an Event answered only once set: a stall]),
+    recording every request it gets."""
 
     def __init__(self):
         self.answers = []
@@ -383,13 +384,18 @@ class TokenEndpoint:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with endpoint._lock:
                     endpoint.requests.append((self.command, self.path, dict(self.headers), body))
-                    status, answer = endpoint.answers.pop(0)
+                    status, answer, *stall = endpoint.answers.pop(0)
+                for released in stall:
+                    released.wait(60)
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except ConnectionError:
+                    pass  # the client gave up on a stalled answer
 
             def log_message(self, *args):
                 pass
@@ -537,6 +543,95 @@ def test_oidc_concurrent_callers_share_one_fetch(endpoint):
         thread.join()
     assert tokens == ["shared"] * 8
     assert len(endpoint.requests) == 1
+
+
+def test_a_caller_waits_for_a_hung_fetch_no_longer_than_its_timeout(endpoint):
+    # token() held its lock during the HTTP request: a caller queued behind a fetch the
+    # endpoint never answered, beyond its own timeout, then fetched once more itself.
+    released = threading.Event()
+    endpoint.answers += [(200, {"access_token": "tok-1", "expires_in": 100}, released),
+                         (200, {"access_token": "tok-2", "expires_in": 100})]
+    provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s", timeout_s=60)
+    first = []
+    fetching = threading.Thread(target=lambda: first.append(provider.token()))
+    fetching.start()
+    while not endpoint.requests:
+        time.sleep(0.01)
+    outcome = []
+
+    def later_caller():
+        try:
+            outcome.append(provider.token(timeout_s=0.2))
+        except OAuthTokenError as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=later_caller)
+    caller.start()
+    caller.join(30)
+    # The later caller gave up while the endpoint still stalled, without a fetch of its own.
+    ended_while_stalled = not caller.is_alive()
+    released.set()
+    fetching.join(30)
+    caller.join(30)
+    assert ended_while_stalled and len(outcome) == 1 and isinstance(outcome[0], OAuthTokenError)
+    assert str(outcome[0]) == (f"token endpoint {endpoint.url}: no token within 0.2 s: its "
+                               f"fetch has not ended")
+    assert outcome[0].retriable
+    assert first == ["tok-1"] and len(endpoint.requests) == 1
+
+
+def test_callers_that_come_during_a_failing_fetch_get_its_failure_not_a_fetch_of_their_own(
+        endpoint):
+    # A caller that came while a fetch ran waited for the lock, then fetched again.
+    released = threading.Event()
+    endpoint.answers += [(200, {"access_token": "late", "expires_in": 100}, released),
+                         (200, {"access_token": "second", "expires_in": 100})]
+    provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s", timeout_s=1)
+    outcomes = []
+
+    def caller():
+        try:
+            outcomes.append(provider.token())
+        except OAuthTokenError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=caller) for _ in range(2)]
+    threads[0].start()
+    while not endpoint.requests:
+        time.sleep(0.01)
+    threads[1].start()
+    for thread in threads:
+        thread.join(30)
+    released.set()
+    assert len(outcomes) == 2 and all(isinstance(outcome, OAuthTokenError)
+                                      for outcome in outcomes)
+    assert len(endpoint.requests) == 1
+
+
+def test_callers_get_the_valid_cached_token_while_its_refresh_hangs(endpoint, caplog):
+    released = threading.Event()
+    endpoint.answers += [(200, {"access_token": "tok-1", "expires_in": 100}),
+                         (200, {"access_token": "tok-2", "expires_in": 100}, released)]
+    clock = Clock()
+    provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s", timeout_s=60,
+                                                         clock=clock)
+    assert provider.token() == "tok-1"
+    clock.now_s += 90  # due, valid for 10 s more
+    with caplog.at_level(logging.WARNING, logger=oauthbearer.__name__):
+        # The caller that starts the refresh waits its own time, then takes the cached one.
+        assert provider.token(timeout_s=0.1) == "tok-1"
+    assert "no token within 0.1 s" in caplog.text and "valid for 10 s more" in caplog.text
+    # One that comes while the refresh runs takes it at once: no second fetch.
+    assert provider.token() == "tok-1"
+    assert len(endpoint.requests) == 2
+    released.set()
+    for _ in range(3000):  # the refresh ends: its token is taken from then on
+        if provider.token() == "tok-2":
+            break
+        time.sleep(0.01)
+    assert provider.token() == "tok-2" and len(endpoint.requests) == 2
+    with pytest.raises(ValueError, match=r"timeout_s must be a number >= 0 or None, got -1"):
+        provider.token(timeout_s=-1)
 
 
 def test_oauthbearer_with_the_oidc_provider_end_to_end(endpoint):

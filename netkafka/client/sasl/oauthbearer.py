@@ -177,12 +177,21 @@ class RefreshingTokenProvider(abc.ABC):
     """A token provider that caches its token and fetches a new one once
     ``refresh_window_factor`` of the token's lifetime has passed.
 
-    Subclasses implement ``_fetch_token`` and set ``_source`` (named in errors).
-    ``token()`` is thread-safe: callers that find the token due wait for one fetch,
-    which happens under ``_lock``.  If a refresh fails while the cached token has not
-    expired yet, the cached token is returned (and the failure logged); the next call
-    tries again.
+    Subclasses implement ``_fetch_token`` and set ``_source`` (named in errors) and
+    ``_wait_s`` (how long ``token()`` waits for a fetch by default).  ``token()`` is
+    thread-safe and at most one fetch runs at a time, on a thread of its own, never
+    under ``_lock``: a fetch that hangs (an endpoint that accepts and never answers)
+    keeps no caller beyond its timeout, and the later callers do not queue up behind
+    it, each to fetch again.  A caller that finds the token due starts the fetch or,
+    when one runs already, takes the cached token if it is still valid, else waits
+    for that fetch (up to its timeout).  If a refresh fails, or has not answered in
+    the caller's time, while the cached token has not expired yet, the cached token is
+    returned (and that logged); the next call after a failure tries again.
     """
+
+    _source = "the token provider"
+    # Seconds token() waits for a fetch when its caller gives no timeout.
+    _wait_s = 10.0
 
     def __init__(self, *, extensions=None, refresh_window_factor=DEFAULT_REFRESH_WINDOW_FACTOR,
                  clock=time.time):
@@ -193,54 +202,112 @@ class RefreshingTokenProvider(abc.ABC):
         self._extensions = dict(check_extensions(extensions or {}))
         self._refresh_window_factor = refresh_window_factor
         self._clock = clock  # wall-clock seconds: JWT exp claims are wall-clock times
+        self._init_state()
+
+    def _init_state(self):
+        # A leaf lock: held only to read or change the state below, never during a fetch.
         self._lock = threading.Lock()
+        self._fetched = threading.Condition(self._lock)  # notified when a fetch ends
         self._token = None  # guarded by _lock
         self._refresh_at_s = 0.0  # guarded by _lock
         self._expires_at_s = 0.0  # guarded by _lock
-
-    _source = "the token provider"
+        # Guarded by _lock: fetches started and ended (one runs while they differ), and
+        # the error of the last one to end, None when it brought a token.
+        self._fetches_started = 0
+        self._fetches_ended = 0
+        self._fetch_error = None
 
     def __getstate__(self):
         """Pickled (netkafka.spark's settings travel to the executors in the sink or
         emitter) without the lock and the cached token: each copy fetches its own."""
         state = self.__dict__.copy()
-        del state["_lock"]
-        state.update(_token=None, _refresh_at_s=0.0, _expires_at_s=0.0)
+        for name in ("_lock", "_fetched", "_token", "_refresh_at_s", "_expires_at_s",
+                     "_fetches_started", "_fetches_ended", "_fetch_error"):
+            del state[name]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._init_state()
 
     @abc.abstractmethod
     def _fetch_token(self, now_s):
         """A new token and the wall-clock second it expires at: ``(token, expires_at_s)``.
-        Raises OAuthTokenError naming ``_source`` when there is none to be had."""
+        Raises OAuthTokenError naming ``_source`` when there is none to be had.  Runs on
+        the fetch thread, without the lock."""
 
-    def token(self):
-        """The cached token, or a fresh one when it is due (may block: setup thread)."""
+    def token(self, timeout_s=None):
+        """The cached token, or a fresh one when it is due (may block: setup thread).
+
+        Args:
+            timeout_s: seconds to wait for a fetch (started by this call, or running
+                already when no valid token is cached); None: the provider's own.
+
+        Raises:
+            OAuthTokenError: the fetch failed, or (retriable) did not end within
+                timeout_s, and no valid token is cached.
+        """
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(
+                timeout_s, (int, float)) or not timeout_s >= 0):
+            raise ValueError(f"timeout_s must be a number >= 0 or None, got {timeout_s!r}")
+        wait_s = self._wait_s if timeout_s is None else timeout_s
+        deadline_s = time.monotonic() + wait_s
         with self._lock:
             now_s = self._clock()
             if self._token is not None and now_s < self._refresh_at_s:
                 return self._token
-            try:
-                token, expires_at_s = self._fetch_token(now_s)
-            except OAuthTokenError as exc:
-                if self._token is not None and now_s < self._expires_at_s:
-                    log.warning("%s: refreshing the token failed (%s); the cached one is "
-                                "valid for %.0f s more", self._source, exc,
-                                self._expires_at_s - now_s)
-                    return self._token
-                raise
+            if self._fetches_started == self._fetches_ended:
+                self._fetches_started += 1
+                try:
+                    threading.Thread(target=self._fetch, args=(now_s,), daemon=True,
+                                     name="netkafka-token-fetch").start()
+                except BaseException:
+                    self._fetches_started -= 1  # none runs: the next call starts one
+                    raise
+            elif self._token is not None and now_s < self._expires_at_s:
+                return self._token  # being refreshed; still valid meanwhile
+            awaited = self._fetches_started
+            while self._fetches_ended < awaited:
+                remaining_s = deadline_s - time.monotonic()
+                if remaining_s <= 0:
+                    break
+                self._fetched.wait(remaining_s)
+            if self._fetches_ended < awaited:
+                problem = OAuthTokenError(f"{self._source}: no token within {wait_s:g} s: "
+                                          f"its fetch has not ended", url=self._url(),
+                                          retriable=True)
+            else:
+                problem = self._fetch_error  # of the last fetch to end, this one or later
+            if problem is None:
+                return self._token
+            now_s = self._clock()
+            if self._token is not None and now_s < self._expires_at_s:
+                log.warning("%s: refreshing the token failed (%s); the cached one is "
+                            "valid for %.0f s more", self._source, problem,
+                            self._expires_at_s - now_s)
+                return self._token
+            raise problem
+
+    def _fetch(self, now_s):
+        """The fetch thread: one _fetch_token call, its outcome kept under the lock."""
+        try:
+            token, expires_at_s = self._fetch_token(now_s)
             check_token(token, self._source)
             lifetime_s = expires_at_s - now_s
             if lifetime_s <= 0:
                 raise OAuthTokenError(f"{self._source} returned a token that has already "
                                       f"expired ({-lifetime_s:.0f} s ago)", url=self._url())
-            self._token = token
-            self._expires_at_s = expires_at_s
-            self._refresh_at_s = now_s + lifetime_s * self._refresh_window_factor
-            return token
+            error = None
+        except Exception as exc:  # noqa: BLE001 -- raised to the callers waiting for it
+            error = exc
+        with self._lock:
+            self._fetches_ended += 1
+            self._fetch_error = error
+            if error is None:
+                self._token = token
+                self._expires_at_s = expires_at_s
+                self._refresh_at_s = now_s + lifetime_s * self._refresh_window_factor
+            self._fetched.notify_all()
 
     def extensions(self):
         """The SASL extensions given at construction."""
@@ -262,7 +329,8 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
             ``logicalCluster`` and ``identityPoolId``).
         refresh_window_factor: fetch a new token once this fraction of the token's
             lifetime has passed (default 0.8, Java's).
-        timeout_s: the HTTP request's timeout, in seconds.
+        timeout_s: the HTTP request's timeout, in seconds, and how long ``token()``
+            waits for a fetch unless its caller says otherwise.
         ssl_context: the TLS context for an https endpoint (default: the system's
             trust store, host name checked).
         clock: wall-clock time in seconds (tests inject one).
@@ -271,8 +339,8 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
     the client id and secret in an HTTP Basic Authorization header, as Java's
     HttpAccessTokenRetriever sends it.  The token's lifetime is the answer's
     ``expires_in`` or the JWT's ``exp`` claim, the earlier if both are there (the
-    claim is read, not verified: verifying is the broker's job).  HTTP runs on the
-    caller's thread: the connection's setup thread (see the module docstring).
+    claim is read, not verified: verifying is the broker's job).  HTTP runs on a
+    fetch thread of its own, one at a time (see RefreshingTokenProvider).
     """
 
     def __init__(self, token_endpoint_url, client_id, client_secret, scope=None, *,
@@ -305,7 +373,8 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
         if scope:
             form["scope"] = scope
         self._body = urllib.parse.urlencode(form).encode("ascii")
-        self._timeout_s = timeout_s
+        # A fetch is one HTTP request, and token() waits for one as long by default.
+        self._wait_s = timeout_s
         self._ssl_context = ssl_context
 
     def _url(self):
@@ -319,7 +388,7 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
         request = urllib.request.Request(self.token_endpoint_url, data=self._body,
                                          headers=self._headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout_s,
+            with urllib.request.urlopen(request, timeout=self._wait_s,
                                         context=self._ssl_context) as answer:
                 body = answer.read(MAX_TOKEN_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
