@@ -554,6 +554,11 @@ def test_a_replayed_record_whose_delivery_times_out_is_spooled_and_heard_of_once
             (context, outcome)))
         try:
             wait_for(lambda: len(heard) >= 5, 30, "the replayed records' delivery timeout")
+            # Retried after its first request timed out (request_timeout_ms, 1 s), as a
+            # batch of this producer's own is: the delivery timeout (2 s from the
+            # replay's send) ended the second attempt; the spool's error names only
+            # the last attempt's RequestTimeoutError.
+            assert second.metrics()["netkafka"]["sender_batches_retried"] >= 1
             for _, outcome in heard:
                 assert isinstance(outcome, RecordSpooledError), heard
                 assert f"kept in the write-ahead log at {tmp_path}" in str(outcome)
