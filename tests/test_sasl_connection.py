@@ -18,6 +18,7 @@ from netkafka import Producer, errors
 from netkafka.client.connection import ConnectionConfig
 from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
 from netkafka.testing.admin import create_topic
+from netkafka.testing.proxy import TcpProxy
 from netkafka.testing.reader import read_topic
 from refusals import refused_send
 from netkafka.testing.security import (PLAINTEXT_REAUTH_LISTENER, REAUTH_MS, SASL_MECHANISMS, deny,
@@ -338,6 +339,89 @@ def test_records_queued_when_a_reconnect_is_refused_fail_with_the_authentication
     assert mechanism in str(refused.value), refused.value
     records = read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, 1)
     assert records == [(b"k", b"before")] and first.offset == 0
+
+
+# A period with nothing sent: before, a refused producer logged in again at every
+# reconnect backoff (REFUSED_BACKOFF_MAX_MS here) for as long as it lived.
+IDLE_S = 2.0
+REFUSED_BACKOFF_MAX_MS = 100
+
+
+def test_a_refused_login_is_tried_again_only_when_a_send_needs_it(secured_broker, topic_name):
+    """A user the broker does not know yet: its producer's metadata refreshes logged in
+    again every reconnect backoff, sent records or not (its topic stays in metadata),
+    each a failed login an account lockout counts.  Now a refusal is tried again only
+    when a send needs metadata -- each such send failing at once with the refusal --,
+    no sooner than the reconnect backoff; and once the user exists, a send logs in."""
+    mechanism = "SCRAM-SHA-256"
+    user, password = f"late-{topic_name[-8:]}", "its-password"
+    listener = secured_broker.listeners[listener_name("SASL_PLAINTEXT", mechanism)]
+    admin_topic(secured_broker, topic_name)
+    # Every connection the producer makes passes the proxy: each is one login.
+    with TcpProxy(int(listener.bootstrap.rsplit(":", 1)[1])) as proxy:
+        producer = Producer(bootstrap_servers=proxy.address, security_protocol="SASL_PLAINTEXT",
+                            sasl_mechanism=mechanism, sasl_plain_username=user,
+                            sasl_plain_password=password,
+                            reconnect_backoff_max_ms=REFUSED_BACKOFF_MAX_MS)
+        try:
+            with pytest.raises(errors.SaslAuthenticationFailedError):
+                producer.send(topic_name, b"refused").get(WAIT_S)
+            logins = proxy.accepted
+            time.sleep(IDLE_S)
+            idle_logins = proxy.accepted - logins
+            # Sent meanwhile: refused at once, naming the mechanism and the broker.
+            for _ in range(3):
+                with pytest.raises(errors.SaslAuthenticationFailedError) as refused:
+                    producer.send(topic_name, b"refused").get(WAIT_S)
+                assert mechanism in str(refused.value) and proxy.address in str(refused.value)
+            secured_broker.set_scram_password(user, mechanism, password)
+            for _ in range(200):
+                try:
+                    metadata = producer.send(topic_name, b"accepted").get(WAIT_S)
+                    break
+                except errors.SaslAuthenticationFailedError:
+                    time.sleep(0.05)
+            else:
+                pytest.fail("the producer never logged in once the user existed")
+        finally:
+            producer.close()
+    assert idle_logins == 0 and logins >= 1, (logins, idle_logins)
+    assert metadata.offset == 0
+
+
+def test_a_refused_reconnect_to_a_known_broker_is_not_tried_again_while_nothing_needs_it(
+        secured_broker, topic_name):
+    """A user deleted while its producer is connected (the REAUTH listener ends its
+    session): every reconnect is refused.  Each refused connection asked for a metadata
+    refresh, whose request reconnected and was refused in turn, for as long as the
+    producer lived.  Now nothing is tried while nothing is sent."""
+    mechanism = "SCRAM-SHA-512"
+    user, password = f"gone-{topic_name[-8:]}", "first-password"
+    admin_topic(secured_broker, topic_name)
+    secured_broker.set_scram_password(user, mechanism, password)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                        sasl_plain_username=user, sasl_plain_password=password,
+                        reconnect_backoff_max_ms=REFUSED_BACKOFF_MAX_MS)
+
+    def attempts():
+        return sum(conn.stats()["connect_attempts"] for conn in producer._pool.connections())
+
+    try:
+        producer.send(topic_name, b"before").get(WAIT_S)
+        secured_broker.delete_scram_user(user, mechanism, password)
+        deadline = time.monotonic() + WAIT_S
+        while any(conn.state == "ready" for conn in producer._pool.connections()):
+            assert time.monotonic() < deadline, "the producer's connection stayed ready"
+            time.sleep(0.05)
+        with pytest.raises(errors.SaslAuthenticationFailedError):
+            producer.send(topic_name, b"refused").get(WAIT_S)
+        refused_attempts = attempts()
+        time.sleep(IDLE_S)
+        idle_attempts = attempts() - refused_attempts
+    finally:
+        producer.close()
+    assert idle_attempts == 0, idle_attempts
 
 
 def test_connection_settings_check_sasl_and_keep_the_password_out_of_repr():

@@ -30,6 +30,12 @@ at once, then from ``topic.metadata.refresh.fast.interval.ms``, exponentially.) 
 each answer the pool's connections follow the brokers' addresses and the listeners
 (the sender) hear which partition leaders changed.
 
+A request the cluster fails by refusing the client's credentials (a wrong password, a
+deleted user: errors.refuses_credentials) is not retried on its own: the waits raise
+the refusal at once, each wait that meets it standing asks once more (its connection's
+reconnect backoff spaces those logins), and otherwise the next request is the periodic
+one, ``metadata_max_age_ms`` after the refusal.
+
 Re-bootstrap (KIP-899, ``metadata_recovery_strategy="rebootstrap"``): when no
 connection is ready and every known broker's connection has failed since it was
 last ready, the known brokers may all have moved (a cluster replaced behind its
@@ -222,6 +228,10 @@ class Metadata:
         self._fetching = False  # guarded by _lock: a Metadata request is out
         self._last_attempt_ns = None  # guarded by _lock: when the last request ended
         self._last_success_ns = 0  # guarded by _lock: when the last full refresh ended
+        # Guarded by _lock: when a Metadata request last met a refusal of the client's
+        # credentials (errors.refuses_credentials); the periodic refresh counts from it
+        # as from a success (see _on_answer_failed).
+        self._refused_ns = 0
         # Guarded by _lock: when the first Metadata request since the last answered one
         # went out (None: the last one was answered), for the re-bootstrap trigger.
         self._unanswered_since_ns = None
@@ -311,8 +321,10 @@ class Metadata:
         address tried and its error, or IncompatibleBrokerError (wait_for_topic)."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
+            found_standing = True
             while self._snapshot is None:
-                self._raise_fatal_error_locked()
+                self._raise_fatal_error_locked(found_standing)
+                found_standing = False
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise KafkaTimeoutError(
@@ -340,12 +352,14 @@ class Metadata:
         self.add_topic(topic)
         deadline = time.monotonic() + timeout_s
         with self._changed:
+            found_standing = True
             while True:
                 info = None if self._snapshot is None else self._snapshot.topics.get(topic)
                 if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
                         and all(p.leader >= 0 for p in info.partitions.values())):
                     return info
-                self._raise_fatal_error_locked()
+                self._raise_fatal_error_locked(found_standing)
+                found_standing = False
                 if info is not None and info.error_code in _REFUSED_TOPIC:
                     # As the Java client: neither the name nor the ACLs change by
                     # waiting.  Later refreshes need not ask for it again.
@@ -434,7 +448,9 @@ class Metadata:
         # delivery_timeout_ms.  A connection retries only while it has work, and refreshes
         # are spaced by retry_backoff_ms: at most one per reconnect attempt (the Java client
         # also asks again at every disconnect).
-        if conn.node_id >= 0:
+        # A refusal of the client's credentials is no sign of a move: asking would only
+        # reconnect to meet it again (the waits raise it meanwhile).
+        if conn.node_id >= 0 and not errors.refuses_credentials(error):
             self.request_update()
 
     # ------------------------------------------------------------------
@@ -452,7 +468,8 @@ class Metadata:
                 return
             backoff_due_ns = (now_ns if self._last_attempt_ns is None
                               else self._last_attempt_ns + self.retry_backoff_ms * 1_000_000)
-            age_due_ns = self._last_success_ns + self.metadata_max_age_ms * 1_000_000
+            age_due_ns = (max(self._last_success_ns, self._refused_ns)
+                          + self.metadata_max_age_ms * 1_000_000)
             if self._unrequested:
                 due_ns = now_ns
             else:
@@ -631,19 +648,31 @@ class Metadata:
             self._last_attempt_ns = now_ns
             self._errors[conn.address] = self._last_failure = str(error)
             if errors.refuses_credentials(error):
+                # Asked again now, or at every retry_backoff_ms, the cluster refuses
+                # again: a producer whose topics stay known reconnected for as long as
+                # it lived, each attempt a failed login (account lockouts count them).
+                # Nothing is asked again until a caller needs metadata (a send meeting
+                # this error, a new topic, request_update()) or metadata_max_age_ms
+                # has passed; and then no sooner than the connection's reconnect
+                # backoff, which grows with each refusal.  Nor is the next address
+                # tried at once: the cluster's other brokers know the same credentials.
                 self._fatal_error = error
-            self._need_update = True
-            # Asked, or about to be: again after retry_backoff_ms, not at once (a
-            # broker that fails every request must not be asked in a loop).
-            for topic in self._asked | self._unrequested:
-                answers = self._incomplete.get(topic, (0, 0))[1]
-                self._incomplete[topic] = (now_ns + self.retry_backoff_ms * 1_000_000,
-                                           answers)
+                self._refused_ns = now_ns
+                self._need_update = False
+                self._incomplete.clear()
+            else:
+                self._need_update = True
+                # Asked, or about to be: again after retry_backoff_ms, not at once (a
+                # broker that fails every request must not be asked in a loop).
+                for topic in self._asked | self._unrequested:
+                    answers = self._incomplete.get(topic, (0, 0))[1]
+                    self._incomplete[topic] = (now_ns + self.retry_backoff_ms * 1_000_000,
+                                               answers)
+                # The next address is tried at once while some address is untried
+                # in this round; retry_backoff_ms applies after that.
+                if self._next_candidate % max(1, self._candidate_count()) != 0:
+                    self._last_attempt_ns = None
             self._unrequested.clear()
-            # The next address is tried at once while some address is untried
-            # in this round; retry_backoff_ms applies after that.
-            if self._next_candidate % max(1, self._candidate_count()) != 0:
-                self._last_attempt_ns = None
             self._changed.notify_all()
         self._refresh()
 
@@ -663,8 +692,18 @@ class Metadata:
             return len(self._snapshot.brokers)
         return len(self._bootstrap)
 
-    def _raise_fatal_error_locked(self):
+    def _raise_fatal_error_locked(self, found_standing):
+        """Raises the fatal error, if any.  found_standing: the caller met it on coming,
+        not after waiting (a send after the refusal): it needs metadata, so with a
+        refusal of credentials one more attempt goes out (after its connection's
+        reconnect backoff), in case they are good now; the caller fails at once."""
         if self._fatal_error is not None:
+            if (found_standing and errors.refuses_credentials(self._fatal_error)
+                    and not self._need_update):
+                # call_soon takes the I/O thread's task lock, a leaf.
+                self._need_update = True
+                self._requests += 1
+                self._thread.call_soon(self._refresh)
             # A copy per waiter: raising one instance in several threads would
             # chain their tracebacks together.
             raise copy.copy(self._fatal_error).with_traceback(None)
