@@ -214,6 +214,33 @@ def test_a_failed_record_fails_the_commit_and_an_abort_goes_on(kafka_broker, top
                              isolation_level="read_committed")) == [b"next"]
 
 
+def test_close_aborts_an_open_transaction(kafka_broker, topic_name, protocol):
+    """As the Java client's close(): a transaction left open is aborted, not left to its
+    coordinator until transaction_timeout_ms (ten minutes here), all that time stopping
+    read_committed consumers of its partitions before its first record; what it had
+    not sent fails instead of going out into it."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    producer = transactional(kafka_broker.bootstrap, protocol, transaction_timeout_ms=600_000,
+                             linger_ms=60_000, batch_size=1 << 20)
+    producer.begin_transaction()
+    in_the_log = producer.send(topic_name, b"in the log")
+    producer.flush()
+    unsent = [producer.send(topic_name, b"unsent-%d" % i) for i in range(10)]
+    producer.close()
+    assert in_the_log.get(0).offset == 0
+    for future in unsent:
+        with pytest.raises(TransactionAbortedError, match="was aborted before"):
+            future.get(0)
+    with transactional(kafka_broker.bootstrap, protocol) as other:
+        other.begin_transaction()
+        other.send(topic_name, b"after")
+        other.commit_transaction()
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1, timeout_s=30,
+                             isolation_level="read_committed")) == [b"after"]
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 2)) == [b"in the log",
+                                                                         b"after"]
+
+
 def test_a_zombie_is_fenced(kafka_broker, topic_name, protocol):
     create_topic(kafka_broker.bootstrap, topic_name)
     txn_id = f"zombie-{uuid.uuid4().hex[:10]}"

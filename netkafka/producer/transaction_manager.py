@@ -277,10 +277,33 @@ class TransactionManager:
             KafkaTimeoutError: not done within max_block_ms (call again to go on).
             the fatal error: the producer cannot go on (fenced, ...).
         """
+        self._abort(self._max_block_s)
+
+    def abort_for_close(self, timeout_s):
+        """close(): aborts a transaction left open, failed, or whose abort did not
+        finish, within timeout_s (None: max_block_ms, its bound in any case), as the
+        Java client's close() does.  Left to the coordinator instead, it would stay
+        open until transaction_timeout_ms, and read_committed consumers of its
+        partitions would stop before its first record until then; its records not
+        sent yet would be flushed into it for nothing.  Nothing is raised: a failure
+        is logged, and the coordinator aborts the transaction when it times out.  A
+        commit under way (another thread's, or one that did not finish) is left as
+        it is."""
+        if self.states.state not in (_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING):
+            return
+        _log.info("transaction %r still open at close(): aborting it", self.transactional_id)
+        try:
+            self._abort(self._max_block_s if timeout_s is None
+                        else min(timeout_s, self._max_block_s))
+        except errors.KafkaError as exc:
+            _log.warning("transaction %r not aborted at close(), the coordinator aborts it "
+                         "after transaction_timeout_ms: %r", self.transactional_id, exc)
+
+    def _abort(self, timeout_s):
         states = self.states
         with states.operation("abort_transaction()"):
             states.start_abort()
-            deadline = time.monotonic() + self._max_block_s
+            deadline = time.monotonic() + timeout_s
             discarded = TransactionAbortedError(
                 f"the transaction of {self.transactional_id!r} was aborted before the "
                 f"record was sent")
