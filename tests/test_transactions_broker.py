@@ -241,6 +241,36 @@ def test_close_aborts_an_open_transaction(kafka_broker, topic_name, protocol):
                                                                          b"after"]
 
 
+@pytest.mark.parametrize("broker", ["kafka_broker", "kafka_broker_3_9"])
+def test_an_abort_right_after_a_send_waits_for_its_partition_to_be_added(request, broker,
+                                                                         topic_name):
+    """V1: the transaction thread adds a batch's partition to the transaction
+    (AddPartitionsToTxn) once the batch is handed to the sender.  An abort right then
+    ends the transaction only after that is answered: an EndTxn(abort) reaching the
+    coordinator first finds no transaction to abort and is refused (INVALID_TXN_STATE,
+    which failed the producer for good).  After a commit the coordinator writes its
+    markers for a while, answering CONCURRENT_TRANSACTIONS to both requests, whose
+    retries then race."""
+    bootstrap = request.getfixturevalue(broker).bootstrap
+    create_topic(bootstrap, topic_name, partitions=4)
+    with transactional(bootstrap, "v1") as producer:
+        states = producer._transaction.states
+        for i in range(50):
+            producer.begin_transaction()
+            producer.send(topic_name, b"committed-%02d" % i, partition=i % 4)
+            producer.commit_transaction()
+            producer.begin_transaction()
+            aborted = producer.send(topic_name, b"aborted-%02d" % i, partition=(i + 1) % 4)
+            deadline = time.monotonic() + 30
+            while not states.partitions_enrolled:  # handed to the sender
+                assert time.monotonic() < deadline, "the batch was never handed over"
+                time.sleep(0.001)
+            producer.abort_transaction()
+            assert aborted.is_done
+    committed = read_topic(bootstrap, topic_name, 50, isolation_level="read_committed")
+    assert sorted(values(committed)) == [b"committed-%02d" % i for i in range(50)]
+
+
 def test_a_zombie_is_fenced(kafka_broker, topic_name, protocol):
     create_topic(kafka_broker.bootstrap, topic_name)
     txn_id = f"zombie-{uuid.uuid4().hex[:10]}"

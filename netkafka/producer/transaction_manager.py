@@ -20,10 +20,11 @@
                            EndTxn(commit) unless the transaction holds nothing; V2:
                            the answer's bumped epoch stamps the next transaction
     abort_transaction()    records refused; what was not sent yet fails
-                           (TransactionAbortedError), what is in flight is waited for;
-                           EndTxn(abort); the next stamp: V2 from the answer, V1 from
-                           InitProducerId with the current id and epoch (the sequences
-                           of the failed transaction may have holes)
+                           (TransactionAbortedError), what is in flight is waited for,
+                           and so are partitions being added (V1); EndTxn(abort); the
+                           next stamp: V2 from the answer, V1 from InitProducerId with
+                           the current id and epoch (the sequences of the failed
+                           transaction may have holes)
     a failure              a record that fails, or a refused request, fails the
                            transaction (or the producer): what is not sent yet fails
                            at once, as the Java client's abortUndrainedBatches
@@ -314,6 +315,7 @@ class TransactionManager:
                 self._accumulator.flush(self._remaining_s(deadline))
             except UndeliveredRecordsError:
                 pass  # records of the aborted transaction: thrown away on purpose
+            states.wait_for_adds(self._remaining_s(deadline))
             error = states.error
             ended = False
             # EndTxn is refused for a producer id the coordinator no longer maps to

@@ -368,24 +368,25 @@ class TransactionStateMachine:
                 self._adds_done.notify_all()
 
     def wait_for_adds(self, timeout_s):
-        """Waits until no partition is enrolled or being added (a commit ends the
-        transaction only then), or until the transaction fails (the caller looks at
-        the state next).
+        """Waits until no partition is being added, nor -- in an open or committing
+        transaction -- enrolled and not yet asked for: a commit ends the transaction
+        only then, and so does an abort, whose EndTxn would otherwise race the
+        AddPartitionsToTxn (reaching the coordinator first, it finds no transaction
+        to abort and answers INVALID_TXN_STATE, fatal).  Also ends when the
+        transaction fails (the caller looks at the state next).
 
         Raises:
             KafkaTimeoutError: partitions still being added after timeout_s (named).
         """
         deadline = time.monotonic() + timeout_s
         with self._adds_done:
-            while ((self._pending or self._new)
-                   and self._state in (_S.IN_TRANSACTION, _S.COMMITTING)):
+            while self._adds_outstanding_locked():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._adds_done.wait(remaining)
-            if (self._pending or self._new) and self._state in (_S.IN_TRANSACTION,
-                                                                _S.COMMITTING):
-                waiting = sorted(self._pending | self._new)
+            waiting = sorted(self._adds_outstanding_locked())
+            if waiting:
                 raise KafkaTimeoutError(
                     f"transaction {self.transactional_id!r}: partitions "
                     f"{', '.join(f'{t}-{p}' for t, p in waiting)} not added to the "
@@ -408,6 +409,15 @@ class TransactionStateMachine:
             self._later_failures = 0
         self._gate(self._record_refusal_locked())
         self._adds_done.notify_all()  # wait_for_adds() looks at the state again
+
+    def _adds_outstanding_locked(self):
+        """The partitions wait_for_adds() waits for in the state now: enrolled
+        ones are no longer asked for once the transaction aborts (or failed)."""
+        if self._state in (_S.IN_TRANSACTION, _S.COMMITTING):
+            return self._pending | self._new
+        if self._state == _S.ABORTING:
+            return self._pending
+        return frozenset()
 
     def _clear_locked(self):
         self._added.clear()
