@@ -271,6 +271,26 @@ def test_an_abort_right_after_a_send_waits_for_its_partition_to_be_added(request
     assert sorted(values(committed)) == [b"committed-%02d" % i for i in range(50)]
 
 
+def test_a_row_send_batch_refuses_fails_the_transaction(kafka_broker, topic_name, protocol):
+    """A row refused before reaching a batch (larger than max_request_size, of the wrong
+    type) fails alone, the other rows going out: in a transaction that commit would
+    lose it, so the transaction fails as with any failed record."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with transactional(kafka_broker.bootstrap, protocol, max_request_size=10_000) as producer:
+        for refused in (b"x" * 20_000, 7):
+            producer.begin_transaction()
+            result = producer.send_batch(topic_name, [b"row-0", refused, b"row-2"])
+            with pytest.raises(TransactionAbortRequiredError) as raised:
+                producer.commit_transaction()
+            producer.abort_transaction()  # which waits for the rows' batches in flight
+            assert raised.value.cause is dict(result.get(0).errors)[1]
+        producer.begin_transaction()
+        producer.send_batch(topic_name, [b"next"])
+        producer.commit_transaction()
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1,
+                             isolation_level="read_committed")) == [b"next"]
+
+
 def test_a_zombie_is_fenced(kafka_broker, topic_name, protocol):
     create_topic(kafka_broker.bootstrap, topic_name)
     txn_id = f"zombie-{uuid.uuid4().hex[:10]}"

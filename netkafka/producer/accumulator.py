@@ -832,6 +832,13 @@ class RecordAccumulator(AccumulatorCore):
         given back."""
         release_batch(batch.builder, view, False)
 
+    def rows_refused(self, error):
+        """send_batch(), no lock held: rows were refused before reaching a batch (error,
+        the first one's) and the call went on with the others.  A transaction fails as
+        with a record that failed: committed, it would lack them."""
+        if self._transaction is not None:
+            self._transaction.record_failed(error)
+
     def count_untracked_failure(self, error):
         """Any thread: a fire-and-forget record refused before it reached a batch
         (produce() does not raise it): counted, and raised by flush()."""

@@ -190,6 +190,10 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
             groups = [(p, ids[start:start + n]) for p, start, n in slices]
     for partition, ids in groups:
         accumulator.append_rows(topic, partition, _Group(rows, ids), result)
+    if result._refused:
+        # Told once every row is in: the transaction failing now would refuse the
+        # rows left, and the call would raise with some of its rows sent.
+        accumulator.rows_refused(result._refused[0][1])
     return result
 
 
