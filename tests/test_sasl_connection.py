@@ -266,6 +266,40 @@ def test_a_denied_transactional_id_names_the_missing_permission(secured_broker, 
             in str(refused.value)), refused.value
 
 
+@pytest.mark.parametrize("transaction_version", [1, None])
+def test_a_topic_the_acls_deny_fails_the_transaction_and_the_next_one_writes_it(
+        secured_broker, topic_name, transaction_version):
+    """V1: the coordinator refuses to add the denied partition (AddPartitionsToTxn:
+    TOPIC_AUTHORIZATION_FAILED); V2: its leader refuses the Produce.  The transaction
+    fails (abortable), its batch is thrown away unsent, and once Write is granted the
+    next transaction writes the partition."""
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
+    admin_topic(secured_broker, topic_name)
+    bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                   transactional_id=f"{topic_name}-txn", transaction_version=transaction_version,
+                   max_block_ms=20000, **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+    try:
+        bob.init_transactions()
+        with secured_broker.acls(deny("bob", ResourceType.TOPIC, topic_name, AclOperation.WRITE)):
+            bob.begin_transaction()
+            refused = bob.send(topic_name, b"refused", partition=0)
+            with pytest.raises(errors.TransactionAbortRequiredError) as raised:
+                bob.commit_transaction()
+            assert isinstance(raised.value.cause, errors.TopicAuthorizationFailedError)
+            bob.abort_transaction()
+            with pytest.raises(errors.KafkaError):
+                refused.get(0)
+        bob.begin_transaction()
+        allowed = bob.send(topic_name, b"allowed", partition=0)
+        bob.commit_transaction()
+        assert allowed.get(0).offset >= 0
+    finally:
+        bob.close()
+    committed = read_topic(secured_broker.listeners[PLAINTEXT_LISTENER_NAME].bootstrap,
+                           topic_name, 1, isolation_level="read_committed")
+    assert [r.value for r in committed] == [b"allowed"]
+
+
 def in_flight_at_reauthentication(producer):
     """Requests that were in flight when the producer's re-authentications began."""
     return sum(conn.stats()["in_flight_at_reauthentication"]

@@ -117,11 +117,12 @@ class TransactionStateMachine:
         self._operation = None  # guarded by _lock: the transactional call running, by name
         self._v2 = False  # guarded by _lock: the open transaction uses Transactions V2
         # Guarded by _lock: the open transaction's partitions (topic, partition): added
-        # by the coordinator, being added, enrolled and not yet asked for (V1); every
-        # partition enrolled (V2, where the leader adds it).
+        # by the coordinator, being added, enrolled and not yet asked for, refused or
+        # never answered (V1); every partition enrolled (V2, where the leader adds it).
         self._added = set()
         self._pending = set()
         self._new = set()
+        self._not_added = set()
         self._offsets_added = False  # guarded by _lock: group offsets are in the transaction
         with self._lock:
             self._gate(self._record_refusal_locked())
@@ -151,7 +152,7 @@ class TransactionStateMachine:
         """Whether a batch of the open transaction was handed to the sender (and its
         partition enrolled): the partitions' sequence numbers moved on."""
         with self._lock:
-            return bool(self._added or self._pending or self._new)
+            return bool(self._added or self._pending or self._new or self._not_added)
 
     @property
     def needs_end_txn(self):
@@ -361,9 +362,11 @@ class TransactionStateMachine:
 
     def partitions_not_added(self, keys):
         """The coordinator did not add keys: the caller has failed the transaction (or
-        the producer) with the reason; their batches fail when it is aborted."""
+        the producer) with the reason; their batches fail when it is aborted.  They
+        still count as enrolled: their batches took sequence numbers."""
         with self._lock:
             self._pending.difference_update(keys)
+            self._not_added.update(keys)
             if not self._pending:
                 self._adds_done.notify_all()
 
@@ -423,6 +426,7 @@ class TransactionStateMachine:
         self._added.clear()
         self._pending.clear()
         self._new.clear()
+        self._not_added.clear()
         self._offsets_added = False
         self._adds_done.notify_all()
 
