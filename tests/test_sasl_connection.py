@@ -300,6 +300,39 @@ def test_a_topic_the_acls_deny_fails_the_transaction_and_the_next_one_writes_it(
     assert [r.value for r in committed] == [b"allowed"]
 
 
+@pytest.mark.parametrize("transaction_version", [1, None])
+def test_offsets_of_a_group_the_acls_deny_fail_the_transaction(secured_broker, topic_name,
+                                                               transaction_version):
+    """V1: AddOffsetsToTxn is refused; V2: the group coordinator's TxnOffsetCommit (or
+    FindCoordinator, Describe being denied with Read) is: GROUP_AUTHORIZATION_FAILED
+    either way, and the transaction only aborts; the producer goes on."""
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
+    admin_topic(secured_broker, topic_name)
+    group = f"{topic_name}-group"
+    bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                   transactional_id=f"{topic_name}-txn", transaction_version=transaction_version,
+                   max_block_ms=20000, **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+    try:
+        bob.init_transactions()
+        with secured_broker.acls(deny("bob", ResourceType.GROUP, group, AclOperation.READ)):
+            bob.begin_transaction()
+            bob.send(topic_name, b"aborted", partition=0)
+            with pytest.raises(errors.GroupAuthorizationFailedError):
+                bob.send_offsets_to_transaction({(topic_name, 0): 1}, group)
+            with pytest.raises(errors.TransactionAbortRequiredError):
+                bob.commit_transaction()
+            bob.abort_transaction()
+        bob.begin_transaction()
+        bob.send(topic_name, b"committed", partition=0)
+        bob.send_offsets_to_transaction({(topic_name, 0): 1}, group)
+        bob.commit_transaction()
+    finally:
+        bob.close()
+    committed = read_topic(secured_broker.listeners[PLAINTEXT_LISTENER_NAME].bootstrap,
+                           topic_name, 1, isolation_level="read_committed")
+    assert [r.value for r in committed] == [b"committed"]
+
+
 def in_flight_at_reauthentication(producer):
     """Requests that were in flight when the producer's re-authentications began."""
     return sum(conn.stats()["in_flight_at_reauthentication"]
