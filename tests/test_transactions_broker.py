@@ -24,7 +24,7 @@ from netkafka import (OffsetAndMetadata, Producer, ProducerFencedError, TopicPar
 from netkafka.config import producer_keyword, setting_from_text
 from netkafka.errors import (IllegalGenerationError, InvalidProducerEpochError,
                              InvalidTransactionTimeoutError, InvalidTxnStateError,
-                             MessageTooLargeError)
+                             KafkaTimeoutError, MessageTooLargeError)
 from netkafka.producer.transactions import TransactionState
 from netkafka.protocol.find_coordinator import TRANSACTION
 from netkafka.testing.admin import create_topic
@@ -423,6 +423,34 @@ def test_offsets_are_committed_with_the_transaction_and_dropped_with_its_abort(
         consumer.close()
     assert values(read_topic(kafka_broker.bootstrap, sink, 1,
                              isolation_level="read_committed")) == [b"out-True"]
+
+
+def test_no_commit_while_send_offsets_has_not_gone_through(kafka_broker, topic_name, protocol):
+    """send_offsets_to_transaction() that ran out of max_block_ms leaves the transaction
+    open, but it cannot commit until a call goes through: it would commit the records
+    without (all) the offsets, and the input would be read and written again.  (The
+    group coordinator refuses offsets of a topic that does not exist with a retriable
+    UNKNOWN_TOPIC_OR_PARTITION, while taking those of the partitions it knows.)"""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    with transactional(kafka_broker.bootstrap, protocol, max_block_ms=2000) as producer:
+        producer.begin_transaction()
+        producer.send(topic_name, b"aborted")
+        offsets = {(topic_name, 0): 1, (f"{topic_name}-missing", 0): 5}
+        for _ in range(2):  # called again, it goes on
+            with pytest.raises(KafkaTimeoutError, match="TxnOffsetCommit"):
+                producer.send_offsets_to_transaction(offsets, group)
+            with pytest.raises(TransactionStateError,
+                               match=r"send_offsets_to_transaction\(\) did not finish"):
+                producer.commit_transaction()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic_name, b"committed")
+        producer.send_offsets_to_transaction({(topic_name, 0): 2}, group)
+        producer.commit_transaction()
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1,
+                             isolation_level="read_committed")) == [b"committed"]
+    assert group_offsets(kafka_broker.bootstrap, group) == {(topic_name, 0): (2, "")}
 
 
 def test_offsets_of_a_stale_member_are_refused(kafka_broker, topic_name, protocol):

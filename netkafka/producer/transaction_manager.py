@@ -206,7 +206,7 @@ class TransactionManager:
             TransactionStateError: no transaction open.
             TransactionAbortRequiredError: the transaction failed earlier.
             KafkaTimeoutError: not done within max_block_ms (the transaction goes on:
-                call again, or abort).
+                call again, or abort; a commit is refused until a call goes through).
             BrokerError: the coordinator refused (the transaction is abortable, or the
                 producer fenced: see the state).
         """
@@ -217,6 +217,7 @@ class TransactionManager:
             states.check("send_offsets_to_transaction()", _S.IN_TRANSACTION)
             if not by_topic:
                 return
+            states.offsets_sending(True)
             deadline = time.monotonic() + self._max_block_s
             v2 = states.v2
             producer_id, epoch = self._producer_ids.stamp()
@@ -243,12 +244,14 @@ class TransactionManager:
                                                      for entry in entries}),
                 ABORTABLE_TXN_OFFSET_COMMIT, deadline,
                 max_version=None if v2 else LAST_V1_VERSION)
+            states.offsets_sending(False)
 
     def commit_transaction(self):
         """Flushes, then commits the open transaction.
 
         Raises:
-            TransactionStateError: no transaction open.
+            TransactionStateError: no transaction open, or send_offsets_to_transaction()
+                did not finish.
             TransactionAbortRequiredError: a record (or a request) of the transaction
                 failed: abort it.
             KafkaTimeoutError: not done within max_block_ms (call again to go on).

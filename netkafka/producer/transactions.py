@@ -124,6 +124,9 @@ class TransactionStateMachine:
         self._new = set()
         self._not_added = set()
         self._offsets_added = False  # guarded by _lock: group offsets are in the transaction
+        # Guarded by _lock: a send_offsets_to_transaction() began and has not gone
+        # through (it ran out of max_block_ms): the transaction cannot commit yet.
+        self._offsets_unfinished = False
         with self._lock:
             self._gate(self._record_refusal_locked())
 
@@ -231,6 +234,14 @@ class TransactionStateMachine:
                 return
             if self._state != _S.IN_TRANSACTION:
                 raise self._refusal_locked("commit_transaction()")
+            if self._offsets_unfinished:
+                # Committed now, the transaction would hold its records without all
+                # of the offsets of the input they came from, which would be read
+                # and written again (the Java client's commit waits behind them).
+                raise TransactionStateError(
+                    f"commit_transaction() while send_offsets_to_transaction() did not "
+                    f"finish (it ran out of max_block_ms): call it again, or "
+                    f"abort_transaction() (transactional id {self.transactional_id!r})")
             self._transition_locked(_S.COMMITTING)
 
     def start_abort(self):
@@ -256,6 +267,12 @@ class TransactionStateMachine:
                 raise self._refusal_locked(what)
             self._clear_locked()
             self._transition_locked(_S.READY)
+
+    def offsets_sending(self, sending):
+        """send_offsets_to_transaction() begins (sending True) or has gone through
+        (False): in between, a commit is refused."""
+        with self._lock:
+            self._offsets_unfinished = sending
 
     def offsets_added(self):
         """The group's offsets are in the transaction (AddOffsetsToTxn answered, or with
@@ -428,6 +445,7 @@ class TransactionStateMachine:
         self._new.clear()
         self._not_added.clear()
         self._offsets_added = False
+        self._offsets_unfinished = False
         self._adds_done.notify_all()
 
     def _record_refusal_locked(self):
