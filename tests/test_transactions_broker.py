@@ -241,6 +241,32 @@ def test_close_aborts_an_open_transaction(kafka_broker, topic_name, protocol):
                                                                          b"after"]
 
 
+def test_close_finishes_a_commit_that_ran_out_of_time(kafka_broker, topic_name, protocol):
+    """A commit_transaction() that ran out of max_block_ms (the broker frozen meanwhile:
+    its records not acknowledged yet) is finished by close(), as the Java client's
+    close() finishes it, rather than left open until its coordinator aborts it after
+    transaction_timeout_ms, read_committed consumers stopping before it until then."""
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name)
+    producer = transactional(kafka_broker.bootstrap, protocol, transaction_timeout_ms=600_000,
+                             max_block_ms=2000)
+    producer.begin_transaction()
+    future = producer.send(topic_name, b"committed at close")
+    nodes[0].pause()
+    try:
+        with pytest.raises(KafkaTimeoutError):
+            producer.commit_transaction()
+    finally:
+        nodes[0].resume()
+    assert producer._transaction.states.state == TransactionState.COMMITTING
+    producer.close(30)
+    assert future.get(0).offset == 0
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1, timeout_s=30,
+                             isolation_level="read_committed")) == [b"committed at close"]
+
+
 @pytest.mark.parametrize("broker", ["kafka_broker", "kafka_broker_3_9"])
 def test_an_abort_right_after_a_send_waits_for_its_partition_to_be_added(request, broker,
                                                                          topic_name):

@@ -637,8 +637,9 @@ class Producer(ProducerCore):
     def close(self, timeout=None):
         """Flushes for up to timeout seconds (None: until every record is done),
         then fails whatever is left and stops every thread.  A transaction still
-        open is aborted first (within max_block_ms and timeout).  send() raises
-        ProducerClosedError from now on.  Calling it again does nothing.
+        open is aborted first, a commit that ran out of time finished (within
+        max_block_ms and timeout).  send() raises ProducerClosedError from now on.
+        Calling it again does nothing.
 
         Raises:
             TypeError, ValueError: timeout is not a number of seconds or None (the
@@ -661,9 +662,9 @@ class Producer(ProducerCore):
             return  # a forked child that did not use the producer: nothing of its own
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._transaction is not None:
-            # Before the flush: what the transaction has not sent fails instead of
-            # going out into it for nothing.
-            self._transaction.abort_for_close(_remaining_s(deadline))
+            # Before the flush: what an aborted transaction has not sent fails
+            # instead of going out into it for nothing.
+            self._transaction.end_for_close(_remaining_s(deadline))
         try:
             self._accumulator.close(_remaining_s(deadline))
         except KafkaTimeoutError:

@@ -25,6 +25,8 @@
                            next stamp: V2 from the answer, V1 from InitProducerId with
                            the current id and epoch (the sequences of the failed
                            transaction may have holes)
+    close()                a commit that ran out of time goes on; a transaction open,
+                           failed or aborting is aborted (as the Java client's close)
     a failure              a record that fails, or a refused request, fails the
                            transaction (or the producer): what is not sent yet fails
                            at once, as the Java client's abortUndrainedBatches
@@ -257,10 +259,13 @@ class TransactionManager:
             KafkaTimeoutError: not done within max_block_ms (call again to go on).
             the fatal error: the producer cannot go on.
         """
+        self._commit(self._max_block_s)
+
+    def _commit(self, timeout_s):
         states = self.states
         with states.operation("commit_transaction()"):
             states.start_commit()
-            deadline = time.monotonic() + self._max_block_s
+            deadline = time.monotonic() + timeout_s
             try:
                 self._accumulator.flush(self._remaining_s(deadline))
             except UndeliveredRecordsError:
@@ -283,24 +288,37 @@ class TransactionManager:
         """
         self._abort(self._max_block_s)
 
-    def abort_for_close(self, timeout_s):
-        """close(): aborts a transaction left open, failed, or whose abort did not
-        finish, within timeout_s (None: max_block_ms, its bound in any case), as the
-        Java client's close() does.  Left to the coordinator instead, it would stay
-        open until transaction_timeout_ms, and read_committed consumers of its
-        partitions would stop before its first record until then; its records not
-        sent yet would be flushed into it for nothing.  Nothing is raised: a failure
-        is logged, and the coordinator aborts the transaction when it times out.  A
-        commit under way (another thread's, or one that did not finish) is left as
-        it is."""
-        if self.states.state not in (_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING):
+    def end_for_close(self, timeout_s):
+        """close(): ends a transaction left open as the Java client's close() does,
+        within timeout_s (None: max_block_ms, its bound in any case): a commit that
+        did not finish (it ran out of max_block_ms) goes on, and aborts if it fails;
+        a transaction open, failed, or whose abort did not finish is aborted.  Left
+        to the coordinator instead, it would stay open until transaction_timeout_ms,
+        and read_committed consumers of its partitions would stop before its first
+        record until then; its records not sent yet would be flushed into it for
+        nothing.  Nothing is raised: a failure is logged, and the coordinator aborts
+        the transaction when it times out.  A call running on another thread is left
+        to finish."""
+        state = self.states.state
+        if state not in (_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING, _S.COMMITTING):
             return
-        _log.info("transaction %r still open at close(): aborting it", self.transactional_id)
+        deadline = time.monotonic() + (self._max_block_s if timeout_s is None
+                                       else min(timeout_s, self._max_block_s))
         try:
-            self._abort(self._max_block_s if timeout_s is None
-                        else min(timeout_s, self._max_block_s))
+            if state == _S.COMMITTING:
+                _log.info("transaction %r: finishing its commit at close()",
+                          self.transactional_id)
+                try:
+                    self._commit(self._remaining_s(deadline))
+                    return
+                except errors.TransactionAbortRequiredError:
+                    pass  # its records failed meanwhile: aborted below
+            else:
+                _log.info("transaction %r still open at close(): aborting it",
+                          self.transactional_id)
+            self._abort(self._remaining_s(deadline))
         except errors.KafkaError as exc:
-            _log.warning("transaction %r not aborted at close(), the coordinator aborts it "
+            _log.warning("transaction %r not ended at close(), the coordinator aborts it "
                          "after transaction_timeout_ms: %r", self.transactional_id, exc)
 
     def _abort(self, timeout_s):
