@@ -16,6 +16,10 @@ cdef class BatchResult:
     cdef readonly int64_t base_offset          # offset of the batch's first record; -1: unknown (acks=0)
     cdef readonly int64_t log_append_time_ms   # the broker's LogAppendTime, -1 for CreateTime topics
     cdef readonly object error                 # the exception that failed the batch, or None
+    # None, or a batch split after a MESSAGE_TOO_LARGE refusal: ((first record index,
+    # base offset, log-append time, error or None), ...) by index, one per part sent;
+    # error is then the first part's error that failed, or None.
+    cdef readonly tuple parts
     cdef Mutex _lock                           # guards _done, _event, _callbacks and completion
     cdef bint _done                            # _lock: completed
     cdef object _event                         # _lock: threading.Event of the first waiter, or None
@@ -36,6 +40,7 @@ cdef class FutureRecordMetadata:
     cdef int _header_size
 
     cdef object _metadata(self)
+    cdef object _error(self)
 
 
 # A record future over batch, as the hot path creates it (no __init__ call).

@@ -106,6 +106,50 @@ cdef class BatchResult:
     def fail(self, error):
         self._complete(-1, -1, error)
 
+    def complete_parts(self, parts):
+        """The outcome of a batch the producer split (a broker refused it as too
+        large) and sent as parts: parts is ((first record index, base offset,
+        log-append time, error or None), ...), by index, the first at index 0.  Each
+        record takes its part's outcome.
+
+        Raises:
+            ValueError: parts do not start at index 0 in increasing order.
+        """
+        parts = tuple(parts)
+        previous = -1
+        for part in parts:
+            if part[0] <= previous or (previous < 0 and part[0] != 0):
+                raise ValueError(f"parts {parts!r} do not cover the batch from index 0")
+            previous = part[0]
+        if not parts:
+            raise ValueError("no parts")
+        error = next((part[3] for part in parts if part[3] is not None), None)
+        self._lock.take()
+        if self._done:
+            self._lock.give()
+            return  # completed already: the first outcome stands
+        self.parts = parts
+        self._lock.give()
+        self._complete(parts[0][1], parts[0][2], error)
+
+    def pieces(self, Py_ssize_t first, Py_ssize_t count):
+        """Once done: the outcome of records first..first+count-1 as ((start, count,
+        offset of the piece's first record or -1, error or None), ...) with start
+        counted from first: one piece, or one per part the records fell in."""
+        cdef Py_ssize_t end = first + count, start, stop
+        if self.parts is None:
+            return ((0, count, -1 if self.base_offset < 0 else self.base_offset + first,
+                     self.error),)
+        pieces = []
+        for index, (part_first, base_offset, _, error) in enumerate(self.parts):
+            stop = end if index + 1 == len(self.parts) else min(end, self.parts[index + 1][0])
+            start = max(first, part_first)
+            if start < stop:
+                pieces.append((start - first, stop - start,
+                               -1 if base_offset < 0 else base_offset + start - part_first,
+                               error))
+        return tuple(pieces)
+
     cdef int _complete(self, int64_t base_offset, int64_t log_append_time_ms,
                        object error) except -1:
         cdef list callbacks
@@ -155,11 +199,12 @@ cdef class BatchResult:
 
 cdef _run_callback(FutureRecordMetadata record, fn, bint is_errback):
     cdef BatchResult batch = record._batch
-    cdef bint failed = batch.error is not None
+    error = record._error()
+    cdef bint failed = error is not None
     if failed != is_errback:
         return
     try:
-        fn(batch.error if failed else record._metadata())
+        fn(error if failed else record._metadata())
     except Exception:  # noqa: BLE001 -- a user's callback must not stop the completing thread
         _log.exception("callback %r for a record of %s-%d raised", fn, batch.topic,
                        batch.partition)
@@ -199,12 +244,13 @@ cdef class FutureRecordMetadata:
             raise KafkaTimeoutError(
                 f"record for {batch.topic}-{batch.partition} not done after waiting "
                 f"{timeout} s")
-        if batch.error is not None:
+        error = self._error()
+        if error is not None:
             # Every record of the batch raises the one error object: a raise adds its
             # frames to the traceback the object already has, so without the reset
             # each get() grew it (100,000 failed records: 100,000 entries, each
             # keeping a frame alive).
-            raise batch.error.with_traceback(None)
+            raise error.with_traceback(None)
         return self._metadata()
 
     @property
@@ -217,15 +263,15 @@ cdef class FutureRecordMetadata:
         return self._batch.topic_partition
 
     def succeeded(self):
-        return self._batch._is_done() and self._batch.error is None
+        return self._batch._is_done() and self._error() is None
 
     def failed(self):
-        return self._batch._is_done() and self._batch.error is not None
+        return self._batch._is_done() and self._error() is not None
 
     def retriable(self):
         """True once failed with an error that sending again may cure (its retriable
         flag: kafka-python's RetriableError); False while pending or succeeded."""
-        return self.failed() and bool(getattr(self._batch.error, "retriable", False))
+        return self.failed() and bool(getattr(self._error(), "retriable", False))
 
     @property
     def value(self):
@@ -235,7 +281,7 @@ cdef class FutureRecordMetadata:
     @property
     def exception(self):
         """The error once failed, else None."""
-        return self._batch.error if self._batch._is_done() else None
+        return self._error() if self._batch._is_done() else None
 
     def add_callback(self, fn, *args, **kwargs):
         """fn(*args, metadata, **kwargs) on success, on the thread that completes the
@@ -271,10 +317,21 @@ cdef class FutureRecordMetadata:
         self._batch.add_callback(self, failure, True)
         return self
 
+    cdef object _error(self):
+        # The error that failed the record: its batch's, or its part's.
+        cdef BatchResult batch = self._batch
+        if batch.parts is None:
+            return batch.error
+        return _part_of(batch.parts, self._index)[3]
+
     cdef object _metadata(self):
         cdef BatchResult batch = self._batch
-        cdef int64_t offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
-        cdef int64_t timestamp = (batch.log_append_time_ms if batch.log_append_time_ms >= 0
+        cdef int64_t base_offset = batch.base_offset, first = 0
+        cdef int64_t log_append_time_ms = batch.log_append_time_ms
+        if batch.parts is not None:
+            first, base_offset, log_append_time_ms, _ = _part_of(batch.parts, self._index)
+        cdef int64_t offset = -1 if base_offset < 0 else base_offset + self._index - first
+        cdef int64_t timestamp = (log_append_time_ms if log_append_time_ms >= 0
                                   else self._timestamp_ms)
         return RecordMetadata(batch.topic, batch.partition, batch.topic_partition, offset,
                               timestamp, None, self._key_size, self._value_size,
@@ -283,8 +340,16 @@ cdef class FutureRecordMetadata:
     def __repr__(self):
         cdef BatchResult batch = self._batch
         state = ("pending" if not batch._is_done() else
-                 "failed" if batch.error is not None else "succeeded")
+                 "failed" if self._error() is not None else "succeeded")
         return f"<FutureRecordMetadata {batch.topic}-{batch.partition} {state}>"
+
+
+cdef tuple _part_of(tuple parts, int index):
+    # The part holding record index (parts by first index, the first at 0; a few).
+    cdef Py_ssize_t k = len(parts) - 1
+    while parts[k][0] > index:
+        k -= 1
+    return parts[k]
 
 
 def _bind(fn, tuple args, dict kwargs):

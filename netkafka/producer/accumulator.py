@@ -614,9 +614,10 @@ class RecordAccumulator(AccumulatorCore):
 
     def _on_delivered(self, batch, view, result, error):
         """The sender's outcome (an I/O thread, usually)."""
-        if error is None:
+        if result is not None:  # a split batch's may come with an error (ProduceResult)
             self._complete(batch, view, base_offset=result.base_offset,
-                           log_append_time_ms=result.log_append_time_ms)
+                           log_append_time_ms=result.log_append_time_ms, error=error,
+                           parts=result.parts)
         else:
             self._complete(batch, view, error=error)
 
@@ -686,38 +687,53 @@ class RecordAccumulator(AccumulatorCore):
         with self._state_lock:
             self._wal_keeps_failures = True
 
-    def _complete(self, batch, view, base_offset=-1, log_append_time_ms=-1, error=None):
+    def _complete(self, batch, view, base_offset=-1, log_append_time_ms=-1, error=None,
+                  parts=()):
         """The WAL's DONE entry first (what the application learns next must not be
         replayed), memory back to the pool (a send() may be waiting for it), then the
         futures, then flush()'s set.  A delivery timeout with the spool on keeps the
-        batch instead (_spool_batch)."""
-        if error is not None and self._spools(error):
+        batch instead (_spool_batch) -- unless the sender split it (parts: see
+        ProduceResult.parts) and some of its records are in the topic already: the
+        spool would send them again, so the failed parts' records fail.
+
+        A split batch's records take their parts' outcomes.  Its produce() records
+        (counted, not told one by one) that failed are not known apart from those
+        that did not: as many as failed, at most, count as failed for flush()."""
+        if error is not None and not parts and self._spools(error):
             self._spool_batch(batch, view, error)
             return
         if batch.wal_id:  # without a WAL, no call: this runs for every batch
             error = self._log_outcome(batch, error)
         builder = batch.builder
+        record_count = builder.record_count
+        failed_count = record_count if error is not None else 0
+        if parts and error is not None:
+            ends = [part[0] for part in parts[1:]] + [record_count]
+            failed_count = sum(end - part[0] for part, end in zip(parts, ends)
+                               if part[3] is not None)
         if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
             # not keep views of the batch (and so its memory) alive with it.
             traceback.clear_frames(error.__traceback__)
         release_batch(builder, view, error is None)
-        if error is None:
+        if error is not None and self._transaction is not None:
+            self._transaction.record_failed(error)
+        if parts:
+            batch.result.complete_parts(parts)
+        elif error is None:
             batch.result.succeed(base_offset, log_append_time_ms)
         else:
-            if self._transaction is not None:
-                self._transaction.record_failed(error)
             batch.result.fail(error)
         with self._state_lock:
             self._incomplete.discard(batch.result)
-            if error is None:
-                self._metrics["records_acknowledged"] += builder.record_count
-            else:
-                self._metrics["records_failed"] += builder.record_count
+            self._metrics["records_acknowledged"] += record_count - failed_count
+            if failed_count:
+                self._metrics["records_failed"] += failed_count
                 if self._stats is not None:
-                    self._stats.batch_failed(batch.result.topic, builder.record_count)
+                    self._stats.batch_failed(batch.result.topic, failed_count)
                 if batch.untracked_records:
-                    self._count_untracked_locked(batch.untracked_records, error)
+                    self._count_untracked_locked(min(batch.untracked_records, failed_count),
+                                                 error)
 
     # ------------------------------------------------------------------
     # The spool (on_delivery_timeout='spool').
@@ -810,7 +826,9 @@ class RecordAccumulator(AccumulatorCore):
         """A spooled batch's outcome (an I/O thread): delivered, timed out again (kept
         again), or failed for good.  Its futures heard of it already; a replayed
         batch's on_final hears it now."""
-        if error is not None and self._spools(error):
+        if error is not None and not (result is not None and result.parts) and self._spools(error):
+            # (Not a split batch with records in the topic: sent again, they would be
+            # duplicated.)
             self._spool.keep(batch, view, on_final)
             return
         if batch.wal_id:  # without a WAL, no call: this runs for every batch

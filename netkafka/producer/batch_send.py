@@ -106,15 +106,14 @@ class BatchSendResult:
         """How many rows failed (refused, or in a batch that failed)."""
         self._require_done("failed_count")
         return (sum(len(rows) for rows, _ in self._refused)
-                + sum(len(rows) for batch, _, rows in self._runs if batch.error is not None))
+                + sum(len(rows) for rows, _, error in self._pieces() if error is not None))
 
     @property
     def errors(self) -> list[tuple[int, BaseException]]:
         """[(row index, exception)] of every failed row, by row index."""
         self._require_done("errors")
         failed = [(rows, error) for rows, error in self._refused]
-        failed += [(rows, batch.error) for batch, _, rows in self._runs
-                   if batch.error is not None]
+        failed += [(rows, error) for rows, _, error in self._pieces() if error is not None]
         return sorted(((row, error) for rows, error in failed for row in rows),
                       key=lambda pair: pair[0])
 
@@ -133,10 +132,18 @@ class BatchSendResult:
         for every row with acks=0 (the broker says nothing)."""
         self._require_done("offsets()")
         result = array("q", b"\xff" * (8 * self.record_count))
-        for batch, first, rows in self._runs:
-            if batch.error is None and batch.base_offset >= 0:
-                fill_rows(result, rows, batch.base_offset + first, 1)
+        for rows, offset, error in self._pieces():
+            if error is None and offset >= 0:
+                fill_rows(result, rows, offset, 1)
         return result
+
+    def _pieces(self):
+        """(rows, offset of the first or -1, error or None) of every run of rows; a
+        run in a batch the sender split comes in pieces, one per part
+        (BatchResult.pieces)."""
+        for batch, first, rows in self._runs:
+            for start, count, offset, error in batch.pieces(first, len(rows)):
+                yield rows[start:start + count], offset, error
 
     def _require_done(self, what):
         if not self.done:

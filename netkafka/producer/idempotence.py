@@ -253,6 +253,33 @@ class ProducerIdManager:
             state.in_flight += 1
             return True
 
+    def split(self, entry, parts):
+        """entry was refused as too large and the Sender cut it (split.py): parts,
+        [(sealed RecordBatchBuilder, first record index, record count)] in order,
+        take its place among its partition's outstanding batches, stamped with its
+        producer id and epoch and their share of its sequences (as it is stamped now:
+        the partition may have started over since the refusal).  Returns their
+        SequencedBatch, in order; None, the parts unused, if entry may be in the log
+        already (an earlier attempt ended without an answer): parts under its
+        sequences would then be out of order, not duplicates."""
+        with self._lock:
+            if entry.maybe_appended:
+                return None
+            outstanding = self._partitions[entry.key].outstanding
+            index = outstanding.index(entry)
+            batch = entry.batch
+            entries = []
+            for builder, first, count in parts:
+                builder.rewrite_producer_state(
+                    batch.producer_id, batch.producer_epoch,
+                    (batch.base_sequence + first) % _SEQUENCE_LIMIT)
+                entries.append(SequencedBatch(entry.key, builder, count, 0))
+            del outstanding[index]
+            for part in reversed(entries):
+                outstanding.insert(index, part)
+            entry.batch = None  # its memory is its owner's to release now
+            return entries
+
     def answered(self, entry, error_code):
         """entry's request came back: error_code NO_ERROR, the partition's error code, or
         None (no answer: the request or its connection failed).  Returns what a

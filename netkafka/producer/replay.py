@@ -52,6 +52,7 @@ from typing import NamedTuple
 from netkafka import errors
 from netkafka.producer._futures import RecordMetadata, TopicPartition
 from netkafka.producer.accumulator import release_batch
+from netkafka.producer.sender import part_of
 from netkafka.protocol.describe_producers import (
     API as DESCRIBE_PRODUCERS, decode_describe_producers_response,
     encode_describe_producers_request,
@@ -305,7 +306,8 @@ class Replay:
             # The broker refused the old stamp and the sender started the partition
             # over: the batch was written under a new one, perhaps a second time.
             kind = _AT_LEAST_ONCE
-        if error is not None and not self._accumulator.wal_keeps_failures:
+        parts = () if result is None else result.parts
+        if error is not None and not parts and not self._accumulator.wal_keeps_failures:
             # A delivery timeout with the spool on: kept in the WAL and sent again,
             # as this producer's own records are -- and said so, as their futures
             # say it; failed, the batch would stay in the WAL all the same, and the
@@ -319,32 +321,49 @@ class Replay:
         _, error = self._accumulator.log_wal_outcome(batch.batch_id, error)
         release_batch(builder, view, error is None)
         if error is None:
-            self._finish(batch, kind, result.base_offset, result.log_append_time_ms)
+            self._finish(batch, kind, result.base_offset, result.log_append_time_ms,
+                         parts=parts)
         elif not self._accumulator.wal_keeps_failures:
-            self._finish(batch, "failed", error=error)
+            # A split batch some of whose parts failed: the others' records are in.
+            self._finish(batch, "failed" if not parts else kind, error=error, parts=parts)
         # else: the producer is closing and the WAL keeps the batch; the next producer
         # replays it, and on_replay hears of it then.
 
     def _on_spool_delivered(self, batch, result, error):
         """A replayed batch the spool kept: its outcome, to on_replay (the report
         counted it as spooled already)."""
-        if error is None:
-            self._tell(batch, result.base_offset, result.log_append_time_ms, None)
+        if result is not None:
+            self._tell(batch, result.base_offset, result.log_append_time_ms, error,
+                       result.parts)
         else:
             self._tell(batch, -1, -1, error)
 
-    def _finish(self, batch, kind, base_offset=-1, log_append_time_ms=-1, error=None):
-        self._tell(batch, base_offset, log_append_time_ms, error)
+    def _finish(self, batch, kind, base_offset=-1, log_append_time_ms=-1, error=None,
+                parts=()):
+        """parts: a split batch's (ProduceResult.parts): its records that failed count
+        as failed, the others as kind."""
+        self._tell(batch, base_offset, log_append_time_ms, error, parts)
+        failed = 0
+        if parts:
+            failed = sum(1 for record in batch.records
+                         if part_of(parts, record.index)[3] is not None)
         with self._lock:
-            self._counts[kind] += len(batch.records)
+            self._counts[kind] += len(batch.records) - failed
+            self._counts["failed"] += failed
             self._pending -= len(batch.records)
             if not self._pending:
                 self._done.notify_all()
 
-    def _tell(self, batch, base_offset, log_append_time_ms, error):
-        """on_replay(context, metadata or error) for each record of batch."""
+    def _tell(self, batch, base_offset, log_append_time_ms, error, parts=()):
+        """on_replay(context, metadata or error) for each record of batch (of a split
+        batch: its part's)."""
         if self._on_replay is not None:
             for record in batch.records:
+                if parts:
+                    first, base_offset, log_append_time_ms, error = part_of(parts,
+                                                                            record.index)
+                    if base_offset >= 0:
+                        base_offset -= first  # _metadata adds the record's index
                 outcome = error if error is not None else _metadata(
                     batch, record, base_offset, log_append_time_ms)
                 try:

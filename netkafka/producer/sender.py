@@ -58,7 +58,9 @@ from netkafka.config import acks_value
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.client.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
+from netkafka.producer.accumulator import release_batch
 from netkafka.producer.idempotence import APPENDED, RESTART
+from netkafka.producer.split import split_in_halves
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.produce import decode_produce_response, encode_produce_request
 
@@ -68,17 +70,36 @@ _log = logging.getLogger("netkafka.producer.sender")
 # than the batch's records need is no broker's: each record's offset is base + index,
 # computed in int64 by the futures (_futures.pyx) and send_batch's offsets().
 _MAX_OFFSET = 2**63 - 1
+# A batch's magic byte, and a RecordBatch v2's (legacy message sets: 0 and 1).
+_MAGIC_AT = 16
+_MAGIC_V2 = 2
 
 
 class ProduceResult(NamedTuple):
     """A batch's outcome when acknowledged.  base_offset is -1 when unknown (acks=0, a
-    duplicate, an offset no broker could answer)."""
+    duplicate, an offset no broker could answer).
+
+    parts: () for a batch sent whole; for one a broker refused as too large and the
+    sender split (split.py), each part's outcome, ((first record index, base offset,
+    log-append time, error or None), ...) by index -- base_offset and
+    log_append_time_ms are then the first part's.  A split batch some of whose parts
+    failed is told (its ProduceResult, the first part's error): on_done(result, error)
+    with both."""
 
     topic: str
     partition: int
     base_offset: int
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     record_count: int
+    parts: tuple
+
+
+def part_of(parts, index):
+    """The outcome (ProduceResult.parts) of the part holding record index."""
+    for part in reversed(parts):
+        if part[0] <= index:
+            return part
+    raise ValueError(f"no part holds record {index}: {parts!r}")
 
 
 # A ProduceResult from a tuple of its fields: the namedtuple's own constructor is a
@@ -114,8 +135,9 @@ def _too_large_hint(item):
     if item.record_count == 1:
         return (f" (a {item.size_bytes}-byte batch of one record: the record is larger "
                 f"than the topic's max.message.bytes or the broker's message.max.bytes)")
-    # kafka-python 3 and Java split such a batch and send the halves; netkafka does
-    # not (yet), so the setting that makes its batches fit is the way out.
+    # Such a batch is split (_split) unless it cannot be read back (a legacy message
+    # set) or may be in the log already: the setting that makes its batches fit is
+    # the way out then.
     return (f" (a {item.size_bytes}-byte batch of {item.record_count} records: set "
             f"batch_size below the topic's max.message.bytes, or the broker's "
             f"message.max.bytes, so the batches fit)")
@@ -363,6 +385,8 @@ class Sender:
     def metrics(self):
         """Counters: batches/records acknowledged, failed, retried, dropped;
         batches pending; "errors.<NAME>" per error code brokers answered.
+        batches_split counts batches refused as too large and sent again in two
+        (a part counts as a batch in the others).
         batches_retried counts every batch queued again after it went out: a
         retriable error code (also in errors.<NAME>), or a request with no answer
         (request_timeout_ms, a connection lost: in no errors.<NAME>) -- the one way
@@ -373,7 +397,7 @@ class Sender:
             snapshot["batches_pending"] = self._pending
         for key in ("batches_acknowledged", "records_acknowledged", "batches_failed",
                     "records_failed", "batches_retried", "batches_dropped",
-                    "records_dropped"):
+                    "records_dropped", "batches_split"):
             snapshot.setdefault(key, 0)
         return snapshot
 
@@ -522,7 +546,7 @@ class Sender:
                     self._retry_or_fail(item, error)
         elif response is None:  # acks=0: done once written
             self._complete_all([(item, _result((item.topic, item.partition, -1, -1,
-                                                item.record_count)), None)
+                                                item.record_count, ())), None)
                                 for item in batches])
         else:
             self._on_response(conn, batches, topic_ids, response)
@@ -567,7 +591,11 @@ class Sender:
                     base_offset = -1  # appended, but at no offset that can be true: unknown
                 acknowledged.append((item, _result((
                     item.topic, item.partition, base_offset,
-                    part.log_append_time_ms if appended else -1, item.record_count)), None))
+                    part.log_append_time_ms if appended else -1, item.record_count, ())),
+                    None))
+            elif (code == errors.MessageTooLargeError.code and item.record_count > 1
+                  and self._split(item)):
+                pass  # its records go again, in two batches
             else:
                 error = errors.error_for_code(
                     code,
@@ -591,6 +619,52 @@ class Sender:
             self._complete_all(acknowledged)
         if refresh:
             self._metadata.request_update()
+
+    def _split(self, item):
+        """A batch of two records or more refused as MESSAGE_TOO_LARGE: its records go
+        again in two batches (split.py), in its place in its partition's queue, ahead
+        of the batches sent after it, and its on_done hears their outcomes together
+        (_SplitOutcome).  With idempotence the halves take its place among the
+        partition's outstanding batches, with its sequences: the batches behind it,
+        refused as out of sequence meanwhile, wait for them (idempotence.py).
+        Returns whether it was split; if not (a legacy message set, which is not read
+        back; a batch that may be in the log already; a transaction being aborted) it
+        fails as refused."""
+        if item.view[_MAGIC_AT] != _MAGIC_V2:
+            return False
+        try:
+            parts = split_in_halves(item.view, self.max_request_size)
+        except ValueError as exc:  # our own batch: never, unless a bug
+            _log.warning("a batch of %s-%d refused as too large cannot be split: %s",
+                         item.topic, item.partition, exc)
+            return False
+        outcome = _SplitOutcome(item, len(parts))
+        items = [_Batch(item.seq, item.topic, item.partition, view, count, item.created_ns,
+                        functools.partial(outcome.part_done, index, first, builder, view))
+                 for index, (builder, view, first, count) in enumerate(parts)]
+        with self._lock:
+            if self._closed or (self._transaction is not None
+                                and self._transaction.discarding):
+                return False
+            if item.sequenced is not None:
+                entries = self._idempotence.split(
+                    item.sequenced, [(builder, first, count)
+                                     for builder, _, first, count in parts])
+                if entries is None:
+                    return False
+                for part, entry in zip(items, entries):
+                    part.sequenced = entry
+            item.view = None  # its memory is its owner's, released once the parts are done
+            self._pending += len(items) - 1  # the parts stand for it
+            self._metrics["batches_split"] += 1
+            self._metrics["errors." + errors.MessageTooLargeError.name] += 1
+            leader = self._metadata.leader_id(item.topic, item.partition)
+            for part in items:
+                self._route_locked(part, leader)
+        conn = None if leader is None else self._pool.get(leader)
+        if conn is not None:
+            conn.wakeup()
+        return True
 
     def _retry_or_fail(self, item, error):
         now_ns = time.monotonic_ns()
@@ -725,10 +799,11 @@ class Sender:
         item.node_id = node_id
         queue = self._queues.setdefault(node_id, {}).setdefault(
             (item.topic, item.partition), collections.deque())
-        if not queue or queue[-1].seq < item.seq:
+        if not queue or queue[-1].seq <= item.seq:
             queue.append(item)
             return
-        # A resend: before the first batch sent after it (a short scan, rare).
+        # A resend: before the first batch sent after it (a short scan, rare); the
+        # parts of a split batch share its seq and go in the order they are routed.
         for index, queued in enumerate(queue):
             if queued.seq > item.seq:
                 queue.insert(index, item)
@@ -847,6 +922,42 @@ class Sender:
             except Exception:  # noqa: BLE001 -- the other batches still complete
                 _log.exception("completion of a %s-%d batch raised", item.topic,
                                item.partition)
+
+
+class _SplitOutcome:
+    """The on_done of a batch split in parts: hears each part's outcome (on the I/O
+    thread that learns it), gives the part's memory back, and once every part is
+    done tells the batch's on_done (see ProduceResult.parts).  A part split again
+    reports its own parts.  Fields guarded by _lock: the parts may complete on
+    different I/O threads (their partition's leader moved)."""
+
+    def __init__(self, item, count):
+        self._topic = item.topic  # immutable
+        self._partition = item.partition  # immutable
+        self._record_count = item.record_count  # immutable
+        self._on_done = item.on_done  # immutable
+        self._lock = threading.Lock()
+        self._parts = [()] * count  # guarded by _lock: each part's outcomes, by part
+        self._left = count  # guarded by _lock: parts not done yet
+
+    def part_done(self, index, first, builder, view, result, error):
+        release_batch(builder, view, error is None)
+        if result is not None and result.parts:  # split again
+            outcomes = tuple((first + start, base_offset, append_ms, part_error)
+                             for start, base_offset, append_ms, part_error in result.parts)
+        elif error is None:
+            outcomes = ((first, result.base_offset, result.log_append_time_ms, None),)
+        else:
+            outcomes = ((first, -1, -1, error),)
+        with self._lock:
+            self._parts[index] = outcomes
+            self._left -= 1
+            if self._left:
+                return
+            parts = tuple(outcome for outcomes in self._parts for outcome in outcomes)
+        error = next((part[3] for part in parts if part[3] is not None), None)
+        self._on_done(_result((self._topic, self._partition, parts[0][1], parts[0][2],
+                               self._record_count, parts)), error)
 
 
 def _resolve(future, result, error):

@@ -1,0 +1,222 @@
+"""A batch the broker refuses as MESSAGE_TOO_LARGE is split and its records sent again
+in parts (netkafka/producer/split.py), as kafka-python 3 and the Java client do; a
+single record too large still fails.  Checked against a real broker and read back by
+an independent consumer (netkafka.testing.reader)."""
+import random
+import threading
+import uuid
+
+import pytest
+
+from netkafka import Producer
+from netkafka.errors import MessageTooLargeError
+from netkafka.testing.admin import create_topic
+from netkafka.testing.reader import read_topic
+from netkafka.testing.segments import stored_batches
+
+# The topic's max.message.bytes: a batch of 100-byte records holds some 8 within it.
+LIMIT_BYTES = 1000
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def producer(bootstrap, **options):
+    options.setdefault("max_block_ms", 30000)
+    return Producer(bootstrap_servers=bootstrap, **options)
+
+
+def values(count, tag=b"v"):
+    return [tag + b"-%05d-" % i + b"x" * 90 for i in range(count)]
+
+
+def assert_read_back(bootstrap, topic, sent, offsets):
+    """Every record once, in order, at the offset its future said."""
+    records = read_topic(bootstrap, topic, len(sent))
+    assert [r.value for r in records] == sent
+    assert [r.offset for r in records] == offsets
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_batch_refused_as_too_large_is_split_until_its_parts_fit(
+        kafka_broker, topic_name, idempotent):
+    # It failed whole with MESSAGE_TOO_LARGE: 200 records lost for a setting.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(200)
+    options = {} if idempotent else {"enable_idempotence": False, "acks": 1}
+    with producer(kafka_broker.bootstrap, linger_ms=60_000, **options) as p:
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.flush(60)
+        metadata = [future.get(0) for future in futures]
+        metrics = p.metrics()["netkafka"]
+    offsets = [m.offset for m in metadata]
+    assert offsets == list(range(200))
+    # One 200-record batch, halved until its parts of at most 8 records fit: 31 splits.
+    assert metrics["sender_batches_split"] >= 15
+    assert metrics["records_acknowledged"] == 200
+    assert metrics["records_failed"] == 0
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
+
+
+def test_split_batches_keep_order_behind_several_in_flight(kafka_broker, topic_name):
+    # Idempotent, acks=all, five requests in flight: batches behind a refused one are
+    # refused too (too large, or out of sequence: the broker still expects the
+    # refused batch's sequence); they wait for its parts, and nothing is written
+    # twice or out of order.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = {0: values(3000, b"p0"), 1: values(3000, b"p1")}
+    futures = {0: [], 1: []}
+    with producer(kafka_broker.bootstrap, linger_ms=2, batch_size=4096,
+                  max_in_flight_requests_per_connection=5) as p:
+        def send(partition):
+            for value in sent[partition]:
+                futures[partition].append(p.send(topic_name, value, partition=partition))
+        threads = [threading.Thread(target=send, args=(n,)) for n in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        p.flush(120)
+        metrics = p.metrics()["netkafka"]
+    assert metrics["sender_batches_split"] > 0
+    assert metrics["producer_epoch_bumps"] == 0
+    records = read_topic(kafka_broker.bootstrap, topic_name, 6000)
+    for partition in (0, 1):
+        offsets = [future.get(0).offset for future in futures[partition]]
+        assert offsets == list(range(3000))
+        mine = [r for r in records if r.partition == partition]
+        assert [r.value for r in mine] == sent[partition]
+        assert [r.offset for r in mine] == offsets
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_compressed_batch_is_read_back_and_split(kafka_broker, topic_name, codec):
+    # Its records are decompressed and the parts compressed again with its codec.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    # Half random, half zeros: every batch compresses (or it would go uncompressed)
+    # and stays too large compressed.
+    sent = [random.Random(i).randbytes(50) + bytes(50) for i in range(300)]
+    with producer(kafka_broker.bootstrap, linger_ms=60_000, compression_type=codec) as p:
+        # A first record, so the broker has the producer's state for the partition:
+        # without it the broker takes any sequence, and a smaller batch behind the
+        # refused one could be appended before its parts (README).
+        first = p.send(topic_name, b"first", partition=0)
+        p.flush(30)
+        assert first.get(0).offset == 0
+        futures = [p.send(topic_name, value, partition=0, key=b"%d" % i,
+                          headers=[("n", b"%d" % i)], timestamp_ms=1_700_000_000_000 + i)
+                   for i, value in enumerate(sent)]
+        p.flush(60)
+        metadata = [future.get(0) for future in futures]
+        metrics = p.metrics()["netkafka"]
+    assert metrics["sender_batches_split"] > 0
+    assert metrics["producer_epoch_bumps"] == 0
+    offsets = [m.offset for m in metadata]
+    assert offsets == list(range(1, 301))
+    records = read_topic(kafka_broker.bootstrap, topic_name, 301)[1:]
+    assert [r.value for r in records] == sent
+    assert [r.offset for r in records] == offsets
+    assert [r.key for r in records] == [b"%d" % i for i in range(300)]
+    assert [r.headers for r in records] == [[("n", b"%d" % i)] for i in range(300)]
+    assert [r.timestamp_ms for r in records] == [1_700_000_000_000 + i for i in range(300)]
+    assert [m.timestamp for m in metadata] == [1_700_000_000_000 + i for i in range(300)]
+    stored = stored_batches(kafka_broker.nodes[0].data_dir, topic_name)[1:]
+    assert {batch.codec for batch in stored} == {CODECS[codec]}
+
+
+def test_a_single_record_too_large_fails_alone_with_the_hint(kafka_broker, topic_name):
+    # Its batch is split down to it: the others are delivered, it fails saying why.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(20)
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        before = [p.send(topic_name, value, partition=0) for value in sent[:10]]
+        alone = p.send(topic_name, b"y" * 2000, partition=0)
+        after = [p.send(topic_name, value, partition=0) for value in sent[10:]]
+        callbacks = []
+        alone.add_errback(callbacks.append)
+        p.flush(60)
+        metrics = p.metrics()["netkafka"]
+        with pytest.raises(MessageTooLargeError,
+                           match=r"\(a \d+-byte batch of one record: the record is larger "
+                                 r"than the topic's max.message.bytes"):
+            alone.get(0)
+        assert alone.failed() and not alone.succeeded()
+        assert callbacks == [alone.exception]
+        offsets = [future.get(0).offset for future in before + after]
+    assert offsets == list(range(20))
+    assert metrics["records_failed"] == 1
+    assert metrics["records_acknowledged"] == 20
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
+
+
+def test_produce_records_of_a_split_batch_count_only_the_failed_one(kafka_broker, topic_name):
+    # produce() (no futures): flush() raises for the one record too large, and counts
+    # only it; the others are in the topic.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(30)
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        for value in sent[:15]:
+            p.produce(topic_name, value, partition=0)
+        p.produce(topic_name, b"y" * 2000, partition=0)
+        for value in sent[15:]:
+            p.produce(topic_name, value, partition=0)
+        with pytest.raises(Exception, match="MESSAGE_TOO_LARGE") as raised:
+            p.flush(60)
+        assert raised.value.failed_count == 1
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, list(range(30)))
+
+
+def test_send_batch_offsets_of_a_split_batch(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(100)
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        result = p.send_batch(topic_name, sent, partitions=[0] * 100)
+        p.flush(60)
+        result.get(0)
+        assert result.failed_count == 0
+        assert list(result.offsets()) == list(range(100))
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, list(range(100)))
+
+
+def test_a_legacy_message_set_refused_as_too_large_fails_with_the_hint(
+        kafka_broker_3_9, topic_name):
+    # Message sets v0/v1 (api_version below (0, 11)) are not read back: the batch
+    # fails whole, saying which setting makes batches fit.
+    create_topic(kafka_broker_3_9.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    with producer(kafka_broker_3_9.bootstrap, api_version=(0, 10), linger_ms=60_000) as p:
+        futures = [p.send(topic_name, value, partition=0) for value in values(50)]
+        p.flush(60)
+        with pytest.raises(MessageTooLargeError,
+                           match=rf"{topic_name}-0 .*\(a \d+-byte batch of 50 records: set "
+                                 r"batch_size below the topic's max.message.bytes"):
+            futures[0].get(0)
+        assert p.metrics()["netkafka"]["sender_batches_split"] == 0
+
+
+def test_the_parts_of_a_split_batch_belong_to_its_transaction(kafka_broker, topic_name):
+    # Committed: every record once and in order under read_committed; aborted: none.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(200)
+    with producer(kafka_broker.bootstrap, linger_ms=60_000,
+                  transactional_id=f"split-{uuid.uuid4().hex[:10]}") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for value in values(100, b"aborted"):
+            p.send(topic_name, value, partition=0)
+        p.flush(60)
+        p.abort_transaction()
+        p.begin_transaction()
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.commit_transaction()
+        offsets = [future.get(0).offset for future in futures]
+        assert p.metrics()["netkafka"]["sender_batches_split"] > 0
+    records = read_topic(kafka_broker.bootstrap, topic_name, 200,
+                         isolation_level="read_committed")
+    assert [r.value for r in records] == sent
+    assert [r.offset for r in records] == offsets
