@@ -170,16 +170,23 @@ def test_produce_records_of_a_split_batch_count_only_the_failed_one(kafka_broker
 
 
 def test_send_batch_offsets_of_a_split_batch(kafka_broker, topic_name):
+    # Row 40 is too large alone: it fails, and the rows after it are one offset
+    # nearer the batch's first than their place in it.
     create_topic(kafka_broker.bootstrap, topic_name,
                  config={"max.message.bytes": str(LIMIT_BYTES)})
-    sent = values(100)
+    rows = values(100)
+    rows[40] = b"y" * 2000
     with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
-        result = p.send_batch(topic_name, sent, partitions=[0] * 100)
+        result = p.send_batch(topic_name, rows, partitions=[0] * 100)
         p.flush(60)
         result.get(0)
-        assert result.failed_count == 0
-        assert list(result.offsets()) == list(range(100))
-    assert_read_back(kafka_broker.bootstrap, topic_name, sent, list(range(100)))
+        assert result.failed_count == 1
+        assert [(row, type(error)) for row, error in result.errors] == [
+            (40, MessageTooLargeError)]
+        expected = list(range(40)) + [-1] + list(range(40, 99))
+        assert list(result.offsets()) == expected
+    assert_read_back(kafka_broker.bootstrap, topic_name, rows[:40] + rows[41:],
+                     list(range(99)))
 
 
 def test_a_legacy_message_set_refused_as_too_large_fails_with_the_hint(

@@ -123,6 +123,35 @@ def test_acknowledged_batches_are_deduplicated_and_the_rest_sent_after_them(
     assert_exactly_once_in_order(kafka_broker, topic_name)
 
 
+def test_a_split_batch_killed_after_a_part_was_acknowledged_is_replayed_exactly_once(
+        kafka_broker, topic_name, tmp_path):
+    # The batches exceed the topic's max.message.bytes and are split; the producer dies
+    # as the first part is acknowledged, the batch's DONE entry not written (it waits
+    # for every part).  The replay sends the batch whole under its old stamp, the
+    # broker refuses it as too large, and it is split the same way: the broker drops
+    # the part it has as a duplicate (its sequences), and takes the others.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3,
+                 config={"max.message.bytes": "200"})
+    crash("split", kafka_broker, topic_name, tmp_path)
+    heard = Heard()
+    producer, report = replay(kafka_broker, tmp_path, heard)
+    try:
+        assert report.records == COUNT and report.pending == 0, report
+        assert report.possibly_duplicated == report.failed == 0, report
+        assert report.resent + report.deduplicated == COUNT, report
+        assert report.batches_not_byte_identical == 0
+        assert producer.metrics()["netkafka"]["sender_batches_split"] > 0
+    finally:
+        producer.close()
+    records = assert_exactly_once_in_order(kafka_broker, topic_name)
+    where = {r.value: (r.partition, r.offset) for r in records}
+    assert set(heard.outcomes) == {b"c%d" % i for i in range(COUNT)}
+    for context, outcome in heard.outcomes.items():
+        assert (outcome.partition, outcome.offset) == where[b"r%d" % int(context[1:])]
+    with WriteAheadLog(tmp_path) as log:
+        assert log.recovery().batches == []
+
+
 def test_a_replay_killed_before_it_finished_is_replayed_again(kafka_broker, topic_name, tmp_path):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
     crash("open", kafka_broker, topic_name, tmp_path)

@@ -11,6 +11,9 @@ context b"c<i>", then kills itself with the WAL in the state MOMENT names:
     sealed    every batch sealed and logged, never sent
     mixed     the first half acknowledged without DONE entries, the second half
               sealed and never sent
+    split     on a topic whose max.message.bytes the batches exceed: killed as the
+              first part of a split batch is acknowledged (one request in flight, so
+              a partition's later parts are not sent yet)
 
 "Never written" and "never sent" are made by replacing the WAL's log_done and the
 sender's send with functions that do nothing: the log then holds exactly what a
@@ -23,7 +26,7 @@ import sys
 
 def main(moment, bootstrap, topic, wal_dir, count):
     from netkafka import Producer
-    from netkafka.producer.sender import Sender
+    from netkafka.producer.sender import Sender, _SplitOutcome
     from netkafka.producer.wal import WriteAheadLog
 
     count = int(count)
@@ -32,10 +35,22 @@ def main(moment, bootstrap, topic, wal_dir, count):
     if moment == "sealed":
         # Before the producer opens: what it replays is sealed and never sent too.
         Sender.send = lambda self, *args, **kwargs: None
+    if moment == "split":
+        part_done = _SplitOutcome.part_done
+
+        def part_done_then_die(self, index, first, builder, view, result, error):
+            part_done(self, index, first, builder, view, result, error)
+            if error is None:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        _SplitOutcome.part_done = part_done_then_die
     # Small batches, several per partition -- but in "open", batches that no record
-    # fills, lingering for a minute.
+    # fills, lingering for a minute; in "split", one batch per partition.
     producer = Producer(bootstrap_servers=bootstrap, wal_dir=wal_dir, wal_fsync="never",
                         **({"linger_ms": 60_000, "batch_size": 65536} if moment == "open"
+                           else {"linger_ms": 60_000, "batch_size": 65536,
+                                 "max_in_flight_requests_per_connection": 1}
+                           if moment == "split"
                            else {"linger_ms": 5, "batch_size": 1024}))
 
     def send(first, last):
@@ -50,6 +65,9 @@ def main(moment, bootstrap, topic, wal_dir, count):
     elif moment == "sealed":
         send(0, count)
         _seal_all(producer)
+    elif moment == "split":
+        send(0, count)
+        producer.flush(60)  # killed before it returns
     elif moment == "mixed":
         send(0, count // 2)
         producer.flush(60)
