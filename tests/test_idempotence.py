@@ -179,6 +179,9 @@ def manager():
                                 max_block_ms=1000)
     with manager._lock:
         manager._current = (PRODUCER_ID, 0)  # as if InitProducerId had answered
+        # As if a batch of the partition had been acknowledged under the id: the
+        # broker holds its state there, and several batches may be in flight.
+        manager._acknowledged_under[KEY] = PRODUCER_ID
     return manager
 
 
@@ -208,6 +211,24 @@ def stamp_of(builder):
     batch = KafkaPythonBatch(bytes(memoryview(builder)))
     assert batch.validate_crc()
     return batch.producer_id, batch.producer_epoch, batch.base_sequence
+
+
+def test_one_batch_in_flight_until_the_broker_holds_the_producer_ids_state(manager, sealed):
+    # A broker with no state of the id for the partition takes any sequence: a batch
+    # behind a first one refused for itself (too large) was appended before it.
+    with manager._lock:
+        manager._acknowledged_under.clear()
+    a, b, c = sealed(manager, 1), sealed(manager, 1), sealed(manager, 1)
+    assert manager.take(a)
+    assert manager.take(b) is False
+    assert manager.answered(a, NO_ERROR) is None
+    assert manager.take(b)  # a is out of flight: b goes, alone still
+    assert manager.take(c) is False
+    assert manager.done(a, ok=True)  # the Sender wakes the partition's leader
+    assert manager.take(c)
+    assert manager.answered(b, NO_ERROR) is None and manager.answered(c, NO_ERROR) is None
+    assert manager.done(b, ok=True) is False  # nothing held back any more
+    manager.done(c, ok=True)
 
 
 def test_unknown_producer_id_for_the_first_batch_starts_the_partition_over(manager, sealed):

@@ -98,12 +98,6 @@ def test_a_compressed_batch_is_read_back_and_split(kafka_broker, topic_name, cod
     # and stays too large compressed.
     sent = [random.Random(i).randbytes(50) + bytes(50) for i in range(300)]
     with producer(kafka_broker.bootstrap, linger_ms=60_000, compression_type=codec) as p:
-        # A first record, so the broker has the producer's state for the partition:
-        # without it the broker takes any sequence, and a smaller batch behind the
-        # refused one could be appended before its parts (README).
-        first = p.send(topic_name, b"first", partition=0)
-        p.flush(30)
-        assert first.get(0).offset == 0
         futures = [p.send(topic_name, value, partition=0, key=b"%d" % i,
                           headers=[("n", b"%d" % i)], timestamp_ms=1_700_000_000_000 + i)
                    for i, value in enumerate(sent)]
@@ -113,15 +107,15 @@ def test_a_compressed_batch_is_read_back_and_split(kafka_broker, topic_name, cod
     assert metrics["sender_batches_split"] > 0
     assert metrics["producer_epoch_bumps"] == 0
     offsets = [m.offset for m in metadata]
-    assert offsets == list(range(1, 301))
-    records = read_topic(kafka_broker.bootstrap, topic_name, 301)[1:]
+    assert offsets == list(range(300))
+    records = read_topic(kafka_broker.bootstrap, topic_name, 300)
     assert [r.value for r in records] == sent
     assert [r.offset for r in records] == offsets
     assert [r.key for r in records] == [b"%d" % i for i in range(300)]
     assert [r.headers for r in records] == [[("n", b"%d" % i)] for i in range(300)]
     assert [r.timestamp_ms for r in records] == [1_700_000_000_000 + i for i in range(300)]
     assert [m.timestamp for m in metadata] == [1_700_000_000_000 + i for i in range(300)]
-    stored = stored_batches(kafka_broker.nodes[0].data_dir, topic_name)[1:]
+    stored = stored_batches(kafka_broker.nodes[0].data_dir, topic_name)
     assert {batch.codec for batch in stored} == {CODECS[codec]}
 
 
@@ -227,3 +221,25 @@ def test_the_parts_of_a_split_batch_belong_to_its_transaction(kafka_broker, topi
                          isolation_level="read_committed")
     assert [r.value for r in records] == sent
     assert [r.offset for r in records] == offsets
+
+
+def test_a_first_batch_split_is_not_overtaken_by_a_smaller_one_behind_it(
+        kafka_broker, topic_name):
+    # A broker with no state of a producer id for a partition takes any sequence: a
+    # small batch sent behind a first batch refused as too large was appended first,
+    # and the split parts after it (out of sequence, the partition started over
+    # under a new epoch): the records out of send order.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(43)
+    with producer(kafka_broker.bootstrap, linger_ms=0, batch_size=4096) as p:
+        # 36 records fill a 4 KiB batch, which goes; the last 7 follow in a batch of
+        # their own (under 1000 bytes) while the first is in flight.
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.flush(60)
+        offsets = [future.get(0).offset for future in futures]
+        metrics = p.metrics()["netkafka"]
+    assert metrics["sender_batches_split"] > 0
+    assert metrics["producer_epoch_bumps"] == 0
+    assert offsets == list(range(43))
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)

@@ -34,6 +34,14 @@ that is gets resent under the old stamp until its fate is known (acknowledged,
 refused, or failed for good).  Other partitions keep their own stamps; the broker
 keeps epochs per partition.
 
+A broker that holds no state of a producer id for a partition takes a batch of any
+sequence from it (Kafka accepts any sequence where it knows no epoch).  So until a
+batch of a partition has been acknowledged under its producer id, one batch of it is
+in flight at a time: else a batch refused for itself (MESSAGE_TOO_LARGE, then split)
+could be overtaken by the one behind it, appended at its later sequence, and the
+partition would start over with its records out of send order.  The first answer
+lets the rest go (done() says so; the Sender wakes the partition's leader).
+
 Threads: next_sequence() and release_sequence() run on the thread draining the
 partition; the others on the Sender's (callers' threads in send(), I/O threads,
 track() and take() with the Sender's lock held).  Every field, a SequencedBatch's
@@ -147,6 +155,9 @@ class ProducerIdManager:
         # Guarded by _lock: partitions with a hole, to re-stamp from 0 under a new
         # epoch once they can (see above).
         self._restarting = set()
+        # Guarded by _lock: (topic, partition) -> the producer id a batch of it was
+        # acknowledged under: the broker holds that id's state there (see above).
+        self._acknowledged_under = {}
         self._ids_fetched = 0  # guarded by _lock: InitProducerId answers so far
         self._epoch_bumps = 0  # guarded by _lock
         self._restarts = 0  # guarded by _lock: partitions re-stamped under a new epoch
@@ -249,6 +260,8 @@ class ProducerIdManager:
             if entry.key in self._restarting and not (entry.maybe_appended
                                                       and state.outstanding[0] is entry):
                 return False  # only a first batch whose fate is unknown goes out
+            if state.in_flight and self._acknowledged_under.get(entry.key) != state.producer_id:
+                return False  # one at a time until the broker holds the id's state
             entry.in_flight = True
             state.in_flight += 1
             return True
@@ -306,7 +319,8 @@ class ProducerIdManager:
     def done(self, entry, ok, restart=True):
         """entry was acknowledged (ok) or failed for good: it leaves its partition's
         outstanding batches.  A failure starts the partition over, unless restart is
-        False (the Sender is closing)."""
+        False (the Sender is closing).  Returns whether batches of the partition held
+        back until the broker held its producer id's state may go now (take())."""
         with self._lock:
             state = self._partitions[entry.key]
             outstanding = state.outstanding
@@ -316,16 +330,22 @@ class ProducerIdManager:
             else:
                 index = outstanding.index(entry)
                 del outstanding[index]
+            producer_id = entry.batch.producer_id
             entry.batch = None  # its memory is its owner's to release now
+            released = False
             if ok:
                 # The broker appends in sequence order: those before it are in too.
                 for earlier in itertools.islice(outstanding, index):
                     earlier.appended = True
+                if self._acknowledged_under.get(entry.key) != producer_id:
+                    self._acknowledged_under[entry.key] = producer_id
+                    released = bool(outstanding)
             elif restart:
                 self._restarting.add(entry.key)
                 if not entry.maybe_appended:
                     for later in itertools.islice(outstanding, index, None):
                         later.maybe_appended = False
+            return released
 
     def restamp(self, keys=None):
         """Starts over every partition of keys (an iterable, read only if some

@@ -900,13 +900,15 @@ class Sender:
             # The batch's memory is no longer ours to hold: once told the outcome,
             # the owner may release the buffer it came from.
             item.view = None
+        released = None
         with self._lock:
             metrics = self._metrics
             for item, _, error in outcomes:
-                if item.sequenced is not None:
-                    # A failure leaves a hole: the caller calls _restamp() next.
-                    self._idempotence.done(item.sequenced, error is None,
-                                           restart=not self._closed)
+                # A failure leaves a hole: the caller calls _restamp() next.
+                if item.sequenced is not None and self._idempotence.done(
+                        item.sequenced, error is None, restart=not self._closed):
+                    released = released or set()
+                    released.add((item.topic, item.partition))
                 if error is None:
                     metrics["batches_acknowledged"] += 1
                     metrics["records_acknowledged"] += item.record_count
@@ -916,6 +918,10 @@ class Sender:
             self._pending -= len(outcomes)
             if self._pending == 0:
                 self._done.notify_all()
+        if released:
+            # Their next batches were held back (ProducerIdManager.take): their leaders
+            # look again.
+            self.wake_leaders(released)
         for item, result, error in outcomes:
             try:
                 item.on_done(result, error)
