@@ -4,12 +4,19 @@ single record too large still fails.  Checked against a real broker and read bac
 an independent consumer (netkafka.testing.reader)."""
 import random
 import threading
+import types
 import uuid
 
 import pytest
 
 from netkafka import Producer
 from netkafka.errors import MessageTooLargeError
+from netkafka.producer.sender import ProduceResult, _SplitOutcome
+from netkafka.producer.split import split_in_halves
+from netkafka.record._batch import RecordBatchBuilder
+from netkafka.record._crc import crc32c
+from netkafka.record._pool import BufferPool
+from netkafka.record.reader import read_batch
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from netkafka.testing.segments import stored_batches
@@ -243,3 +250,78 @@ def test_a_first_batch_split_is_not_overtaken_by_a_smaller_one_behind_it(
     assert metrics["producer_epoch_bumps"] == 0
     assert offsets == list(range(43))
     assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
+
+
+# -- Without a broker: the reader, the halves, the outcome of a split batch.
+
+def sealed_batch(count, codec=None, producer_state=(7, 3, 100)):
+    pool = BufferPool(1 << 16, 1 << 18)
+    builder = RecordBatchBuilder(pool.acquire(1 << 16), 1 << 16, 1 << 16, codec)
+    for i in range(count):
+        builder.append(b"k%d" % i, values(1, b"%d" % i)[0] if i % 5 else None,
+                       [("h", b"%d" % i), ("n", None)], 1_700_000_000_000 - i)
+    builder.set_producer_state(*producer_state)
+    return builder, builder.seal()
+
+
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
+def test_the_halves_hold_the_records_with_their_share_of_the_sequences(codec):
+    builder, view = sealed_batch(9, codec)
+    whole = read_batch(view, 1 << 20)
+    (first, first_view, start, count), (second, second_view, middle, rest) = \
+        split_in_halves(view, 1 << 20)
+    assert (start, count, middle, rest) == (0, 5, 5, 4)
+    one, two = read_batch(first_view, 1 << 20), read_batch(second_view, 1 << 20)
+    assert one.records + two.records == whole.records
+    assert (one.producer_id, one.producer_epoch, one.base_sequence) == (7, 3, 100)
+    assert (two.producer_id, two.producer_epoch, two.base_sequence) == (7, 3, 105)
+    assert one.codec == two.codec == whole.codec == (CODECS[codec] if codec else 0)
+    assert whole.records[1].headers == [(b"h", b"1"), (b"n", None)]
+    assert whole.records[0].value is None and whole.records[3].timestamp_ms == (
+        1_700_000_000_000 - 3)
+
+
+def test_the_reader_refuses_bytes_that_do_not_agree():
+    _, view = sealed_batch(4)
+    data = bytes(view)
+    with pytest.raises(ValueError, match="CRC32C"):
+        read_batch(data[:-1] + bytes([data[-1] ^ 1]), 1 << 20)
+    with pytest.raises(ValueError, match="batch length"):
+        read_batch(data[:-1], 1 << 20)
+    with pytest.raises(ValueError, match="not a RecordBatch v2"):
+        read_batch(data[:16] + b"\x01" + data[17:], 1 << 20)
+    # A record count the records do not agree with (the CRC made right again).
+    forged = bytearray(data)
+    forged[57:61] = (5).to_bytes(4, "big")
+    forged[23:27] = (4).to_bytes(4, "big")
+    forged[17:21] = crc32c(bytes(forged[21:])).to_bytes(4, "big")
+    with pytest.raises(ValueError, match="past the batch|past its record|varint"):
+        read_batch(bytes(forged), 1 << 20)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_the_reader_decompresses_no_more_than_its_bound(codec):
+    _, view = sealed_batch(40, codec)
+    assert read_batch(view, 1 << 20).record_count == 40
+    with pytest.raises(ValueError, match="at most 1000 bytes|limit 1000|more than 1000"):
+        read_batch(view, 1000)
+
+
+def test_a_batch_whose_part_was_written_under_a_new_stamp_says_so():
+    # The replay counts a batch written under another stamp than its own as possibly
+    # duplicated: a part re-stamped (its partition started over) re-stamps the batch.
+    builder, view = sealed_batch(6)
+    heard = []
+    item = types.SimpleNamespace(topic="t", partition=0, record_count=6,
+                                 on_done=lambda result, error: heard.append((result, error)),
+                                 sequenced=types.SimpleNamespace(batch=builder))
+    outcome = _SplitOutcome(item, 2)
+    (one, one_view, _, _), (two, two_view, middle, _) = split_in_halves(view, 1 << 20)
+    two.rewrite_producer_state(7, 4, 0)
+    outcome.part_done(1, middle, two, two_view, ProduceResult("t", 0, 50, -1, 3, ()), None)
+    assert heard == []
+    outcome.part_done(0, 0, one, one_view, ProduceResult("t", 0, 40, -1, 3, ()), None)
+    [(result, error)] = heard
+    assert error is None
+    assert result.parts == ((0, 40, -1, None), (3, 50, -1, None))
+    assert (builder.producer_id, builder.producer_epoch) == (7, 4)

@@ -935,18 +935,28 @@ class _SplitOutcome:
     thread that learns it), gives the part's memory back, and once every part is
     done tells the batch's on_done (see ProduceResult.parts).  A part split again
     reports its own parts.  Fields guarded by _lock: the parts may complete on
-    different I/O threads (their partition's leader moved)."""
+    different I/O threads (their partition's leader moved).
+
+    An idempotent batch's stamp tells its owner under which producer id and epoch it
+    was written (the replay counts a batch its partition started over under a new
+    one as possibly duplicated): when a part was written under another stamp (its
+    partition started over meanwhile), the batch is re-stamped so before its owner
+    hears of it -- its bytes are not sent again from here."""
 
     def __init__(self, item, count):
         self._topic = item.topic  # immutable
         self._partition = item.partition  # immutable
         self._record_count = item.record_count  # immutable
         self._on_done = item.on_done  # immutable
+        # Immutable: the batch's sealed RecordBatchBuilder, or None (no idempotence).
+        self._batch = None if item.sequenced is None else item.sequenced.batch
         self._lock = threading.Lock()
         self._parts = [()] * count  # guarded by _lock: each part's outcomes, by part
         self._left = count  # guarded by _lock: parts not done yet
+        self._restamped = None  # guarded by _lock: a stamp a part was written under
 
     def part_done(self, index, first, builder, view, result, error):
+        stamp = (builder.producer_id, builder.producer_epoch)
         release_batch(builder, view, error is None)
         if result is not None and result.parts:  # split again
             outcomes = tuple((first + start, base_offset, append_ms, part_error)
@@ -955,12 +965,19 @@ class _SplitOutcome:
             outcomes = ((first, result.base_offset, result.log_append_time_ms, None),)
         else:
             outcomes = ((first, -1, -1, error),)
+        batch = self._batch
         with self._lock:
+            if (batch is not None and error is None
+                    and stamp != (batch.producer_id, batch.producer_epoch)):
+                self._restamped = stamp
             self._parts[index] = outcomes
             self._left -= 1
             if self._left:
                 return
             parts = tuple(outcome for outcomes in self._parts for outcome in outcomes)
+            restamped = self._restamped
+        if restamped is not None:
+            batch.rewrite_producer_state(*restamped, batch.base_sequence)
         error = next((part[3] for part in parts if part[3] is not None), None)
         self._on_done(_result((self._topic, self._partition, parts[0][1], parts[0][2],
                                self._record_count, parts)), error)
