@@ -639,7 +639,11 @@ class Sender:
                          item.topic, item.partition, exc)
             return False
         outcome = _SplitOutcome(item, len(parts))
-        items = [_Batch(item.seq, item.topic, item.partition, view, count, item.created_ns,
+        # A request's view of a part is its own (as send() takes one of the builder):
+        # the sealed view goes back with the part (release_batch), which a slice of
+        # it still held by a request would refuse.
+        items = [_Batch(item.seq, item.topic, item.partition, memoryview(builder), count,
+                        item.created_ns,
                         functools.partial(outcome.part_done, index, first, builder, view))
                  for index, (builder, view, first, count) in enumerate(parts)]
         with self._lock:
