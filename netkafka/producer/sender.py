@@ -23,6 +23,11 @@ behind one that failed for good do (re-stamped in place, see idempotence.py).
 DUPLICATE_SEQUENCE_NUMBER means the broker has the batch already: acknowledged,
 offset unknown (-1).
 
+A batch of two records or more refused as MESSAGE_TOO_LARGE is split in halves
+(split.py), which take its place in its partition's queue -- and, idempotent, its
+place among the partition's outstanding batches, with its sequences -- and its
+on_done hears their outcomes together (_SplitOutcome, ProduceResult.parts).
+
 Transactional batches: the TransactionManager (transaction_manager.py) is told
 of each batch as it is queued (its partition joins the transaction) and asked,
 per partition and request, whether the partition's batches may go out yet; a
