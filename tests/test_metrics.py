@@ -16,7 +16,8 @@ from netkafka.testing.reader import read_topic
 # Names netkafka gives beyond kafka-python's: the Java client's cumulative counts and
 # buffer gauges.
 JAVA_ONLY = {"record-send-total", "record-error-total", "record-retry-total",
-             "buffer-total-bytes", "buffer-available-bytes", "request-total"}
+             "buffer-total-bytes", "buffer-available-bytes", "request-total",
+             "batch-split-total"}
 
 
 def _node_groups(groups):

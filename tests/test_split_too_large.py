@@ -54,9 +54,11 @@ def test_a_batch_refused_as_too_large_is_split_until_its_parts_fit(
         futures = [p.send(topic_name, value, partition=0) for value in sent]
         p.flush(60)
         metadata = [future.get(0) for future in futures]
-        metrics = p.metrics()["netkafka"]
+        groups = p.metrics()
+        metrics = groups["netkafka"]
     offsets = [m.offset for m in metadata]
     assert offsets == list(range(200))
+    assert groups["producer-metrics"]["batch-split-total"] == metrics["sender_batches_split"]
     # One 200-record batch, halved until its parts of at most 8 records fit: 31 splits.
     assert metrics["sender_batches_split"] >= 15
     assert metrics["records_acknowledged"] == 200

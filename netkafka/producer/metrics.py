@@ -12,7 +12,8 @@ Only what netkafka measures is there; a kafka-python name netkafka has no honest
 for is absent rather than made up (record-size-*, requests-in-flight,
 metadata-age, waiting-threads, bufferpool-wait-ratio).  Besides kafka-python's rates,
 the Java client's cumulative counts are given (record-send-total,
-record-error-total, record-retry-total, request-total).
+record-error-total, record-retry-total, request-total, and batch-split-total: batches
+refused as too large and split, from the sender's count).
 
 Windows as kafka-python's (and Java's) defaults: a statistic covers the last two
 samples of 30 s each; a rate divides its sum by the time they cover, counted as at

@@ -756,7 +756,8 @@ class Producer(ProducerCore):
         -total, record-retry-rate / -total, byte-rate, batch-size-avg / -max,
         compression-rate-avg, record-queue-time-avg / -max, records-per-request-avg,
         request-rate, request-latency-avg / -max, throttle-time-avg / -max,
-        buffer-total-bytes, buffer-available-bytes), "producer-topic-metrics.<topic>"
+        buffer-total-bytes, buffer-available-bytes, batch-split-total: batches refused
+        as too large and split), "producer-topic-metrics.<topic>"
         and "producer-node-metrics.node-<id>" (see netkafka/producer/metrics.py for each
         name's window and what it counts), and "netkafka": netkafka's own counters
         -- the accumulator's (batches_created, records_sent, records_acknowledged,
@@ -766,7 +767,7 @@ class Producer(ProducerCore):
         records_spool_delivered, records_spool_failed, spool_batches), the
         sender's prefixed "sender_" (batches acknowledged, failed, retried -- every
         resend, after an error code or a request left unanswered --, dropped at a
-        full connection, errors per broker error code), and with idempotence
+        full connection, split, errors per broker error code), and with idempotence
         producer_id, producer_epoch,
         producer_ids_fetched, producer_epoch_bumps,
         partitions_restarted; a transactional producer's transactions_committed,
@@ -786,6 +787,8 @@ class Producer(ProducerCore):
         groups = self._stats.groups()
         groups["producer-metrics"]["buffer-total-bytes"] = own["buffer_total_bytes"]
         groups["producer-metrics"]["buffer-available-bytes"] = own["buffer_available_bytes"]
+        # The Java client's count of batches split after MESSAGE_TOO_LARGE (sender.py).
+        groups["producer-metrics"]["batch-split-total"] = own["sender_batches_split"]
         groups["netkafka"] = own
         if self._wal is not None:
             groups["netkafka-wal"] = self._wal.metrics()
