@@ -4,7 +4,9 @@ What they wrote is read back by the independent reader (netkafka.testing.reader,
 librdkafka underneath) and compared byte for byte with what the test handed over,
 and with what the batch result / flush() / metrics() reported.
 """
+import contextlib
 import os
+import resource
 import threading
 import time
 from array import array
@@ -277,6 +279,42 @@ def test_send_batch_to_a_partition_that_does_not_exist_fails_those_rows(
         assert all("no partition 9" in str(error) for _, error in result.errors)
     records = read_topic(kafka_broker.bootstrap, topic_name, 2)
     assert sorted(r.value for r in records) == [b"a", b"c"]
+
+
+@contextlib.contextmanager
+def _address_space_limited(extra_bytes):
+    """The process may map at most extra_bytes more while inside: an allocation far
+    larger fails with MemoryError instead of taking the machine's memory."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as status:
+        mapped_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (mapped_kib * 1024 + extra_bytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_send_batch_to_a_huge_partition_id_fails_that_row_alone(kafka_broker, topic_name):
+    # The rows were grouped by partition with a counter per partition id up to the
+    # largest given: 8 GB of them for partition 10**9, and for 2**31 - 1 a count
+    # that overflowed, then writes outside the counters (a segfault).  Such a row is
+    # one the topic has no partition for, refused alone like partition 9 above.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    huge = 2**31 - 1
+    with producer(kafka_broker.bootstrap, max_block_ms=1000) as p:
+        p.send_batch(topic_name, [b"warm-up"], partitions=0).get(30)  # metadata known
+        with _address_space_limited(1 << 30):
+            result = p.send_batch(topic_name, [b"a", b"b", b"c", b"d", b"e"],
+                                  partitions=[1, huge, 0, 10**9, huge])
+        result.get(30)
+        assert [row for row, _ in result.errors] == [1, 3, 4]
+        errors = dict(result.errors)
+        assert all(f"no partition {huge}" in str(errors[row]) for row in (1, 4))
+        assert "no partition 1000000000" in str(errors[3])
+        assert list(result.partitions()) == [1, -1, 0, -1, -1]
+    records = read_topic(kafka_broker.bootstrap, topic_name, 3)
+    assert sorted(r.value for r in records) == [b"a", b"c", b"warm-up"]
 
 
 def test_send_batch_applies_serializers(kafka_broker, topic_name):

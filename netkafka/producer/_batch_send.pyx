@@ -287,27 +287,50 @@ def group_rows(partitions):
     Raises:
         TypeError, ValueError: as partitions_array().
     """
-    cdef int[::1] parts = _partitions_array(partitions)
-    cdef Py_ssize_t n = parts.shape[0], i
-    cdef int top = -1, p
+    given = _partitions_array(partitions)
+    cdef int[::1] parts = given
+    cdef Py_ssize_t n = parts.shape[0], i, p
+    # A counter per partition id up to the largest one given -- but not past `last`:
+    # an id far above the row count (a caller's 2**31 - 1) would cost gigabytes of
+    # counters for a few rows.  Ids from `last` on share the last counter, and that
+    # one group is sorted apart (by comparisons, fine for the few rows it holds).
+    cdef Py_ssize_t last = 2 * n + 1024, top = -1
     for i in range(n):
         if parts[i] > top:
             top = parts[i]
+    top = min(top, last)
     # starts[p + 1]: where partition p's rows begin in order (p = -1 at slot 0).
     cdef long long[::1] starts = array("q", bytes(8 * (top + 3)))
     for i in range(n):
-        starts[parts[i] + 2] += 1
+        starts[min(parts[i], top) + 2] += 1
     for p in range(1, top + 3):
         starts[p] += starts[p - 1]
     groups = [(p - 1, starts[p], starts[p + 1] - starts[p])
               for p in range(top + 2) if starts[p + 1] > starts[p]]
+    cdef bint shared = top == last and starts[top + 2] > starts[top + 1]
     order_array = array("q", bytes(8 * n))
     cdef long long[::1] order = order_array
     for i in range(n):
-        p = parts[i] + 1
+        p = min(parts[i], top) + 1
         order[starts[p]] = i
         starts[p] += 1
+    if shared:
+        groups.extend(_sort_group(order_array, groups.pop(), given))
     return order_array, groups
+
+
+def _sort_group(order, group, partitions):
+    # group's rows of order, several partitions mixed, sorted by partition in place
+    # (a stable sort: each partition's rows stay in row order); its groups.
+    _, start, count = group
+    rows = sorted(order[start:start + count], key=partitions.__getitem__)
+    order[start:start + count] = array("q", rows)
+    groups, first = [], 0
+    for end in range(1, count + 1):
+        if end == count or partitions[rows[end]] != partitions[rows[first]]:
+            groups.append((partitions[rows[first]], start + first, end - first))
+            first = end
+    return groups
 
 
 ctypedef fused _row_value_t:
