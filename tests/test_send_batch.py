@@ -14,7 +14,7 @@ from array import array
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from netkafka import BatchSendResult, Producer, UndeliveredRecordsError
+from netkafka import BatchSendResult, Producer, Serializer, UndeliveredRecordsError
 from netkafka.errors import RecordTooLargeError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -326,6 +326,41 @@ def test_send_batch_applies_serializers(kafka_broker, topic_name):
             p.send_batch(topic_name, iter(["a"]))
     records = read_topic(kafka_broker.bootstrap, topic_name, 2)
     assert [(r.key, r.value) for r in records] == [(b"Kx", b"a"), (None, b"b")]
+
+
+class _TaggingSerializer(Serializer):
+    """kafka-python 3's form: sees each row's headers, and adds one to them."""
+
+    def __init__(self):
+        self.seen = []
+
+    def serialize(self, topic, headers, data):
+        self.seen.append(list(headers))
+        headers.append(("encoding", b"utf-8"))
+        return data.encode()
+
+
+def test_send_batch_serializers_with_headers_by_column(kafka_broker, topic_name):
+    # With a serializer set, headers={name: column} were read as per-row lists: the
+    # dict's keys taken for rows ("headers has 1 rows, values 2"), or, with as many
+    # names as rows, each name's letters for a row's headers (every row refused).
+    # The serializer sees each row's headers, as send() shows it the row's list.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    serializer = _TaggingSerializer()
+    with producer(kafka_broker.bootstrap, value_serializer=serializer) as p:
+        result = p.send_batch(topic_name, ["a", "b"],
+                              headers={"trace": [b"t0", None], b"source": (b"s0", b"s1")})
+        assert result.get(30).failed_count == 0, result.errors
+        with pytest.raises(ValueError, match=r"headers\['trace'\] has 1 elements, values has 2"):
+            p.send_batch(topic_name, ["a", "b"], headers={"trace": [b"t0"]})
+        with pytest.raises(TypeError, match="headers keys must be str or bytes"):
+            p.send_batch(topic_name, ["a", "b"], headers={3: [b"t0", b"t1"]})
+    assert serializer.seen == [[("trace", b"t0"), (b"source", b"s0")],
+                               [("trace", None), (b"source", b"s1")]]
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert [(r.value, r.headers) for r in records] == [
+        (b"a", [("trace", b"t0"), ("source", b"s0"), ("encoding", b"utf-8")]),
+        (b"b", [("trace", None), ("source", b"s1"), ("encoding", b"utf-8")])]
 
 
 def test_send_batch_of_nothing_is_done_at_once(kafka_broker, topic_name):

@@ -59,6 +59,7 @@ from netkafka.producer.sender import Sender
 from netkafka.producer.replay import Replay, ReplayReport
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.producer.transaction_manager import TransactionManager
+from netkafka.record._columns import Rows, binary_source
 
 _log = logging.getLogger("netkafka.producer.producer")
 _BYTES_TYPES = (bytes, bytearray, memoryview)
@@ -325,26 +326,27 @@ class Producer(ProducerCore):
         Rows are placed as send() places them: the row's entry of `partitions`, else
         the partitioner's choice -- murmur2 of the key, bit-identical to send(), and
         sticky batches for rows without a key (another partitioner is asked row by
-        row).  Each partition's rows are appended in bulk, in row order -- except
-        that rows without a key go first: in a partition they precede the call's
-        keyed rows rather than interleave with them.
+        row).  Each partition's rows are appended in bulk, in row order, whatever
+        mix of keyed, unkeyed and explicitly placed rows the call holds.
 
         Args:
             topic: the topic's name.
-            values: a list or tuple of bytes-like or None, or a pyarrow Binary,
-                String, LargeBinary or LargeString array (read in place; nulls are
-                tombstones).
-            keys: None, or per row bytes-like or None: a list or tuple, or (with
-                pyarrow values) a pyarrow array.
-            headers: None, or a list or tuple with per row None or a list of
-                (str, bytes) pairs; lists of values only.
-            partitions: None, an int (every row), or a list or tuple of ints.
+            values: per row bytes-like or None (a tombstone): a list or tuple, a
+                BinaryColumn, or a pyarrow Binary, String, LargeBinary or
+                LargeString Array or ChunkedArray (read in place).
+            keys: None, or per row bytes-like or None, in any form values takes.
+            headers: None; or a list or tuple with per row None or a list of
+                (str, bytes) pairs; or a dict {name: column}, each row getting
+                every name with the column's value at the row (a column in any form
+                values takes; null: a null header value).
+            partitions: None, an int (every row), or a list or tuple of ints or
+                None (the partitioner's choice), or an array('i') (-1: None).
             timestamps_ms: None (now), or per row CreateTime in ms: a list or tuple
-                (int or None; ints only with pyarrow values), or with pyarrow values
-                a buffer of int64.
+                of int or None (now), or a buffer of int64.
 
         With key_serializer / value_serializer set, they are applied row by row
-        (Python calls, by nature) and values/keys must be lists or tuples.
+        (Python calls, by nature), each seeing the row's headers as a list, and
+        values/keys must be lists or tuples.
 
         Returns:
             A BatchSendResult: get(timeout) / wait(timeout), then errors [(row,
@@ -387,13 +389,17 @@ class Producer(ProducerCore):
                 raise TypeError(f"with a serializer set, {name} must be a list or tuple, "
                                 f"not {type(rows).__name__}")
         for name, rows in (("keys", keys), ("headers", headers)):
-            if rows is not None and len(rows) != len(values):
+            if rows is not None and not isinstance(rows, dict) and len(rows) != len(values):
                 raise ValueError(f"{name} has {len(rows)} rows, values {len(values)}")
         if keys is None and self._key_serializer is not None:
             keys = [None] * len(values)  # as send(), the serializer sees a null key
         # Each row's headers as a list the serializers may add to, as send()'s.
-        row_headers = ([[] for _ in values] if headers is None
-                       else [[] if h is None else list(h) for h in headers])
+        if headers is None:
+            row_headers = [[] for _ in values]
+        elif isinstance(headers, dict):
+            row_headers = _headers_by_row(values, headers)
+        else:
+            row_headers = [[] if h is None else list(h) for h in headers]
         if self._value_serializer is not None:
             values = [self._serialize(self._value_serializer, "value_serializer", topic,
                                       h, v) for v, h in zip(values, row_headers)]
@@ -896,6 +902,16 @@ def _serializer_function(serializer):
 
     serialize_data.__qualname__ = _name_of(serializer)  # errors name the user's function
     return serialize_data
+
+
+def _headers_by_row(values, columns):
+    """send_batch()'s headers={name: column} as each row's list of (name, value)
+    pairs, for the serializers to see and add to as send()'s: the columns checked
+    as send_batch() checks them (Rows), then read row by row."""
+    Rows([None] * len(values), headers=columns)
+    readers = [(name, binary_source(column, "headers")) for name, column in columns.items()]
+    return [[(name, column.item(row)) for name, column in readers]
+            for row in range(len(values))]
 
 
 def _name_of(fn):
