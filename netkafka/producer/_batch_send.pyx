@@ -88,12 +88,13 @@ def keyed_partitions(keys, Py_ssize_t num_partitions, explicit=None):
 
     Returns:
         An array('i'): explicit[i] where >= 0, else toPositive(murmur2(key)) %
-        num_partitions, else -1 (a row without a key: the partitioner places it).
+        num_partitions, else -1 (a row without a key, or with a key that cannot
+        be read -- not bytes-like, offsets outside its data: the partitioner
+        places it, and appending it raises that error).
 
     Raises:
-        TypeError: keys is of another kind, or keys[i] is not bytes-like (named).
-        ValueError: num_partitions is not in 1..2**31-1, or keys[i]'s offsets are
-            outside its data.
+        TypeError: keys is of another kind.
+        ValueError: num_partitions is not in 1..2**31-1.
     """
     cdef uint32_t count
     cdef BinarySource source = None
@@ -117,15 +118,25 @@ def keyed_partitions(keys, Py_ssize_t num_partitions, explicit=None):
         raise TypeError("keyed_partitions needs keys or explicit partitions")
     result = array("i", b"\xff" * (4 * n))
     cdef int[::1] out = result
-    for i in range(n):
-        if explicit is not None and given[i] >= 0:
-            out[i] = given[i]
-        elif source is not None:
-            held = source.get(i, &data, &length, &view)
-            if length >= 0:
-                out[i] = <int>nk_murmur2_partition(data, <size_t>length, count)
-            if held:
-                PyBuffer_Release(&view)
+    i = 0
+    while i < n:
+        try:
+            while i < n:
+                if explicit is not None and given[i] >= 0:
+                    out[i] = given[i]
+                elif source is not None:
+                    held = source.get(i, &data, &length, &view)
+                    if length >= 0:
+                        out[i] = <int>nk_murmur2_partition(data, <size_t>length, count)
+                    if held:
+                        PyBuffer_Release(&view)
+                i += 1
+        except (TypeError, ValueError):
+            # Row i's key cannot be read: the row stays -1, placed as a row without
+            # a key, and its append refuses it with this error -- it fails alone, as
+            # a bad key does on a one-partition topic, never hashed.  (The try is
+            # entered once per such row, not once per row.)
+            i += 1
     return result
 
 
