@@ -298,6 +298,21 @@ def test_send_batch_bad_key_fails_only_its_row_on_a_topic_of_many_partitions(
         list(sent.items()) + [(b"v0", b"c0"), (b"v3", b"c2")])
 
 
+def test_send_batch_leaves_the_callers_partitions_array_as_it_was(kafka_broker, topic_name):
+    # With a partitioner of the caller's, the rows it placed were written into the
+    # caller's own array('i') of partitions: its -1s overwritten.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    given = array("i", [0, -1, 1, -1])
+    with producer(kafka_broker.bootstrap,
+                  partitioner=lambda key, all_partitions, available: all_partitions[-1]) as p:
+        result = p.send_batch(topic_name, [b"a", b"b", b"c", b"d"], partitions=given).get(30)
+    assert list(result.partitions()) == [0, 2, 1, 2]
+    assert given == array("i", [0, -1, 1, -1])
+    records = read_topic(kafka_broker.bootstrap, topic_name, 4)
+    assert sorted((r.partition, r.value) for r in records) == [
+        (0, b"a"), (1, b"c"), (2, b"b"), (2, b"d")]
+
+
 def test_send_batch_to_a_partition_that_does_not_exist_fails_those_rows(
         kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=2)

@@ -235,7 +235,8 @@ def _partitions_per_row(accumulator, topic, rows, partitions):
         return per_row
     # Any other partitioner is asked row by row, as send() asks it.
     all_partitions, available = accumulator.topic_partitions(topic)
-    per_row = array("i", b"\xff" * (4 * count)) if explicit is None else explicit
+    # A copy of explicit: it may be the caller's own array('i').
+    per_row = array("i", b"\xff" * (4 * count) if explicit is None else explicit)
     keys = rows.keys
     for i in range(count):
         if per_row[i] < 0:
