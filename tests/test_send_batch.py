@@ -454,6 +454,57 @@ def test_send_batch_bad_arguments_raise_naming_them(kafka_broker, topic_name):
     assert read_topic(kafka_broker.bootstrap, topic_name, 0) == []
 
 
+def test_send_batch_takes_timestamps_as_a_pyarrow_column(kafka_broker, topic_name):
+    # A table's timestamp column (any unit, with or without a time zone: the values
+    # are UTC) or an integer column of milliseconds, as the values' are taken:
+    # they were refused ("must be a contiguous buffer"), and a numpy datetime64
+    # array raised numpy's own "cannot include dtype 'M' in a buffer".
+    pa = pytest.importorskip("pyarrow")
+    np = pytest.importorskip("numpy")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    base_ms = 1_700_000_000_000
+    count = 10
+    stamps_ms = [base_ms + 1000 * i + i for i in range(count)]
+    in_units = {"s": [ms // 1000 for ms in stamps_ms], "ms": stamps_ms,
+                "us": [ms * 1000 + 999 for ms in stamps_ms],
+                "ns": [ms * 1_000_000 + 999_999 for ms in stamps_ms]}
+    columns = {
+        "timestamp[us, tz]": pa.array(in_units["us"], pa.timestamp("us", "Europe/Paris")),
+        "timestamp[ns]": pa.array(in_units["ns"], pa.timestamp("ns")),
+        "timestamp[s]": pa.array(in_units["s"], pa.timestamp("s")),
+        # Sliced: the column's offset into its buffer is honoured.
+        "timestamp[ms] sliced": pa.array([0, 0] + stamps_ms, pa.timestamp("ms")).slice(2),
+        "int64 chunked": pa.chunked_array([stamps_ms[:3], stamps_ms[3:]], pa.int64()),
+    }
+    expected = {"timestamp[s]": [ms // 1000 * 1000 for ms in stamps_ms]}
+    values = pa.array([b"v%d" % i for i in range(count)])
+    with producer(kafka_broker.bootstrap, linger_ms=5) as p:
+        for name, column in columns.items():
+            result = p.send_batch(topic_name, values,
+                                  headers={"column": [name.encode()] * count},
+                                  timestamps_ms=column).get(30)
+            assert result.failed_count == 0, (name, result.errors)
+        with pytest.raises(ValueError, match="timestamps_ms has 1 null"):
+            p.send_batch(topic_name, values,
+                         timestamps_ms=pa.array([None] + stamps_ms[1:], pa.timestamp("ms")))
+        with pytest.raises(TypeError, match="timestamps_ms: a pyarrow array of string"):
+            p.send_batch(topic_name, values, timestamps_ms=pa.array(["x"] * count))
+        with pytest.raises(ValueError, match="timestamps_ms has 9 elements, values has 10"):
+            p.send_batch(topic_name, values, timestamps_ms=columns["int64 chunked"][1:])
+        with pytest.raises(TypeError, match="timestamps_ms must be a contiguous buffer"):
+            p.send_batch(topic_name, values,
+                         timestamps_ms=np.array(stamps_ms, dtype="datetime64[ms]"))
+        with pytest.raises(ValueError, match="timestamps_ms: .*out of bounds"):
+            p.send_batch(topic_name, values, timestamps_ms=pa.array(
+                [2**62] * count, pa.timestamp("s")))
+        with pytest.raises(TypeError, match=r"timestamps_ms must be a buffer of int64"):
+            p.send_batch(topic_name, values, timestamps_ms=pa.py_buffer(bytes(8 * count)))
+    records = read_topic(kafka_broker.bootstrap, topic_name, count * len(columns))
+    for name in columns:
+        got = [(r.value, r.timestamp_ms) for r in records if r.headers[0][1] == name.encode()]
+        assert got == list(zip(values.to_pylist(), expected.get(name, stamps_ms))), name
+
+
 def test_send_batch_pyarrow_bad_arguments(kafka_broker, topic_name):
     pa = pytest.importorskip("pyarrow")
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)

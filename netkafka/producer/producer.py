@@ -342,7 +342,9 @@ class Producer(ProducerCore):
             partitions: None, an int (every row), or a list or tuple of ints or
                 None (the partitioner's choice), or an array('i') (-1: None).
             timestamps_ms: None (now), or per row CreateTime in ms: a list or tuple
-                of int or None (now), or a buffer of int64.
+                of int or None (now), a buffer of int64, or a pyarrow timestamp
+                (any unit, any time zone) or integer (ms) Array or ChunkedArray
+                without nulls.
 
         With key_serializer / value_serializer set, they are applied row by row
         (Python calls, by nature), each seeing the row's headers as a list, and

@@ -18,6 +18,7 @@ Threads: a BinaryColumn is immutable once built; a BinarySource or a Rows is use
 one thread at a time (the chunk last read, the header row being encoded).
 """
 import bisect
+from array import array
 
 cimport cython
 from cpython.bool cimport PyBool_Check
@@ -201,7 +202,8 @@ cdef int _get_contiguous(object obj, Py_buffer *view, int flags, str name) excep
     # A column's buffers are held for its life: any exporter, one clear error.
     try:
         PyObject_GetBuffer(obj, view, flags)
-    except (TypeError, BufferError) as exc:
+    except (TypeError, BufferError, ValueError) as exc:
+        # ValueError: numpy's refusals ("ndarray is not C-contiguous", a datetime64).
         raise TypeError(f"{name} must be a contiguous buffer: {exc}") from None
     return 0
 
@@ -216,6 +218,40 @@ cdef int _borrow_int64s(object obj, Py_buffer *view, Py_ssize_t count) except -1
         PyBuffer_Release(view)
         raise ValueError(f"timestamps_ms has {view.len // 8} elements, values has {count}")
     return 0
+
+
+cdef object _arrow_timestamps_ms(object column):
+    # A pyarrow timestamp (any unit; any time zone, the values being UTC) or integer
+    # (milliseconds) Array or ChunkedArray as a buffer of int64 milliseconds: in
+    # place for an int64 or timestamp[ms] column of one chunk, else converted.
+    # Another pyarrow object (a Buffer) is returned as is, for the buffer path.
+    import pyarrow
+    if not isinstance(column, (pyarrow.Array, pyarrow.ChunkedArray)):
+        return column
+    types = pyarrow.types
+    kind = column.type
+    if not (types.is_timestamp(kind) or types.is_integer(kind)):
+        raise TypeError(f"timestamps_ms: a pyarrow array of {kind} is not a timestamp "
+                        f"column: expected a timestamp or an integer (milliseconds) type")
+    try:
+        if types.is_timestamp(kind) and kind.unit != "ms":
+            # Sub-millisecond parts dropped, as Kafka keeps milliseconds; seconds
+            # beyond int64 as milliseconds refused (safe).
+            column = column.cast(pyarrow.timestamp("ms", kind.tz), safe=kind.unit == "s")
+        column = column.cast(pyarrow.int64())
+    except pyarrow.ArrowInvalid as exc:  # that, or a uint64 beyond int64
+        raise ValueError(f"timestamps_ms: {exc}") from None
+    if column.null_count:
+        raise ValueError(f"timestamps_ms has {column.null_count} null(s): fill them "
+                         f"(pyarrow.compute.fill_null), or give a list with None for now")
+    if isinstance(column, pyarrow.ChunkedArray):
+        column = (column.chunk(0) if column.num_chunks == 1
+                  else pyarrow.concat_arrays(column.chunks) if column.num_chunks
+                  else pyarrow.array([], pyarrow.int64()))
+    values = column.buffers()[1]
+    if values is None:
+        return array("q")  # an empty array may have no buffers at all
+    return memoryview(values)[column.offset * 8:(column.offset + len(column)) * 8].cast("q")
 
 
 cdef bint _is_native_signed_int(const char *fmt):
@@ -553,8 +589,10 @@ cdef class Rows:
             None value) pairs, in a list or tuple; or a dict {key: column}, every
             row getting each key with that column's value at the row (a column in
             any form values takes, its nulls null header values).
-        timestamps_ms: None (now), a list or tuple of int or None (now), or a
-            buffer of int64 (array('q'), a numpy int64 array).
+        timestamps_ms: None (now), a list or tuple of int or None (now), a
+            buffer of int64 (array('q'), a numpy int64 array), or a pyarrow
+            timestamp (any unit) or integer (milliseconds) Array or ChunkedArray
+            without nulls.
 
     Raises:
         TypeError: an argument of another kind (named).
@@ -588,6 +626,8 @@ cdef class Rows:
             self._ts_kind = _TS_SEQUENCE
             self._ts_sequence = timestamps_ms
         else:
+            if _is_pyarrow(timestamps_ms):
+                timestamps_ms = _arrow_timestamps_ms(timestamps_ms)
             _borrow_int64s(timestamps_ms, &self._ts_view, self.length)
             self._ts_kind = _TS_INT64
 
