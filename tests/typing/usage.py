@@ -28,7 +28,10 @@ def produce(bootstrap: str) -> int:
         metadata: RecordMetadata = future.get(timeout=10)
         producer.produce("events", b"fire and forget")
         result = producer.send_batch("events", [b"a", b"b"], keys=[b"k", None]).get(10)
-        failed: int = result.failed_count
+        by_column = producer.send_batch("events", [b"a", b"b"],
+                                        headers={"source": [b"web", None]},
+                                        partitions=[0, None]).get(10)
+        failed: int = result.failed_count + by_column.failed_count
         offsets = result.offsets()
         partitions: set[int] = producer.partitions_for("events")
         producer.flush(timeout=30)
