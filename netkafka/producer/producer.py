@@ -333,7 +333,8 @@ class Producer(ProducerCore):
             topic: the topic's name.
             values: per row bytes-like or None (a tombstone): a list or tuple, a
                 BinaryColumn, or a pyarrow Binary, String, LargeBinary or
-                LargeString Array or ChunkedArray (read in place).
+                LargeString Array or ChunkedArray (read in place), or a BinaryView,
+                StringView, FixedSizeBinary or dictionary-encoded one (converted).
             keys: None, or per row bytes-like or None, in any form values takes.
             headers: None; or a list or tuple with per row None or a list of
                 (str, bytes) pairs; or a dict {name: column}, each row getting

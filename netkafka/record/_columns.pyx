@@ -342,13 +342,15 @@ cdef class BinaryColumn:
     @staticmethod
     def from_arrow(array):
         """A column over a pyarrow Binary, LargeBinary, String or LargeString array
-        (no copy: the array's buffers are used in place)."""
+        (no copy: the array's buffers are used in place), or over a copy of a
+        BinaryView, StringView, FixedSizeBinary or dictionary-encoded one."""
         import pyarrow
         if isinstance(array, pyarrow.ChunkedArray):
             raise TypeError("a ChunkedArray has several buffers: pass its .chunks one by one")
         if not isinstance(array, pyarrow.Array):
             raise TypeError(f"expected a pyarrow array, got {type(array).__name__}")
-        width = _arrow_offset_width(pyarrow, array.type, "a pyarrow array")
+        array = _arrow_binary(pyarrow, array, "a pyarrow array")
+        width = _offset_width(pyarrow.types, array.type)
         validity, offsets, data = array.buffers()
         if offsets is None:
             # An empty array may have no buffers at all.
@@ -394,15 +396,44 @@ cdef class BinaryColumn:
                          f"{self._data_len} bytes of data")
 
 
-cdef int _arrow_offset_width(object pyarrow, object arrow_type, str what) except -1:
-    # Bytes per offset of a pyarrow binary-like type; anything else is refused.
-    types = pyarrow.types
+cdef int _offset_width(object types, object arrow_type):
+    # Bytes per offset of the pyarrow types BinaryColumn reads in place; 0 for others.
     if types.is_binary(arrow_type) or types.is_string(arrow_type):
         return 4
     if types.is_large_binary(arrow_type) or types.is_large_string(arrow_type):
         return 8
-    raise TypeError(f"{what} of {arrow_type} is not a binary column: expected binary, "
-                    f"large_binary, string or large_string")
+    return 0
+
+
+cdef object _arrow_binary(object pyarrow, object column, str what):
+    # column (a pyarrow Array or ChunkedArray) in a type BinaryColumn reads in place:
+    # as it is, or converted once (a copy) from another binary-like type -- views,
+    # fixed-size, or dictionary-encoded ones -- which hold the same bytes per row.
+    # Any other type is refused: a cast would turn numbers into their text.
+    types = pyarrow.types
+    kind = column.type
+    if _offset_width(types, kind):
+        return column
+    inner = kind.value_type if types.is_dictionary(kind) else kind
+    if (_offset_width(types, inner) or types.is_fixed_size_binary(inner)
+            or _is_view(types, inner)):
+        try:
+            return column.cast(pyarrow.large_binary())
+        except pyarrow.ArrowNotImplementedError as exc:
+            raise TypeError(f"{what} of {kind} cannot be read as binary: {exc}") from None
+    raise TypeError(f"{what} of {kind} is not a binary column: expected binary, "
+                    f"large_binary, string or large_string (read in place), or "
+                    f"binary_view, string_view, fixed_size_binary or a dictionary of "
+                    f"these (converted)")
+
+
+cdef bint _is_view(object types, object arrow_type):
+    # binary_view / string_view, which pyarrow has from version 16 on.
+    for name in ("is_binary_view", "is_string_view"):
+        check = getattr(types, name, None)
+        if check is not None and check(arrow_type):
+            return True
+    return False
 
 
 cdef BinaryColumn _as_column(object obj, str name):
@@ -423,8 +454,9 @@ cdef inline bint _is_pyarrow(object obj):
 cdef class BinarySource:
     """One bulk argument of nullable binaries, read in place by row index: an exact
     list or tuple of bytes-like or None, a BinaryColumn, or a pyarrow Binary,
-    String, LargeBinary or LargeString Array or ChunkedArray.  Build it with
-    binary_source().  Used by one thread at a time (the chunk it last read is
+    String, LargeBinary or LargeString Array or ChunkedArray (another binary-like
+    one -- views, fixed-size, dictionary-encoded -- converted once to
+    LargeBinary, then read in place).  Build it with binary_source().  Used by one thread at a time (the chunk it last read is
     remembered)."""
 
     cdef int get(self, Py_ssize_t i, const unsigned char **data, Py_ssize_t *length,
@@ -511,9 +543,9 @@ cdef BinarySource _binary_source(object obj, str name, Py_ssize_t expected_lengt
             _chunked_source(source, obj, name)
         elif _is_pyarrow(obj) and hasattr(obj, "buffers"):
             import pyarrow
-            _arrow_offset_width(pyarrow, obj.type, name + ": a pyarrow array")
             source._kind = _SOURCE_COLUMN
-            source._column = BinaryColumn.from_arrow(obj)
+            source._column = BinaryColumn.from_arrow(
+                _arrow_binary(pyarrow, obj, name + ": a pyarrow array"))
             source.length = source._chunk_end = source._column.length
         else:
             raise TypeError(f"{name} must be a list or tuple of bytes-like or None, a "
@@ -527,7 +559,7 @@ cdef BinarySource _binary_source(object obj, str name, Py_ssize_t expected_lengt
 cdef int _chunked_source(BinarySource source, object chunked, str name) except -1:
     # A ChunkedArray: its chunks' buffers in place, one BinaryColumn each.
     import pyarrow
-    _arrow_offset_width(pyarrow, chunked.type, name + ": a pyarrow array")
+    chunked = _arrow_binary(pyarrow, chunked, name + ": a pyarrow array")
     source._kind = _SOURCE_CHUNKS
     source._chunks = [BinaryColumn.from_arrow(chunk) for chunk in chunked.chunks]
     cdef Py_ssize_t total = 0
@@ -581,8 +613,8 @@ cdef class Rows:
 
     Args:
         values: per row bytes-like or None (a tombstone): a list or tuple, a
-            BinaryColumn (any buffers + offsets), or a pyarrow Binary, String,
-            LargeBinary or LargeString Array or ChunkedArray (nulls allowed).
+            BinaryColumn (any buffers + offsets), or a pyarrow binary-like Array
+            or ChunkedArray (nulls allowed), as BinarySource reads it.
         keys: None (no keys), or per row bytes-like or None, in any form values
             takes.
         headers: None; or per row None or a list of (str or bytes key, bytes or
