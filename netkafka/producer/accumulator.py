@@ -384,7 +384,8 @@ class RecordAccumulator(AccumulatorCore):
         start, count = 0, rows.count
         while start < count:
             try:
-                # A column's row can be refused as it is read (offsets outside its data).
+                # A row the encoder would refuse is refused as it is read, before a
+                # batch is opened for it (Rows.record).
                 key, value, headers, timestamp_ms = rows.record(start)
                 batch, first = self.append_into_batch(topic, partition, key, value, headers,
                                                       timestamp_ms)

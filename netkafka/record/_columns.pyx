@@ -725,8 +725,14 @@ cdef class Rows:
 
     def record(self, Py_ssize_t i):
         """Row i as (key, value, headers, timestamp_ms) objects, as append() takes
-        them: for the one row per batch that goes the per-record way."""
+        them: for the one row per batch that goes the per-record way.
+
+        Raises:
+            TypeError, ValueError: what the encoder would raise for the row (its
+                element named): checked here, before a batch is opened for it.
+        """
         self._check_row(i)
+        self.record_bytes(i, 0, -1, 0)
         key = None if self.keys is None else self.keys.item(i)
         value = self.values.item(i)
         if self._header_columns is not None:
