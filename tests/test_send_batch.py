@@ -9,6 +9,7 @@ import os
 import resource
 import threading
 import time
+import tracemalloc
 from array import array
 
 import pytest
@@ -333,6 +334,27 @@ def test_send_batch_bad_rows_fail_without_opening_a_batch_each(kafka_broker, top
     assert "values[0] must be bytes, bytearray, memoryview or None, not str" in str(error)
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [
         b"the one good row"]
+
+
+def test_send_batch_many_bad_rows_keep_little_memory(kafka_broker, topic_name):
+    # Each refused row's error was kept with its traceback, whose frames held some
+    # 2 KB per row and cost the garbage collector: 200,000 str values not encoded
+    # took 7.5 s and 450 MB.  The errors are kept without them (each names its row).
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    count = 5000
+    values = ["text %d" % i for i in range(count)]  # str: not encoded
+    with producer(kafka_broker.bootstrap) as p:
+        p.send_batch(topic_name, [b"warm-up"]).get(30)
+        tracemalloc.start()
+        try:
+            result = p.send_batch(topic_name, values).get(30)
+            kept_bytes, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert result.failed_count == count
+    assert kept_bytes < 1000 * count, f"{kept_bytes / count:.0f} bytes per refused row"
+    row, error = result.errors[-1]
+    assert row == count - 1 and "values[4999] must be bytes" in str(error)
 
 
 def test_send_batch_to_a_partition_that_does_not_exist_fails_those_rows(
