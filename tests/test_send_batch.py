@@ -595,6 +595,40 @@ def test_send_batch_of_other_pyarrow_binary_types(kafka_broker, topic_name, kind
             assert partitions[row] == kafka_python_partition(key, 3)
 
 
+def test_send_batch_takes_partitions_as_a_pyarrow_column(kafka_broker, topic_name):
+    # A table's partition column was refused ("partitions must be None, an int, or a
+    # list or tuple"): now any integer type, Array or ChunkedArray, sliced or not,
+    # a null leaving the row to the partitioner as None does in a list.
+    pa = pytest.importorskip("pyarrow")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    chosen = [2, None, 0, 1, None, 2, 7]  # 7: the topic has no such partition
+    keys = [b"k%d" % i for i in range(len(chosen))]
+    values = [b"v%d" % i for i in range(len(chosen))]
+    columns = [pa.array([0] + chosen, pa.int64()).slice(1),
+               pa.chunked_array([chosen[:3], chosen[3:]], pa.uint8())]
+    expected = [kafka_python_partition(k, 3) if c is None else c for k, c in zip(keys, chosen)]
+    expected[6] = -1
+    with producer(kafka_broker.bootstrap, max_block_ms=1000) as p:
+        for column in columns:
+            result = p.send_batch(topic_name, values, keys=keys, partitions=column).get(30)
+            assert list(result.partitions()) == expected
+            assert [row for row, _ in result.errors] == [6]
+            assert "no partition 7" in str(result.errors[0][1])
+        with pytest.raises(ValueError, match=r"partitions\[1\]=-2 is negative"):
+            p.send_batch(topic_name, values[:2], partitions=pa.array([0, -2]))
+        with pytest.raises(ValueError, match="partitions: .*not a partition id"):
+            p.send_batch(topic_name, values[:2], partitions=pa.array([0, 2**40]))
+        with pytest.raises(TypeError, match="partitions: a pyarrow array of double"):
+            p.send_batch(topic_name, values[:2], partitions=pa.array([0.0, 1.0]))
+        with pytest.raises(ValueError, match="partitions has 2 elements, values has 7"):
+            p.send_batch(topic_name, values, partitions=pa.array([0, 1]))
+    records = read_topic(kafka_broker.bootstrap, topic_name, 12)
+    got = sorted((r.partition, r.key, r.value) for r in records)
+    want = sorted([(partition, key, value)
+                   for key, value, partition in zip(keys, values, expected) if partition >= 0] * 2)
+    assert got == want
+
+
 def test_send_batch_pyarrow_bad_arguments(kafka_broker, topic_name):
     pa = pytest.importorskip("pyarrow")
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)

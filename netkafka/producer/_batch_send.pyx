@@ -39,17 +39,21 @@ from array import array
 def partitions_array(partitions):
     """send_batch()'s per-row `partitions` as an array('i'), each element checked:
     an int partition id, or None (-1: the partitioner's choice, as send()'s
-    partition=None).  An array('i') is checked and returned as is.
+    partition=None).  An array('i') is checked and returned as is; a pyarrow
+    integer Array or ChunkedArray is converted (null: None).
 
     Raises:
-        TypeError, ValueError: partitions is not a list or tuple, or an element is
-            neither None nor an int in 0..2**31-1 (named as partitions[i]).
+        TypeError, ValueError: partitions is not a list, tuple, array('i') or
+            pyarrow integer column, or an element is neither None nor an int in
+            0..2**31-1 (named as partitions[i]).
     """
     return _partitions_array(partitions)
 
 
 cdef object _partitions_array(object partitions):
     cdef Py_ssize_t i
+    if type(partitions).__module__.startswith("pyarrow"):  # pyarrow is optional
+        return _arrow_partitions(partitions)
     if isinstance(partitions, array) and partitions.typecode == "i":
         for i in range(len(partitions)):
             if partitions[i] < -1:
@@ -71,6 +75,36 @@ cdef object _partitions_array(object partitions):
         if not 0 <= item <= 0x7FFFFFFF:
             raise ValueError(f"partitions[{i}]={item} is not a partition id (0..2**31-1)")
         out[i] = item
+    return result
+
+
+cdef object _arrow_partitions(object column):
+    # A pyarrow integer Array or ChunkedArray of partition ids (null: the
+    # partitioner's choice) as array('i'), checked as a list of them is.
+    import pyarrow
+    import pyarrow.compute
+    if not isinstance(column, (pyarrow.Array, pyarrow.ChunkedArray)):
+        raise TypeError(f"partitions must be None, an int, a list or tuple of int or None, "
+                        f"or a pyarrow integer column, not {type(column).__name__}")
+    if not pyarrow.types.is_integer(column.type):
+        raise TypeError(f"partitions: a pyarrow array of {column.type} is not a partition "
+                        f"column: expected an integer type")
+    try:
+        ids = column.cast(pyarrow.int32())
+    except pyarrow.ArrowInvalid as exc:
+        raise ValueError(f"partitions: {exc}: not a partition id (0..2**31-1)") from None
+    lowest = pyarrow.compute.min(ids).as_py()
+    if lowest is not None and lowest < 0:
+        raise ValueError(f"partitions[{pyarrow.compute.index(ids, lowest).as_py()}]="
+                         f"{lowest} is negative")
+    ids = ids.fill_null(-1)
+    if isinstance(ids, pyarrow.ChunkedArray):
+        ids = (pyarrow.concat_arrays(ids.chunks) if ids.num_chunks
+               else pyarrow.array([], pyarrow.int32()))
+    result = array("i")
+    data = ids.buffers()[1]
+    if data is not None:
+        result.frombytes(memoryview(data)[ids.offset * 4:(ids.offset + len(ids)) * 4])
     return result
 
 

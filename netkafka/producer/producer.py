@@ -341,7 +341,8 @@ class Producer(ProducerCore):
                 every name with the column's value at the row (a column in any form
                 values takes; null: a null header value).
             partitions: None, an int (every row), or a list or tuple of ints or
-                None (the partitioner's choice), or an array('i') (-1: None).
+                None (the partitioner's choice), an array('i') (-1: None), or a
+                pyarrow integer Array or ChunkedArray (null: None).
             timestamps_ms: None (now), or per row CreateTime in ms: a list or tuple
                 of int or None (now), a buffer of int64, or a pyarrow timestamp
                 (any unit, any time zone) or integer (ms) Array or ChunkedArray
