@@ -16,7 +16,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka import BatchSendResult, Producer, Serializer, UndeliveredRecordsError
-from netkafka.errors import RecordTooLargeError
+from netkafka.errors import ProducerClosedError, RecordTooLargeError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -457,6 +457,17 @@ def test_send_batch_of_nothing_is_done_at_once(kafka_broker, topic_name):
     with producer(kafka_broker.bootstrap) as p:
         result = p.send_batch(topic_name, [])
         assert result.done and result.failed_count == 0 and result.record_count == 0
+
+
+def test_send_batch_of_nothing_after_close_raises_as_with_rows(kafka_broker, topic_name):
+    # An empty call returned a done result from a closed producer, where a call with
+    # rows raises: a loop sending chunks learnt of the close only at a full one.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    p = producer(kafka_broker.bootstrap)
+    p.close()
+    for values in ([b"a"], []):
+        with pytest.raises(ProducerClosedError, match="closed"):
+            p.send_batch(topic_name, values)
 
 
 def test_send_batch_bad_arguments_raise_naming_them(kafka_broker, topic_name):

@@ -175,6 +175,7 @@ def test_calls_in_the_wrong_state_are_refused(kafka_broker, topic_name, protocol
         for call in (lambda: producer.send(topic_name, b"x"),
                      lambda: producer.produce(topic_name, b"x"),
                      lambda: producer.send_batch(topic_name, [b"x"]),
+                     lambda: producer.send_batch(topic_name, []),
                      producer.commit_transaction, producer.abort_transaction,
                      lambda: producer.send_offsets_to_transaction({("t", 0): 1}, "g")):
             with pytest.raises(TransactionStateError, match="call begin_transaction"):

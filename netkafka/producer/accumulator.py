@@ -964,6 +964,13 @@ class RecordAccumulator(AccumulatorCore):
         with self.lock:
             return self.refusal is not None
 
+    def raise_if_refusing(self):
+        """Any thread: raises what a record sent now would raise, if records are
+        refused (see set_refusal): send_batch() of no rows says it too."""
+        with self.lock:
+            if self.refusal is not None:
+                raise self.refusal()
+
     def set_refusal(self, refusal):
         """What a record sent from now on raises (a callable making it), or None to
         take records again; a closed accumulator keeps refusing.  The transaction

@@ -190,6 +190,9 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
     rows = Rows(values, keys, headers, timestamps_ms)
     result = BatchSendResult(topic, rows.length)
     if rows.length == 0:
+        # No row to refuse, but the call is refused as one with rows would be (a
+        # closed producer, a transactional one between transactions).
+        accumulator.raise_if_refusing()
         return result
     per_row = _partitions_per_row(accumulator, topic, rows, partitions)
     if per_row is None:
