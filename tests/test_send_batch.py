@@ -470,6 +470,40 @@ def test_send_batch_of_nothing_after_close_raises_as_with_rows(kafka_broker, top
             p.send_batch(topic_name, values)
 
 
+class _ClosingHeaders(list):
+    """A row's headers that close the producer when the encoder first reads them:
+    a close() from another thread, landing between two partitions' appends."""
+
+    def __init__(self, producer, pairs):
+        super().__init__(pairs)
+        self.producer = producer
+
+    def __len__(self):
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            producer.close()
+        return super().__len__()
+
+
+def test_send_batch_closed_midway_reports_the_rows_that_went(kafka_broker, topic_name):
+    # A close() once some rows were appended made send_batch() raise
+    # ProducerClosedError: those rows were delivered (close() flushes them), but
+    # the caller, left without the result, could not know which.  Now the result
+    # comes back with them, and the rows left fail with the close's error.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    p = producer(kafka_broker.bootstrap)
+    headers = [None, None, _ClosingHeaders(p, [("h", b"v")]), None]
+    result = p.send_batch(topic_name, [b"a", b"b", b"c", b"d"], headers=headers,
+                          partitions=[0, 0, 1, 1])
+    result.get(30)
+    assert [row for row, _ in result.errors] == [2, 3]
+    assert all(isinstance(error, ProducerClosedError) for _, error in result.errors)
+    assert list(result.partitions()) == [0, 0, -1, -1]
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert [(r.partition, r.offset, r.value) for r in records] == [
+        (0, result.offsets()[0], b"a"), (0, result.offsets()[1], b"b")]
+
+
 def test_send_batch_bad_arguments_raise_naming_them(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
     with producer(kafka_broker.bootstrap) as p:

@@ -379,7 +379,10 @@ class RecordAccumulator(AccumulatorCore):
         rows: count, record(i) -> (key, value, headers, timestamp_ms), append_to(
         builder, start) -> rows appended.  outcome hears where each row went:
         appended(rows, batch_result, first_offset_delta, start, count) and
-        refused(rows, start, count, error) (called with self.lock held).
+        refused(rows, start, count, error) (called with self.lock held), and says
+        any_appended(): whether some row of the call went into a batch -- from
+        then on a refusal of every record (a close(), a transaction's end) fails
+        the rows left rather than raise, so that the call's result still tells.
         """
         start, count = 0, rows.count
         while start < count:
@@ -394,8 +397,10 @@ class RecordAccumulator(AccumulatorCore):
                 start += 1
                 continue
             except errors.KafkaError as exc:
-                if self.refusing():
+                if self.refusing() and not outcome.any_appended():
                     raise  # closed, or no transaction open: the call fails, not its rows
+                # (Once some rows went, the caller needs the result to know which:
+                # the rows left fail, whatever the reason.)
                 outcome.refused(rows, start, count - start, exc)
                 return
             run_start, start = start, start + 1
@@ -440,7 +445,7 @@ class RecordAccumulator(AccumulatorCore):
                 self._drain(queue)
             if wal_failure is not None:
                 # As a failure on the per-record path: the rows left fail with it.
-                if self.refusing():
+                if self.refusing() and not outcome.any_appended():
                     raise wal_failure
                 outcome.refused(rows, start, count - start, wal_failure)
                 return

@@ -70,6 +70,9 @@ class BatchSendResult:
     def appended(self, rows, batch_result, first_offset_delta, start, count):
         self._runs.append((batch_result, first_offset_delta, rows.row_ids[start:start + count]))
 
+    def any_appended(self):
+        return bool(self._runs)
+
     def refused(self, rows, start, count, error):
         # Kept without its traceback (nor, when suppressed, the error it replaced):
         # their frames made each of a call's many bad rows (str values not encoded)

@@ -361,7 +361,9 @@ class Producer(ProducerCore):
             a new segment) fail with WalStorageError and are not sent.
 
         Raises:
-            ProducerClosedError: after close().
+            ProducerClosedError: after close().  A close() (or, transactional, an
+                abort) during the call once some rows went does not raise: the rows
+                left fail with its error, in the result.
             TypeError, ValueError: an argument of the wrong kind or length (named);
                 nothing was sent.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
