@@ -8,12 +8,14 @@ What the jobs wrote is read back by the independent reader.  Every value carries
 row's id (b"v-" + 12 digits + filler: 100 bytes), so any record can be regenerated
 and compared byte for byte, and a missing or repeated row shows.
 """
+import contextlib
 import os
 import random
 import sys
+import threading
 import time
 import tracemalloc
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 # pyspark, pyarrow and pandas are test dependencies: missing, they fail the module
 # rather than skip it.
@@ -197,6 +199,74 @@ def test_partition_sink_uses_one_producer_per_worker_process(spark, kafka_broker
     # Each worker's producer kept counting across the tasks it ran.
     assert max(acked for _, _, acked in seen) > 100
     assert len(read_topic(kafka_broker.bootstrap, topic_name, 1600)) == 1600
+
+
+def test_a_worker_keeps_the_producers_of_a_few_configurations(spark, kafka_broker, topic_name):
+    """Tasks with ever-new settings: each worker process keeps the producers of at most
+    WORKER_PRODUCERS_KEPT configurations (counted by their I/O threads, one each), the
+    older ones closed, and every record of every configuration is delivered."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    kept = nks.WORKER_PRODUCERS_KEPT
+    configurations = 3 * kept + 2
+    rows_each = 50
+    sinks = [nks.partition_sink(topic_name, config(kafka_broker, client_id=f"config-{i}"),
+                                value=lambda row: b"%d" % row)
+             for i in range(configurations)]
+
+    def run(index, rows):
+        sinks[index](rows)  # Spark partition i: configuration i
+        yield os.getpid(), sum(thread.name.startswith("netkafka-io-")
+                               for thread in threading.enumerate())
+
+    seen = spark.sparkContext.parallelize(range(configurations * rows_each),
+                                          configurations).mapPartitionsWithIndex(run).collect()
+    # A worker ran more configurations than it keeps, yet held no more producers.
+    assert max(Counter(pid for pid, _ in seen).values()) > kept
+    assert max(io_threads for _, io_threads in seen) <= kept
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name,
+                                          configurations * rows_each)]
+    assert sorted(map(int, values)) == list(range(configurations * rows_each))
+
+
+def test_the_cache_closes_no_producer_a_task_holds(kafka_broker, topic_name):
+    """An emitter part-way through its partition holds its producer: the
+    configurations another task of the process uses meanwhile close only idle
+    producers, and the held one delivers the rest of its partition."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    held_settings = nks.producer_settings(config(kafka_broker, client_id="held"))
+    others = [nks.partition_sink(topic_name, config(kafka_broker, client_id=f"other-{i}"),
+                                 value=0)
+              for i in range(nks.WORKER_PRODUCERS_KEPT + 2)]
+
+    def frames():
+        yield pa.record_batch({"value": [b"held-a-%d" % i for i in range(100)]})
+        for i, sink in enumerate(others):  # another task, while this one holds its producer
+            sink([(b"other-%d-%d" % (i, j),) for j in range(10)])
+        yield pa.record_batch({"value": [b"held-b-%d" % i for i in range(100)]})
+
+    producer = nks.worker_producer(held_settings)
+    reports = list(nks.arrow_emitter(topic_name, held_settings, value="value",
+                                     on_error="raise")(frames()))
+    assert sum(report.num_rows for report in reports) == 2
+    assert nks.worker_producer(held_settings) is producer  # kept throughout
+    expected = ([b"held-%s-%d" % (part, i) for part in (b"a", b"b") for i in range(100)]
+                + [b"other-%d-%d" % (i, j) for i in range(len(others)) for j in range(10)])
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, len(expected))]
+    assert sorted(values) == sorted(expected)
+
+
+def test_worker_producer_returns_a_live_producer_when_held_ones_fill_the_cache(
+        kafka_broker, topic_name):
+    """Every kept configuration's producer held by a task: worker_producer() of one
+    more gives a producer that sends (the cache is over its bound until one is
+    released), not one it closed on the way out."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with contextlib.ExitStack() as held:
+        for i in range(nks.WORKER_PRODUCERS_KEPT):
+            held.enter_context(nks.leased_producer(config(kafka_broker, client_id=f"held-{i}")))
+        producer = nks.worker_producer(config(kafka_broker, client_id="one-more"))
+        producer.send(topic_name, b"sent").get(30)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"sent"]
 
 
 def test_a_forked_worker_keeps_its_producer_and_delivers(kafka_broker, topic_name):

@@ -16,7 +16,10 @@ Every path ends in Producer.send_batch() in the executor's Python worker:
 
 Each Python worker process keeps one producer per configuration (worker_producer):
 PySpark reuses a worker for task after task, so connections, metadata and the
-idempotent producer id are set up once, not per task.  A forked child keeps the
+idempotent producer id are set up once, not per task.  It keeps those of the last
+WORKER_PRODUCERS_KEPT configurations used; an older one is flushed and closed once
+no task holds it (leased_producer), so that an executor running job after job with
+new settings does not pile up producers.  A forked child keeps the
 producers it inherits; Producer restarts its own threads there on first use.
 
 A task is done only when its records are: the sink flushes at the end of the
@@ -61,7 +64,8 @@ from netkafka.spark.emitters import (BATCH_REPORT_SCHEMA, ROW_REPORT_SCHEMA, arr
 from netkafka.spark.settings import CONF_PREFIX, SPARK_DEFAULTS, ProducerSettings, producer_settings
 from netkafka.spark.sink import (ATTEMPT_HEADER, FIRST_ERRORS_KEPT, PARTITION_HEADER,
                                  PROVENANCE_HEADERS, ROW_HEADER, SINK_CHUNK_ROWS, STAGE_HEADER,
-                                 TASK_HEADER, partition_sink, producer_label, worker_producer)
+                                 TASK_HEADER, WORKER_PRODUCERS_KEPT, leased_producer,
+                                 partition_sink, producer_label, worker_producer)
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -79,7 +83,9 @@ __all__ = [
     "SPARK_DEFAULTS",
     "STAGE_HEADER",
     "TASK_HEADER",
+    "WORKER_PRODUCERS_KEPT",
     "arrow_emitter",
+    "leased_producer",
     "pandas_emitter",
     "partition_sink",
     "producer_label",

@@ -60,7 +60,7 @@ from netkafka.errors import KafkaConfigurationError
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
 from netkafka.spark.settings import producer_settings
-from netkafka.spark.sink import Emission, Pending, raise_if_failed, worker_producer
+from netkafka.spark.sink import Emission, Pending, leased_producer, raise_if_failed
 
 SOURCE_NAME = "netkafka"
 # Java producer settings, named as Spark's Kafka sink takes them.
@@ -248,7 +248,8 @@ class SinkPlan:
         """Sends this task's rows; returns its TaskCommit."""
         partition = TaskContext.get().partitionId()
         if not self.exactly_once:
-            rows = self._send(worker_producer(self.settings), frames)
+            with leased_producer(self.settings) as producer:
+                rows = self._send(producer, frames)
             return TaskCommit(partition, rows, skipped=False)
         producer = Producer(**self.settings.kwargs,
                             transactional_id=transactional_id(self.write_id, partition))

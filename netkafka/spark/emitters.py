@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from netkafka._validate import check_choice
-from netkafka.spark.sink import (ROW_HEADER, Emission, Pending, producer_label,
-                                 raise_if_failed, with_provenance, worker_producer)
+from netkafka.spark.sink import (ROW_HEADER, Emission, Pending, leased_producer,
+                                 producer_label, raise_if_failed, with_provenance)
 
 ROW_REPORT_SCHEMA = "partition INT, offset BIGINT, error STRING"
 BATCH_REPORT_SCHEMA = "rows BIGINT, delivered BIGINT, failed BIGINT, error STRING, producer STRING"
@@ -79,9 +79,12 @@ class _ArrowEmitter:
         self.schema = _REPORTS[report]
 
     def __call__(self, frames):
+        with leased_producer(self.emission.settings) as producer:
+            yield from self._emit(producer, frames)
+
+    def _emit(self, producer, frames):
         import pyarrow
         emission = self.emission
-        producer = worker_producer(emission.settings)
         label = producer_label(producer)
         task_headers = emission.task_headers() if emission.provenance else None
         pending = Pending()

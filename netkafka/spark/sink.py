@@ -3,7 +3,8 @@
     Emission         the driver-side choices, pickled to the executors: topic,
                      settings, where key, value, headers, partition and timestamp
                      come from, provenance
-    worker_producer  this worker process's producer per configuration (the cache)
+    worker_producer  this worker process's producer per configuration (the cache,
+                     a few configurations; leased_producer holds one while used)
     Pending          a task's send_batch() results, checked in order
     partition_sink   Rows (or dicts, tuples) -> lists, a chunk of rows at a time
 
@@ -11,6 +12,7 @@ The package's docstring tells the whole story: one producer per worker, when a t
 is done, the provenance headers.
 """
 import collections
+import contextlib
 import itertools
 import os
 import socket
@@ -40,30 +42,92 @@ FIRST_ERRORS_KEPT = 5
 # ----------------------------------------------------------------------------------
 # The worker's producers (executor side)
 
-# This process's producers by ProducerSettings.digest.  Guarded by _producers_lock;
-# a forked child keeps them (each Producer restarts its own stack there) but takes a
-# new lock, since a parent thread may have held the old one at the fork.
-_producers = {}
+# Configurations whose producers a worker process keeps, the least recently used
+# closed first: a long-lived executor running jobs with ever-new settings would
+# otherwise keep a producer (threads, connections, buffer memory) for each of them.
+WORKER_PRODUCERS_KEPT = 4
+
+
+class _Cached:
+    """A cached producer and who holds it (leased_producer)."""
+
+    def __init__(self, producer):
+        self.producer = producer  # immutable
+        # Guarded by _producers_lock: a token per lease -> the ident of the thread
+        # that took it (a forked child keeps its own thread's, see _after_fork_in_child).
+        self.leases = {}
+
+
+# This process's producers by ProducerSettings.digest, least recently used first.
+# Guarded by _producers_lock; a forked child keeps them (each Producer restarts its
+# own stack there) but takes a new lock, since a parent thread may have held the old
+# one at the fork.
+_producers = collections.OrderedDict()
 _producers_lock = threading.Lock()
 
 
-def _new_lock_after_fork():
+def _after_fork_in_child():
     global _producers_lock
     _producers_lock = threading.Lock()
+    # Only the forking thread came along: the other threads' leases ended with them.
+    forking_thread = threading.get_ident()
+    for cached in _producers.values():
+        cached.leases = {token: ident for token, ident in cached.leases.items()
+                         if ident == forking_thread}
 
 
-os.register_at_fork(after_in_child=_new_lock_after_fork)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def worker_producer(config=None):
     """This process's producer for config (as producer_settings takes it), made on
-    first use and shared by every task the process runs afterwards."""
-    settings = producer_settings(config)
-    with _producers_lock:
-        producer = _producers.get(settings.digest)
-        if producer is None:
-            producer = _producers[settings.digest] = Producer(**settings.kwargs)
+    first use and shared by every task the process runs afterwards, until
+    WORKER_PRODUCERS_KEPT other configurations have been used since: then it is
+    flushed and closed, once nothing holds it.  Code that sends through it should
+    hold it with leased_producer(), which the sink, emitters and data source do."""
+    with leased_producer(config) as producer:
         return producer
+
+
+@contextlib.contextmanager
+def leased_producer(config=None):
+    """worker_producer(config), held for the with block: the cache closes no producer
+    a block holds, in any thread of the process."""
+    settings = producer_settings(config)
+    token = object()
+    with _producers_lock:
+        cached = _producers.get(settings.digest)
+        if cached is None:
+            cached = _producers[settings.digest] = _Cached(Producer(**settings.kwargs))
+        _producers.move_to_end(settings.digest)
+        cached.leases[token] = threading.get_ident()
+        evicted = _evict_locked()
+    _close_all(evicted)
+    try:
+        yield cached.producer
+    finally:
+        with _producers_lock:
+            # Absent in a forked child when another thread of the parent took it.
+            cached.leases.pop(token, None)
+            # Not this one: worker_producer() returns it, released, to be used.
+            evicted = _evict_locked(spared=settings.digest)
+        _close_all(evicted)
+
+
+def _evict_locked(spared=None):
+    """Takes the least recently used producers nothing holds (nor the one of digest
+    spared) out of the cache while it has more than WORKER_PRODUCERS_KEPT; returns
+    them, to be closed outside the lock (close() flushes; a held one waits for a
+    later call)."""
+    excess = max(len(_producers) - WORKER_PRODUCERS_KEPT, 0)
+    idle = [digest for digest, cached in _producers.items()
+            if not cached.leases and digest != spared][:excess]
+    return [_producers.pop(digest).producer for digest in idle]
+
+
+def _close_all(producers):
+    for producer in producers:
+        producer.close()
 
 
 def producer_label(producer):
@@ -190,8 +254,11 @@ class _PartitionSink:
         self.emission = emission
 
     def __call__(self, rows):
+        with leased_producer(self.emission.settings) as producer:
+            self._send(producer, rows)
+
+    def _send(self, producer, rows):
         emission = self.emission
-        producer = worker_producer(emission.settings)
         task_headers = emission.task_headers() if emission.provenance else None
         pending = Pending()
         rows = iter(rows)
