@@ -21,7 +21,6 @@ from netkafka.config import COMPRESSION_TYPES
 from netkafka.errors import (IllegalArgumentError, MessageTooLargeError, SaslConfigError,
                              SslConfigError)
 from netkafka.testing.admin import create_topic
-from netkafka.testing.broker import FAST_START_JVM_OPTIONS, Cluster
 from netkafka.testing.reader import read_topic
 from netkafka.testing.segments import stored_batches
 
@@ -757,19 +756,6 @@ def test_unreachable_bootstrap_fails_within_max_block_ms(topic_name):
         with pytest.raises(KafkaTimeoutError, match=r"127\.0\.0\.1:9"):
             p.send(topic_name, b"v")
         assert time.monotonic() - started < 5
-
-
-@pytest.fixture(scope="module")
-def broker_without_auto_create(tmp_path_factory):
-    if os.environ.get("NETKAFKA_BOOTSTRAP"):
-        pytest.skip("needs a broker this session starts (auto.create.topics.enable=false)")
-    cluster = Cluster(1, auto_create_topics=False, jvm_options=FAST_START_JVM_OPTIONS,
-                      directory=tmp_path_factory.mktemp("kafka-no-auto-create"))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_unknown_topic_without_auto_creation_fails_within_max_block_ms(

@@ -93,6 +93,20 @@ def check_exactly_once(kafka_broker, topic, count=ROWS):
     return records
 
 
+def end_offsets(broker, topic, isolation="read_uncommitted"):
+    """Each partition's end offset as a consumer of that isolation level sees it (the
+    last stable offset for read_committed)."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic}-{isolation}",
+                         "isolation.level": isolation})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
+                                               cached=False)[1]
+                for p in range(TOPIC_PARTITIONS)]
+    finally:
+        consumer.close()
+
+
 def provenance_duplicates(records):
     """Rows that arrived more than once, told apart by the provenance headers
     (stage, partition, row index): {(partition, row index): [attempts]}."""
@@ -368,6 +382,37 @@ def test_exactly_once_write_and_a_rerun_with_the_same_write_id_adds_nothing(
     assert set(ids.values()) == {2} and len(ids) == ROWS
 
 
+def test_exactly_once_with_a_missing_marker_topic_fails_before_any_task_runs(
+        spark, broker_without_auto_create, topic_name):
+    """A marker topic that does not exist, on a broker that creates no topics: the
+    write fails on the driver, naming the option and the topic, and no task sent a
+    row (each used to send its rows, then wait max_block_ms for its marker's
+    commit, which the broker refused)."""
+    broker = broker_without_auto_create
+    create_topic(broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    markers = f"{topic_name}-markers"
+    with pytest.raises(Exception, match=rf"option 'netkafka.markerTopic': topic '{markers}' "
+                                        rf"does not exist"):
+        writer(rows_frame(spark, 1000), broker, topic_name, exactlyOnce="true",
+               writeId=topic_name, **{"netkafka.markerTopic": markers,
+                                      "kafka.max.block.ms": "3000"}).mode("append").save()
+    assert end_offsets(broker, topic_name) == [0] * TOPIC_PARTITIONS
+
+
+def test_exactly_once_with_a_missing_marker_topic_creates_it_where_the_broker_would(
+        spark, kafka_broker, topic_name):
+    """A marker topic that does not exist, on a broker with auto-creation on: it is
+    created when the write starts, as a send to it would create it (the commits of
+    the markers create none), and the write and its rerun leave each row once."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    frame = rows_frame(spark)
+    for _ in range(2):
+        writer(frame, kafka_broker, topic_name, exactlyOnce="true", writeId=topic_name,
+               **{"netkafka.markerTopic": f"{topic_name}-markers",
+                  "kafka.max.block.ms": "5000"}).mode("append").save()
+    check_exactly_once(kafka_broker, topic_name)
+
+
 def faulty_write(spark, kafka_broker, topic_name, tmp_path, fault, **options):
     stamps = tmp_path / "stamps"
     stamps.mkdir()
@@ -453,8 +498,6 @@ def test_exactly_once_write_failing_for_good_leaves_no_transaction_open(
     """Spark partition 1's worker is killed in every attempt, mid-transaction: the job
     fails, and the driver's abort ends the transactions left open (long before their
     timeout), so read_committed readers are not held up and see none of its rows."""
-    from confluent_kafka import Consumer, TopicPartition
-
     from netkafka.producer.producer import Producer
     from netkafka.spark.datasource import transactional_id
 
@@ -475,18 +518,8 @@ def test_exactly_once_write_failing_for_good_leaves_no_transaction_open(
                                                    ROWS - per_partition, timeout_s=120))
     assert any(i in in_log for i in failed)
     # ... in no open transaction: the last stable offset is each partition's end.
-    ends = {}
-    for isolation in ("read_uncommitted", "read_committed"):
-        consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap,
-                             "group.id": f"{topic_name}-{isolation}",
-                             "isolation.level": isolation})
-        try:
-            ends[isolation] = [consumer.get_watermark_offsets(
-                TopicPartition(topic_name, p), timeout=30, cached=False)[1]
-                for p in range(TOPIC_PARTITIONS)]
-        finally:
-            consumer.close()
-    assert ends["read_committed"] == ends["read_uncommitted"]
+    assert (end_offsets(kafka_broker, topic_name, "read_committed")
+            == end_offsets(kafka_broker, topic_name, "read_uncommitted"))
     ids, _ = committed_ids(kafka_broker, topic_name, ROWS - per_partition)
     assert sorted(ids) == sorted(set(range(ROWS)) - set(failed))
     # The partition's transactional id is free at once: a new producer takes it and commits.

@@ -33,7 +33,8 @@ netkafka-spark.<writeId>.<partition id>.  The task first calls init_transactions
 which fences an older attempt of the same partition (a retried or speculative task,
 a zombie worker) and aborts what it left open; then it reads its commit marker: the
 offset its marker group, netkafka-spark.<writeId>.<partition id>, has committed for
-partition 0 of the marker topic (the `topic` option, or netkafka.markerTopic).  A
+partition 0 of the marker topic (the `topic` option, or netkafka.markerTopic, looked
+up when the write starts: one that does not exist, nor is auto-created, fails it).  A
 marker at or past this write's epoch + 1 means the partition was committed before:
 the task reads its input and sends nothing.  Otherwise it sends its rows, commits
 the offset epoch + 1 to the marker group with send_offsets_to_transaction(), and
@@ -55,8 +56,11 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructType, TimestampNTZType, TimestampType)
 
+from netkafka.client.io_pool import IOPool
+from netkafka.client.metadata import Metadata
 from netkafka.config import ProducerConfig, producer_setting
-from netkafka.errors import KafkaConfigurationError
+from netkafka.errors import (KafkaConfigurationError, KafkaTimeoutError,
+                             UnknownTopicOrPartitionError)
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
 from netkafka.spark.settings import producer_settings
@@ -82,6 +86,9 @@ _REFUSED_KAFKA = {"key.serializer": "keys are sent as the key column's bytes",
                   "transactional.id": "exactlyOnce=true makes one per Spark partition"}
 # The id prefix of transactional ids and marker groups.
 ID_PREFIX = "netkafka-spark"
+# How long the driver waits for the marker topic in metadata (at most max_block_ms):
+# an existing topic shows in one round trip, an auto-created one within a second or two.
+MARKER_TOPIC_WAIT_MS = 10_000
 # The local property Spark's micro-batch execution sets on a streaming query's tasks.
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -241,6 +248,9 @@ class SinkPlan:
             partition=present["partition"], timestamp=present["timestamp"],
             provenance=flags.get(PROVENANCE_OPTION.lower(), False),
             topic_per_row=topic is None)
+        if self.exactly_once:  # last: the checks above need no broker
+            _check_marker_topic(self.settings, self.marker_topic,
+                                TOPIC_OPTION if marker_topic is None else MARKER_TOPIC_OPTION)
 
     # -- a task (executor side) ----------------------------------------------------
 
@@ -317,6 +327,44 @@ class SinkPlan:
             with Producer(**self.settings.kwargs,
                           transactional_id=transactional_id(self.write_id, partition)) as fence:
                 fence.init_transactions()
+
+
+def _check_marker_topic(settings, topic, option):
+    """Fails the write now, naming the option, unless the marker topic exists (or is
+    auto-created, as a send to it would create it): otherwise every task would send
+    its rows, then wait max_block_ms in send_offsets_to_transaction() and fail, the
+    broker answering UNKNOWN_TOPIC_OR_PARTITION to its TxnOffsetCommit until then
+    (that request creates no topic, whatever auto.create.topics.enable says).
+
+    Spark makes the writer again for each streaming micro-batch's commit or abort, so
+    this runs there too: only an answer that the topic is missing fails it."""
+    config = ProducerConfig.from_kwargs(settings.kwargs)
+    wait_ms = min(config.max_block_ms, MARKER_TOPIC_WAIT_MS)
+    pool = IOPool(config.connection_config())
+    try:
+        metadata = Metadata(pool, config.bootstrap_servers,
+                            retry_backoff_ms=config.retry_backoff_ms,
+                            allow_auto_topic_creation=config.allow_auto_create_topics)
+        try:
+            metadata.wait_for_topic(topic, wait_ms / 1000)
+        except KafkaTimeoutError as exc:
+            snapshot = metadata.snapshot()
+            info = None if snapshot is None else snapshot.topics.get(topic)
+            if info is None or info.error_code != UnknownTopicOrPartitionError.code:
+                # No answer about it (no broker reachable now): the tasks wait for the
+                # cluster as they always do, and a passing outage does not fail the
+                # commit of a micro-batch whose tasks committed.
+                return
+            raise ValueError(
+                f"option {option!r}: topic {topic!r} does not exist (the broker says "
+                f"UNKNOWN_TOPIC_OR_PARTITION after {wait_ms} ms"
+                f"{', and did not create it' if config.allow_auto_create_topics else ''}); "
+                f"{EXACTLY_ONCE_OPTION}=true commits its markers to its partition 0: create "
+                f"it first") from exc
+        finally:
+            metadata.close()
+    finally:
+        pool.close()
 
 
 def transactional_id(write_id, partition):
