@@ -161,16 +161,23 @@ def test_producer_config_given_twice_keeps_both(kafka_broker, topic):
     assert len(read_topic(kafka_broker.bootstrap, topic, 100)) == 100
 
 
-def test_payload_file(kafka_broker, topic, tmp_path):
-    payloads = [b"first", b"second payload", b"3"]
+@pytest.mark.parametrize("content, payloads", [
+    (b"first|second payload|3|", [b"first", b"second payload", b"3"]),
+    # As Java's: an empty piece between two delimiters is an empty payload; one
+    # delimiter at the very start or end of the file delimits no piece.
+    (b"|first||3||", [b"first", b"", b"3"]),
+])
+@pytest.mark.parametrize("mode", ["send", "send_batch"])
+def test_payload_file(kafka_broker, topic, tmp_path, content, payloads, mode):
     path = tmp_path / "payloads.txt"
-    path.write_bytes(b"|".join(payloads) + b"|")
+    path.write_bytes(content)
     summary = run_json("--topic", topic, "--num-records", 500, "--payload-file", path,
-                       "--payload-delimiter", "|", "--bootstrap-servers", kafka_broker.bootstrap)
+                       "--payload-delimiter", "|", "--mode", mode,
+                       "--bootstrap-servers", kafka_broker.bootstrap)
     records = read_topic(kafka_broker.bootstrap, topic, 500)
     assert len(records) == summary["records_sent"] == 500
     values = [r.value for r in records]
-    assert set(values) == set(payloads)  # 500 random picks of 3: all appear
+    assert set(values) == set(payloads)  # 500 random picks of 3 or 4: all appear
     assert summary["record_bytes_total"] == sum(map(len, values))
 
 

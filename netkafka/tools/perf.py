@@ -134,9 +134,16 @@ def _payloads(parser, args):
         parser.error("--payload-delimiter must not be empty")
     try:
         with open(args.payload_file, "rb") as file:
-            pieces = [p for p in file.read().split(delimiter) if p]
+            pieces = file.read().split(delimiter)
     except OSError as exc:
         parser.error(f"--payload-file {args.payload_file}: {exc.strerror}")
+    # As the Java tool, which reads the file with a Scanner: every piece between two
+    # delimiters is a payload, an empty one too; a delimiter at the very start or end of
+    # the file only begins or ends the first or last piece.
+    if pieces[0] == b"":
+        del pieces[0]
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
     if not pieces:
         parser.error(f"--payload-file {args.payload_file} holds no payload")
     rng = random.Random()
