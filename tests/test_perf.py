@@ -161,18 +161,21 @@ def test_producer_config_given_twice_keeps_both(kafka_broker, topic):
     assert len(read_topic(kafka_broker.bootstrap, topic, 100)) == 100
 
 
-@pytest.mark.parametrize("content, payloads", [
-    (b"first|second payload|3|", [b"first", b"second payload", b"3"]),
+@pytest.mark.parametrize("content, delimiter, payloads", [
+    (b"first;second payload;3;", ";", [b"first", b"second payload", b"3"]),
     # As Java's: an empty piece between two delimiters is an empty payload; one
     # delimiter at the very start or end of the file delimits no piece.
-    (b"|first||3||", [b"first", b"", b"3"]),
+    (b";first;;3;;", ";", [b"first", b"", b"3"]),
+    # As Java's, the delimiter is a regular expression.
+    (b"first|second payload|3", r"\|", [b"first", b"second payload", b"3"]),
+    (b"first\tsecond\r\n3", r"\t|\r\n", [b"first", b"second", b"3"]),
 ])
 @pytest.mark.parametrize("mode", ["send", "send_batch"])
-def test_payload_file(kafka_broker, topic, tmp_path, content, payloads, mode):
+def test_payload_file(kafka_broker, topic, tmp_path, content, delimiter, payloads, mode):
     path = tmp_path / "payloads.txt"
     path.write_bytes(content)
     summary = run_json("--topic", topic, "--num-records", 500, "--payload-file", path,
-                       "--payload-delimiter", "|", "--mode", mode,
+                       "--payload-delimiter", delimiter, "--mode", mode,
                        "--bootstrap-servers", kafka_broker.bootstrap)
     records = read_topic(kafka_broker.bootstrap, topic, 500)
     assert len(records) == summary["records_sent"] == 500
@@ -202,6 +205,20 @@ def test_a_bad_argument_is_named(args, named):
     if "--payload-file" not in base:
         base["--record-size"] = "10"
     done = run_perf(*[part for pair in base.items() for part in pair], timeout=60)
+    assert done.returncode == 2
+    assert "netkafka-perf: error:" in done.stderr and named in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("delimiter, named", [
+    ("|", "--payload-delimiter '|' matches an empty string"),
+    ("(", "--payload-delimiter '(' is not a regular expression"),
+])
+def test_a_bad_payload_delimiter_is_named(tmp_path, delimiter, named):
+    path = tmp_path / "payloads.txt"
+    path.write_bytes(b"first|second")
+    done = run_perf("--topic", "t", "--num-records", 10, "--bootstrap-servers", "127.0.0.1:9",
+                    "--payload-file", path, "--payload-delimiter", delimiter, timeout=60)
     assert done.returncode == 2
     assert "netkafka-perf: error:" in done.stderr and named in done.stderr, done.stderr
     assert done.stdout == ""

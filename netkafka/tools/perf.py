@@ -27,6 +27,7 @@ import json
 import math
 import queue
 import random
+import re
 import sys
 import threading
 import time
@@ -76,8 +77,9 @@ def parse_args(argv=None):
     payload.add_argument("--payload-file", metavar="FILE",
                          help="values are taken at random from this file's pieces, split at "
                               "--payload-delimiter")
-    parser.add_argument("--payload-delimiter", default="\\n", metavar="TEXT",
-                        help="separator of the payloads in --payload-file (default: \\n)")
+    parser.add_argument("--payload-delimiter", default="\\n", metavar="REGEX",
+                        help="separator of the payloads in --payload-file, a regular "
+                             "expression as in the Java tool (default: \\n)")
     parser.add_argument("--throughput", type=float, default=-1.0, metavar="RECORDS_PER_S",
                         help="records per second at most; -1 for no limit (default)")
     # extend: given again (or by its other name), the settings add up, later ones
@@ -128,15 +130,27 @@ def _payloads(parser, args):
     if args.payload_file is None:
         rng = random.Random()
         return Payloads([bytes(rng.randrange(65, 91) for _ in range(args.record_size))])
-    # As the Java tool: the default "\\n" means a newline, anything else is literal.
-    delimiter = b"\n" if args.payload_delimiter == "\\n" else args.payload_delimiter.encode()
-    if not delimiter:
-        parser.error("--payload-delimiter must not be empty")
+    # As the Java tool: the delimiter is a regular expression (the default "\\n" a
+    # newline, "\\t" a tab, "\\|" a bar), here over the file's bytes.
+    try:
+        delimiter = re.compile(args.payload_delimiter.encode())
+    except re.error as exc:
+        parser.error(f"--payload-delimiter {args.payload_delimiter!r} is not a regular "
+                     f"expression: {exc}")
     try:
         with open(args.payload_file, "rb") as file:
-            pieces = file.read().split(delimiter)
+            data = file.read()
     except OSError as exc:
         parser.error(f"--payload-file {args.payload_file}: {exc.strerror}")
+    pieces, start = [], 0
+    for match in delimiter.finditer(data):
+        if match.end() == match.start():
+            parser.error(f"--payload-delimiter {args.payload_delimiter!r} matches an empty "
+                         f"string (it is a regular expression, as in the Java tool: a "
+                         f"literal | is written \\|)")
+        pieces.append(data[start:match.start()])
+        start = match.end()
+    pieces.append(data[start:])
     # As the Java tool, which reads the file with a Scanner: every piece between two
     # delimiters is a payload, an empty one too; a delimiter at the very start or end of
     # the file only begins or ends the first or last piece.
