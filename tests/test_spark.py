@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from netkafka import spark as nks
 from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
-from netkafka.errors import JaasConfigError, SslConfigError
+from netkafka.errors import InvalidTopicError, JaasConfigError, SslConfigError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -616,6 +616,14 @@ def test_bad_configuration_is_refused_on_the_driver(kafka_broker):
                                          r"provenance header's name"):
         nks.arrow_emitter("t", config(kafka_broker), headers=[nks.ROW_HEADER],
                           provenance=True)
+
+
+def test_a_bad_topic_name_is_refused_on_the_driver(kafka_broker):
+    """Not in every attempt of every task, as send_batch() refused it there."""
+    for make in (nks.partition_sink, nks.arrow_emitter, nks.pandas_emitter):
+        with pytest.raises(InvalidTopicError, match="topic 'orders/2026' is not a valid Kafka "
+                                                    "topic name: '/' is not allowed"):
+            make("orders/2026", config(kafka_broker))
 
 
 def test_bad_columns_fail_the_job_naming_them(spark, kafka_broker, topic_name):

@@ -57,9 +57,9 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructType, TimestampNTZType, TimestampType)
 
 from netkafka.client.io_pool import IOPool
-from netkafka.client.metadata import Metadata
+from netkafka.client.metadata import Metadata, check_topic_name
 from netkafka.config import ProducerConfig, producer_setting
-from netkafka.errors import (KafkaConfigurationError, KafkaTimeoutError,
+from netkafka.errors import (InvalidTopicError, KafkaConfigurationError, KafkaTimeoutError,
                              UnknownTopicOrPartitionError)
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
@@ -207,8 +207,11 @@ class SinkPlan:
         topic = options.get(TOPIC_OPTION)
         marker_topic = options.get(MARKER_TOPIC_OPTION.lower())
         for name, value in ((TOPIC_OPTION, topic), (MARKER_TOPIC_OPTION, marker_topic)):
-            if value is not None and not value.strip():
-                raise ValueError(f"option {name!r} is empty")
+            if value is not None:
+                try:
+                    check_topic_name(value)
+                except InvalidTopicError as exc:
+                    raise ValueError(f"option {name!r}: {exc}") from None
         self.marker_topic = topic if marker_topic is None else marker_topic
         if self.exactly_once:
             if not self.write_id or not self.write_id.strip():

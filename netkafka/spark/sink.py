@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from pyspark import TaskContext
 
+from netkafka.client.metadata import check_topic_name
 from netkafka.errors import DeliveryFailedError
 from netkafka.producer.producer import Producer
 from netkafka.spark.settings import producer_settings
@@ -151,6 +152,8 @@ class Emission:
                 raise TypeError(f"topic must be None with topic_per_row, got {topic!r}")
         elif not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        else:
+            check_topic_name(topic)  # here, on the driver, not in every task attempt
         for what, spec in (("key", key), ("value", value), ("partition", partition),
                            ("timestamp", timestamp)):
             _check_spec(what, spec, required=what == "value")
