@@ -12,7 +12,10 @@ switching is one word.
               kafka.acks, kafka.linger.ms, ...); netkafka's own under `netkafka.`:
               netkafka.producer.<Producer keyword> (netkafka.producer.io_threads),
               netkafka.provenance (true: the provenance headers of the package's
-              docstring); exactlyOnce, writeId, netkafka.markerTopic (below).
+              docstring); exactlyOnce, writeId, netkafka.markerTopic (below).  The
+              options are all: Spark hands a Python data source nothing of the
+              session's conf, so the CONF_PREFIX keys of the sink and emitters
+              do not apply here.
 
 Options and the input's schema are checked where Spark makes the writer (a Python
 worker of the driver), before any task runs: an unknown option, a setting the
