@@ -417,6 +417,21 @@ def test_exactly_once_with_a_missing_marker_topic_creates_it_where_the_broker_wo
     check_exactly_once(kafka_broker, topic_name)
 
 
+@pytest.mark.parametrize("options, timeout_ms", [
+    ({}, 900_000), ({"kafka.transaction.timeout.ms": "30000"}, 30_000)])
+def test_exactly_once_transactions_may_last_15_minutes_unless_set(
+        spark, kafka_broker, topic_name, options, timeout_ms):
+    """A task's transaction is open while Spark computes its input: with the
+    producer's 60 s, a task taking longer fails in every attempt (INVALID_PRODUCER_EPOCH
+    once the coordinator aborts it)."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    plan = SinkPlan({"kafka.bootstrap.servers": kafka_broker.bootstrap, "topic": topic_name,
+                     "exactlyonce": "true", "writeid": topic_name, **options},
+                    rows_frame(spark, 1, 1).schema)
+    with plan.transactional_producer(0) as producer:
+        assert producer.config.transaction_timeout_ms == timeout_ms
+
+
 def faulty_write(spark, kafka_broker, topic_name, tmp_path, fault, **options):
     stamps = tmp_path / "stamps"
     stamps.mkdir()

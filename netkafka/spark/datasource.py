@@ -47,7 +47,8 @@ micro-batch is written once per partition even when a restarted query runs it ag
 from its checkpoint.  What the caller must keep stable: the writeId across re-runs
 of the same write (and a new one for a new write), and the input's partitioning --
 partition i of a re-run must hold the rows partition i held.  Consumers must read
-with isolation.level=read_committed.
+with isolation.level=read_committed.  A task's transaction is open while its input is
+computed: it may last EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS unless the options say.
 """
 import bisect
 import re
@@ -89,6 +90,11 @@ _REFUSED_KAFKA = {"key.serializer": "keys are sent as the key column's bytes",
                   "transactional.id": "exactlyOnce=true makes one per Spark partition"}
 # The id prefix of transactional ids and marker groups.
 ID_PREFIX = "netkafka-spark"
+# Exactly once, unless kafka.transaction.timeout.ms says otherwise: a task's
+# transaction is open while Spark computes its input, which often takes longer than
+# the producer's 60 s (then the coordinator aborts it and the task fails, every
+# attempt); 15 min is the broker's default transaction.max.timeout.ms.
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
 # How long the driver waits for the marker topic in metadata (at most max_block_ms):
 # an existing topic shows in one round trip, an auto-created one within a second or two.
 MARKER_TOPIC_WAIT_MS = 10_000
@@ -225,12 +231,17 @@ class SinkPlan:
                 raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true with a topic column "
                                  f"needs option {MARKER_TOPIC_OPTION} (an existing topic "
                                  f"whose partition 0 carries the commit markers)")
-            try:  # the settings each task's transactional producer will have
-                ProducerConfig.from_kwargs({**self.settings.kwargs, "transactional_id":
+            # The settings of each task's transactional producer.
+            self.transaction_settings = {
+                "transaction_timeout_ms": EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS,
+                **self.settings.kwargs}
+            try:
+                ProducerConfig.from_kwargs({**self.transaction_settings, "transactional_id":
                                             transactional_id(self.write_id, 0)})
             except (KafkaConfigurationError, TypeError, ValueError) as exc:
                 raise ValueError(f"option {EXACTLY_ONCE_OPTION}=true: {exc}") from exc
         else:
+            self.transaction_settings = None
             # Options of exactly-once writes only: given without it, a caller who
             # believes the write is exactly once learns otherwise now.
             for name, value in ((WRITE_ID_OPTION, self.write_id),
@@ -267,8 +278,7 @@ class SinkPlan:
             with leased_producer(self.settings) as producer:
                 rows = self._send(producer, frames)
             return TaskCommit(partition, rows, skipped=False)
-        producer = Producer(**self.settings.kwargs,
-                            transactional_id=transactional_id(self.write_id, partition))
+        producer = self.transactional_producer(partition)
         try:
             # Fences an older attempt of this partition and ends what it left open:
             # only then does the marker say for good whether it committed.
@@ -291,6 +301,11 @@ class SinkPlan:
             return TaskCommit(partition, rows, skipped=False)
         finally:
             producer.close()
+
+    def transactional_producer(self, partition):
+        """Exactly once: the producer of a Spark partition's transactions."""
+        return Producer(**self.transaction_settings,
+                        transactional_id=transactional_id(self.write_id, partition))
 
     def _send(self, producer, frames):
         """Every frame's rows through producer, flushed, failures raised (the task
@@ -330,8 +345,7 @@ class SinkPlan:
         for partition, message in enumerate(messages):
             if message is not None:
                 continue
-            with Producer(**self.settings.kwargs,
-                          transactional_id=transactional_id(self.write_id, partition)) as fence:
+            with self.transactional_producer(partition) as fence:
                 fence.init_transactions()
 
 
