@@ -157,10 +157,12 @@ class FaultyWriter(NetkafkaArrowWriter):
 
     def write(self, iterator):
         task = TaskContext.get()
-        every_attempt = self.fault == "kill_always"
+        every_attempt = self.fault in ("kill_always", "late_always")
         if task.partitionId() != FAILED_PARTITION or (task.attemptNumber() != 0
                                                       and not every_attempt):
             return super().write(iterator)
+        if self.fault == "late_always":
+            return super().write(_second_batch_late(iterator))
         if self.fault == "after_commit":
             message = super().write(iterator)
             stamp(self.stamps, self.fault)
@@ -183,6 +185,14 @@ class FaultyWriter(NetkafkaArrowWriter):
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError("injected failure before the commit")
             yield batch
+
+
+def _second_batch_late(batches):
+    """The input, its second batch 15 s after the first."""
+    for index, batch in enumerate(batches):
+        if index == 1:
+            time.sleep(15)
+        yield batch
 
 
 class FaultyStreamWriter(NetkafkaStreamWriter):
@@ -430,6 +440,21 @@ def test_exactly_once_transactions_may_last_15_minutes_unless_set(
                     rows_frame(spark, 1, 1).schema)
     with plan.transactional_producer(0) as producer:
         assert producer.config.transaction_timeout_ms == timeout_ms
+
+
+def test_exactly_once_transaction_open_past_its_timeout_fails_naming_the_option(
+        spark, kafka_broker, topic_name, tmp_path):
+    """Spark partition 1's input pauses 15 s after its first batch in every attempt: its
+    1 s transaction is aborted by the coordinator (which looks every 10 s) meanwhile.
+    The producer hears of that only as its epoch refused, which names no setting; the
+    task's error says which option to raise."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with pytest.raises(Exception, match=r"longer than its transaction timeout \(1000 ms\), past "
+                                        r"which the coordinator aborts it: set the option "
+                                        r"kafka.transaction.timeout.ms higher"):
+        faulty_write(spark, kafka_broker, topic_name, tmp_path, "late_always",
+                     exactlyOnce="true", writeId=topic_name,
+                     **{"kafka.transaction.timeout.ms": "1000"})
 
 
 def faulty_write(spark, kafka_broker, topic_name, tmp_path, fault, **options):

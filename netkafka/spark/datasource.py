@@ -52,6 +52,7 @@ computed: it may last EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS unless the options say
 """
 import bisect
 import re
+import time
 from dataclasses import dataclass
 
 from pyspark import TaskContext
@@ -63,8 +64,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata, check_topic_name
 from netkafka.config import ProducerConfig, producer_setting
-from netkafka.errors import (InvalidTopicError, KafkaConfigurationError, KafkaTimeoutError,
-                             UnknownTopicOrPartitionError)
+from netkafka.errors import (InvalidTopicError, KafkaConfigurationError, KafkaError,
+                             KafkaTimeoutError, UnknownTopicOrPartitionError)
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
 from netkafka.spark.settings import producer_settings
@@ -291,12 +292,14 @@ class SinkPlan:
                     pass
                 return TaskCommit(partition, 0, skipped=True)
             producer.begin_transaction()
+            began_s = time.monotonic()
             try:
                 rows = self._send(producer, frames)
                 producer.send_offsets_to_transaction({marker: epoch + 1}, group)
                 producer.commit_transaction()
-            except BaseException:
+            except BaseException as exc:
                 _abort_quietly(producer)
+                _raise_if_timed_out(exc, producer, partition, time.monotonic() - began_s)
                 raise
             return TaskCommit(partition, rows, skipped=False)
         finally:
@@ -515,6 +518,20 @@ def _boolean(name, value):
     if text not in _BOOLEANS:
         raise ValueError(f"option {name!r} must be true or false, not {value!r}")
     return _BOOLEANS[text]
+
+
+def _raise_if_timed_out(exc, producer, partition, open_s):
+    """Says why, when a transaction failed after transaction_timeout_ms: the
+    coordinator aborts a transaction open longer, and the producer hears of it only
+    as its epoch refused (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED), which names no
+    setting -- and every attempt of the task fails alike."""
+    timeout_ms = producer.config.transaction_timeout_ms
+    if isinstance(exc, KafkaError) and open_s * 1000 >= timeout_ms:
+        raise KafkaError(
+            f"the transaction of Spark partition {partition} failed after {open_s:.0f} s "
+            f"open, longer than its transaction timeout ({timeout_ms} ms), past which the "
+            f"coordinator aborts it: set the option {KAFKA_PREFIX}transaction.timeout.ms "
+            f"higher (at most the broker's transaction.max.timeout.ms)") from exc
 
 
 def _abort_quietly(producer):
