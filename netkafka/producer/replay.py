@@ -59,6 +59,7 @@ from netkafka.protocol.describe_producers import (
 )
 from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
 from netkafka.record._compression import CODEC_NAMES, Compressor
+from netkafka.record.reader import read_varint
 
 _log = logging.getLogger("netkafka.producer.replay")
 
@@ -441,37 +442,21 @@ def _metadata(batch, record, base_offset, log_append_time_ms):
 def _serialized_sizes(record):
     """(key, value, headers) sizes of an encoded record, as RecordMetadata gives them:
     -1 for a null key or value and for no headers."""
-    pos = _skip_varint(record, 0)  # length
-    pos = _skip_varint(record, pos + 1)  # attributes, timestamp delta
-    pos = _skip_varint(record, pos)  # offset delta
-    key_size, pos = _nullable_length(record, pos)
-    value_size, pos = _nullable_length(record, pos)
-    count, pos = _zigzag(record, pos)
+    end = len(record)
+    _, pos = read_varint(record, 0, end)  # length
+    _, pos = read_varint(record, pos + 1, end)  # attributes, timestamp delta
+    _, pos = read_varint(record, pos, end)  # offset delta
+    key_size, pos = _nullable_length(record, pos, end)
+    value_size, pos = _nullable_length(record, pos, end)
+    count, pos = read_varint(record, pos, end)
     header_size = -1 if count == 0 else 0
     for _ in range(count):
-        name_size, pos = _nullable_length(record, pos)
-        size, pos = _nullable_length(record, pos)
+        name_size, pos = _nullable_length(record, pos, end)
+        size, pos = _nullable_length(record, pos, end)
         header_size += name_size + max(size, 0)
     return key_size, value_size, header_size
 
 
-def _nullable_length(record, pos):
-    length, pos = _zigzag(record, pos)
+def _nullable_length(record, pos, end):
+    length, pos = read_varint(record, pos, end)
     return length, pos + max(length, 0)
-
-
-def _skip_varint(data, pos):
-    while data[pos] & 0x80:
-        pos += 1
-    return pos + 1
-
-
-def _zigzag(data, pos):
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7

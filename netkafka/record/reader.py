@@ -80,18 +80,18 @@ def read_batch(data, max_records_bytes) -> SealedBatch:
         pos = HEADER_BYTES
     records = []
     for index in range(count):
-        record_length, pos = _varint(view, pos, size)
+        record_length, pos = read_varint(view, pos, size)
         end = pos + record_length
         if record_length < 1 or end > size:
             raise ValueError(f"record {index}: length {record_length} past the batch")
         pos += 1  # attributes (unused)
-        ts_delta, pos = _varint(view, pos, end)
-        offset_delta, pos = _varint(view, pos, end)
+        ts_delta, pos = read_varint(view, pos, end)
+        offset_delta, pos = read_varint(view, pos, end)
         if offset_delta != index:
             raise ValueError(f"record {index} has offset delta {offset_delta}")
         key, pos = _nullable_bytes(view, pos, end)
         value, pos = _nullable_bytes(view, pos, end)
-        header_count, pos = _varint(view, pos, end)
+        header_count, pos = read_varint(view, pos, end)
         if header_count < 0 or header_count > end - pos:
             raise ValueError(f"record {index}: {header_count} headers")
         headers = []
@@ -144,7 +144,7 @@ def _decompress(codec, data, limit):
     return out
 
 
-def _varint(view, pos, end):
+def read_varint(view, pos, end):
     """A zigzag varint (at most 10 bytes) at pos, before end: (value, next pos)."""
     value = shift = 0
     while shift < 70:
@@ -160,7 +160,7 @@ def _varint(view, pos, end):
 
 
 def _nullable_bytes(view, pos, end):
-    length, pos = _varint(view, pos, end)
+    length, pos = read_varint(view, pos, end)
     if length < 0:
         if length != -1:
             raise ValueError(f"a length of {length}")
