@@ -266,6 +266,15 @@ def test_a_denied_transactional_id_names_the_missing_permission(secured_broker, 
             in str(refused.value)), refused.value
 
 
+def _transactional_bob(secured_broker, topic_name, transaction_version):
+    """A transactional producer of user bob (SCRAM) on the topic, which admin creates."""
+    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
+    admin_topic(secured_broker, topic_name)
+    return Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                    transactional_id=f"{topic_name}-txn", transaction_version=transaction_version,
+                    max_block_ms=20000, **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+
+
 @pytest.mark.parametrize("transaction_version", [1, None])
 def test_a_topic_the_acls_deny_fails_the_transaction_and_the_next_one_writes_it(
         secured_broker, topic_name, transaction_version):
@@ -273,11 +282,7 @@ def test_a_topic_the_acls_deny_fails_the_transaction_and_the_next_one_writes_it(
     TOPIC_AUTHORIZATION_FAILED); V2: its leader refuses the Produce.  The transaction
     fails (abortable), its batch is thrown away unsent, and once Write is granted the
     next transaction writes the partition."""
-    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
-    admin_topic(secured_broker, topic_name)
-    bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
-                   transactional_id=f"{topic_name}-txn", transaction_version=transaction_version,
-                   max_block_ms=20000, **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+    bob = _transactional_bob(secured_broker, topic_name, transaction_version)
     try:
         bob.init_transactions()
         with secured_broker.acls(deny("bob", ResourceType.TOPIC, topic_name, AclOperation.WRITE)):
@@ -306,12 +311,8 @@ def test_offsets_of_a_group_the_acls_deny_fail_the_transaction(secured_broker, t
     """V1: AddOffsetsToTxn is refused; V2: the group coordinator's TxnOffsetCommit (or
     FindCoordinator, Describe being denied with Read) is: GROUP_AUTHORIZATION_FAILED
     either way, and the transaction only aborts; the producer goes on."""
-    listener = listener_name("SASL_PLAINTEXT", "SCRAM-SHA-256")
-    admin_topic(secured_broker, topic_name)
     group = f"{topic_name}-group"
-    bob = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
-                   transactional_id=f"{topic_name}-txn", transaction_version=transaction_version,
-                   max_block_ms=20000, **sasl_settings(secured_broker, "SCRAM-SHA-256", user="bob"))
+    bob = _transactional_bob(secured_broker, topic_name, transaction_version)
     try:
         bob.init_transactions()
         with secured_broker.acls(deny("bob", ResourceType.GROUP, group, AclOperation.READ)):
@@ -374,6 +375,16 @@ def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_nam
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)
 
 
+def _reauth_producer(secured_broker, topic_name, mechanism, user, password, **settings):
+    """A producer of a new SCRAM user on the REAUTH listener (its sessions end: KIP-368),
+    the topic created by admin."""
+    admin_topic(secured_broker, topic_name)
+    secured_broker.set_scram_password(user, mechanism, password)
+    return Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
+                    security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                    sasl_plain_username=user, sasl_plain_password=password, **settings)
+
+
 def test_records_queued_when_a_reconnect_is_refused_fail_with_the_authentication_error(
         secured_broker, topic_name):
     """A user deleted while its producer is connected: once its session ends (the REAUTH
@@ -383,12 +394,8 @@ def test_records_queued_when_a_reconnect_is_refused_fail_with_the_authentication
     (which would fail it with a timeout error instead)."""
     mechanism = "SCRAM-SHA-512"
     user, password = f"dropped-{topic_name[-8:]}", "first-password"
-    admin_topic(secured_broker, topic_name)
-    secured_broker.set_scram_password(user, mechanism, password)
-    producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
-                        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
-                        sasl_plain_username=user, sasl_plain_password=password,
-                        delivery_timeout_ms=120000)
+    producer = _reauth_producer(secured_broker, topic_name, mechanism, user, password,
+                                delivery_timeout_ms=120000)
     try:
         first = producer.send(topic_name, key=b"k", value=b"before").get(WAIT_S)
         secured_broker.delete_scram_user(user, mechanism, password)
@@ -464,12 +471,8 @@ def test_a_refused_reconnect_to_a_known_broker_is_not_tried_again_while_nothing_
     producer lived.  Now nothing is tried while nothing is sent."""
     mechanism = "SCRAM-SHA-512"
     user, password = f"gone-{topic_name[-8:]}", "first-password"
-    admin_topic(secured_broker, topic_name)
-    secured_broker.set_scram_password(user, mechanism, password)
-    producer = Producer(bootstrap_servers=secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap,
-                        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
-                        sasl_plain_username=user, sasl_plain_password=password,
-                        reconnect_backoff_max_ms=REFUSED_BACKOFF_MAX_MS)
+    producer = _reauth_producer(secured_broker, topic_name, mechanism, user, password,
+                                reconnect_backoff_max_ms=REFUSED_BACKOFF_MAX_MS)
 
     def attempts():
         return sum(conn.stats()["connect_attempts"] for conn in producer._pool.connections())
