@@ -322,14 +322,14 @@ cdef class FutureRecordMetadata:
         cdef BatchResult batch = self._batch
         if batch.parts is None:
             return batch.error
-        return _part_of(batch.parts, self._index)[3]
+        return part_of(batch.parts, self._index)[3]
 
     cdef object _metadata(self):
         cdef BatchResult batch = self._batch
         cdef int64_t base_offset = batch.base_offset, first = 0
         cdef int64_t log_append_time_ms = batch.log_append_time_ms
         if batch.parts is not None:
-            first, base_offset, log_append_time_ms, _ = _part_of(batch.parts, self._index)
+            first, base_offset, log_append_time_ms, _ = part_of(batch.parts, self._index)
         cdef int64_t offset = -1 if base_offset < 0 else base_offset + self._index - first
         cdef int64_t timestamp = (log_append_time_ms if log_append_time_ms >= 0
                                   else self._timestamp_ms)
@@ -344,11 +344,18 @@ cdef class FutureRecordMetadata:
         return f"<FutureRecordMetadata {batch.topic}-{batch.partition} {state}>"
 
 
-cdef tuple _part_of(tuple parts, int index):
-    # The part holding record index (parts by first index, the first at 0; a few).
+cpdef tuple part_of(tuple parts, Py_ssize_t index):
+    """The outcome of the part holding record index, of a split batch's parts
+    (BatchResult.parts: by first index, the first at 0; a few).
+
+    Raises:
+        ValueError: no part holds it.
+    """
     cdef Py_ssize_t k = len(parts) - 1
-    while parts[k][0] > index:
+    while k >= 0 and parts[k][0] > index:
         k -= 1
+    if k < 0:
+        raise ValueError(f"no part holds record {index}: {parts!r}")
     return parts[k]
 
 

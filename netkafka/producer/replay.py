@@ -50,9 +50,8 @@ import time
 from typing import NamedTuple
 
 from netkafka import errors
-from netkafka.producer._futures import RecordMetadata, TopicPartition
+from netkafka.producer._futures import RecordMetadata, TopicPartition, part_of
 from netkafka.producer.accumulator import release_batch
-from netkafka.producer.sender import part_of
 from netkafka.protocol.describe_producers import (
     API as DESCRIBE_PRODUCERS, decode_describe_producers_response,
     encode_describe_producers_request,

@@ -99,14 +99,6 @@ class ProduceResult(NamedTuple):
     parts: tuple
 
 
-def part_of(parts, index):
-    """The outcome (ProduceResult.parts) of the part holding record index."""
-    for part in reversed(parts):
-        if part[0] <= index:
-            return part
-    raise ValueError(f"no part holds record {index}: {parts!r}")
-
-
 # A ProduceResult from a tuple of its fields: the namedtuple's own constructor is a
 # Python function, called once per batch on the I/O thread; this is one C call.
 _result = functools.partial(tuple.__new__, ProduceResult)
