@@ -16,10 +16,11 @@ import cramjam
 import lz4.frame
 import zstandard
 
+from netkafka.record._batch import BATCH_HEADER_BYTES
 from netkafka.record._crc import crc32c
 
+# The header's fields: BATCH_HEADER_BYTES bytes.
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_BYTES = _HEADER.size  # 61
 _MAGIC_V2 = 2
 _CRC_START = 21  # the CRC32C covers the batch from its attributes on
 _LENGTH_EXCLUDED = 12  # base offset and batch length are not counted in the length
@@ -57,7 +58,7 @@ def read_batch(data, max_records_bytes) -> SealedBatch:
     """
     view = memoryview(data).cast("B")
     size = view.nbytes
-    if size < HEADER_BYTES:
+    if size < BATCH_HEADER_BYTES:
         raise ValueError(f"{size} bytes are shorter than a RecordBatch header")
     (_, length, _, magic, crc, attributes, last_delta, first_ts, _, producer_id,
      producer_epoch, base_sequence, count) = _HEADER.unpack_from(view)
@@ -73,11 +74,11 @@ def read_batch(data, max_records_bytes) -> SealedBatch:
     if count < 1 or last_delta != count - 1:
         raise ValueError(f"record count {count} with last offset delta {last_delta}")
     if codec:
-        view = memoryview(_decompress(codec, view[HEADER_BYTES:], max_records_bytes))
+        view = memoryview(_decompress(codec, view[BATCH_HEADER_BYTES:], max_records_bytes))
         size = view.nbytes
         pos = 0
     else:
-        pos = HEADER_BYTES
+        pos = BATCH_HEADER_BYTES
     records = []
     for index in range(count):
         record_length, pos = read_varint(view, pos, size)
