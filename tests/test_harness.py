@@ -400,3 +400,24 @@ def test_stop_deletes_the_topic_data_in_a_given_directory_and_keeps_the_logs(tmp
         cluster.stop()
     assert not node.data_dir.exists() and node.log_path.stat().st_size > 0
     assert tmp_path.exists()
+
+
+def test_records_with_old_timestamps_are_kept_for_the_reader(tmp_path, topic_name):
+    # Tests write timestamps of 2023 and of 1970.  The broker's default retention (7 days,
+    # checked every 5 minutes) deleted such a log between a produce and its read: the
+    # reader got 42 of 300 records, then its position was past the end.  The check runs
+    # from the start and every 200 ms here, so that a deletion happens within the test.
+    cluster = Cluster(1, directory=tmp_path, jvm_options=FAST_START_JVM_OPTIONS,
+                      extra_config={"log.initial.task.delay.ms": 0,
+                                    "log.retention.check.interval.ms": 200})
+    cluster.start()
+    try:
+        create_topic(cluster.bootstrap, topic_name)
+        messages = [{"value": b"old-%d" % i, "partition": 0, "timestamp": 1000 + i}
+                    for i in range(10)]
+        produce(cluster.bootstrap, topic_name, messages)
+        time.sleep(2)
+        records = read_topic(cluster.bootstrap, topic_name, expected_count=10, timeout_s=10)
+        assert [r.value for r in records] == [m["value"] for m in messages]
+    finally:
+        cluster.stop()

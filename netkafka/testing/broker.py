@@ -798,6 +798,9 @@ class Cluster:
             # A deleted topic's files go at once, not 60 s later in the middle of the next
             # benchmark (measured: removing them costs the broker CPU another run needs).
             "file.delete.delay.ms": 0,
+            # Tests write records stamped in 2023 or 1970: the default 7-day retention
+            # deleted their logs at its check, between a produce and its read.
+            "log.retention.ms": -1,
             **(extra_config or {}),
         }
 
