@@ -64,6 +64,9 @@ def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "check.crcs": True,
+        # A position past the log's end or before its start is an error, not a silent jump
+        # to the end (librdkafka's default) that reads as a partition with fewer records.
+        "auto.offset.reset": "error",
         "isolation.level": isolation_level,
     })
     try:
