@@ -200,22 +200,31 @@ class ProduceDroppingProxy(MetadataProxy):
     requests unanswered while ``set_dropping(True)`` holds: such a request, and what
     follows it on its connection (answers come in order), never reach the broker,
     and the connection is closed once dropping ends.  Their batches' delivery times
-    out; other connections' requests are answered."""
+    out; other connections' requests are answered.  set_dropping(True, after=n): the
+    next n Produce requests pass first (a batch refused as too large, then the first
+    of its parts, say)."""
 
     def __init__(self, target):
         self._passing = threading.Event()  # set: Produce requests pass
         self._passing.set()
+        self._passes_left = None  # guarded by lock: Produce requests to pass, while dropping
         super().__init__(target)
 
-    def set_dropping(self, dropping):
-        if dropping:
-            self._passing.clear()
-        else:
-            self._passing.set()
+    def set_dropping(self, dropping, after=0):
+        with self.lock:
+            self._passes_left = after if dropping else None
+            if not dropping:
+                self._passing.set()
 
     def _request(self, dst, body):
         (api_key,) = struct.unpack_from(">h", body)
-        if api_key == ApiKey.PRODUCE and not self._passing.is_set():
-            self._passing.wait()
-            raise OSError("a Produce request dropped: its connection ends")
+        if api_key == ApiKey.PRODUCE:
+            with self.lock:
+                if self._passes_left == 0:
+                    self._passing.clear()
+                elif self._passes_left is not None:
+                    self._passes_left -= 1
+            if not self._passing.is_set():
+                self._passing.wait()
+                raise OSError("a Produce request dropped: its connection ends")
         return super()._request(dst, body)

@@ -9,8 +9,10 @@ import uuid
 
 import pytest
 
-from netkafka import Producer
-from netkafka.errors import MessageTooLargeError
+from batch_helpers import wait_for
+from broker_proxy import ProduceDroppingProxy
+from netkafka import Producer, RecordMetadata
+from netkafka.errors import KafkaTimeoutError, MessageTooLargeError, RecordSpooledError
 from netkafka.producer.sender import ProduceResult, _SplitOutcome
 from netkafka.producer.split import split_in_halves
 from netkafka.record._batch import RecordBatchBuilder
@@ -252,6 +254,158 @@ def test_a_first_batch_split_is_not_overtaken_by_a_smaller_one_behind_it(
     assert metrics["producer_epoch_bumps"] == 0
     assert offsets == list(range(43))
     assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
+
+
+# -- With a WAL and the spool (on_delivery_timeout='spool').
+
+SPOOL = dict(request_timeout_ms=1000, delivery_timeout_ms=2000, retry_backoff_ms=100,
+             max_block_ms=5000, on_delivery_timeout="spool")
+
+
+@pytest.fixture
+def dropping_proxy(kafka_broker):
+    """A proxy to the broker that leaves Produce requests unanswered on demand: the
+    batches they carry time out."""
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    proxy = ProduceDroppingProxy((host, int(port)))
+    yield proxy
+    proxy.close()
+
+
+def wal_producer(bootstrap, wal_dir, **options):
+    # linger_ms: as long as delivery_timeout_ms allows; flush() sends each batch whole.
+    return Producer(bootstrap_servers=bootstrap, wal_dir=str(wal_dir), linger_ms=1000,
+                    **SPOOL, **options)
+
+
+def test_a_split_batch_partly_timed_out_is_done_in_the_wal(
+        kafka_broker, topic_name, tmp_path, dropping_proxy):
+    # Its first part in, its second timed out: the second's records failed with the
+    # timeout, yet the WAL kept the batch, and the next producer on the directory
+    # replayed them -- records reported failed, delivered later.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(12)  # too large whole, two halves of 6 that fit
+    with wal_producer(dropping_proxy.bootstrap, tmp_path) as p:
+        # The whole batch (refused) and its first part pass; the second part does not.
+        dropping_proxy.set_dropping(True, after=2)
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.flush(30)
+        assert [future.get(0).offset for future in futures[:6]] == list(range(6))
+        for future in futures[6:]:
+            with pytest.raises(KafkaTimeoutError) as caught:
+                future.get(0)
+            assert not isinstance(caught.value, RecordSpooledError)
+        metrics = p.metrics()
+        assert metrics["netkafka"]["sender_batches_split"] == 1
+        assert metrics["netkafka"]["records_spooled"] == 0
+        assert metrics["netkafka-wal"]["live_batches"] == 0
+        dropping_proxy.set_dropping(False)
+    with wal_producer(kafka_broker.bootstrap, tmp_path) as again:
+        assert again.replay(30).records == 0
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent[:6], list(range(6)))
+
+
+def test_a_split_batch_whose_parts_all_timed_out_is_spooled(
+        kafka_broker, topic_name, tmp_path, dropping_proxy):
+    # Nothing of it in the topic: spooled as a batch sent whole is.  Its records
+    # failed with the timeout (not RecordSpooledError), the WAL kept the batch, and
+    # the next producer replayed it.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(12)
+    with wal_producer(dropping_proxy.bootstrap, tmp_path) as p:
+        dropping_proxy.set_dropping(True, after=1)  # the whole batch, refused
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.flush(30)
+        for future in futures:
+            with pytest.raises(RecordSpooledError):
+                future.get(0)
+        assert p.metrics()["netkafka"]["records_spooled"] == 12
+        dropping_proxy.set_dropping(False)
+        wait_for(lambda: p.metrics()["netkafka"]["records_spool_delivered"] == 12, 60,
+                 "the spooled records' delivery")
+        metrics = p.metrics()
+        assert metrics["netkafka"]["records_spool_failed"] == 0
+        assert metrics["netkafka-wal"]["live_batches"] == 0
+    # Once each: the proxy held the parts back, none reached the broker before the
+    # spool's copy.
+    records = read_topic(kafka_broker.bootstrap, topic_name, 12)
+    assert [r.value for r in records] == sent
+
+
+def test_a_replayed_batch_split_and_partly_timed_out_is_done_in_the_wal(
+        kafka_broker, topic_name, tmp_path, dropping_proxy):
+    # on_replay heard the second part's records fail, yet the WAL kept the batch: the
+    # producer after replayed them again.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(12)
+    first = wal_producer(dropping_proxy.bootstrap, tmp_path)
+    try:
+        dropping_proxy.set_dropping(True)
+        futures = [first.send(topic_name, value, partition=0, context=b"%d" % i)
+                   for i, value in enumerate(sent)]
+        first.flush(30)
+        for future in futures:
+            with pytest.raises(RecordSpooledError):
+                future.get(0)
+    finally:
+        first.close(0)  # the spooled batch stays in the WAL
+    heard = {}
+    dropping_proxy.set_dropping(False)
+    dropping_proxy.set_dropping(True, after=2)
+    second = wal_producer(dropping_proxy.bootstrap, tmp_path,
+                          on_replay=lambda context, outcome: heard.setdefault(context, outcome))
+    try:
+        report = second.replay(30)
+        assert second.metrics()["netkafka-wal"]["live_batches"] == 0
+    finally:
+        dropping_proxy.set_dropping(False)
+        second.close(10)
+    assert (report.records, report.failed, report.spooled) == (12, 6, 0), report
+    assert all(isinstance(heard[b"%d" % i], RecordMetadata) for i in range(6)), heard
+    assert all(isinstance(heard[b"%d" % i], KafkaTimeoutError)
+               and not isinstance(heard[b"%d" % i], RecordSpooledError)
+               for i in range(6, 12)), heard
+    with wal_producer(kafka_broker.bootstrap, tmp_path) as third:
+        assert third.replay(30).records == 0
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent[:6], list(range(6)))
+
+
+def test_a_spooled_batch_split_and_partly_timed_out_stays_for_the_next_producer(
+        kafka_broker, topic_name, tmp_path, dropping_proxy):
+    # Its records were told they are sent again.  Its first part in, its second
+    # timed out: the spool cannot send the batch again without writing the first
+    # part twice, and the WAL knows it whole, so it stays there for the next
+    # producer -- counted as failed for good, it was not.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(12)
+    with wal_producer(dropping_proxy.bootstrap, tmp_path) as p:
+        dropping_proxy.set_dropping(True)
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.flush(30)
+        for future in futures:
+            with pytest.raises(RecordSpooledError):
+                future.get(0)
+        # The spool's next resend: the whole batch (refused) and its first part pass.
+        dropping_proxy.set_dropping(False)
+        dropping_proxy.set_dropping(True, after=2)
+        # Failed in the sender: the whole batch's first delivery timeout, then the part.
+        wait_for(lambda: p.metrics()["netkafka"]["sender_batches_failed"] == 2, 60,
+                 "the second part's delivery timeout")
+        dropping_proxy.set_dropping(False)
+    # Closed: the part's outcome has been handled (the I/O threads are stopped).
+    metrics = p.metrics()["netkafka"]
+    assert metrics["sender_batches_split"] == 1
+    assert metrics["spool_batches"] == 0
+    assert metrics["records_spool_failed"] == metrics["records_spool_delivered"] == 0
+    with wal_producer(kafka_broker.bootstrap, tmp_path) as again:
+        report = again.replay(30)
+    assert (report.records, report.failed, report.pending) == (12, 0, 0), report
+    # Replayed under its stamp: the broker dropped the first part it had.
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, list(range(12)))
 
 
 # -- Without a broker: the reader, the halves, the outcome of a split batch.

@@ -627,26 +627,27 @@ class RecordAccumulator(AccumulatorCore):
         else:
             self._complete(batch, view, error=error)
 
-    def _log_outcome(self, batch, error):
+    def _log_outcome(self, batch, error, parts=()):
         """The batch's DONE entry, once; returns the error its records are told
         (log_wal_outcome)."""
-        done, error = self.log_wal_outcome(batch.wal_id, error)
+        done, error = self.log_wal_outcome(batch.wal_id, error, parts)
         if done:
             batch.wal_id = 0
         return error
 
-    def log_wal_outcome(self, wal_id, error):
+    def log_wal_outcome(self, wal_id, error, parts=()):
         """Any thread: a batch's DONE entry in the WAL, acknowledged or failed for good
-        -- but a failure from close() on, or a delivery timeout with the spool on, is
-        not logged: the batch is sent again.  Returns (whether the batch is done with
-        the WAL: its DONE logged, or refused by a failed log; the error its records
-        are told: error, or for a failure whose DONE the failed log refused, a
-        WalStorageError saying that the next producer on the directory replays
-        them)."""
+        -- but a failure from close() on, or one the spool takes (_spools()), is not
+        logged: the batch is sent again.  parts: a split batch's (ProduceResult.parts).
+        Returns (whether the batch is done with the WAL: its DONE logged, or refused by
+        a failed log; the error its records are told: error, or for a failure whose
+        DONE the failed log refused, a WalStorageError saying that the next producer
+        on the directory replays them)."""
         if self._wal is None or not wal_id:
             return False, error
         with self._state_lock:
-            keep = error is not None and (self._wal_keeps_failures or self._spools(error))
+            keep = error is not None and (self._wal_keeps_failures
+                                          or self._spools(error, parts))
         if keep:
             return False, error
         try:
@@ -698,25 +699,22 @@ class RecordAccumulator(AccumulatorCore):
         """The WAL's DONE entry first (what the application learns next must not be
         replayed), memory back to the pool (a send() may be waiting for it), then the
         futures, then flush()'s set.  A delivery timeout with the spool on keeps the
-        batch instead (_spool_batch) -- unless the sender split it (parts: see
-        ProduceResult.parts) and some of its records are in the topic already: the
-        spool would send them again, so the failed parts' records fail.
+        batch instead (_spool_batch), a split batch's only when every part timed out
+        (_spools()).
 
-        A split batch's records take their parts' outcomes.  Its produce() records
-        (counted, not told one by one) that failed are not known apart from those
-        that did not: as many as failed, at most, count as failed for flush()."""
-        if error is not None and not parts and self._spools(error):
+        A split batch's records take their parts' outcomes, and it is done in the WAL:
+        the records of its parts that failed are told so and never replayed.  Its
+        produce() records (counted, not told one by one) that failed are not known
+        apart from those that did not: as many as failed, at most, count as failed
+        for flush()."""
+        if error is not None and self._spools(error, parts):
             self._spool_batch(batch, view, error)
             return
         if batch.wal_id:  # without a WAL, no call: this runs for every batch
-            error = self._log_outcome(batch, error)
+            error = self._log_outcome(batch, error, parts)
         builder = batch.builder
         record_count = builder.record_count
-        failed_count = record_count if error is not None else 0
-        if parts and error is not None:
-            ends = [part[0] for part in parts[1:]] + [record_count]
-            failed_count = sum(end - part[0] for part, end in zip(parts, ends)
-                               if part[3] is not None)
+        failed_count = _failed_records(record_count, error, parts)
         if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
             # not keep views of the batch (and so its memory) alive with it.
@@ -744,8 +742,13 @@ class RecordAccumulator(AccumulatorCore):
     # ------------------------------------------------------------------
     # The spool (on_delivery_timeout='spool').
 
-    def _spools(self, error):
-        return self._spool is not None and isinstance(error, KafkaTimeoutError)
+    def _spools(self, error, parts=()):
+        """Whether a batch that failed with error goes to the spool: a delivery
+        timeout with the spool on.  A split batch (parts: its ProduceResult.parts)
+        only when every part timed out: the spool resends the batch whole (the WAL
+        knows it whole), which would write an acknowledged part again."""
+        return (self._spool is not None and isinstance(error, KafkaTimeoutError)
+                and all(isinstance(part[3], KafkaTimeoutError) for part in parts))
 
     def _spool_batch(self, batch, view, error):
         """A batch whose delivery timed out: its futures fail with RecordSpooledError,
@@ -756,13 +759,15 @@ class RecordAccumulator(AccumulatorCore):
             self._incomplete.discard(batch.result)
         self._keep_spooled(batch, view, None)
 
-    def spool_replayed(self, wal_id, topic, partition, builder, view, error, on_final):
+    def spool_replayed(self, wal_id, topic, partition, builder, view, error, parts,
+                       on_final):
         """An I/O thread: a batch replay.py sent (its sealed builder and view, its WAL
-        id) failed with error.  A delivery timeout with the spool on keeps it, as
-        this producer's own batches are kept: returns the RecordSpooledError its
-        records are told, and on_final(result, error) hears its outcome once the
-        spool has one.  Else returns None: the batch is the caller's still."""
-        if not self._spools(error):
+        id) failed with error (split: parts, ProduceResult.parts).  A delivery timeout
+        with the spool on keeps it (_spools()), as this producer's own batches are
+        kept: returns the RecordSpooledError its records are told, and
+        on_final(result, error) hears its outcome once the spool has one.  Else
+        returns None: the batch is the caller's still."""
+        if not self._spools(error, parts):
             return None
         batch = Batch(builder, BatchResult(topic, partition), time.monotonic_ns())
         batch.wal_id = wal_id
@@ -831,23 +836,37 @@ class RecordAccumulator(AccumulatorCore):
     def _on_spool_delivered(self, batch, view, on_final, result, error):
         """A spooled batch's outcome (an I/O thread): delivered, timed out again (kept
         again), or failed for good.  Its futures heard of it already; a replayed
-        batch's on_final hears it now."""
-        if error is not None and not (result is not None and result.parts) and self._spools(error):
-            # (Not a split batch with records in the topic: sent again, they would be
-            # duplicated.)
+        batch's on_final hears it now.
+
+        Split, some parts timed out and others not (in the topic, or failed for good):
+        its records were told they are sent again, and the WAL knows the batch whole.
+        It stays there, not done, for the next producer on the directory to replay
+        (under its stamp: the broker drops the parts it has while among its last five
+        batches of the producer; else they count as possibly duplicated), rather than
+        the spool writing the acknowledged parts again at every resend."""
+        parts = () if result is None else result.parts
+        if error is not None and self._spools(error, parts):
             self._spool.keep(batch, view, on_final)
             return
-        if batch.wal_id:  # without a WAL, no call: this runs for every batch
-            error = self._log_outcome(batch, error)
         builder = batch.builder
+        topic, partition = batch.result.topic, batch.result.partition
+        if error is not None and any(self._spools(part[3]) for part in parts):
+            _log.error("a spooled batch of %d records to %s-%d was split and only some "
+                       "of its parts timed out (%s): it stays in the write-ahead log at "
+                       "%s, and the next producer that opens it replays it",
+                       builder.record_count, topic, partition, error, self._wal.directory)
+            release_batch(builder, view, False)
+            return
+        if batch.wal_id:  # without a WAL, no call: this runs for every batch
+            error = self._log_outcome(batch, error, parts)
         if error is not None:
             _log.error("a spooled batch of %d records to %s-%d failed for good: %s",
-                       builder.record_count, batch.result.topic, batch.result.partition,
-                       error)
+                       builder.record_count, topic, partition, error)
+        failed = _failed_records(builder.record_count, error, parts)
         release_batch(builder, view, error is None)
         with self._state_lock:
-            self._metrics["records_spool_delivered" if error is None
-                          else "records_spool_failed"] += builder.record_count
+            self._metrics["records_spool_delivered"] += builder.record_count - failed
+            self._metrics["records_spool_failed"] += failed
         if on_final is not None:
             on_final(result, error)
 
@@ -1035,6 +1054,17 @@ class RecordAccumulator(AccumulatorCore):
 
 def _closed_refusal():
     return ProducerClosedError("send() after close(): the producer is closed")
+
+
+def _failed_records(record_count, error, parts):
+    """How many of a batch's record_count records failed: all of them, none, or of a
+    split batch (parts: ProduceResult.parts), those of its failed parts."""
+    if error is None:
+        return 0
+    if not parts:
+        return record_count
+    ends = [part[0] for part in parts[1:]] + [record_count]
+    return sum(end - part[0] for part, end in zip(parts, ends) if part[3] is not None)
 
 
 def release_batch(builder, view, acknowledged):

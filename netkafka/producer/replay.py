@@ -307,18 +307,21 @@ class Replay:
             # over: the batch was written under a new one, perhaps a second time.
             kind = _AT_LEAST_ONCE
         parts = () if result is None else result.parts
-        if error is not None and not parts and not self._accumulator.wal_keeps_failures:
-            # A delivery timeout with the spool on: kept in the WAL and sent again,
-            # as this producer's own records are -- and said so, as their futures
-            # say it; failed, the batch would stay in the WAL all the same, and the
-            # next producer would replay it, on_replay hearing of it twice.
+        if error is not None and not self._accumulator.wal_keeps_failures:
+            # A delivery timeout with the spool on (a split batch's: every part's):
+            # kept in the WAL and sent again, as this producer's own records are --
+            # and said so, as their futures say it; failed, the batch would stay in
+            # the WAL all the same, and the next producer would replay it, on_replay
+            # hearing of it twice.
             spooled = self._accumulator.spool_replayed(
-                batch.batch_id, batch.topic, batch.partition, builder, view, error,
+                batch.batch_id, batch.topic, batch.partition, builder, view, error, parts,
                 functools.partial(self._on_spool_delivered, batch))
             if spooled is not None:
                 self._finish(batch, "spooled", error=spooled)
                 return
-        _, error = self._accumulator.log_wal_outcome(batch.batch_id, error)
+        # A split batch some of whose parts are in is done in the WAL, its failed
+        # records reported failed (as this producer's own are).
+        _, error = self._accumulator.log_wal_outcome(batch.batch_id, error, parts)
         release_batch(builder, view, error is None)
         if error is None:
             self._finish(batch, kind, result.base_offset, result.log_append_time_ms,
