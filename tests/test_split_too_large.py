@@ -16,6 +16,7 @@ from netkafka.errors import KafkaTimeoutError, MessageTooLargeError, RecordSpool
 from netkafka.producer.sender import ProduceResult, _SplitOutcome
 from netkafka.producer.split import split_in_halves
 from netkafka.record._batch import RecordBatchBuilder
+from netkafka.record._compression import Compressor
 from netkafka.record._crc import crc32c
 from netkafka.record._pool import BufferPool
 from netkafka.record.reader import read_batch
@@ -128,6 +129,43 @@ def test_a_compressed_batch_is_read_back_and_split(kafka_broker, topic_name, cod
     assert [m.timestamp for m in metadata] == [1_700_000_000_000 + i for i in range(300)]
     stored = stored_batches(kafka_broker.nodes[0].data_dir, topic_name)
     assert {batch.codec for batch in stored} == {CODECS[codec]}
+
+
+@pytest.mark.parametrize("codec, level", [("gzip", 1), ("zstd", 19)])
+def test_the_parts_of_a_compressed_batch_take_the_producers_compression_level(
+        kafka_broker, topic_name, codec, level):
+    # They were compressed at the codec's default level.  The stored batches' sizes
+    # are those of their records compressed at the producer's level.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"epsilon", b"zeta", b"eta", b"theta"]
+    sent = [b" ".join(random.Random(i).choices(words, k=40)) for i in range(200)]
+    with producer(kafka_broker.bootstrap, linger_ms=60_000, compression_type=codec,
+                  compression_level=level) as p:
+        for value in sent:
+            p.send(topic_name, value, partition=0, timestamp_ms=1_700_000_000_000)
+        p.flush(60)
+        assert p.metrics()["netkafka"]["records_acknowledged"] == 200
+        assert p.metrics()["netkafka"]["sender_batches_split"] > 0
+    records = read_topic(kafka_broker.bootstrap, topic_name, 200)
+    assert [r.value for r in records] == sent
+    stored = stored_batches(kafka_broker.nodes[0].data_dir, topic_name)
+    assert {batch.codec for batch in stored} == {CODECS[codec]}
+
+    def sizes(compression):
+        """Each stored batch's size had its records been compressed so."""
+        found, start = [], 0
+        for batch in stored:
+            builder = RecordBatchBuilder(BufferPool(1 << 16, 1 << 17).acquire(1 << 16),
+                                         1 << 16, 1 << 16, compression)
+            for record in records[start:start + batch.record_count]:
+                builder.append(None, record.value, None, record.timestamp_ms)
+            found.append(builder.seal().nbytes)
+            start += batch.record_count
+        return found
+
+    assert [batch.size_bytes for batch in stored] == sizes(Compressor(codec, level))
+    assert sizes(Compressor(codec, level)) != sizes(codec)  # the level shows
 
 
 def test_a_single_record_too_large_fails_alone_with_the_hint(kafka_broker, topic_name):

@@ -67,7 +67,6 @@ import traceback
 
 from netkafka import errors
 from netkafka.producer._accumulator import AccumulatorCore, Batch
-from netkafka.record._compression import Compressor
 from netkafka.producer._futures import BatchResult
 from netkafka.record._batch import (SMALLEST_BATCH_BYTES, RecordBatchBuilder,
                                     pool_buffer_size_bytes)
@@ -117,9 +116,9 @@ class RecordAccumulator(AccumulatorCore):
         batch_size: bytes a batch may reach (a single larger record gets a batch of
             its own, up to max_request_size).
         max_request_size: bytes of the largest batch.
-        compression_type: None or a codec name; every batch is compressed with one
-            shared Compressor (when compressing does not pay: sent uncompressed).
-        compression_level: the codec's level (KIP-390), None for its default.
+        compressor: None, or the Compressor (compression_type at its level, KIP-390)
+            every batch is compressed with, shared (when compressing does not pay:
+            sent uncompressed).
         buffer_memory: bound on the memory of all batches not yet completed.
         linger_ms: how long a batch below batch_size waits for more records (longer
             while its partition has batches queued in the sender, see Linger above).
@@ -151,11 +150,10 @@ class RecordAccumulator(AccumulatorCore):
     """
 
     def __init__(self, partitioner, sender, topic_waiter, *, batch_size, max_request_size,
-                 compression_type, buffer_memory, linger_ms, max_block_ms,
+                 compressor, buffer_memory, linger_ms, max_block_ms,
                  delivery_timeout_ms, backoff, idempotence=None, stats=None,
-                 compression_level=None, legacy_magic=None, transaction=None, wal=None,
-                 spool=False, retry_backoff_ms=100):
-        codec = None if compression_type in (None, "none") else compression_type
+                 legacy_magic=None, transaction=None, wal=None, spool=False,
+                 retry_backoff_ms=100):
         if legacy_magic is not None and idempotence is not None:
             raise ValueError("legacy message sets carry no producer id: no idempotence")
         self._legacy_magic = legacy_magic  # immutable
@@ -165,8 +163,7 @@ class RecordAccumulator(AccumulatorCore):
         # entirely") makes batches of one record: the smallest batch's.
         self._batch_size = max(batch_size, SMALLEST_BATCH_BYTES)  # immutable
         self._max_request_size = max_request_size  # immutable
-        # Thread-safe.
-        self._compressor = None if codec is None else Compressor(codec, compression_level)
+        self._compressor = compressor  # immutable; thread-safe
         buffer_size = pool_buffer_size_bytes(self._batch_size, self._compressor)
         # Thread-safe (its own mutex).  Batches start in FIRST_BUFFER_BYTES and grow;
         # with a codec, a buffer of the largest class is set aside so a batch sealed

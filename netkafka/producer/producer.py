@@ -60,6 +60,7 @@ from netkafka.producer.replay import Replay, ReplayReport
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.producer.transaction_manager import TransactionManager
 from netkafka.record._columns import Rows, binary_source
+from netkafka.record._compression import Compressor
 
 _log = logging.getLogger("netkafka.producer.producer")
 _BYTES_TYPES = (bytes, bytearray, memoryview)
@@ -222,18 +223,22 @@ class Producer(ProducerCore):
                                                 max_block_ms=config.max_block_ms, wal=wal)
             else:
                 idempotence = None
+            # One for every batch, and the parts of a batch split as too large.
+            compressor = (None if config.compression_type in (None, "none")
+                          else Compressor(config.compression_type,
+                                          config.effective_compression_level))
             sender = Sender(pool, metadata, acks=config.acks,
                             max_block_ms=config.max_block_ms, backoff=backoff,
                             retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
                             delivery_timeout_ms=config.delivery_timeout_ms,
                             max_request_size=config.max_request_size,
-                            idempotence=idempotence, stats=stats, transaction=transaction)
+                            idempotence=idempotence, stats=stats, transaction=transaction,
+                            compressor=compressor)
             partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
             accumulator = RecordAccumulator(
                 partitioner, sender, self._wait_for_partition,
                 batch_size=config.batch_size_bytes, max_request_size=config.max_request_size,
-                compression_type=config.compression_type,
-                compression_level=config.effective_compression_level,
+                compressor=compressor,
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
                 delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,

@@ -168,12 +168,15 @@ class Sender:
             requests carry the transactional id, at v11 at most for a V1
             transaction; after a retriable error a batch is not sent again while the
             transaction is being aborted.
+        compressor: the Compressor the producer's batches are sealed with, or None:
+            the parts of a batch of its codec split as too large are compressed with
+            it, at its level (split.py).
     """
 
     def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
                  delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None,
-                 stats=None, transaction=None):
+                 stats=None, transaction=None, compressor=None):
         acks = acks_value(acks)
         check_int("max_block_ms", max_block_ms, 0)
         check_int("retries", retries, 0)
@@ -192,6 +195,7 @@ class Sender:
         self._metadata = metadata  # immutable
         self._stats = stats  # immutable; thread-safe
         self._transaction = transaction  # immutable; thread-safe
+        self._compressor = compressor  # immutable; thread-safe
 
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)  # notified when _pending drops to 0
@@ -630,7 +634,7 @@ class Sender:
         if item.view[_MAGIC_AT] != _MAGIC_V2:
             return False
         try:
-            parts = split_in_halves(item.view, self.max_request_size)
+            parts = split_in_halves(item.view, self.max_request_size, self._compressor)
         except ValueError as exc:  # our own batch: never, unless a bug
             _log.warning("a batch of %s-%d refused as too large cannot be split: %s",
                          item.topic, item.partition, exc)

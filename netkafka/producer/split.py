@@ -13,8 +13,9 @@ part of the batch's sequences: the broker appended none of the batch, so its nex
 expected sequence is still the batch's base sequence, and the halves, sent in
 order, are what it expects.  Records keep their timestamps, keys, values and
 headers; the halves are encoded anew (offset and timestamp deltas start again) and
-compressed with the batch's codec, at its default level (the sender does not know
-the producer's compression_level; the level changes sizes, not what is read).
+compressed with the batch's codec: at the producer's compression_level when it is
+the producer's codec, else (a batch replayed from a WAL written under another
+compression_type) at the codec's default level.
 
 Memory: a half's bytes come from a pool of its own, outside buffer_memory (as the
 Java client allocates its split batches off its pool): the answer's I/O thread
@@ -30,10 +31,11 @@ from netkafka.record.reader import read_batch
 _SEQUENCE_LIMIT = 2**31  # sequences wrap to 0 after Int.MAX_VALUE
 
 
-def split_in_halves(data, max_records_bytes):
+def split_in_halves(data, max_records_bytes, compressor=None):
     """The records of the sealed RecordBatch v2 in data (two or more, at most
     max_records_bytes of them uncompressed) as two sealed batches: [(builder, view,
-    first record index, record count)].
+    first record index, record count)].  compressor: the producer's Compressor, or
+    None; the halves of a batch of its codec are compressed with it.
 
     Raises:
         ValueError: data is not such a batch (netkafka.record.reader names why).
@@ -42,21 +44,24 @@ def split_in_halves(data, max_records_bytes):
     if batch.record_count < 2:
         raise ValueError("a batch of one record cannot be split")
     middle = (batch.record_count + 1) // 2
-    return [_sealed_part(batch, 0, middle),
-            _sealed_part(batch, middle, batch.record_count)]
+    compression = batch.codec or None
+    if compressor is not None and compressor.codec == batch.codec:
+        compression = compressor
+    return [_sealed_part(batch, 0, middle, compression),
+            _sealed_part(batch, middle, batch.record_count, compression)]
 
 
-def _sealed_part(batch, first, end):
+def _sealed_part(batch, first, end, compression):
     records = batch.records[first:end]
     size = BATCH_HEADER_BYTES + sum(
         RecordBatchBuilder.size_upper_bound_bytes(record.key, record.value, record.headers)
         for record in records)
     # Room for the compressed copy too (pool_buffer_size_bytes), or the part would go
     # uncompressed.
-    pool_bytes = pool_buffer_size_bytes(size, batch.codec or None)
+    pool_bytes = pool_buffer_size_bytes(size, compression)
     buffer = BufferPool(pool_bytes, 2 * pool_bytes).try_acquire(size)
     builder = RecordBatchBuilder(
-        buffer, size, size, batch.codec or None,
+        buffer, size, size, compression,
         timestamp_type=(TIMESTAMP_LOG_APPEND_TIME if batch.log_append_time
                         else TIMESTAMP_CREATE_TIME),
         transactional=batch.transactional)
