@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from netkafka import Producer, RecordMetadata
+from netkafka.errors import MessageTooLargeError
 from netkafka.producer.replay import Replay, _appended
 from netkafka.producer.wal import Seal, WriteAheadLog
 from netkafka.protocol.describe_producers import PartitionProducers, ProducerState
@@ -148,6 +149,45 @@ def test_a_split_batch_killed_after_a_part_was_acknowledged_is_replayed_exactly_
     assert set(heard.outcomes) == {b"c%d" % i for i in range(COUNT)}
     for context, outcome in heard.outcomes.items():
         assert (outcome.partition, outcome.offset) == where[b"r%d" % int(context[1:])]
+    with WriteAheadLog(tmp_path) as log:
+        assert log.recovery().batches == []
+
+
+def test_a_split_batch_whose_parts_were_restamped_is_replayed_at_least_once(
+        kafka_broker, topic_name, tmp_path):
+    # Split down to a record too large alone, which failed: the partition started over
+    # under a new epoch, and the parts behind it were re-stamped -- not in the WAL,
+    # which kept the batch's old stamp.  The producer died as the first of them was
+    # acknowledged.  The replay took the old stamp for the batch's (the broker knew
+    # the producer id only at the new epoch, and the batch started at sequence 0) and
+    # sent it under it: the broker refused the parts of the older epoch
+    # (INVALID_PRODUCER_EPOCH), and on_replay was told that records in the topic
+    # failed.  Now the batch has no stamp in the WAL once a part is re-stamped: replayed
+    # at-least-once, each record is where on_replay says, duplicates counted.
+    create_topic(kafka_broker.bootstrap, topic_name, config={"max.message.bytes": "200"})
+    count = 20
+    crash("restamped", kafka_broker, topic_name, tmp_path, count)
+    heard = Heard()
+    producer, report = replay(kafka_broker, tmp_path, heard)
+    try:
+        assert report.records == count and report.pending == 0, report
+        assert producer.metrics()["netkafka"]["sender_batches_split"] > 0
+    finally:
+        producer.close()
+    assert report.failed == 1, report  # the record too large
+    too_large = heard.outcomes.pop(b"c%d" % (count // 2))
+    assert isinstance(too_large, MessageTooLargeError), too_large
+    assert all(isinstance(outcome, RecordMetadata) for outcome in heard.outcomes.values()), \
+        heard.outcomes
+    records = read_topic(kafka_broker.bootstrap, topic_name, count - 1)
+    at = collections.defaultdict(set)
+    for record in records:
+        at[record.value].add(record.offset)
+    assert set(at) == {b"r%d" % i for i in range(count) if i != count // 2}
+    for context, outcome in heard.outcomes.items():
+        assert outcome.offset in at[b"r" + context[1:]], (context, outcome, at)
+    # Written twice: those acknowledged before the death, counted.
+    assert len(records) - len(at) <= report.possibly_duplicated, report
     with WriteAheadLog(tmp_path) as log:
         assert log.recovery().batches == []
 

@@ -14,6 +14,10 @@ context b"c<i>", then kills itself with the WAL in the state MOMENT names:
     split     on a topic whose max.message.bytes the batches exceed: killed as the
               first part of a split batch is acknowledged (one request in flight, so
               a partition's later parts are not sent yet)
+    restamped on such a topic, with the record in the middle too large alone: the
+              batch is split down to it, it fails, the partition starts over under
+              a new epoch and the parts behind it are re-stamped; killed as the first
+              of them is acknowledged under the new stamp
 
 "Never written" and "never sent" are made by replacing the WAL's log_done and the
 sender's send with functions that do nothing: the log then holds exactly what a
@@ -44,13 +48,27 @@ def main(moment, bootstrap, topic, wal_dir, count):
                 os.kill(os.getpid(), signal.SIGKILL)
 
         _SplitOutcome.part_done = part_done_then_die
+    if moment == "restamped":
+        part_done = _SplitOutcome.part_done
+        stamps = set()
+
+        def part_done_then_die_under_a_new_stamp(self, index, first, builder, view, result,
+                                                 error):
+            stamp = (builder.producer_id, builder.producer_epoch)
+            part_done(self, index, first, builder, view, result, error)
+            if error is None:
+                stamps.add(stamp)
+                if len(stamps) > 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        _SplitOutcome.part_done = part_done_then_die_under_a_new_stamp
     # Small batches, several per partition -- but in "open", batches that no record
     # fills, lingering for a minute; in "split", one batch per partition.
     producer = Producer(bootstrap_servers=bootstrap, wal_dir=wal_dir, wal_fsync="never",
                         **({"linger_ms": 60_000, "batch_size": 65536} if moment == "open"
                            else {"linger_ms": 60_000, "batch_size": 65536,
                                  "max_in_flight_requests_per_connection": 1}
-                           if moment == "split"
+                           if moment in ("split", "restamped")
                            else {"linger_ms": 5, "batch_size": 1024}))
 
     def send(first, last):
@@ -67,6 +85,11 @@ def main(moment, bootstrap, topic, wal_dir, count):
         _seal_all(producer)
     elif moment == "split":
         send(0, count)
+        producer.flush(60)  # killed before it returns
+    elif moment == "restamped":
+        for i in range(count):
+            value = b"r%d" % i + (b"x" * 400 if i == count // 2 else b"")
+            producer.send(topic, value, partition=0, context=b"c%d" % i)
         producer.flush(60)  # killed before it returns
     elif moment == "mixed":
         send(0, count // 2)

@@ -105,14 +105,15 @@ class SequencedBatch:
     """A sealed batch of an idempotent partition, from the Sender taking it until it
     is acknowledged or fails.  Fields guarded by ProducerIdManager._lock."""
 
-    __slots__ = ("key", "batch", "record_count", "wal_id", "in_flight", "maybe_appended",
-                 "appended")
+    __slots__ = ("key", "batch", "record_count", "wal_id", "part", "in_flight",
+                 "maybe_appended", "appended")
 
-    def __init__(self, key, batch, record_count, wal_id):
+    def __init__(self, key, batch, record_count, wal_id, part=False):
         self.key = key  # (topic, partition)
         self.batch = batch  # the sealed RecordBatchBuilder, re-stamped in place
         self.record_count = record_count
         self.wal_id = wal_id  # its id in the WAL (0: none): a re-stamp is logged there
+        self.part = part  # a part of a split batch (split()); wal_id is the batch's
         self.in_flight = False  # in a request not answered yet
         self.maybe_appended = False  # an attempt may have been appended (above)
         self.appended = False  # a later batch under its stamp was acknowledged
@@ -286,7 +287,8 @@ class ProducerIdManager:
                 builder.rewrite_producer_state(
                     batch.producer_id, batch.producer_epoch,
                     (batch.base_sequence + first) % _SEQUENCE_LIMIT)
-                entries.append(SequencedBatch(entry.key, builder, count, 0))
+                entries.append(SequencedBatch(entry.key, builder, count, entry.wal_id,
+                                              part=True))
             del outstanding[index]
             for part in reversed(entries):
                 outstanding.insert(index, part)
@@ -386,9 +388,17 @@ class ProducerIdManager:
     def _log_restamp_locked(self, entry):
         """A batch's new stamp into the WAL, with the CRC32C it has now: a replay
         rebuilds the batch as it was last sent.  Returns the WAL's position after the
-        entry, or 0 when nothing was logged."""
+        entry, or 0 when nothing was logged.
+
+        A part of a split batch: the WAL knows the batch whole, under its stamp, and
+        the broker may now hold records of it under the part's -- which the batch's
+        stamp would not deduplicate, and whose newer epoch fences it.  The batch is
+        logged with no stamp (producer id -1): a replay sends it at-least-once, under
+        a stamp of its own, its records counted as possibly duplicated."""
         if self._wal is None or not entry.wal_id:
             return 0
+        if entry.part:
+            return self._wal.log_restamp(entry.wal_id, -1, -1, -1, 0)
         batch = entry.batch
         with memoryview(batch) as view:
             (batch_crc,) = _CRC.unpack_from(view, 17)

@@ -13,11 +13,12 @@ constructor, partition by partition:
          id, epoch and sequences, which the partition adopts
          (ProducerIdManager.adopt) so that its next batches follow them;
        - it does not know the id (expired) or the batches carry none (idempotence was
-         off): the old stamp cannot keep them from being written twice, so they are
-         re-encoded under this producer's own and their records counted as possibly
-         duplicated (at-least-once, reported, never silent) -- except a partition
-         whose first sealed batch starts at sequence 0, which nothing can have
-         written yet;
+         off, or a part of a split batch was re-stamped: idempotence.py's
+         _log_restamp_locked): the old stamp cannot keep them from being written
+         twice, so they are re-encoded under this producer's own and their records
+         counted as possibly duplicated (at-least-once, reported, never silent) --
+         except a partition whose first sealed batch starts at sequence 0, which
+         nothing can have written yet;
        - it does not answer the question (the API is not offered or not allowed): the
          batches are sent under their old stamp and the broker's idempotence drops
          what it has among its last five batches; a batch it then refuses as out of
