@@ -212,6 +212,36 @@ def test_produce_records_of_a_split_batch_count_only_the_failed_one(kafka_broker
     assert_read_back(kafka_broker.bootstrap, topic_name, sent, list(range(30)))
 
 
+def test_produce_records_of_a_split_batch_count_only_if_they_failed(kafka_broker, topic_name):
+    # produce() and send() records in one batch, the one too large sent with a future:
+    # flush() counted min(produce() records, records failed) as failed produce()
+    # records -- one, which was the send() record.  Then a produce() record too large
+    # among send() records: it alone counts.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(30)
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        for value in sent[:15]:
+            p.produce(topic_name, value, partition=0)
+        alone = p.send(topic_name, b"y" * 2000, partition=0)
+        for value in sent[15:]:
+            p.produce(topic_name, value, partition=0)
+        p.flush(60)  # no produce() record failed
+        with pytest.raises(MessageTooLargeError):
+            alone.get(0)
+        futures = [p.send(topic_name, value, partition=0) for value in sent[:15]]
+        p.produce(topic_name, b"y" * 2000, partition=0)
+        futures += [p.send(topic_name, value, partition=0) for value in sent[15:]]
+        with pytest.raises(Exception, match="MESSAGE_TOO_LARGE") as raised:
+            p.flush(60)
+        assert raised.value.failed_count == 1
+        assert [future.get(0).offset for future in futures] == list(range(30, 60))
+        metrics = p.metrics()["netkafka"]
+        assert metrics["records_untracked_failed"] == 1
+        assert metrics["records_failed"] == 2
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent + sent, list(range(60)))
+
+
 def test_send_batch_offsets_of_a_split_batch(kafka_broker, topic_name):
     # Row 40 is too large alone: it fails, and the rows after it are one offset
     # nearer the batch's first than their place in it.

@@ -82,6 +82,12 @@ cdef class Batch:
     # Records appended with no future (produce()): their failure is counted for
     # flush() to raise.  Accumulator's lock while open; read once completed.
     cdef readonly int untracked_records
+    # Where they are (the batch may be split, its parts failing apart: untracked_in):
+    # indexes [_run_start, _run_end), the last run of consecutive ones, after the
+    # earlier runs' (start, end) in _runs (None while there is one run).  Guarded as
+    # untracked_records.
+    cdef Py_ssize_t _run_start, _run_end
+    cdef list _runs
     # Set by the sender's release of a batch it held (hold_while_queued), before the
     # linger thread is told: that thread hands it over without asking again.
     cdef public bint released
@@ -98,6 +104,27 @@ cdef class Batch:
         self.builder = builder
         self.result = result
         self.created_ns = created_ns
+
+    cdef inline void _count_untracked(self, Py_ssize_t index):
+        # With the accumulator's lock held: the record at index has no future.
+        self.untracked_records += 1
+        if index == self._run_end:  # the usual case: the run goes on
+            self._run_end += 1
+            return
+        if self._run_end > self._run_start:
+            if self._runs is None:
+                self._runs = []
+            self._runs.append((self._run_start, self._run_end))
+        self._run_start = index
+        self._run_end = index + 1
+
+    def untracked_in(self, Py_ssize_t first, Py_ssize_t end):
+        """Once completed: how many of the records at indexes first..end-1 have no
+        future (produce())."""
+        runs = [(self._run_start, self._run_end)]
+        if self._runs is not None:
+            runs += self._runs
+        return sum(max(0, min(end, stop) - max(first, start)) for start, stop in runs)
 
 
 @cython.final
@@ -360,7 +387,7 @@ cdef class AccumulatorCore:
         if index < 0:
             return None
         if track == TRACK_COUNT:
-            batch.untracked_records += 1
+            batch._count_untracked(index)
             return batch
         if track == TRACK_NONE:
             return batch, index

@@ -701,9 +701,8 @@ class RecordAccumulator(AccumulatorCore):
 
         A split batch's records take their parts' outcomes, and it is done in the WAL:
         the records of its parts that failed are told so and never replayed.  Its
-        produce() records (counted, not told one by one) that failed are not known
-        apart from those that did not: as many as failed, at most, count as failed
-        for flush()."""
+        produce() records (counted, not told one by one) in the failed parts count as
+        failed for flush()."""
         if error is not None and self._spools(error, parts):
             self._spool_batch(batch, view, error)
             return
@@ -712,6 +711,10 @@ class RecordAccumulator(AccumulatorCore):
         builder = batch.builder
         record_count = builder.record_count
         failed_count = _failed_records(record_count, error, parts)
+        untracked_failed = 0
+        if failed_count and batch.untracked_records:
+            untracked_failed = (_failed_untracked(batch, record_count, parts) if parts
+                                else batch.untracked_records)
         if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
             # not keep views of the batch (and so its memory) alive with it.
@@ -732,9 +735,8 @@ class RecordAccumulator(AccumulatorCore):
                 self._metrics["records_failed"] += failed_count
                 if self._stats is not None:
                     self._stats.batch_failed(batch.result.topic, failed_count)
-                if batch.untracked_records:
-                    self._count_untracked_locked(min(batch.untracked_records, failed_count),
-                                                 error)
+                if untracked_failed:
+                    self._count_untracked_locked(untracked_failed, error)
 
     # ------------------------------------------------------------------
     # The spool (on_delivery_timeout='spool').
@@ -1060,8 +1062,19 @@ def _failed_records(record_count, error, parts):
         return 0
     if not parts:
         return record_count
+    return sum(end - first for first, end in _failed_parts(record_count, parts))
+
+
+def _failed_untracked(batch, record_count, parts):
+    """How many of a split batch's produce() records are in its failed parts."""
+    return sum(batch.untracked_in(first, end)
+               for first, end in _failed_parts(record_count, parts))
+
+
+def _failed_parts(record_count, parts):
+    """The (first, end) record indexes of a split batch's failed parts."""
     ends = [part[0] for part in parts[1:]] + [record_count]
-    return sum(end - part[0] for part, end in zip(parts, ends) if part[3] is not None)
+    return [(part[0], end) for part, end in zip(parts, ends) if part[3] is not None]
 
 
 def release_batch(builder, view, acknowledged):
