@@ -203,6 +203,36 @@ def test_send_batch_explicit_partitions_and_one_partition_for_all(kafka_broker, 
         assert in_partition[:len(expected)] == expected
 
 
+def test_send_batch_takes_numpy_integers_in_lists_as_ints(kafka_broker, topic_name):
+    # A list built from a numpy or pandas column holds numpy integers; they were
+    # refused ("partitions[0] must be an int or None, not int64") where send() and
+    # kafka-python take any integer with __index__.  A bool stays refused.
+    np = pytest.importorskip("numpy")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    base_ms = 1_700_000_000_000
+    values = [b"n%d" % i for i in range(6)]
+    stamps = [np.int64(base_ms + i) for i in range(5)] + [None]
+    chosen = [np.int32(2), np.uint8(0), 1, None, np.int64(1), np.int16(2)]
+    with producer(kafka_broker.bootstrap) as p:
+        result = p.send_batch(topic_name, values, partitions=chosen,
+                              timestamps_ms=stamps).get(30)
+        assert result.failed_count == 0, result.errors
+        assert list(result.partitions())[:3] + list(result.partitions())[4:] == [2, 0, 1, 1, 2]
+        for bad in (np.True_, True, np.float64(1.0)):
+            with pytest.raises(TypeError, match=r"partitions\[0\] must be an int or None"):
+                p.send_batch(topic_name, [b"x"], partitions=[bad])
+            refused = p.send_batch(topic_name, [b"x"], timestamps_ms=[bad]).get(30)
+            assert refused.failed_count == 1
+            assert "timestamps_ms[0] must be an int" in str(refused.errors[0][1])
+    records = read_topic(kafka_broker.bootstrap, topic_name, len(values))
+    by_value = {r.value: r for r in records}
+    assert len(records) == len(values)
+    for row, value in enumerate(values):
+        assert by_value[value].partition == result.partitions()[row]
+        if stamps[row] is not None:
+            assert by_value[value].timestamp_ms == int(stamps[row])
+
+
 def test_send_batch_unkeyed_rows_are_sticky_per_batch(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
     values = [b"x" * 100 for _ in range(20_000)]

@@ -28,7 +28,7 @@ from libc.stdint cimport INT32_MAX, int64_t, uint32_t
 from netkafka.csrc cimport nk_murmur2_partition
 from netkafka.producer._partitioner cimport Partitioner
 from netkafka.record._batch_layout cimport HEADER_SIZE_BYTES
-from netkafka.record._columns cimport BinarySource, Rows, _binary_source
+from netkafka.record._columns cimport BinarySource, Rows, _binary_source, integer_arg
 
 import time
 from array import array
@@ -38,8 +38,8 @@ from array import array
 
 def partitions_array(partitions):
     """send_batch()'s per-row `partitions` as an array('i'), each element checked:
-    an int partition id, or None (-1: the partitioner's choice, as send()'s
-    partition=None).  An array('i') is checked and returned as is; a pyarrow
+    an int partition id (or an integer with __index__, as numpy's), or None (-1:
+    the partitioner's choice, as send()'s partition=None).  An array('i') is checked and returned as is; a pyarrow
     integer Array or ChunkedArray is converted (null: None).
 
     Raises:
@@ -70,8 +70,7 @@ cdef object _partitions_array(object partitions):
             out[i] = -1
             continue
         if isinstance(item, bool) or not isinstance(item, int):
-            raise TypeError(f"partitions[{i}] must be an int or None, not "
-                            f"{type(item).__name__}")
+            item = integer_arg(item, "an int or None", "partitions", i)
         if not 0 <= item <= 0x7FFFFFFF:
             raise ValueError(f"partitions[{i}]={item} is not a partition id (0..2**31-1)")
         out[i] = item

@@ -18,6 +18,7 @@ Threads: a BinaryColumn is immutable once built; a BinarySource or a Rows is use
 one thread at a time (the chunk last read, the header row being encoded).
 """
 import bisect
+import operator
 from array import array
 
 cimport cython
@@ -52,8 +53,8 @@ cdef int64_t checked_timestamp_ms(object timestamp, str name, Py_ssize_t index) 
     # A bool is an int to Python, but as a timestamp it can only be a mistake.
     cdef int64_t ts
     if not PyLong_Check(timestamp) or PyBool_Check(timestamp):
-        raise TypeError(f"{_arg_name(name, index)} must be an int (milliseconds since the "
-                        f"epoch) or None, not {type(timestamp).__name__}")
+        timestamp = integer_arg(timestamp, "an int (milliseconds since the epoch) or None",
+                                name, index)
     try:
         ts = PyLong_AsLongLong(timestamp)
     except OverflowError:
@@ -62,6 +63,19 @@ cdef int64_t checked_timestamp_ms(object timestamp, str name, Py_ssize_t index) 
         raise ValueError(f"{_arg_name(name, index)}={ts} is negative; timestamps are "
                          f"milliseconds since the epoch")
     return ts
+
+
+cdef object integer_arg(object number, str allowed, str name, Py_ssize_t index):
+    # Cold: an integer of another type -- numpy's, as a pandas or numpy column's
+    # elements are -- stands for its int, as kafka-python takes any number with
+    # __index__ (operator.index); a bool, a float or a numpy bool does not.
+    if not PyBool_Check(number):
+        try:
+            return operator.index(number)
+        except TypeError:
+            pass
+    raise TypeError(f"{_arg_name(name, index)} must be {allowed}, not "
+                    f"{type(number).__name__}")
 
 
 cdef int _borrow_buffer(object obj, Py_buffer *view, str name, Py_ssize_t index) except -1:
