@@ -28,7 +28,8 @@ from pyspark.sql import SparkSession
 
 from netkafka import spark as nks
 from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
-from netkafka.errors import InvalidTopicError, JaasConfigError, SslConfigError
+from netkafka.errors import (IllegalArgumentError, InvalidTopicError, JaasConfigError,
+                             SslConfigError)
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -635,6 +636,32 @@ def test_bad_columns_fail_the_job_naming_them(spark, kafka_broker, topic_name):
     emit = nks.arrow_emitter(topic_name, config(kafka_broker), value="id")
     with pytest.raises(Exception, match=r"value: a column of int64 is not binary or string"):
         frame.mapInArrow(emit, emit.schema).collect()
+
+
+def test_a_dict_row_missing_a_key_of_the_first_row_is_named(kafka_broker, topic_name):
+    """The names are checked against the partition's first row; a later dict row
+    without one raised itemgetter's bare KeyError('v'), naming neither the option
+    nor the row.  Its chunk is refused whole, before it is sent."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    rows = [{"k": b"k%d" % i, "v": b"v%d" % i, "h": b"h"} for i in range(8)]
+    del rows[5]["v"]
+    del rows[6]["h"]
+    sink = nks.partition_sink(topic_name, config(kafka_broker), key="k", value="v")
+    with pytest.raises(IllegalArgumentError,
+                       match=r"value='v': row 5 of the partition has no key 'v' \(the "
+                             r"partition's first row had it\); it has keys \['k', 'h'\]"):
+        sink(rows)
+    sink = nks.partition_sink(topic_name, config(kafka_broker), value="v", headers=["h"])
+    with pytest.raises(IllegalArgumentError,
+                       match=r"headers column 'h'='h': row 5 of the partition has no key 'h'"):
+        sink(rows[:5] + rows[6:])
+    with pytest.raises(IllegalArgumentError, match=r"row 2 of the partition has no key 'v'.* "
+                                                   r"it is a tuple, not a dict"):
+        nks.partition_sink(topic_name, config(kafka_broker), value="v")(
+            rows[:2] + [(b"x",)])
+    nks.partition_sink(topic_name, config(kafka_broker), value="v")(rows[:5])
+    assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)) == [
+        b"v%d" % i for i in range(5)]
 
 
 def test_undeliverable_rows_fail_the_sink_task_and_are_reported_by_the_emitter(

@@ -24,7 +24,7 @@ from typing import Any, Optional
 from pyspark import TaskContext
 
 from netkafka.client.metadata import check_topic_name
-from netkafka.errors import DeliveryFailedError
+from netkafka.errors import DeliveryFailedError, IllegalArgumentError
 from netkafka.producer.producer import Producer
 from netkafka.spark.settings import producer_settings
 
@@ -238,7 +238,10 @@ def partition_sink(topic: str, config: Optional[Mapping[str, Any]] = None, *, ke
             pyspark Rows or dicts), a column index (Rows, tuples), or a function of
             the row.  Keys and values: bytes, str (sent as UTF-8) or None;
             partition: int or None (the partitioner's choice); timestamp: epoch
-            ms as int, a datetime, or None (now).
+            ms as int, a datetime, or None (now).  A name is checked against the
+            partition's first row; a later dict row without that key raises
+            IllegalArgumentError naming the key and the row, before its chunk
+            (SINK_CHUNK_ROWS rows) is sent.
         headers: None, a list of column names (each becomes a header of that name;
             values bytes or str), or a function of the row returning a list of
             (str, bytes) pairs.
@@ -273,7 +276,7 @@ class _PartitionSink:
                 break
             if getters is None:
                 getters = _RowColumns(emission, chunk[0])
-            values, keys, headers, partitions, timestamps = getters.columns(chunk)
+            values, keys, headers, partitions, timestamps = getters.columns(chunk, first_row)
             if task_headers is not None:
                 headers = with_provenance(headers, task_headers, first_row, len(chunk),
                                            _provenance_lists)
@@ -304,10 +307,11 @@ class _RowColumns:
             self.headers = [_row_getter(f"headers column {name!r}", name, row)
                             for name in names]
 
-    def columns(self, chunk):
+    def columns(self, chunk, first_row):
         # Column positions exist only for tuple rows (pyspark Rows are tuples):
         # the chunk is transposed once, natively, rather than indexed row by row
-        # through Row.__getitem__.
+        # through Row.__getitem__.  first_row: the chunk's first row's index in
+        # the partition, for the errors.
         transposed = []
 
         def column(getter):
@@ -317,6 +321,8 @@ class _RowColumns:
                 if not transposed:
                     transposed.extend(zip(*chunk))
                 return transposed[getter]
+            if isinstance(getter, _Field):
+                return getter.column(chunk, first_row)
             return [getter(row) for row in chunk]
 
         values = _bytes_column("value", column(self.value))
@@ -358,10 +364,39 @@ def _row_getter(what, spec, row):
         if spec not in row:
             raise ValueError(f"{what}={spec!r}: the rows have no such key; they have "
                              f"{list(row)}")
-        return itemgetter(spec)
+        return _Field(what, spec)
     raise TypeError(f"{what}={spec!r} names a column, but the rows are "
                     f"{type(row).__name__}, not pyspark Rows or dicts: pass a column "
                     f"index or a function of the row")
+
+
+class _Field:
+    """A key of dict rows, found in the partition's first row: read from each row
+    of a chunk at C speed (itemgetter), and a row without it named."""
+
+    __slots__ = ("what", "name", "_get")
+
+    def __init__(self, what, name):
+        self.what = what
+        self.name = name
+        self._get = itemgetter(name)
+
+    def column(self, chunk, first_row):
+        try:
+            return list(map(self._get, chunk))
+        except (KeyError, TypeError):
+            # Cold: find the row (a dict without the key, or a row of another kind);
+            # itemgetter's bare KeyError named neither it nor the option.
+            for index, row in enumerate(chunk, first_row):
+                if not isinstance(row, Mapping) or self.name not in row:
+                    break
+            else:
+                raise
+        kind = (f"has keys {list(row)}" if isinstance(row, Mapping)
+                else f"is a {type(row).__name__}, not a dict")
+        raise IllegalArgumentError(
+            f"{self.what}={self.name!r}: row {index} of the partition has no key "
+            f"{self.name!r} (the partition's first row had it); it {kind}")
 
 
 def _bytes_column(what, column):
