@@ -244,10 +244,14 @@ class SinkPlan:
         else:
             self.transaction_settings = None
             # Options of exactly-once writes only: given without it, a caller who
-            # believes the write is exactly once learns otherwise now.
-            for name, value in ((WRITE_ID_OPTION, self.write_id),
-                                (MARKER_TOPIC_OPTION, marker_topic)):
-                if value is not None:
+            # believes the write is exactly once learns otherwise now.  The
+            # transaction timeout too: only exactly-once tasks run transactions
+            # (kafka.transaction.timeout.ms or netkafka.producer.transaction_timeout_ms,
+            # whichever set it; a Spark conf key is session-wide, not this write's).
+            for name in (WRITE_ID_OPTION if self.write_id is not None else None,
+                         MARKER_TOPIC_OPTION if marker_topic is not None else None,
+                         origins.get("transaction_timeout_ms")):
+                if name is not None:
                     raise ValueError(f"option {name} means nothing without "
                                      f"{EXACTLY_ONCE_OPTION}=true")
         fields = {field.name.lower(): field for field in schema.fields}
