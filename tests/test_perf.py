@@ -4,6 +4,7 @@ import json
 import os
 import pty
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import netkafka
+from broker_proxy import ProduceDroppingProxy
 from netkafka.tools import perf
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
@@ -235,6 +237,45 @@ def test_unreachable_broker_fails_with_a_non_zero_exit():
     summary = json.loads(done.stdout)
     assert summary["records_sent"] == 0 and summary["records_failed"] == 50
     assert "50 of 50 records failed" in done.stderr and f"127.0.0.1:{port}" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["send", "produce", "send_batch"])
+def test_ctrl_c_stops_at_once_when_the_cluster_does_not_answer(kafka_broker, topic, mode):
+    """Ctrl-C with every Produce request unanswered: the run waited for
+    delivery_timeout_ms (ten minutes here) before it stopped.  Now it stops at once and
+    counts what was acknowledged (nothing), failed and never sent."""
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    proxy = ProduceDroppingProxy((host, int(port)))
+    proxy.set_dropping(True)  # metadata answered, Produce requests never
+    count = 2000
+    process = subprocess.Popen(
+        [sys.executable, "-m", "netkafka.tools.perf", "--topic", topic, "--num-records",
+         str(count), "--record-size", "100", "--bootstrap-servers", proxy.bootstrap,
+         "--mode", mode, "--json", "--reporting-interval-ms", "100", "--producer-config",
+         "delivery.timeout.ms=600000", "request.timeout.ms=590000", "linger.ms=5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    try:
+        # A progress line: metadata has arrived and the records are being sent.
+        assert "records sent" in process.stderr.readline()
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)  # far below the 600 s
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        proxy.set_dropping(False)
+        proxy.close()
+    assert process.returncode == perf.EXIT_INTERRUPTED, stderr
+    summary = json.loads(stdout)
+    assert summary["interrupted"] is True
+    assert summary["records_sent"] == 0
+    assert summary["records_failed"] + summary["records_unaccounted"] == count
+    assert summary["errors"][0] == (
+        f"interrupted: {summary['records_unaccounted']} records not sent or in a call cut "
+        f"short, {summary['records_failed']} failed (those undelivered when stopped among "
+        f"them)")
+    assert "Traceback" not in stderr
 
 
 @pytest.mark.parametrize("mode", ["send", "produce", "send_batch"])

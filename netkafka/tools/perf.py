@@ -8,7 +8,10 @@ Progress goes to stderr: a bar redrawn in place on a terminal, otherwise one lin
 --reporting-interval-ms window in the Java tool's words.  The summary goes to stdout in the
 Java tool's format, or as JSON with --json.  The clock starts once the topic's metadata has
 arrived and stops when every record is acknowledged or failed; a record that failed is
-counted, never hidden, and makes the exit status 1.
+counted, never hidden, and makes the exit status 1.  Ctrl-C stops the run at once, as it
+stops the Java tool: records queued or in flight fail then (not after delivery_timeout_ms,
+which is the whole wait when the cluster is gone), the summary counts them and the records
+never sent, and the exit status is 130.
 
 Latency is from send to acknowledgement, measured on a sample of the records: every
 ceil(num_records / LATENCY_SAMPLES)-th, so that at most about ten thousand carry a callback
@@ -54,6 +57,8 @@ BAR_INTERVAL_S = 0.2
 THROTTLE_MIN_SLEEP_S = 0.001
 FIRST_ERRORS_KEPT = 3
 DEFAULT_ROWS_PER_CALL = 1000
+# The exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process it ended.
+EXIT_INTERRUPTED = 130
 # Settings whose values are secrets: never printed, in the summary or in an error.
 SECRET_SETTINGS = frozenset({"sasl_plain_password", "sasl_jaas_config", "ssl_password"})
 HIDDEN = "[hidden]"
@@ -453,7 +458,14 @@ def run_send_batch(producer, args, recorder, throttle, failures):
                 results.put((sent_ns, exc, len(values)))
     finally:
         results.put(None)
-        waiter.join()
+        try:
+            waiter.join()
+        except KeyboardInterrupt:
+            # Ctrl-C while the waiter waits for results: their records fail now (see
+            # run()), and the waiter, which owns `failures` until joined, counts them.
+            producer.close(0)
+            waiter.join()
+            raise
 
 
 def _wait_for_results(results, recorder, failures):
@@ -490,8 +502,9 @@ def run(args, progress_stream=sys.stderr):
                "record_bytes_total": args.payloads.total_bytes(args.num_records),
                "throughput_limit": args.throughput,
                "latency_sample_every": args.latency_sample_every,
-               "producer_config": shown_settings(args.settings)}
+               "producer_config": shown_settings(args.settings), "interrupted": False}
     recorder, failures = LatencyRecorder(), Failures()
+    undelivered = None
     producer = Producer(**args.settings)
     try:
         try:
@@ -500,6 +513,9 @@ def run(args, progress_stream=sys.stderr):
         except KafkaError as exc:
             failures.add(args.num_records, exc)
             return _finish(summary, args, 0, failures, recorder, 0.0)
+        except KeyboardInterrupt:
+            summary["interrupted"] = True
+            return _finish(summary, args, 0, failures, recorder, 0.0)
         progress = Progress(producer, recorder, args.num_records, args.payloads,
                             args.reporting_interval_ms, progress_stream)
         started_s = time.monotonic()
@@ -507,11 +523,17 @@ def run(args, progress_stream=sys.stderr):
         progress.start()
         try:
             MODES[args.mode](producer, args, recorder, throttle, failures)
-            undelivered = None
             try:
                 producer.flush()
             except UndeliveredRecordsError as exc:  # produce()'s: also in records_failed
                 undelivered = exc
+        except KeyboardInterrupt:
+            # Ctrl-C stops the run at once, as the Java tool stops: what is queued or
+            # in flight fails now rather than at delivery_timeout_ms (the whole wait
+            # when the cluster is gone), and the summary counts it with the records
+            # never sent.
+            summary["interrupted"] = True
+            producer.close(0)
         finally:
             elapsed_s = time.monotonic() - started_s
             progress.stop()
@@ -532,7 +554,14 @@ def _error_counts(metrics):
 
 def _finish(summary, args, acknowledged, failures, recorder, elapsed_s):
     unaccounted = args.num_records - acknowledged - failures.count
-    if unaccounted:
+    if summary["interrupted"]:
+        # Not sent, or in the send_batch() call Ctrl-C cut short: its result never
+        # came back to be counted (deferring Ctrl-C past the call would wait out
+        # max_block_ms when the cluster is gone and the buffer full).
+        failures.first_errors.insert(0, f"interrupted: {unaccounted} records not sent or "
+                                        f"in a call cut short, {failures.count} failed (those "
+                                        f"undelivered when stopped among them)")
+    elif unaccounted:
         failures.first_errors.append(f"{unaccounted} records neither acknowledged nor failed")
     sent_bytes = args.payloads.total_bytes(args.num_records) * acknowledged / args.num_records
     samples, avg_ms, max_ms = recorder.total()
@@ -576,8 +605,8 @@ def main(argv=None):
         print(f"netkafka-perf: {summary['records_failed']} of {summary['records_requested']} "
               f"records failed, {summary['records_unaccounted']} unaccounted; first errors: "
               f"{'; '.join(summary['errors'])}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_INTERRUPTED if summary["interrupted"] else 1
+    return EXIT_INTERRUPTED if summary["interrupted"] else 0
 
 
 if __name__ == "__main__":
