@@ -16,7 +16,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka import BatchSendResult, Producer, Serializer, UndeliveredRecordsError
-from netkafka.errors import ProducerClosedError, RecordTooLargeError
+from netkafka.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -480,6 +480,32 @@ def test_send_batch_serializers_with_headers_by_column(kafka_broker, topic_name)
     assert [(r.value, r.headers) for r in records] == [
         (b"a", [("trace", b"t0"), ("source", b"s0"), ("encoding", b"utf-8")]),
         (b"b", [("trace", None), ("source", b"s1"), ("encoding", b"utf-8")])]
+
+
+def test_send_batch_without_metadata_raises_whether_rows_are_keyed_or_not(kafka_broker,
+                                                                         topic_name):
+    # No metadata within max_block_ms: keyed rows raised KafkaTimeoutError (placing
+    # them needs the partition count) while rows without a key, or all sent to one
+    # partition, came back as a result with every row refused.  Now every way raises,
+    # as send() does and as send_batch() documents.
+    missing = f"{topic_name}-missing"
+    with producer(kafka_broker.bootstrap, max_block_ms=500,
+                  allow_auto_create_topics=False) as p:
+        calls = {
+            "keyed": lambda: p.send_batch(missing, [b"a", b"b"], keys=[b"k", b"l"]),
+            "unkeyed": lambda: p.send_batch(missing, [b"a", b"b"]),
+            "one partition": lambda: p.send_batch(missing, [b"a", b"b"], partitions=0),
+            "per-row partitions": lambda: p.send_batch(missing, [b"a", b"b"],
+                                                       partitions=[0, 1]),
+        }
+        for name, call in calls.items():
+            with pytest.raises(KafkaTimeoutError, match=f"'{missing}'"):
+                call()
+        # The producer is not poisoned by them.
+        create_topic(kafka_broker.bootstrap, topic_name)
+        result = p.send_batch(topic_name, [b"fine"]).get(30)
+        assert result.failed_count == 0
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"fine"]
 
 
 def test_send_batch_of_nothing_is_done_at_once(kafka_broker, topic_name):

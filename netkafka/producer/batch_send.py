@@ -51,8 +51,8 @@ class BatchSendResult:
         topic: the topic the rows were sent to.
         record_count: how many rows were handed over.
 
-    Rows refused before reaching a batch (an oversize value, a bad element, no
-    metadata within max_block_ms) are known at once; the others once their batches
+    Rows refused before reaching a batch (an oversize value, a bad element) are
+    known at once; the others once their batches
     complete.  get()/wait() wait for those batches; errors, failed_count,
     partitions() and offsets() need the result done (get() first).
     """
@@ -197,7 +197,12 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
         # closed producer, a transactional one between transactions).
         accumulator.raise_if_refusing()
         return result
-    per_row = _partitions_per_row(accumulator, topic, rows, partitions)
+    # The topic's partitions before any row, whichever way the rows go: without
+    # metadata within max_block_ms the call raises KafkaTimeoutError, as send() does
+    # and as the keyed rows' placement always did -- the rows without a key failed
+    # one and all in the result instead, as if the call had started sending.
+    topic_partitions = accumulator.topic_partitions(topic)
+    per_row = _partitions_per_row(accumulator, topic, rows, partitions, topic_partitions)
     if per_row is None:
         groups = [(partitions, None)]  # one partition, or all sticky: as given
     else:
@@ -216,9 +221,10 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
     return result
 
 
-def _partitions_per_row(accumulator, topic, rows, partitions):
+def _partitions_per_row(accumulator, topic, rows, partitions, topic_partitions):
     """An array of each row's partition, or None when every row goes the same way:
-    one explicit partition, or no keys with a sticky partitioner."""
+    one explicit partition, or no keys with a sticky partitioner.  topic_partitions:
+    accumulator.topic_partitions(topic)."""
     count = rows.length
     explicit = None
     if partitions is not None:
@@ -235,7 +241,7 @@ def _partitions_per_row(accumulator, topic, rows, partitions):
     if type(partitioner) in (DefaultPartitioner, BrokerAwarePartitioner):
         if rows.keys is None and explicit is None:
             return None  # all sticky: placed batch by batch as they are appended
-        all_partitions, available = accumulator.topic_partitions(topic)
+        all_partitions, available = topic_partitions
         if len(all_partitions) == 1 and explicit is None:
             return None  # keyed or not, every row goes to the one partition
         per_row = keyed_partitions(rows.keys, len(all_partitions), explicit)
@@ -246,7 +252,7 @@ def _partitions_per_row(accumulator, topic, rows, partitions):
             accumulator.forget_sticky(topic)  # the plan may have moved the partitioner on
         return per_row
     # Any other partitioner is asked row by row, as send() asks it.
-    all_partitions, available = accumulator.topic_partitions(topic)
+    all_partitions, available = topic_partitions
     # A copy of explicit: it may be the caller's own array('i').
     per_row = array("i", b"\xff" * (4 * count) if explicit is None else explicit)
     keys = rows.keys
