@@ -650,6 +650,29 @@ def test_send_batch_takes_timestamps_as_a_pyarrow_column(kafka_broker, topic_nam
         assert got == list(zip(values.to_pylist(), expected.get(name, stamps_ms))), name
 
 
+@pytest.mark.parametrize("unit, per_ms", [("us", 1000), ("ns", 1_000_000)])
+def test_send_batch_refuses_arrow_instants_just_before_the_epoch(kafka_broker, topic_name,
+                                                                 unit, per_ms):
+    # An instant less than 1 ms before the epoch, in a finer unit, was truncated
+    # toward zero into timestamp 0 and sent, while one 1 ms before was refused as
+    # negative.  Now both are floored to their millisecond and refused alike.
+    pa = pytest.importorskip("pyarrow")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    base_ms = 1_700_000_000_000
+    stamps = pa.array([-1, -per_ms, -per_ms - 1, base_ms * per_ms + per_ms - 1, 0],
+                      pa.timestamp(unit))
+    values = [b"just-before", b"one-ms-before", b"past-one-ms", b"after", b"epoch"]
+    with producer(kafka_broker.bootstrap) as p:
+        result = p.send_batch(topic_name, values, timestamps_ms=stamps).get(30)
+    assert [(row, str(error)) for row, error in result.errors] == [
+        (0, "timestamps_ms[0]=-1 is negative; timestamps are milliseconds since the epoch"),
+        (1, "timestamps_ms[1]=-1 is negative; timestamps are milliseconds since the epoch"),
+        (2, "timestamps_ms[2]=-2 is negative; timestamps are milliseconds since the epoch")]
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert [(r.value, r.timestamp_ms) for r in records] == [(b"after", base_ms),
+                                                            (b"epoch", 0)]
+
+
 @pytest.mark.parametrize("kind", ["string_view", "binary_view", "fixed_size_binary",
                                   "dictionary", "chunked_dictionary"])
 def test_send_batch_of_other_pyarrow_binary_types(kafka_broker, topic_name, kind):

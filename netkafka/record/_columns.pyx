@@ -249,9 +249,15 @@ cdef object _arrow_timestamps_ms(object column):
                         f"column: expected a timestamp or an integer (milliseconds) type")
     try:
         if types.is_timestamp(kind) and kind.unit != "ms":
-            # Sub-millisecond parts dropped, as Kafka keeps milliseconds; seconds
-            # beyond int64 as milliseconds refused (safe).
-            column = column.cast(pyarrow.timestamp("ms", kind.tz), safe=kind.unit == "s")
+            # Sub-millisecond parts dropped, as Kafka keeps milliseconds: floored, as
+            # the instant's millisecond -- a cast would truncate toward zero, and an
+            # instant less than 1 ms before the epoch would be sent as 0 rather than
+            # refused, negative, as every earlier one is.  Then the cast is exact;
+            # seconds beyond int64 as milliseconds are refused (safe).
+            if kind.unit != "s":
+                import pyarrow.compute
+                column = pyarrow.compute.floor_temporal(column, unit="millisecond")
+            column = column.cast(pyarrow.timestamp("ms", kind.tz))
         column = column.cast(pyarrow.int64())
     except pyarrow.ArrowInvalid as exc:  # that, or a uint64 beyond int64
         raise ValueError(f"timestamps_ms: {exc}") from None
