@@ -638,6 +638,27 @@ def test_bad_columns_fail_the_job_naming_them(spark, kafka_broker, topic_name):
         frame.mapInArrow(emit, emit.schema).collect()
 
 
+@pytest.mark.parametrize("unit, per_ms", [("us", 1000), ("ns", 1_000_000)])
+def test_arrow_emitter_refuses_instants_just_before_the_epoch(kafka_broker, topic_name,
+                                                              unit, per_ms):
+    """An instant less than 1 ms before the epoch was cast (truncated) to 0 and sent;
+    one 1 ms before was refused as negative.  Both are refused now, as send_batch()
+    refuses them: the emitter hands it the timestamp column (nulls now)."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    base_ms = 1_700_000_000_000
+    frame = pa.record_batch({
+        "value": [b"just-before", b"one-ms-before", b"after", b"null"],
+        "ts": pa.array([-1, -per_ms, base_ms * per_ms + 1, None], pa.timestamp(unit, "UTC"))})
+    emit = nks.arrow_emitter(topic_name, config(kafka_broker), timestamp="ts", report="row")
+    reports = pa.Table.from_batches(list(emit([frame]))).to_pylist()
+    assert [r["offset"] >= 0 for r in reports] == [False, False, True, True]
+    assert all("timestamps_ms[%d]=-1 is negative" % i in reports[i]["error"] for i in (0, 1))
+    records = read_topic(kafka_broker.bootstrap, topic_name, 2)
+    assert [r.value for r in records] == [b"after", b"null"]
+    assert records[0].timestamp_ms == base_ms
+    assert records[1].timestamp_ms > base_ms  # stamped now, not 1970
+
+
 def test_a_dict_row_missing_a_key_of_the_first_row_is_named(kafka_broker, topic_name):
     """The names are checked against the partition's first row; a later dict row
     without one raised itemgetter's bare KeyError('v'), naming neither the option

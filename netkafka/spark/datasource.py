@@ -456,9 +456,6 @@ def _take(pa, part, rows):
         return None
     if isinstance(part, dict):
         return {name: column.take(rows) for name, column in part.items()}
-    if isinstance(part, memoryview):  # timestamps: int64 epoch ms
-        taken = pa.Array.from_buffers(pa.int64(), len(part), [None, pa.py_buffer(part)]).take(rows)
-        return memoryview(taken.buffers()[1]).cast("B")[:len(taken) * 8].cast("q")
     if isinstance(part, list):
         return [part[i] for i in rows.to_pylist()]
     return part.take(rows)

@@ -215,21 +215,25 @@ class FrameColumns:
         return column.to_pylist()
 
     def epoch_ms(self, spec):
-        """The timestamp column as a memoryview of int64 epoch ms, nulls now."""
+        """The timestamp column as send_batch() takes it, nulls now: an Arrow
+        timestamp column (send_batch floors it to ms, so an instant before the
+        epoch is negative and its row refused) or int64 epoch ms."""
         pa = self.pyarrow
         column = self.integers("timestamp", spec)
         if column is None:
             return None
+        now_ms = int(time.time() * 1000)
         if pa.types.is_timestamp(column.type):
-            column = column.cast(pa.timestamp("ms", column.type.tz), safe=False)
-        elif not pa.types.is_integer(column.type):
+            if column.null_count:
+                # Now in the column's unit (in whole seconds for a column of seconds).
+                now = pa.scalar(now_ms, pa.timestamp("ms", column.type.tz))
+                column = column.fill_null(now.cast(column.type, safe=False))
+            return column
+        if not pa.types.is_integer(column.type):
             raise TypeError(f"timestamp: a column of {column.type} is not epoch ms or "
                             f"timestamps")
         column = column.cast(pa.int64())
-        if column.null_count:
-            column = column.fill_null(int(time.time() * 1000))
-        data = memoryview(column.buffers()[1]).cast("B")
-        return data[column.offset * 8:(column.offset + len(column)) * 8].cast("q")
+        return column.fill_null(now_ms) if column.null_count else column
 
     def headers(self, spec):
         if spec is None:
