@@ -218,15 +218,20 @@ def test_send_batch_takes_numpy_integers_in_lists_as_ints(kafka_broker, topic_na
                               timestamps_ms=stamps).get(30)
         assert result.failed_count == 0, result.errors
         assert list(result.partitions())[:3] + list(result.partitions())[4:] == [2, 0, 1, 1, 2]
+        # One partition for every row, as send(partition=np.int64(1)) takes it.
+        single = p.send_batch(topic_name, [b"single"], partitions=np.int64(1)).get(30)
+        assert list(single.partitions()) == [1] and single.failed_count == 0
+        with pytest.raises(TypeError, match="partitions must be None, an int"):
+            p.send_batch(topic_name, [b"x"], partitions=np.True_)
         for bad in (np.True_, True, np.float64(1.0)):
             with pytest.raises(TypeError, match=r"partitions\[0\] must be an int or None"):
                 p.send_batch(topic_name, [b"x"], partitions=[bad])
             refused = p.send_batch(topic_name, [b"x"], timestamps_ms=[bad]).get(30)
             assert refused.failed_count == 1
             assert "timestamps_ms[0] must be an int" in str(refused.errors[0][1])
-    records = read_topic(kafka_broker.bootstrap, topic_name, len(values))
+    records = read_topic(kafka_broker.bootstrap, topic_name, len(values) + 1)
     by_value = {r.value: r for r in records}
-    assert len(records) == len(values)
+    assert len(records) == len(values) + 1 and by_value[b"single"].partition == 1
     for row, value in enumerate(values):
         assert by_value[value].partition == result.partitions()[row]
         if stamps[row] is not None:

@@ -30,6 +30,7 @@ Threads: send_batch() runs on the caller's thread; the BatchSendResult it return
 is filled before it is returned and never written again (its batches' outcomes
 are read from their BatchResults, which are thread-safe).
 """
+import operator
 import time
 from array import array
 from typing import Optional
@@ -190,6 +191,8 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
     # Here, not only when the topic's metadata is first waited for: the rows would
     # fail one by one, and send_batch() raises a refusal of every row.
     check_topic_name(topic)
+    if not (partitions is None or isinstance(partitions, (int, list, tuple))):
+        partitions = _one_partition(partitions)
     rows = Rows(values, keys, headers, timestamps_ms)
     result = BatchSendResult(topic, rows.length)
     if rows.length == 0:
@@ -219,6 +222,16 @@ def send_batch(accumulator, topic, values, keys=None, headers=None, partitions=N
         # rows left, and the call would raise with some of its rows sent.
         accumulator.rows_refused(result._refused[0][1])
     return result
+
+
+def _one_partition(partitions):
+    """Cold: partitions as an int when it is one integer of another type (numpy's,
+    as send(partition=) takes it: operator.index); else as given -- a column, or a
+    mistake that partitions_array() names."""
+    try:
+        return operator.index(partitions)
+    except TypeError:
+        return partitions
 
 
 def _partitions_per_row(accumulator, topic, rows, partitions, topic_partitions):

@@ -347,9 +347,9 @@ class Producer(ProducerCore):
                 values takes; null: a null header value).
             partitions: None, an int (every row), or a list or tuple of ints or
                 None (the partitioner's choice), an array('i') (-1: None), or a
-                pyarrow integer Array or ChunkedArray (null: None).  In a list,
-                an integer of another type with __index__ (numpy's) is its int;
-                a bool is refused.
+                pyarrow integer Array or ChunkedArray (null: None).  An integer of
+                another type with __index__ (numpy's), alone or in a list, is its
+                int; a bool is refused.
             timestamps_ms: None (now), or per row CreateTime in ms: a list or tuple
                 of int (or __index__ integers, as partitions) or None (now), a
                 buffer of int64, or a pyarrow timestamp

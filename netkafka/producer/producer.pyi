@@ -3,7 +3,7 @@
 # takes **configs and checks them at run time (netkafka.config.ProducerConfig).
 # tests/test_typing.py keeps this stub's names equal to the class's public ones.
 from types import TracebackType
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, SupportsIndex, Union
 
 from typing_extensions import Self, Unpack
 
@@ -18,7 +18,7 @@ class Producer(ProducerCore):
     def __init__(self, **configs: Unpack[ProducerSettings]) -> None: ...
     def send_batch(self, topic: str, values: Any, keys: Any = ...,
                    headers: Union[None, Sequence[Any], Mapping[Union[str, bytes], Any]] = ...,
-                   partitions: Union[None, int, Sequence[Optional[int]]] = ...,
+                   partitions: Union[None, SupportsIndex, Sequence[Optional[SupportsIndex]]] = ...,
                    timestamps_ms: Any = ...) -> BatchSendResult: ...
     def flush(self, timeout: Optional[float] = ...) -> None: ...
     def init_transactions(self) -> None: ...
