@@ -39,8 +39,9 @@ from array import array
 def partitions_array(partitions):
     """send_batch()'s per-row `partitions` as an array('i'), each element checked:
     an int partition id (or an integer with __index__, as numpy's), or None (-1:
-    the partitioner's choice, as send()'s partition=None).  An array('i') is checked and returned as is; a pyarrow
-    integer Array or ChunkedArray is converted (null: None).
+    the partitioner's choice, as send()'s partition=None).  An array('i') is
+    checked and returned as is; a pyarrow integer Array or ChunkedArray is
+    converted (null: None).
 
     Raises:
         TypeError, ValueError: partitions is not a list, tuple, array('i') or
