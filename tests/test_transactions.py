@@ -128,6 +128,19 @@ def test_the_first_failure_is_kept_and_later_ones_counted():
         txn.start_commit()
 
 
+def test_the_same_failure_told_twice_counts_once():
+    """A refused append is told as it leaves the accumulator's cold path, and again when
+    produce() counts it: one failure, not a second one after it."""
+    for failure in (NotEnoughReplicasError("once"), ProducerFencedError("fenced once")):
+        txn, _ = machine(S.IN_TRANSACTION)
+        assert txn.record_failed(failure)
+        assert not txn.record_failed(failure)
+        with pytest.raises(Exception) as refused:
+            txn.start_commit()
+        assert refused.value.__cause__ is failure
+        assert "after it" not in str(refused.value)
+
+
 def test_a_commit_whose_records_fail_cannot_complete():
     txn, _ = machine(S.COMMITTING)
     cause = NotEnoughReplicasError("flush found a failed batch")

@@ -24,7 +24,7 @@ from netkafka import (OffsetAndMetadata, Producer, ProducerFencedError, TopicPar
 from netkafka.config import producer_keyword, setting_from_text
 from netkafka.errors import (IllegalGenerationError, InvalidProducerEpochError,
                              InvalidTransactionTimeoutError, InvalidTxnStateError,
-                             KafkaTimeoutError, MessageTooLargeError)
+                             KafkaTimeoutError, MessageTooLargeError, RecordTooLargeError)
 from netkafka.producer.transactions import TransactionState
 from netkafka.protocol.find_coordinator import TRANSACTION
 from netkafka.testing.admin import create_topic
@@ -393,6 +393,44 @@ def test_a_killed_producers_transaction_is_aborted_by_the_next(kafka_broker, top
     committed = read_topic(kafka_broker.bootstrap, topic_name, 10,
                            isolation_level="read_committed")
     assert sorted(values(committed)) == sorted(b"next-%d" % i for i in range(10))
+
+
+def test_a_record_send_refuses_fails_the_transaction(kafka_broker, topic_name, protocol):
+    """As the Java client's send(): a record refused by send(), produce() or
+    send_batch() -- too large, no metadata within max_block_ms -- fails the
+    transaction, which committed would lack it even if the caller let the exception
+    go; a bad argument does not."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    missing = f"{topic_name}-missing"
+    with transactional(kafka_broker.bootstrap, protocol, max_request_size=10_000,
+                       max_block_ms=3000, allow_auto_create_topics=False) as producer:
+        for refused, raises in (
+                (lambda: producer.send(topic_name, b"x" * 20_000), RecordTooLargeError),
+                (lambda: producer.produce(topic_name, b"x" * 20_000), RecordTooLargeError),
+                (lambda: producer.send(missing, b"x"), KafkaTimeoutError),
+                (lambda: producer.send_batch(missing, [b"x"], keys=[b"k"]), KafkaTimeoutError)):
+            producer.begin_transaction()
+            producer.send(topic_name, b"before")
+            with pytest.raises(raises) as raised:
+                refused()
+            with pytest.raises(TransactionAbortRequiredError) as failed:
+                producer.commit_transaction()
+            assert failed.value.cause is raised.value
+            producer.abort_transaction()
+        # produce() counts what it does not raise: the transaction fails all the same.
+        producer.begin_transaction()
+        producer.produce(missing, b"x")
+        with pytest.raises(TransactionAbortRequiredError) as failed:
+            producer.commit_transaction()
+        assert isinstance(failed.value.cause, KafkaTimeoutError)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        with pytest.raises(TypeError):
+            producer.send(topic_name, 7)
+        producer.send(topic_name, b"next")
+        producer.commit_transaction()
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1,
+                             isolation_level="read_committed")) == [b"next"]
 
 
 def consumed_by_a_member(bootstrap, topic, group, client, count):

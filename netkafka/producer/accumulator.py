@@ -205,7 +205,18 @@ class RecordAccumulator(AccumulatorCore):
         chosen: the partition the core picked, -1 if it did not get that far; track:
         what to return (the core's TRACK_*: a future, or the Batch); context: the
         record's, for the WAL; retired: the queue whose full batch the core moved to
-        the ready queue, or None."""
+        the ready queue, or None.  What it raises (every refusal of a record but a bad
+        argument the core finds first) is told to the transaction (append_failed)."""
+        try:
+            return self._append_new(topic, partition, chosen, key, value, headers,
+                                    timestamp_ms, track, context, retired)
+        except errors.KafkaError as exc:
+            self.append_failed(exc)
+            raise
+
+    def _append_new(self, topic, partition, chosen, key, value, headers, timestamp_ms,
+                    track, context, retired):
+        """_append_cold's work: the topic's metadata, then a new batch if needed."""
         if retired is not None:
             queue = retired
         else:
@@ -394,7 +405,7 @@ class RecordAccumulator(AccumulatorCore):
                 start += 1
                 continue
             except errors.KafkaError as exc:
-                if self.refusing() and not outcome.any_appended():
+                if self.refuses_every_record(exc) and not outcome.any_appended():
                     raise  # closed, or no transaction open: the call fails, not its rows
                 # (Once some rows went, the caller needs the result to know which:
                 # the rows left fail, whatever the reason.)
@@ -442,7 +453,7 @@ class RecordAccumulator(AccumulatorCore):
                 self._drain(queue)
             if wal_failure is not None:
                 # As a failure on the per-record path: the rows left fail with it.
-                if self.refusing() and not outcome.any_appended():
+                if self.refuses_every_record(wal_failure) and not outcome.any_appended():
                     raise wal_failure
                 outcome.refused(rows, start, count - start, wal_failure)
                 return
@@ -874,6 +885,13 @@ class RecordAccumulator(AccumulatorCore):
         given back."""
         release_batch(batch.builder, view, False)
 
+    def append_failed(self, error):
+        """Any thread, no lock held: send(), produce() or send_batch() raises error, the
+        record (or the call's rows) not taken: a transaction fails as the Java client's
+        send() fails it (TransactionManager.append_failed)."""
+        if self._transaction is not None:
+            self._transaction.append_failed(error)
+
     def rows_refused(self, error):
         """send_batch(), no lock held: rows were refused before reaching a batch (error,
         the first one's) and the call went on with the others.  A transaction fails as
@@ -982,10 +1000,15 @@ class RecordAccumulator(AccumulatorCore):
             if self._spool is not None:
                 self._spool.stop()
 
-    def refusing(self):
-        """Any thread: whether records are refused now (see set_refusal)."""
+    def refuses_every_record(self, error):
+        """Any thread: whether error, raised for a record, refused every record (closed,
+        no transaction open, the transaction failed earlier: see set_refusal) rather
+        than that one, whose failure may have failed the transaction itself
+        (append_failed) and so made records refused from then on."""
         with self.lock:
-            return self.refusal is not None
+            refusing = self.refusal is not None
+        return refusing and (self._transaction is None
+                             or not self._transaction.failed_with(error))
 
     def raise_if_refusing(self):
         """Any thread: raises what a record sent now would raise, if records are

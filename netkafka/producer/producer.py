@@ -321,7 +321,7 @@ class Producer(ProducerCore):
         return (isinstance(error, (errors.KafkaError, ValueError))
                 and not isinstance(error, (TypeError, errors.InvalidTopicError,
                                            errors.RecordTooLargeError))
-                and not self._accumulator.refusing())
+                and not self._accumulator.refuses_every_record(error))
 
     def send_batch(self, topic, values, keys=None, headers=None, partitions=None,
                    timestamps_ms=None):
@@ -391,8 +391,14 @@ class Producer(ProducerCore):
                 "interceptors set, use send() or produce()")
         if self._key_serializer is not None or self._value_serializer is not None:
             values, keys, headers = self._serialize_rows(topic, values, keys, headers)
-        result = send_batch(self._accumulator, topic, values, keys, headers, partitions,
-                            timestamps_ms)
+        try:
+            result = send_batch(self._accumulator, topic, values, keys, headers, partitions,
+                                timestamps_ms)
+        except errors.KafkaError as exc:
+            # Raised before the rows' appends too (the topic's name, its metadata):
+            # told to the transaction as a refused send() is.
+            self._accumulator.append_failed(exc)
+            raise
         if self._accumulator.wal_always:
             self._wal.appender.sync_appended_entries()  # one sync for the call's rows
         return result

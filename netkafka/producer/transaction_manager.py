@@ -113,6 +113,15 @@ ABORTABLE_TXN_OFFSET_COMMIT = frozenset((errors.GroupAuthorizationFailedError.co
                                          errors.IllegalGenerationError.code))
 ABORTABLE_END_TXN = frozenset((errors.TransactionAbortableError.code, *_PRODUCER_ID_GONE))
 
+# What send() and friends raise that does not fail the open transaction: a bad argument
+# or a call refused as a whole (closed, no transaction open, the transaction failed
+# already) -- the Java client's IllegalArgumentException, SerializationException and
+# IllegalStateException, which are no ApiExceptions.  (produce() does not raise what it
+# counts, so whatever it counts fails the transaction: the accumulator's
+# count_untracked_failure.)
+_NOT_A_RECORD_FAILURE = (errors.IllegalArgumentError, errors.SerializationError,
+                         errors.IllegalStateError, errors.TransactionAbortRequiredError)
+
 
 class TransactionManager:
     """A transactional producer's transactions.
@@ -403,6 +412,21 @@ class TransactionManager:
         """The accumulator: a record (or a batch) failed with error."""
         if self.states.record_failed(error):
             self._discard_unsent()
+
+    def append_failed(self, error):
+        """The accumulator, or send_batch(): send(), produce() or send_batch() raised
+        error, the record not taken.  As the Java client's send() (KafkaProducer.doSend:
+        each of its ApiExceptions fails the transaction), a failure of the record --
+        no metadata or no memory within max_block_ms, too large, a topic refused --
+        fails the open transaction, which committed would lack the record: a caller
+        that let the exception go would not lose the record silently.  A bad argument
+        or a refused call (_NOT_A_RECORD_FAILURE) leaves the transaction as it is."""
+        if isinstance(error, errors.KafkaError) and not isinstance(error, _NOT_A_RECORD_FAILURE):
+            self.record_failed(error)
+
+    def failed_with(self, error):
+        """Whether error is the failure of the transaction (or of the producer)."""
+        return self.states.error is error
 
     def _discard_unsent(self):
         """The transaction (or the producer) has just failed: what is not sent yet

@@ -297,6 +297,11 @@ class TransactionStateMachine:
         or with no transaction open; a second error is counted, the first one kept.
         Returns whether the state moved to ABORTABLE_ERROR now."""
         with self._lock:
+            if error is self._error:
+                # The same failure told again: a refused append is told as it leaves
+                # the accumulator's cold path (which a nested append passes up too)
+                # and again when produce() counts it.
+                return False
             if self._state == _S.ABORTABLE_ERROR:
                 self._later_failures += 1
                 return False
@@ -315,6 +320,8 @@ class TransactionStateMachine:
         FATAL_ERROR, for good.  The first fatal error is kept.  Returns whether the
         state moved to FATAL_ERROR now."""
         with self._lock:
+            if error is self._error:
+                return False  # told again (see abortable)
             if self._state == _S.FATAL_ERROR:
                 self._later_failures += 1
                 return False
