@@ -610,6 +610,51 @@ def test_v1_offsets_on_kafka_3_9(kafka_broker_3_9, topic_name):
     assert group_offsets(kafka_broker_3_9.bootstrap, group) == {(topic_name, 0): (7, "")}
 
 
+def transaction_state(admin, transactional_id):
+    """The transaction coordinator's state of transactional_id ("Ongoing", ...), as
+    kafka-python's admin client reads it (DescribeTransactions)."""
+    return admin.describe_transactions([transactional_id])[transactional_id].state
+
+
+def test_v1_an_abort_ends_what_an_unanswered_add_offsets_opened(kafka_broker_3_9, topic_name):
+    """An AddOffsetsToTxn that got no answer within max_block_ms (the broker frozen), but
+    that the coordinator took once it ran again, holds the transaction open there with
+    nothing else in it.  The abort must end it with EndTxn: skipped, the transaction
+    stayed open until transaction_timeout_ms, and the next one joined it."""
+    nodes = getattr(kafka_broker_3_9, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    bootstrap = kafka_broker_3_9.bootstrap
+    create_topic(bootstrap, topic_name)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        with transactional(bootstrap, "v1", max_block_ms=2000,
+                           transaction_timeout_ms=600_000) as producer:
+            transactional_id = producer.config.transactional_id
+            producer.begin_transaction()
+            nodes[0].pause()
+            try:
+                with pytest.raises(KafkaTimeoutError, match="AddOffsetsToTxn"):
+                    producer.send_offsets_to_transaction({(topic_name, 0): 1},
+                                                         f"group-{uuid.uuid4().hex[:8]}")
+            finally:
+                nodes[0].resume()
+            deadline = time.monotonic() + 30
+            while transaction_state(admin, transactional_id) != "Ongoing":
+                assert time.monotonic() < deadline, "the coordinator never took AddOffsetsToTxn"
+                time.sleep(0.1)
+            producer.abort_transaction()
+            assert transaction_state(admin, transactional_id) in ("PrepareAbort",
+                                                                  "CompleteAbort")
+            producer.begin_transaction()
+            producer.send(topic_name, b"next")
+            producer.commit_transaction()
+    finally:
+        admin.close()
+    assert values(read_topic(bootstrap, topic_name, 1,
+                             isolation_level="read_committed")) == [b"next"]
+
+
 # --- the 3-node cluster: the transaction coordinator's broker killed mid-transaction
 
 

@@ -233,17 +233,12 @@ class TransactionManager:
             v2 = states.v2
             producer_id, epoch = self._producer_ids.stamp()
             txn_id = self.transactional_id
-            if not v2:
-                self._call(
-                    "AddOffsetsToTxn", find_coordinator.TRANSACTION, txn_id,
-                    ApiKey.ADD_OFFSETS_TO_TXN,
-                    lambda cid, client_id, version: encode_add_offsets_to_txn_request(
-                        cid, client_id, version, txn_id, producer_id, epoch, group.group_id),
-                    decode_add_offsets_to_txn_response, _top_level_error,
-                    ABORTABLE_ADD_OFFSETS, deadline)
-            # With V2 the group coordinator adds the offsets to the transaction as it
-            # takes them: an answer lost on the way leaves them in, maybe.
-            states.offsets_added()
+            if v2:
+                # The group coordinator adds the offsets to the transaction as it
+                # takes them: an answer lost on the way leaves them in, maybe.
+                states.offsets_added()
+            else:
+                self._add_offsets(group.group_id, deadline)
             self._call(
                 "TxnOffsetCommit", find_coordinator.GROUP, group.group_id,
                 ApiKey.TXN_OFFSET_COMMIT,
@@ -256,6 +251,27 @@ class TransactionManager:
                 ABORTABLE_TXN_OFFSET_COMMIT, deadline,
                 max_version=None if v2 else LAST_V1_VERSION)
             states.offsets_sending(False)
+
+    def _add_offsets(self, group_id, deadline):
+        """V1: AddOffsetsToTxn, the group's offsets into the open transaction.  Until it
+        is answered the coordinator may have added them (an answer lost, or not in
+        time): an abort then asks again before it ends the transaction."""
+        states = self.states
+        producer_id, epoch = self._producer_ids.stamp()
+        txn_id = self.transactional_id
+        states.offsets_asked(group_id)
+        try:
+            self._call(
+                "AddOffsetsToTxn", find_coordinator.TRANSACTION, txn_id,
+                ApiKey.ADD_OFFSETS_TO_TXN,
+                lambda cid, client_id, version: encode_add_offsets_to_txn_request(
+                    cid, client_id, version, txn_id, producer_id, epoch, group_id),
+                decode_add_offsets_to_txn_response, _top_level_error,
+                ABORTABLE_ADD_OFFSETS, deadline)
+        except errors.BrokerError:
+            states.offsets_asked(None)  # refused: not added
+            raise
+        states.offsets_added()
 
     def commit_transaction(self):
         """Flushes, then commits the open transaction.
@@ -346,6 +362,18 @@ class TransactionManager:
             except UndeliveredRecordsError:
                 pass  # records of the aborted transaction: thrown away on purpose
             states.wait_for_adds(self._remaining_s(deadline))
+            group_id = states.offsets_unanswered
+            if group_id is not None:
+                # Its AddOffsetsToTxn may have opened the transaction at the coordinator,
+                # with nothing else in it: ended without EndTxn, the transaction would
+                # stay open there until it timed out, and the next one would join it.
+                # Asked again, as the Java client's abort waits for it: added for sure
+                # (or refused), and EndTxn below ends what it opened.
+                try:
+                    self._add_offsets(group_id, deadline)
+                except errors.BrokerError as exc:
+                    if exc.code not in ABORTABLE_ADD_OFFSETS:
+                        raise  # fatal: the state machine was told
             error = states.error
             ended = False
             # EndTxn is refused for a producer id the coordinator no longer maps to

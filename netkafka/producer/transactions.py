@@ -127,6 +127,10 @@ class TransactionStateMachine:
         # Guarded by _lock: a send_offsets_to_transaction() began and has not gone
         # through (it ran out of max_block_ms): the transaction cannot commit yet.
         self._offsets_unfinished = False
+        # Guarded by _lock: the group of an AddOffsetsToTxn (V1) with no answer yet --
+        # the coordinator may have added the group's offsets, and so opened the
+        # transaction, or not -- else None.
+        self._offsets_unanswered = None
         with self._lock:
             self._gate(self._record_refusal_locked())
 
@@ -279,6 +283,20 @@ class TransactionStateMachine:
         V2 TxnOffsetCommit): the transaction must end with EndTxn."""
         with self._lock:
             self._offsets_added = True
+            self._offsets_unanswered = None
+
+    def offsets_asked(self, group_id):
+        """AddOffsetsToTxn for group_id is sent (V1), or None: it was answered with an
+        error (the offsets are not added)."""
+        with self._lock:
+            self._offsets_unanswered = group_id
+
+    @property
+    def offsets_unanswered(self):
+        """The group of an AddOffsetsToTxn with no answer (it may have been applied),
+        or None."""
+        with self._lock:
+            return self._offsets_unanswered
 
     # ------------------------------------------------------------------
     # Failures (any thread).
@@ -453,6 +471,7 @@ class TransactionStateMachine:
         self._not_added.clear()
         self._offsets_added = False
         self._offsets_unfinished = False
+        self._offsets_unanswered = None
         self._adds_done.notify_all()
 
     def _record_refusal_locked(self):
