@@ -655,6 +655,35 @@ def test_v1_an_abort_ends_what_an_unanswered_add_offsets_opened(kafka_broker_3_9
                              isolation_level="read_committed")) == [b"next"]
 
 
+def test_v1_an_abort_bumps_the_epoch_only_after_a_failure(kafka_broker_3_9, topic_name):
+    """As the Java client's: a V1 abort asks InitProducerId for the next epoch only when
+    the transaction failed (an abortable error) or left a hole in a partition's
+    sequences; an abort of records all acknowledged ends with EndTxn alone, and the
+    next transaction's batches follow them under the same epoch."""
+    bootstrap = kafka_broker_3_9.bootstrap
+    create_topic(bootstrap, topic_name)
+    with transactional(bootstrap, "v1", max_request_size=10_000) as producer:
+        producer_ids = producer._transaction._producer_ids
+        producer_id, epoch = producer_ids.stamp()
+        producer.begin_transaction()
+        producer.send(topic_name, b"aborted").get(30)
+        producer.abort_transaction()
+        assert producer_ids.stamp() == (producer_id, epoch)
+        producer.begin_transaction()
+        producer.send(topic_name, b"committed-0")
+        producer.commit_transaction()
+        producer.begin_transaction()
+        with pytest.raises(RecordTooLargeError):
+            producer.send(topic_name, b"x" * 20_000)
+        producer.abort_transaction()
+        assert producer_ids.stamp() == (producer_id, epoch + 1)
+        producer.begin_transaction()
+        producer.send(topic_name, b"committed-1")
+        producer.commit_transaction()
+    assert values(read_topic(bootstrap, topic_name, 2, isolation_level="read_committed")) == [
+        b"committed-0", b"committed-1"]
+
+
 # --- the 3-node cluster: the transaction coordinator's broker killed mid-transaction
 
 

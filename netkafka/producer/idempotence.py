@@ -514,11 +514,11 @@ class TransactionalProducerIds(ProducerIdManager):
     coordinator's, never fetched nor bumped here.
 
     They come from InitProducerId with the transactional id (init_transactions(), and
-    after a Transactions V1 abort) and from EndTxn v5+ (the end of every V2
-    transaction), and are installed between transactions, when no batch is
-    outstanding: every partition starts again at sequence 0 under them.  A hole in a
-    partition's sequences (a batch failed for good) fails the transaction; the
-    partition waits, and the abort brings the next stamp.
+    after a Transactions V1 abort of a failed transaction, or one that left holes) and
+    from EndTxn v5+ (the end of every V2 transaction), and are installed between
+    transactions, when no batch is outstanding: every partition starts again at
+    sequence 0 under them.  A hole in a partition's sequences (a batch failed for good)
+    fails the transaction; the partition waits, and the abort brings the next stamp.
     """
 
     def install(self, producer_id, epoch):
@@ -545,6 +545,13 @@ class TransactionalProducerIds(ProducerIdManager):
         """The current (producer id, epoch), or None before init_transactions()."""
         with self._lock:
             return self._current
+
+    @property
+    def has_holes(self):
+        """Whether a batch failed for good and left a hole in its partition's sequences
+        (the partition waits for the next stamp: _new_stamp_locked)."""
+        with self._lock:
+            return bool(self._restarting)
 
     def _producer_id(self, deadline, avoid=None):
         with self._lock:

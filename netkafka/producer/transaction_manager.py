@@ -23,8 +23,8 @@
                            (TransactionAbortedError), what is in flight is waited for,
                            and so are partitions being added (V1); EndTxn(abort); the
                            next stamp: V2 from the answer, V1 from InitProducerId with
-                           the current id and epoch (the sequences of the failed
-                           transaction may have holes)
+                           the current id and epoch if the transaction failed or left
+                           holes in its sequences (else the sequences go on)
     close()                a commit that ran out of time goes on; a transaction open,
                            failed or aborting is aborted (as the Java client's close)
     a failure              a record that fails, or a refused request, fails the
@@ -382,10 +382,19 @@ class TransactionManager:
                                                        errors.InvalidProducerIdMappingError):
                 self._end_transaction(False, deadline)
                 ended = True
-            if not (ended and states.v2) and (states.partitions_enrolled
-                                              or isinstance(error, _PRODUCER_ID_GONE_ERRORS)):
-                # The sequences of the aborted batches may have left holes: the next
-                # epoch starts every partition at 0 (with V2 the EndTxn answer was it).
+            if states.v2:
+                # The EndTxn answer was the next epoch; without EndTxn, a producer id
+                # the coordinator lost needs one.
+                bump = not ended and (states.partitions_enrolled
+                                      or isinstance(error, _PRODUCER_ID_GONE_ERRORS))
+            else:
+                # As the Java client's V1 abort: after a failure (an abortable error),
+                # and wherever a batch failed for good and left a hole in its
+                # partition's sequences (an abort fails the batches it did not send,
+                # numbered already) -- the next epoch starts every partition at 0.  An
+                # abort of batches all acknowledged leaves the sequences to go on.
+                bump = error is not None or self._producer_ids.has_holes
+            if bump:
                 self._producer_ids.install(
                     *self._init_producer_id(self._producer_ids.stamp(), deadline))
             states.completed("abort_transaction()")
