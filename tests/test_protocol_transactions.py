@@ -289,16 +289,27 @@ class Exchange:
         return response.producer_id, response.producer_epoch
 
 
-def group_offsets(bootstrap, group):
+def group_offsets(bootstrap, group, until=None, timeout_s=60.0):
     """{(topic, partition): (offset, metadata)} the group has committed, as the broker
     tells kafka-python's admin client (confluent-kafka 2.16 reads a committed offset's
-    metadata a byte past its end)."""
+    metadata a byte past its end).
+
+    until: None, read once; else read again until until(offsets) holds, or return the
+    last read after timeout_s.  A transaction's offsets show once the coordinator has
+    written its commit markers, which it does after answering EndTxn: read at once
+    after commit_transaction(), they were missing in 2 of 6 runs on a loaded machine."""
+    deadline = time.monotonic() + timeout_s
     admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        committed = admin.list_group_offsets({group: None})[group]
+        while True:
+            committed = admin.list_group_offsets({group: None})[group]
+            offsets = {(tp.topic, tp.partition): (om.offset, om.metadata)
+                       for tp, om in committed.items()}
+            if until is None or until(offsets) or time.monotonic() > deadline:
+                return offsets
+            time.sleep(0.1)
     finally:
         admin.close()
-    return {(tp.topic, tp.partition): (om.offset, om.metadata) for tp, om in committed.items()}
 
 
 @pytest.mark.parametrize("protocol", ["v1", "v2"])
@@ -362,7 +373,7 @@ def test_a_transaction_round_trip(wire, kafka_broker, protocol):
     records = read_topic(kafka_broker.bootstrap, topic, 2 + 6, isolation_level="read_committed")
     assert sorted(r.value for r in records) == sorted(
         [b"marker", b"marker"] + values[0] + values[1])
-    assert group_offsets(kafka_broker.bootstrap, group) == {(topic, 0): (3, "done")}
+    assert group_offsets(kafka_broker.bootstrap, group, until=bool) == {(topic, 0): (3, "done")}
 
 
 def test_end_txn_of_another_epoch_is_refused(wire):

@@ -37,5 +37,8 @@ def test_the_consume_transform_produce_example(kafka_broker, topic_name):
                          isolation_level="read_committed")
     assert sorted((r.key, r.value) for r in written) == sorted(
         (key, value.upper()) for key, value in records)
-    committed = group_offsets(kafka_broker.bootstrap, group)
-    assert sum(offset for offset, _ in committed.values()) == len(records)
+    def total(offsets):
+        return sum(offset for offset, _ in offsets.values())
+    committed = group_offsets(kafka_broker.bootstrap, group,
+                              until=lambda offsets: total(offsets) == len(records))
+    assert total(committed) == len(records)
