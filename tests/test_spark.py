@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 
 # pyspark, pyarrow and pandas are test dependencies: missing, they fail the module
 # rather than skip it.
+import numpy
 import pandas
 import pyarrow as pa
 import pytest
@@ -683,6 +684,29 @@ def test_a_dict_row_missing_a_key_of_the_first_row_is_named(kafka_broker, topic_
     nks.partition_sink(topic_name, config(kafka_broker), value="v")(rows[:5])
     assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)) == [
         b"v%d" % i for i in range(5)]
+
+
+def test_partition_sink_takes_numpy_integers_as_send_batch_does(kafka_broker, topic_name):
+    """A row function giving numpy integers (a pandas or numpy value's) for the
+    partition or the timestamp: the sink refused them ("every row needs an int or
+    None"; "a int64 is not epoch ms") while send_batch() takes them.  Now they count
+    as their ints; a bool is still refused, by the same rule."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    base_ms = 1_700_000_000_000
+    rows = [(i, b"v%d" % i) for i in range(6)]
+    nks.partition_sink(topic_name, config(kafka_broker), value=1,
+                       partition=lambda row: numpy.int32(row[0] % 3),
+                       timestamp=lambda row: numpy.int64(base_ms + row[0]))(rows)
+    records = read_topic(kafka_broker.bootstrap, topic_name, 6)
+    assert sorted((r.value, r.partition, r.timestamp_ms) for r in records) == [
+        (b"v%d" % i, i % 3, base_ms + i) for i in range(6)]
+    with pytest.raises(TypeError, match=r"partition must be an int or None, not bool"):
+        nks.partition_sink(topic_name, config(kafka_broker), value=1,
+                           partition=lambda row: numpy.bool_(True))(rows)
+    with pytest.raises(TypeError, match=r"timestamp must be epoch ms \(an int\), a "
+                                        r"datetime or None, not bool"):
+        nks.partition_sink(topic_name, config(kafka_broker), value=1,
+                           timestamp=lambda row: True)(rows)
 
 
 def test_undeliverable_rows_fail_the_sink_task_and_are_reported_by_the_emitter(

@@ -14,8 +14,9 @@ from libc.stdint cimport int32_t, int64_t
 # as int64; errors name the argument `name` (and its element `index` when index >= 0).
 cdef int64_t checked_timestamp_ms(object timestamp, str name, Py_ssize_t index) except -1
 # Cold: number, not an int, as the int its __index__ gives (not for a bool), or a
-# TypeError "<name>[<index>] must be <allowed>, not <type>".
-cdef object integer_arg(object number, str allowed, str name, Py_ssize_t index)
+# TypeError "<name>[<index>] must be <allowed>, not <type>".  cpdef: the Spark sink
+# checks its row functions' partitions and timestamps by the same rule.
+cpdef object integer_arg(object number, str allowed, str name, Py_ssize_t index)
 
 # The encoded size of a record's headers, count included (a list or tuple of
 # (key, value) pairs, or _HeaderColumns at its row); validates every header.

@@ -1,5 +1,8 @@
-# Types of netkafka/record/_columns.pyx (compiled): BinaryColumn, exported by netkafka.
+# Types of netkafka/record/_columns.pyx (compiled): BinaryColumn, exported by netkafka,
+# and integer_arg, the rule for integers the Spark sink shares.
 from typing import Any, Optional
+
+def integer_arg(number: Any, allowed: str, name: str, index: int) -> int: ...
 
 class BinaryColumn:
     def __init__(self, data: Any, offsets: Any, validity: Optional[Any] = ..., *,

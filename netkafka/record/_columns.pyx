@@ -65,7 +65,7 @@ cdef int64_t checked_timestamp_ms(object timestamp, str name, Py_ssize_t index) 
     return ts
 
 
-cdef object integer_arg(object number, str allowed, str name, Py_ssize_t index):
+cpdef object integer_arg(object number, str allowed, str name, Py_ssize_t index):
     # Cold: an integer of another type -- numpy's, as a pandas or numpy column's
     # elements are -- stands for its int, as kafka-python takes any number with
     # __index__ (operator.index); a bool, a float or a numpy bool does not.

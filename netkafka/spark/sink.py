@@ -26,6 +26,7 @@ from pyspark import TaskContext
 from netkafka.client.metadata import check_topic_name
 from netkafka.errors import DeliveryFailedError, IllegalArgumentError
 from netkafka.producer.producer import Producer
+from netkafka.record._columns import integer_arg
 from netkafka.spark.settings import producer_settings
 
 STAGE_HEADER = "netkafka.spark.stage"
@@ -238,7 +239,8 @@ def partition_sink(topic: str, config: Optional[Mapping[str, Any]] = None, *, ke
             pyspark Rows or dicts), a column index (Rows, tuples), or a function of
             the row.  Keys and values: bytes, str (sent as UTF-8) or None;
             partition: int or None (the partitioner's choice); timestamp: epoch
-            ms as int, a datetime, or None (now).  A name is checked against the
+            ms as int, a datetime, or None (now); an integer with __index__
+            (numpy's) counts as its int, as in send_batch().  A name is checked against the
             partition's first row; a later dict row without that key raises
             IllegalArgumentError naming the key and the row, before its chunk
             (SINK_CHUNK_ROWS rows) is sent.
@@ -416,11 +418,14 @@ def _bytes_column(what, column):
 
 
 def _check_partitions(column):
-    """None is the partitioner's choice (send_batch's)."""
-    kinds = set(map(type, column))
-    if not kinds <= {int, type(None)}:
-        raise TypeError(f"partition: every row needs an int or None, got "
-                        f"{sorted(t.__name__ for t in kinds - {int, type(None)})}")
+    """None is the partitioner's choice (send_batch's).  An integer of another type
+    (numpy's, from a row function) counts as its int, a bool does not: send_batch()'s
+    rule (integer_arg), checked here to name the option."""
+    if set(map(type, column)) <= {int, type(None)}:
+        return
+    for partition in column:
+        if partition is not None:
+            integer_arg(partition, "an int or None", "partition", -1)
 
 
 def _epoch_ms_column(column):
@@ -436,8 +441,8 @@ def _epoch_ms(value):
         return value
     timestamp = getattr(value, "timestamp", None)
     if timestamp is None:
-        raise TypeError(f"timestamp: a {type(value).__name__} is not epoch ms (int), a "
-                        f"datetime or None")
+        # An integer of another type (numpy's) is epoch ms too, by send_batch()'s rule.
+        return integer_arg(value, "epoch ms (an int), a datetime or None", "timestamp", -1)
     # PySpark hands naive local datetimes, which timestamp() reads as local too.
     return round(timestamp() * 1000)
 
