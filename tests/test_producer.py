@@ -213,6 +213,25 @@ def test_explicit_partition_and_partitions_for(kafka_broker, topic_name):
             p.send(topic_name, b"x", partition="1")
 
 
+def test_send_refuses_a_bad_partition_as_send_batch_does(kafka_broker, topic_name):
+    """send()'s partition check repeated send_batch()'s rule in its own words ("not
+    1.5" where send_batch() said "not float"); both now check by one rule."""
+    np = pytest.importorskip("numpy")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    with producer(kafka_broker.bootstrap) as p:
+        for bad in ("1", 1.5, True, np.True_, np.float64(1.0)):
+            kind = type(bad).__name__
+            with pytest.raises(TypeError) as single:
+                p.send(topic_name, b"x", partition=bad)
+            with pytest.raises(TypeError) as batch:
+                p.send_batch(topic_name, [b"x"], partitions=[bad])
+            assert str(single.value) == f"partition must be an int or None, not {kind}"
+            assert str(batch.value) == f"partitions[0] must be an int or None, not {kind}"
+        assert p.send(topic_name, b"numpy", partition=np.int64(1)).get(30).partition == 1
+    records = read_topic(kafka_broker.bootstrap, topic_name, 1)
+    assert [(r.value, r.partition) for r in records] == [(b"numpy", 1)]
+
+
 @pytest.mark.parametrize("acks", [0, 1, "all"])
 def test_every_acks_setting_delivers(core_broker, topic_name, acks):
     create_topic(core_broker.bootstrap, topic_name)

@@ -40,7 +40,9 @@ user code, which must not run under ours).  Lock order: `lock`, then the buffer
 pool's mutex, the linger timer's condition or the WAL appender's lock.
 """
 cimport cython
+from cpython.bool cimport PyBool_Check
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_Check
 from libc.stdint cimport int64_t, uint64_t
 
 from netkafka.producer._futures cimport BatchResult, new_record_future
@@ -50,13 +52,12 @@ from netkafka.producer._wal cimport WalAppender
 from netkafka.record._batch cimport RecordBatchBuilder
 from netkafka.record._legacy cimport LegacyMessageSetBuilder
 from netkafka.record._pool cimport PooledBatch
-from netkafka.record._columns cimport checked_timestamp_ms
+from netkafka.record._columns cimport checked_timestamp_ms, integer_arg
 from netkafka.csrc cimport (
     nk_clock_cache, nk_clock_init, nk_clock_now_ms, nk_clock_ticks_per_ms,
 )
 
 import collections
-import operator
 
 from netkafka.errors import WalFullError
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
@@ -463,18 +464,11 @@ cpdef str topic_arg(object topic):
 
 
 cdef int _partition_arg(object partition) except -1:
-    if isinstance(partition, bool) or not isinstance(partition, int):
+    if not PyLong_Check(partition) or PyBool_Check(partition):
         # Cold: an integer of another type (numpy's, as a pandas column gives them),
         # which kafka-python takes, stands for its int; a bool or a float does not.
-        index = None
-        if not isinstance(partition, bool):
-            try:
-                index = operator.index(partition)
-            except TypeError:
-                pass
-        if index is None:
-            raise TypeError(f"partition must be an int or None, not {partition!r}")
-        partition = index
+        # send_batch()'s rule for its partitions, so both say the same.
+        partition = integer_arg(partition, "an int or None", "partition", -1)
     if partition < 0:
         raise ValueError(f"partition must be >= 0, got {partition}")
     if partition > 0x7FFFFFFF:
