@@ -7,8 +7,8 @@ _NATIVE = load_native_modules()
 from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after the native check
                              KafkaConfigurationError, KafkaConnectionError, KafkaError,
                              KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
-                             RecordDroppedError, RecordSpooledError, SentBeforeForkError,
-                             SerializationError, TransactionAbortedError,
+                             RecordDroppedError, RecordKeptError, RecordSpooledError,
+                             SentBeforeForkError, SerializationError, TransactionAbortedError,
                              TransactionAbortRequiredError, TransactionStateError,
                              UndeliveredRecordsError, WalError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
@@ -45,6 +45,7 @@ __all__ = [
     "ProducerRecord",
     "RecordDroppedError",
     "RecordMetadata",
+    "RecordKeptError",
     "RecordSpooledError",
     "ReplayReport",
     "SentBeforeForkError",

@@ -18,6 +18,8 @@
     +-- RecordDroppedError      the drop strategy refused a record
     +-- IllegalStateError       a call the object's state does not allow
     |   +-- ProducerClosedError send() after close()
+    |       +-- RecordKeptError close() came first; the write-ahead log keeps the
+    |                           record for the next producer's replay
     |   +-- TransactionStateError  a transactional call in a state where it makes no sense
     +-- KafkaConfigurationError settings that cannot work together, or a
     |                           kafka-python setting that has no meaning here
@@ -156,7 +158,15 @@ class IllegalArgumentError(KafkaError, ValueError):
 
 
 class ProducerClosedError(IllegalStateError):
-    """send() after close(): the record was not taken."""
+    """send() after close(): the record was not taken; or close() came before the
+    record was delivered."""
+
+
+class RecordKeptError(ProducerClosedError):
+    """close() came before the record was delivered, and the write-ahead log (wal_dir)
+    keeps it: the next producer that opens the directory replays it (its on_replay
+    reports the record's fate).  Its future fails with this, not to be sent again by
+    the application; the error that ended this producer's attempt is its __cause__."""
 
 
 class _RecordsFailedError(KafkaError):

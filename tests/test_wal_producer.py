@@ -6,6 +6,7 @@ send_batch() logs its rows; "always" returns durable; a full WAL applies the bac
 strategy.  Crashes and replay: tests/test_wal_replay.py.
 """
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from batch_helpers import wait_for
 from broker_proxy import ProduceDroppingProxy
 from netkafka import Producer, RecordMetadata
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
-                             KafkaTimeoutError, RecordDroppedError, RecordSpooledError,
-                             WalLockedError, WalStorageError)
+                             KafkaTimeoutError, ProducerClosedError, RecordDroppedError,
+                             RecordKeptError, RecordSpooledError, WalLockedError,
+                             WalStorageError)
 from netkafka.producer import wal_staging
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.testing.admin import create_topic
@@ -501,6 +503,81 @@ def test_records_whose_delivery_timed_out_are_spooled_and_sent_when_the_broker_i
     values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
     # At least once: a request the frozen broker held may be appended when it runs
     # again, before the spool's copy.
+    assert {b"frozen-%d" % i for i in range(5)} <= set(values)
+
+
+def test_records_close_cuts_short_are_told_the_wal_keeps_them(kafka_broker, topic_name,
+                                                             tmp_path):
+    """close() failed the batches the sender had with its error alone ("the sender
+    closed before ... was delivered", or the connection's shutdown), while the WAL
+    kept them and the next producer replayed them: an application sending "failed"
+    records again sent them twice.  They are told RecordKeptError now, as the records
+    close() found still unsent were told that the WAL keeps them."""
+    node = paused_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name)
+    p = producer(kafka_broker, tmp_path, linger_ms=0)
+    try:
+        p.send(topic_name, b"before").get(30)
+        node.pause()
+        try:
+            # Each record fills a batch: one in flight, the others queued in the sender.
+            futures = [p.send(topic_name, b"cut-%d-" % i + b"x" * 12000) for i in range(5)]
+            wait_for(lambda: p.metrics()["netkafka"]["batches_sent"] >= 6, 30,
+                     "the batches' hand-over to the sender")
+        finally:
+            p.close(0)
+    finally:
+        node.resume()
+    for future in futures:
+        with pytest.raises(RecordKeptError, match=f"kept in the write-ahead log at "
+                                                  f"{tmp_path} and replayed by the next") as caught:
+            future.get(5)
+        assert isinstance(caught.value, ProducerClosedError)
+        assert isinstance(caught.value.__cause__, KafkaError)
+    with producer(kafka_broker, tmp_path) as again:
+        report = again.replay(60)
+        assert report.records == 5 and report.failed == report.pending == 0, report
+    values = {r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)}
+    assert {b"cut-%d-" % i + b"x" * 12000 for i in range(5)} <= values
+
+
+def test_a_spooled_batch_close_cuts_short_is_kept_not_failed(kafka_broker, topic_name,
+                                                            tmp_path, caplog):
+    """A spooled batch the sender had at close() was logged "failed for good" and
+    counted in records_spool_failed, while the WAL kept it and the next producer
+    replayed it.  It is logged as kept now, and counted as no failure."""
+    caplog.set_level(logging.INFO, logger="netkafka")
+    node = paused_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name)
+    p = producer(kafka_broker, tmp_path, **SPOOL)
+    try:
+        p.send(topic_name, b"before").get(30)
+        node.pause()
+        try:
+            frozen = [p.send(topic_name, b"frozen-%d" % i) for i in range(5)]
+            for future in frozen:
+                with pytest.raises(RecordSpooledError):
+                    future.get(30)
+            # The spool hands them to the sender again (for a delivery timeout of
+            # 2 s, the broker frozen): close() cuts that attempt short.
+            wait_for(lambda: p.metrics()["netkafka"]["records_spool_sent"] >= 5, 30,
+                     "the spool's resend")
+        finally:
+            p.close(0)
+    finally:
+        node.resume()
+    assert p.metrics()["netkafka"]["records_spool_failed"] == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "failed for good" in m], messages
+    assert [m for m in messages if "was not delivered before close()" in m
+            and f"stays in the write-ahead log at {tmp_path}" in m], messages
+    heard = []
+    with producer(kafka_broker, tmp_path, on_replay=lambda context, outcome: heard.append(
+            outcome)) as again:
+        report = again.replay(60)
+        assert report.records == 5 and report.failed == report.pending == 0, report
+    assert len(heard) == 5 and not any(isinstance(o, Exception) for o in heard), heard
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
     assert {b"frozen-%d" % i for i in range(5)} <= set(values)
 
 

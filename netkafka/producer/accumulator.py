@@ -648,15 +648,17 @@ class RecordAccumulator(AccumulatorCore):
         -- but a failure from close() on, or one the spool takes (_spools()), is not
         logged: the batch is sent again.  parts: a split batch's (ProduceResult.parts).
         Returns (whether the batch is done with the WAL: its DONE logged, or refused by
-        a failed log; the error its records are told: error, or for a failure whose
-        DONE the failed log refused, a WalStorageError saying that the next producer
-        on the directory replays them)."""
+        a failed log; the error its records are told: error, or for a failure from
+        close() on a RecordKeptError, for a failure whose DONE the failed log refused a
+        WalStorageError, each saying that the next producer on the directory replays
+        them)."""
         if self._wal is None or not wal_id:
             return False, error
         with self._state_lock:
-            keep = error is not None and (self._wal_keeps_failures
-                                          or self._spools(error, parts))
-        if keep:
+            closing = error is not None and self._wal_keeps_failures
+        if closing:
+            return False, self._kept_error(error)
+        if error is not None and self._spools(error, parts):
             return False, error
         try:
             self._wal.log_done(wal_id, OUTCOME_ACKNOWLEDGED if error is None
@@ -785,6 +787,16 @@ class RecordAccumulator(AccumulatorCore):
         self._keep_spooled(batch, view, on_final)
         return spooled
 
+    def _kept_error(self, error):
+        """A failure from close() on, whose batch the WAL keeps: the records are told
+        that the next producer on the directory replays them (an application that sent
+        "failed" records again would send them twice)."""
+        kept = errors.RecordKeptError(
+            f"{error}; the record is kept in the write-ahead log at {self._wal.directory} "
+            f"and replayed by the next producer that opens it")
+        kept.__cause__ = error
+        return kept
+
     def _spooled_error(self, error):
         spooled = errors.RecordSpooledError(
             f"{error}; the record is kept in the write-ahead log at {self._wal.directory} "
@@ -865,6 +877,16 @@ class RecordAccumulator(AccumulatorCore):
                        "of its parts timed out (%s): it stays in the write-ahead log at "
                        "%s, and the next producer that opens it replays it",
                        builder.record_count, topic, partition, error, self._wal.directory)
+            release_batch(builder, view, False)
+            return
+        if error is not None and self.wal_keeps_failures:
+            # close() came first: the WAL keeps the batch, the next producer on the
+            # directory replays it -- not a failure, and on_final's record hears its
+            # fate from that producer's on_replay, as a batch still spooled at close().
+            _log.warning("a spooled batch of %d records to %s-%d was not delivered "
+                         "before close() (%s): it stays in the write-ahead log at %s, and "
+                         "the next producer that opens it replays it", builder.record_count,
+                         topic, partition, error, self._wal.directory)
             release_batch(builder, view, False)
             return
         if batch.wal_id:  # without a WAL, no call: this runs for every batch
@@ -1053,7 +1075,8 @@ class RecordAccumulator(AccumulatorCore):
         kept), records_spool_sent (handed to the sender again, at every attempt: a
         batch kept again after another timeout counts again -- resends the sender's
         batches_retried does not count, whose bytes the broker may hold already),
-        records_spool_delivered, records_spool_failed (for good) and
+        records_spool_delivered, records_spool_failed (for good: not a batch close()
+        cut short, which the WAL keeps for the next producer's replay) and
         spool_batches (waiting now), records_untracked_failed (those of records_failed
         sent with no future: produce()); batches_incomplete; buffer_total_bytes and
         buffer_available_bytes."""

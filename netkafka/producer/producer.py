@@ -695,18 +695,16 @@ class Producer(ProducerCore):
             self._accumulator.close(_remaining_s(deadline))
         except KafkaTimeoutError:
             pass  # what is left fails below
-        kept = ""
         if self._wal is not None:
-            # What fails from here on stays in the WAL: the next producer replays it.
+            # What fails from here on stays in the WAL, the next producer replays it:
+            # its records are told so (RecordKeptError).
             self._accumulator.keep_failures_in_wal()
-            kept = (f"; the record is kept in the write-ahead log at {self._wal.directory} "
-                    f"and replayed by the next producer that opens it")
         self._sender.close(_remaining_s(deadline))
         if self._transaction is not None:
             self._transaction.close()
         self._metadata.close()
         self._accumulator.fail_incomplete(ProducerClosedError(
-            "the producer was closed before the record was delivered" + kept))
+            "the producer was closed before the record was delivered"))
         self._pool.close()
         if self._wal is not None:
             self._wal.close()
