@@ -260,6 +260,37 @@ def test_transactional_calls_go_one_at_a_time():
     assert txn.state == S.ABORTING
 
 
+@pytest.mark.parametrize("call, start", [("commit_transaction()", "start_commit"),
+                                         ("abort_transaction()", "start_abort")])
+def test_a_record_sent_while_another_thread_commits_or_aborts_is_told_so(call, start):
+    """A record sent while another thread's commit (abort) ran was told "while the
+    transaction commits (commit_transaction() did not finish: call it again)": true
+    only once that call ran out of time.  It names the running call now."""
+    txn, gate = machine(S.IN_TRANSACTION)
+    inside, leave = threading.Event(), threading.Event()
+
+    def run():
+        with txn.operation(call):
+            getattr(txn, start)()
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert inside.wait(10)
+        refused = gate.raises()
+        assert isinstance(refused, TransactionStateError)
+        assert str(refused) == (f"a record while {call} runs on another thread: the "
+                                f"transaction takes no more records; begin the next one "
+                                f"once it returns (transactional id 'txn-1')")
+    finally:
+        leave.set()
+        thread.join(10)
+    # The call returned without finishing (its timeout ran out, say): call it again.
+    assert f"{call} did not finish: call it again" in str(gate.raises())
+
+
 def test_v1_partitions_go_out_once_the_coordinator_added_them():
     txn, _ = machine(S.IN_TRANSACTION, v2=False)
     assert not txn.needs_end_txn and not txn.partitions_enrolled

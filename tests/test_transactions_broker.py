@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -29,6 +30,7 @@ from netkafka.producer.transactions import TransactionState
 from netkafka.protocol.find_coordinator import TRANSACTION
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
+from batch_helpers import wait_for
 from test_protocol_transactions import group_offsets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -266,6 +268,52 @@ def test_close_finishes_a_commit_that_ran_out_of_time(kafka_broker, topic_name, 
     assert future.get(0).offset == 0
     assert values(read_topic(kafka_broker.bootstrap, topic_name, 1, timeout_s=30,
                              isolation_level="read_committed")) == [b"committed at close"]
+
+
+def test_a_record_and_close_while_another_thread_commits_are_told_so(kafka_broker, topic_name,
+                                                                    protocol, caplog):
+    """While another thread's commit_transaction() ran, a record sent was told "while
+    the transaction commits (commit_transaction() did not finish: call it again)", and
+    close() logged that the transaction was not ended and that its coordinator would
+    abort it -- while that commit went on and committed.  Both name the running call
+    now."""
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name)
+    producer = transactional(kafka_broker.bootstrap, protocol, transaction_timeout_ms=600_000,
+                             max_block_ms=60_000)
+    try:
+        producer.begin_transaction()
+        future = producer.send(topic_name, b"committed")
+        outcome = []
+        committer = threading.Thread(
+            target=lambda: outcome.append(producer.commit_transaction()))
+        nodes[0].pause()
+        try:
+            committer.start()
+            states = producer._transaction.states
+            wait_for(lambda: states.state == TransactionState.COMMITTING, 30,
+                     "the other thread's commit")
+            with pytest.raises(TransactionStateError,
+                               match=r"a record while commit_transaction\(\) runs on another "
+                                     r"thread: the transaction takes no more records"):
+                producer.send(topic_name, b"refused")
+            with caplog.at_level("INFO", logger="netkafka"):
+                producer._transaction.end_for_close(0)  # close()'s first step
+        finally:
+            nodes[0].resume()
+        committer.join(60)
+        assert outcome == [None]  # committed, no exception
+        messages = [r.getMessage() for r in caplog.records]
+        assert not [m for m in messages if "coordinator aborts it" in m], messages
+        assert [m for m in messages if "commit_transaction() runs on another thread at "
+                                       "close()" in m], messages
+        assert future.get(0).offset == 0
+    finally:
+        producer.close(30)
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1, timeout_s=30,
+                             isolation_level="read_committed")) == [b"committed"]
 
 
 @pytest.mark.parametrize("broker", ["kafka_broker", "kafka_broker_3_9"])

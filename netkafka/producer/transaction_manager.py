@@ -327,6 +327,12 @@ class TransactionManager:
         state = self.states.state
         if state not in (_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING, _S.COMMITTING):
             return
+        running = self.states.running
+        if running is not None:
+            # Not "not ended, the coordinator aborts it": that call may well end it.
+            _log.info("transaction %r: %s runs on another thread at close(), which "
+                      "leaves the transaction to it", self.transactional_id, running)
+            return
         deadline = time.monotonic() + (self._max_block_s if timeout_s is None
                                        else min(timeout_s, self._max_block_s))
         try:

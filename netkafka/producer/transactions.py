@@ -22,9 +22,10 @@ What a call in the wrong state raises:
                                      a fresh instance of its class per call, caused by it
 
 Records are taken only IN_TRANSACTION.  send() is checked by the accumulator, not
-here: at every state change the state machine hands the accumulator's gate what a
-record sent now must raise (None while records are taken), so send() pays one field
-test it already made, under the lock it already took.
+here: at every state change (and as a commit or abort starts or stops running) the
+state machine hands the accumulator's gate what a record sent now must raise (None
+while records are taken), so send() pays one field test it already made, under the
+lock it already took.
 
 What the sender asks (may_send): with Transactions V1 a partition's batches may go
 out only once the transaction coordinator has added the partition to the transaction
@@ -184,11 +185,19 @@ class TransactionStateMachine:
                     f"{name} while {self._operation} runs on another thread: the "
                     f"transactional calls of a producer go one at a time")
             self._operation = name
+            self._regate_locked()
         try:
             yield
         finally:
             with self._lock:
                 self._operation = None
+                self._regate_locked()
+
+    @property
+    def running(self):
+        """The transactional call running now (its name), or None."""
+        with self._lock:
+            return self._operation
 
     def refusal(self, what):
         """The exception `what` gets in the state now (for batches thrown away because
@@ -474,6 +483,13 @@ class TransactionStateMachine:
         self._offsets_unanswered = None
         self._adds_done.notify_all()
 
+    def _regate_locked(self):
+        # COMMITTING or ABORTING, a record's refusal says whether the commit or abort
+        # runs now (on another thread) or did not finish: it changes as one starts or
+        # stops, not only with the state.
+        if self._state in (_S.COMMITTING, _S.ABORTING):
+            self._gate(self._record_refusal_locked())
+
     def _record_refusal_locked(self):
         """What a record sent now raises, as a callable making it; None IN_TRANSACTION."""
         if self._state == _S.IN_TRANSACTION:
@@ -481,10 +497,13 @@ class TransactionStateMachine:
         state = self._state
         error = self._error
         later = self._later_failures
+        running = self._operation
 
         def refusal():
             # The one gate of send(), produce() and send_batch(): named for none of them.
-            return _refusal(state, error, later, "a record", self.transactional_id)
+            # Called under the accumulator's lock: it must not take this one.
+            return _refusal(state, error, later, "a record", self.transactional_id,
+                            running)
 
         return refusal
 
@@ -493,8 +512,9 @@ class TransactionStateMachine:
                         self.transactional_id)
 
 
-def _refusal(state, error, later_failures, what, transactional_id):
-    """The exception for `what` refused in `state` (error: the abortable or fatal one)."""
+def _refusal(state, error, later_failures, what, transactional_id, running=None):
+    """The exception for `what` refused in `state` (error: the abortable or fatal one;
+    running: the transactional call running on another thread, or None)."""
     if state == _S.FATAL_ERROR:
         return _fatal_again(error, f"{what} refused: the transactional producer "
                                    f"{transactional_id!r} failed for good earlier")
@@ -505,6 +525,12 @@ def _refusal(state, error, later_failures, what, transactional_id):
             f"{error!r}{more}; call abort_transaction(), then begin a new one", error)
         refused.__cause__ = error
         return refused
+    if running is not None and state in (_S.COMMITTING, _S.ABORTING):
+        # Not "did not finish: call it again": the call is running now.
+        return TransactionStateError(
+            f"{what} while {running} runs on another thread: the transaction takes no "
+            f"more records; begin the next one once it returns (transactional id "
+            f"{transactional_id!r})")
     return TransactionStateError(f"{what} {_WRONG_STATE[state]} (transactional id "
                                  f"{transactional_id!r})")
 
