@@ -334,6 +334,40 @@ def test_send_batch_bad_key_fails_only_its_row_on_a_topic_of_many_partitions(
         list(sent.items()) + [(b"v0", b"c0"), (b"v3", b"c2")])
 
 
+def test_send_batch_bad_key_fails_only_its_row_with_a_partitioner_of_the_callers(
+        kafka_broker, topic_name):
+    # The caller's partitioner was handed each row's key as it was (5, "k3") or, from
+    # a column with bad offsets, the read raised: either way out of send_batch(), the
+    # whole call refused, where the default partitioner's path fails that row alone.
+    from netkafka import BinaryColumn
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    asked = []
+
+    def by_last_byte(key, all_partitions, available):
+        asked.append(key)
+        return all_partitions[key[-1] % len(all_partitions)]
+
+    values = [b"v%d" % i for i in range(5)]
+    keys = [b"k0", 5, b"k2", "k3", b"k4"]
+    # Key 1 has offsets 2..99, key 2 offsets 99..4: outside the 6 bytes of data.
+    column_keys = BinaryColumn(b"c0c1c2", array("i", [0, 2, 99, 4, 6]))
+    with producer(kafka_broker.bootstrap, partitioner=by_last_byte) as p:
+        by_list = p.send_batch(topic_name, values, keys=keys).get(30)
+        by_column = p.send_batch(topic_name, values[:4], keys=column_keys).get(30)
+    assert asked == [b"k0", b"k2", b"k4", b"c0", b"c2"]  # never a bad key
+    assert [row for row, _ in by_list.errors] == [1, 3]
+    errors = dict(by_list.errors)
+    assert isinstance(errors[1], TypeError) and "keys[1]" in str(errors[1])
+    assert isinstance(errors[3], TypeError) and "keys[3]" in str(errors[3])
+    assert [row for row, _ in by_column.errors] == [1, 2]
+    assert all(isinstance(error, ValueError) and "offsets" in str(error)
+               for _, error in by_column.errors)
+    records = read_topic(kafka_broker.bootstrap, topic_name, 5)
+    assert sorted((r.value, r.key, r.partition) for r in records) == sorted(
+        (value, key, key[-1] % 3) for value, key in
+        [(b"v0", b"k0"), (b"v2", b"k2"), (b"v4", b"k4"), (b"v0", b"c0"), (b"v3", b"c2")])
+
+
 def test_send_batch_leaves_the_callers_partitions_array_as_it_was(kafka_broker, topic_name):
     # With a partitioner of the caller's, the rows it placed were written into the
     # caller's own array('i') of partitions: its -1s overwritten.

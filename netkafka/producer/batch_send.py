@@ -271,8 +271,16 @@ def _partitions_per_row(accumulator, topic, rows, partitions, topic_partitions):
     keys = rows.keys
     for i in range(count):
         if per_row[i] < 0:
-            per_row[i] = partitioner.partition(topic, None if keys is None else keys.item(i),
-                                               all_partitions, available)
+            try:
+                key = None if keys is None else keys.item(i)
+            except (TypeError, ValueError):
+                # Row i's key cannot be read: its append refuses the row alone with
+                # this error, as on the default partitioner's path; the partitioner
+                # is not asked about a key it would choke on, and any partition will
+                # do for a row that is not sent.
+                per_row[i] = all_partitions[0]
+                continue
+            per_row[i] = partitioner.partition(topic, key, all_partitions, available)
     return per_row
 
 

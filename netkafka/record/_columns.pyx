@@ -520,15 +520,19 @@ cdef class BinarySource:
 
     cpdef object item(self, Py_ssize_t i):
         """Row i as an object: the item itself for a sequence, bytes (or None) for
-        a column -- for the few rows that take a per-record path."""
+        a column -- for the few rows that take a per-record path.  A row that cannot
+        be read raises what get() raises (TypeError, ValueError), naming it: an item
+        is checked too, before any code of the caller's (a partitioner) sees it."""
         cdef const unsigned char *data
         cdef Py_ssize_t length
         cdef Py_buffer view
         if not 0 <= i < self.length:
             raise IndexError(f"{self.name}[{i}] is outside its {self.length} rows")
+        held = self.get(i, &data, &length, &view)
         if self._kind == _SOURCE_SEQUENCE:
+            if held:
+                PyBuffer_Release(&view)
             return self._sequence[i]
-        self.get(i, &data, &length, &view)
         return None if length < 0 else data[:length]
 
     def __len__(self):
