@@ -374,6 +374,18 @@ def test_a_split_batch_partly_timed_out_is_done_in_the_wal(
     assert_read_back(kafka_broker.bootstrap, topic_name, sent[:6], list(range(6)))
 
 
+def send_spooled(p, topic, sent, contexts=False):
+    """sent to partition 0 (each with its index as context, if contexts), flushed:
+    every record is told it is spooled."""
+    futures = [p.send(topic, value, partition=0,
+                      **({"context": b"%d" % i} if contexts else {}))
+               for i, value in enumerate(sent)]
+    p.flush(30)
+    for future in futures:
+        with pytest.raises(RecordSpooledError):
+            future.get(0)
+
+
 def test_a_split_batch_whose_parts_all_timed_out_is_spooled(
         kafka_broker, topic_name, tmp_path, dropping_proxy):
     # Nothing of it in the topic: spooled as a batch sent whole is.  Its records
@@ -384,11 +396,7 @@ def test_a_split_batch_whose_parts_all_timed_out_is_spooled(
     sent = values(12)
     with wal_producer(dropping_proxy.bootstrap, tmp_path) as p:
         dropping_proxy.set_dropping(True, after=1)  # the whole batch, refused
-        futures = [p.send(topic_name, value, partition=0) for value in sent]
-        p.flush(30)
-        for future in futures:
-            with pytest.raises(RecordSpooledError):
-                future.get(0)
+        send_spooled(p, topic_name, sent)
         assert p.metrics()["netkafka"]["records_spooled"] == 12
         dropping_proxy.set_dropping(False)
         wait_for(lambda: p.metrics()["netkafka"]["records_spool_delivered"] == 12, 60,
@@ -412,12 +420,7 @@ def test_a_replayed_batch_split_and_partly_timed_out_is_done_in_the_wal(
     first = wal_producer(dropping_proxy.bootstrap, tmp_path)
     try:
         dropping_proxy.set_dropping(True)
-        futures = [first.send(topic_name, value, partition=0, context=b"%d" % i)
-                   for i, value in enumerate(sent)]
-        first.flush(30)
-        for future in futures:
-            with pytest.raises(RecordSpooledError):
-                future.get(0)
+        send_spooled(first, topic_name, sent, contexts=True)
     finally:
         first.close(0)  # the spooled batch stays in the WAL
     heard = {}
@@ -452,11 +455,7 @@ def test_a_spooled_batch_split_and_partly_timed_out_stays_for_the_next_producer(
     sent = values(12)
     with wal_producer(dropping_proxy.bootstrap, tmp_path) as p:
         dropping_proxy.set_dropping(True)
-        futures = [p.send(topic_name, value, partition=0) for value in sent]
-        p.flush(30)
-        for future in futures:
-            with pytest.raises(RecordSpooledError):
-                future.get(0)
+        send_spooled(p, topic_name, sent)
         # The spool's next resend: the whole batch (refused) and its first part pass.
         dropping_proxy.set_dropping(False)
         dropping_proxy.set_dropping(True, after=2)

@@ -470,6 +470,27 @@ SPOOL = dict(request_timeout_ms=1000, delivery_timeout_ms=2000, retry_backoff_ms
              max_block_ms=1000, on_delivery_timeout="spool")
 
 
+def spool_five(p, topic):
+    """Five records sent to a broker frozen since: each is told it is spooled."""
+    frozen = [p.send(topic, b"frozen-%d" % i) for i in range(5)]
+    for future in frozen:
+        with pytest.raises(RecordSpooledError):
+            future.get(30)
+
+
+def assert_the_next_producer_delivers_the_five(kafka_broker, topic, tmp_path):
+    """The next producer on tmp_path replays spool_five's records: delivered, as
+    on_replay hears and the reader finds."""
+    heard = []
+    with producer(kafka_broker, tmp_path, on_replay=lambda context, outcome: heard.append(
+            outcome)) as again:
+        report = again.replay(60)
+        assert report.records == 5 and report.failed == report.pending == 0, report
+    assert len(heard) == 5 and not any(isinstance(o, Exception) for o in heard), heard
+    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic, 6)]
+    assert {b"frozen-%d" % i for i in range(5)} <= set(values)
+
+
 def test_records_whose_delivery_timed_out_are_spooled_and_sent_when_the_broker_is_back(
         kafka_broker, topic_name, tmp_path):
     node = paused_node(kafka_broker)
@@ -554,10 +575,7 @@ def test_a_spooled_batch_close_cuts_short_is_kept_not_failed(kafka_broker, topic
         p.send(topic_name, b"before").get(30)
         node.pause()
         try:
-            frozen = [p.send(topic_name, b"frozen-%d" % i) for i in range(5)]
-            for future in frozen:
-                with pytest.raises(RecordSpooledError):
-                    future.get(30)
+            spool_five(p, topic_name)
             # The spool hands them to the sender again (for a delivery timeout of
             # 2 s, the broker frozen): close() cuts that attempt short.
             wait_for(lambda: p.metrics()["netkafka"]["records_spool_sent"] >= 5, 30,
@@ -571,14 +589,7 @@ def test_a_spooled_batch_close_cuts_short_is_kept_not_failed(kafka_broker, topic
     assert not [m for m in messages if "failed for good" in m], messages
     assert [m for m in messages if "was not delivered before close()" in m
             and f"stays in the write-ahead log at {tmp_path}" in m], messages
-    heard = []
-    with producer(kafka_broker, tmp_path, on_replay=lambda context, outcome: heard.append(
-            outcome)) as again:
-        report = again.replay(60)
-        assert report.records == 5 and report.failed == report.pending == 0, report
-    assert len(heard) == 5 and not any(isinstance(o, Exception) for o in heard), heard
-    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
-    assert {b"frozen-%d" % i for i in range(5)} <= set(values)
+    assert_the_next_producer_delivers_the_five(kafka_broker, topic_name, tmp_path)
 
 
 def test_the_spool_survives_a_restart(kafka_broker, topic_name, tmp_path):
@@ -588,21 +599,11 @@ def test_the_spool_survives_a_restart(kafka_broker, topic_name, tmp_path):
     try:
         p.send(topic_name, b"before").get(30)
         node.pause()
-        frozen = [p.send(topic_name, b"frozen-%d" % i) for i in range(5)]
-        for future in frozen:
-            with pytest.raises(RecordSpooledError):
-                future.get(30)
+        spool_five(p, topic_name)
     finally:
         p.close(0)
         node.resume()
-    heard = []
-    with producer(kafka_broker, tmp_path, on_replay=lambda context, outcome: heard.append(
-            outcome)) as again:
-        report = again.replay(60)
-        assert report.records == 5 and report.failed == report.pending == 0, report
-    assert len(heard) == 5 and not any(isinstance(o, Exception) for o in heard)
-    values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)]
-    assert {b"frozen-%d" % i for i in range(5)} <= set(values)
+    assert_the_next_producer_delivers_the_five(kafka_broker, topic_name, tmp_path)
 
 
 def test_a_replayed_record_whose_delivery_times_out_is_spooled_and_heard_of_once_more(
