@@ -15,10 +15,12 @@ from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
 
-def frozen_leader_stack(kafka_broker, topic_name, warm_count=2, **options):
+def frozen_leader_stack(kafka_broker, topic_name, warm_count=2, warm_created_ns=None,
+                        **options):
     """The set-up of the tests that freeze the leader (SIGSTOP) with batches in flight
     and queued: (its nodes, a buffer pool, an io_stack with one request in flight at a
-    time, the warm batch that was sent on it so that the connection is up first)."""
+    time, the warm batch that was sent on it so that the connection is up first).
+    warm_created_ns: the warm batch's creation time (default: when it is sent)."""
     nodes = getattr(kafka_broker, "nodes", None)
     if not nodes:
         pytest.skip("needs a broker this session started (SIGSTOP)")
@@ -28,7 +30,8 @@ def frozen_leader_stack(kafka_broker, topic_name, warm_count=2, **options):
                      **options)
     warm = make_batch(buffers, "warm", count=warm_count)
     try:
-        stack.sender.send(topic_name, 0, warm.view, warm_count).result(30)
+        stack.sender.send(topic_name, 0, warm.view, warm_count,
+                          created_ns=warm_created_ns).result(30)
     except BaseException:
         stack.close()
         raise
@@ -63,6 +66,54 @@ def test_queued_batch_fails_at_delivery_timeout_while_the_leader_is_frozen(kafka
     assert as_read(read_topic(kafka_broker.bootstrap, topic_name, 8)) == [
         tuple(w) for w in warm.records + first.records]
     release_batches([warm, first, second])
+
+
+# A delivery timeout and a request timeout long enough for a loaded machine to keep to the
+# order of events below: the delivery-timeout sweep the warm batch scheduled runs while the
+# next batch is in flight, its request timing out only later.
+SWEPT_IN_FLIGHT_DELIVERY_MS = 30000
+SWEPT_IN_FLIGHT_REQUEST_MS = 20000
+
+
+def test_a_batch_in_flight_during_the_sweep_still_fails_at_its_delivery_timeout(kafka_broker,
+                                                                                topic_name):
+    """The sweep runs while the only batch left is in flight (so not queued: nothing to
+    sweep again for); its request to the frozen leader then times out and the batch is
+    queued for a resend the leader's connection, not ready again, never asks for.  The
+    batch still fails at its delivery timeout, while the leader is frozen -- before,
+    it waited for the leader to come back (flush() with it)."""
+    delivery_ns = SWEPT_IN_FLIGHT_DELIVERY_MS * 1_000_000
+    nodes, buffers, stack, warm = frozen_leader_stack(
+        kafka_broker, topic_name, warm_count=2,
+        # Its sweep is due 10 s from now, long after it is acknowledged.
+        warm_created_ns=time.monotonic_ns() - delivery_ns + 10_000_000_000,
+        request_timeout_ms=SWEPT_IN_FLIGHT_REQUEST_MS,
+        sender_options={"delivery_timeout_ms": SWEPT_IN_FLIGHT_DELIVERY_MS})
+    batch = make_batch(buffers, "in-flight", count=3)
+    outcome = threading.Event()
+    try:
+        nodes[0].pause()
+        try:
+            future = stack.sender.send(topic_name, 0, batch.view, 3)
+            future.add_done_callback(lambda _: outcome.set())
+            # Hang guard: its delivery timeout, and as long again.
+            failed_while_frozen = outcome.wait(2 * SWEPT_IN_FLIGHT_DELIVERY_MS / 1000)
+        finally:
+            nodes[0].resume()
+        assert failed_while_frozen, "the batch waited for the frozen leader"
+        with pytest.raises(KafkaTimeoutError,
+                           match=rf"{topic_name}-0: batch of 3 records not delivered "
+                                 rf"within delivery_timeout_ms={SWEPT_IN_FLIGHT_DELIVERY_MS}"):
+            future.result(0)
+        metrics = stack.sender.metrics()
+    finally:
+        stack.close()
+    assert metrics["batches_retried"] >= 1, "its request did not time out: test proves nothing"
+    assert (metrics["batches_failed"], metrics["batches_pending"]) == (1, 0)
+    # The frozen leader may have appended it from its socket buffer once it ran again.
+    records = as_read(read_topic(kafka_broker.bootstrap, topic_name, 2))
+    assert records[:2] == [tuple(w) for w in warm.records]
+    release_batches([warm, batch])
 
 
 def test_batch_found_expired_by_its_connection_asking_for_work_fails_there(kafka_broker,

@@ -303,7 +303,6 @@ class Sender:
             partitions = self._queues.get(broker.node_id)
             wake = not partitions or not partitions.get((topic, partition))
             self._route_locked(item, broker.node_id, conn=conn)
-            self._schedule_sweep_locked(item.created_ns)
         if wake:
             conn.wakeup()
         return future
@@ -789,7 +788,12 @@ class Sender:
         """With _lock held: queue item, in send order within its partition, for
         node_id (None, or a broker not in the metadata: parked until metadata
         names a leader); counts its bytes as that connection's outbound.  conn:
-        node_id's connection, when the caller has it at hand."""
+        node_id's connection, when the caller has it at hand.
+
+        Every batch queued makes sure of a sweep by its delivery timeout, a resend
+        too: the last sweep may have run while it was in flight, and the connection
+        it is queued for may never ask for a request again (its broker down)."""
+        self._schedule_sweep_locked(item.created_ns)
         if conn is None and node_id is not None:
             conn = self._pool.get(node_id)
         if conn is None and node_id is not None:
