@@ -103,6 +103,9 @@ class MetadataProxy(BrokerProxy):
     rewrite: None, or fields -> fields: applied to each Metadata answer's fields
     (kafka-python's MetadataResponse keyword arguments) while set; ``rewritten``
     counts the answers it was applied to.
+
+    set_swallowing(True): every answer is dropped (its request reached the broker, which
+    acted on it), until set_swallowing(False); ``swallowed`` counts them.
     """
 
     ANSWERED = (ApiKey.METADATA,)  # the APIs whose answers _answer() is handed
@@ -111,6 +114,8 @@ class MetadataProxy(BrokerProxy):
         self.rewrite = None  # guarded by lock
         self.replace = None  # guarded by lock
         self.rewritten = 0  # guarded by lock
+        self.swallowing = False  # guarded by lock
+        self.swallowed = 0  # guarded by lock
         # Guarded by lock: per API key answered here (METADATA, and a subclass's), per
         # upstream socket, correlation id -> version of the requests in flight.
         self.asked = {api_key: {} for api_key in self.ANSWERED}
@@ -122,6 +127,14 @@ class MetadataProxy(BrokerProxy):
         with self.lock:
             self.rewrite, self.replace = rewrite, replace
             self.rewritten = 0
+
+    def set_swallowing(self, swallowing):
+        with self.lock:
+            self.swallowing = swallowing
+
+    def swallowed_count(self):
+        with self.lock:
+            return self.swallowed
 
     def rewritten_count(self):
         with self.lock:
@@ -143,6 +156,9 @@ class MetadataProxy(BrokerProxy):
         def answer(body):
             (correlation_id,) = struct.unpack_from(">i", body)
             with self.lock:
+                if self.swallowing:
+                    self.swallowed += 1
+                    return None
                 for api_key, book in self.asked.items():
                     version = book.get(src, {}).pop(correlation_id, None)
                     if version is not None:

@@ -7,7 +7,7 @@ import pytest
 
 from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
                            wait_for)
-from broker_proxy import ProduceAnswerProxy
+from broker_proxy import MetadataProxy, ProduceAnswerProxy
 from netkafka import Producer, errors
 from netkafka.errors import KafkaTimeoutError
 from netkafka.protocol.produce import decode_produce_response
@@ -114,6 +114,40 @@ def test_a_batch_in_flight_during_the_sweep_still_fails_at_its_delivery_timeout(
     records = as_read(read_topic(kafka_broker.bootstrap, topic_name, 2))
     assert records[:2] == [tuple(w) for w in warm.records]
     release_batches([warm, batch])
+
+
+def test_a_batch_timing_out_after_its_answer_was_lost_says_it_may_be_in_the_log(kafka_broker,
+                                                                                  topic_name):
+    """The broker appends the batch and its answer is lost; the connection made again
+    is never answered either, so the batch waits, queued, until its delivery timeout.
+    The error says its records may be in the log -- and they are -- not only that
+    they were not delivered."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = MetadataProxy((host, int(port)))
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, linger_ms=0,
+                      delivery_timeout_ms=8000, request_timeout_ms=3000,
+                      retry_backoff_ms=100, reconnect_backoff_max_ms=200,
+                      max_block_ms=30000) as producer:
+            producer.send(topic_name, b"warm", partition=0).get(30)
+            proxy.set_swallowing(True)
+            try:
+                lost = producer.send(topic_name, b"answer-lost", partition=0)
+                with pytest.raises(KafkaTimeoutError) as failed:
+                    lost.get(60)
+            finally:
+                proxy.set_swallowing(False)
+            metrics = producer.metrics()["netkafka"]
+    finally:
+        proxy.close()
+    assert metrics["sender_batches_retried"] >= 1, "no request went unanswered"
+    message = str(failed.value)
+    assert "not delivered within delivery_timeout_ms=8000" in message, \
+        "the batch did not wait queued for its delivery timeout: test proves nothing"
+    assert "its records may be in the log" in message
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 2)] == [
+        b"warm", b"answer-lost"]
 
 
 def test_batch_found_expired_by_its_connection_asking_for_work_fails_there(kafka_broker,

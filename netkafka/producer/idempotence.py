@@ -78,8 +78,9 @@ _SEQUENCE_ERRORS = frozenset((errors.OutOfOrderSequenceNumberError.code,
                               errors.UnknownProducerIdError.code))
 # Partition error codes that say this attempt was not appended: the broker refused
 # the batch before writing it.  Any other answer but success may hide an append
-# (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND come after one).
-_NOT_APPENDED = frozenset(error.code for error in (
+# (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND come after one).  The
+# Sender's too, for what it tells of a batch that failed.
+NOT_APPENDED = frozenset(error.code for error in (
     errors.CorruptMessageError,
     errors.UnknownTopicOrPartitionError,
     errors.LeaderNotAvailableError,
@@ -304,7 +305,7 @@ class ProducerIdManager:
             entry.in_flight = False
             state.in_flight -= 1
             if error_code is None or (error_code != errors.NO_ERROR
-                                      and error_code not in _NOT_APPENDED):
+                                      and error_code not in NOT_APPENDED):
                 entry.maybe_appended = True
             if error_code not in _SEQUENCE_ERRORS:
                 return None

@@ -64,7 +64,7 @@ from netkafka.producer.backoff import backoff_strategy
 from netkafka.client.connection import Request
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 from netkafka.producer.accumulator import release_batch
-from netkafka.producer.idempotence import APPENDED, RESTART
+from netkafka.producer.idempotence import APPENDED, NOT_APPENDED, RESTART
 from netkafka.producer.split import split_in_halves
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.produce import decode_produce_response, encode_produce_request
@@ -109,7 +109,8 @@ class _Batch:
     Sender._lock) or by the request carrying it (its I/O thread)."""
 
     __slots__ = ("seq", "topic", "partition", "view", "size_bytes", "record_count", "on_done",
-                 "attempts", "created_ns", "retry_at_ns", "node_id", "sequenced")
+                 "attempts", "created_ns", "retry_at_ns", "node_id", "sequenced",
+                 "maybe_written")
 
     def __init__(self, seq, topic, partition, view, record_count, now_ns, on_done):
         self.seq = seq  # send order: keeps a partition's FIFO in order across resends
@@ -124,6 +125,10 @@ class _Batch:
         self.retry_at_ns = 0
         self.node_id = None  # the connection holding its outbound reservation
         self.sequenced = None  # idempotent: its SequencedBatch (the ProducerIdManager's lock)
+        # An attempt ended with no answer or an error that may follow an append
+        # (idempotence.NOT_APPENDED): its records may be in the log, which its delivery
+        # timeout says.  Cleared when the broker proves otherwise (a RESTART verdict).
+        self.maybe_written = False
 
 
 def _too_large_hint(item):
@@ -534,7 +539,8 @@ class Sender:
                                  response.throttle_time_ms)
         if error is not None:
             for item in batches:
-                if item.sequenced is not None:  # no answer: appended or not, unknown
+                item.maybe_written = True  # no answer: appended or not, unknown
+                if item.sequenced is not None:
                     idempotence.answered(item.sequenced, None)
             if not error.retriable:  # e.g. a ProtocolError: resending won't help
                 for item in batches:
@@ -580,6 +586,10 @@ class Sender:
                 if code == errors.DuplicateSequenceNumberError.code:
                     code = errors.NO_ERROR
                 verdict = self._idempotence.answered(item.sequenced, code)
+            if verdict == RESTART:
+                item.maybe_written = False  # the first of its partition the broker lacks
+            elif code is None or (code != errors.NO_ERROR and code not in NOT_APPENDED):
+                item.maybe_written = True
             if part is None:
                 self._complete(item, error=errors.ProtocolError(
                     f"{conn.describe()} answered Produce without "
@@ -646,6 +656,8 @@ class Sender:
                         item.created_ns,
                         functools.partial(outcome.part_done, index, first, builder, view))
                  for index, (builder, view, first, count) in enumerate(parts)]
+        for part in items:
+            part.maybe_written = item.maybe_written  # the batch's records are the parts'
         with self._lock:
             if self._closed or (self._transaction is not None
                                 and self._transaction.discarding):
@@ -1001,7 +1013,10 @@ def _resolve(future, result, error):
 
 
 def _delivery_timeout(sender, item):
+    # "Not delivered" is all that is known only of a batch no broker may have appended.
+    fate = ("; an attempt went unanswered or failed after the broker may have appended "
+            "it, so its records may be in the log" if item.maybe_written else "")
     return KafkaTimeoutError(
         f"{item.topic}-{item.partition}: batch of {item.record_count} records not "
         f"delivered within delivery_timeout_ms={sender.delivery_timeout_ms} "
-        f"({item.attempts} attempts)")
+        f"({item.attempts} attempts{fate})")
