@@ -8,20 +8,22 @@ strategy.  Crashes and replay: tests/test_wal_replay.py.
 import json
 import logging
 import os
+import struct
 import subprocess
 import sys
 
 import pytest
 
 from batch_helpers import wait_for
-from broker_proxy import ProduceDroppingProxy
+from broker_proxy import ProduceAnswerProxy, ProduceDroppingProxy
 from netkafka import Producer, RecordMetadata
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
-                             KafkaTimeoutError, ProducerClosedError, RecordDroppedError,
-                             RecordKeptError, RecordSpooledError, WalLockedError,
-                             WalStorageError)
+                             KafkaTimeoutError, NotEnoughReplicasError, ProducerClosedError,
+                             RecordDroppedError, RecordKeptError, RecordSpooledError,
+                             WalLockedError, WalStorageError)
 from netkafka.producer import wal_staging
 from netkafka.producer.wal import WriteAheadLog
+from netkafka.protocol.produce import decode_produce_response
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -590,6 +592,51 @@ def test_a_spooled_batch_close_cuts_short_is_kept_not_failed(kafka_broker, topic
     assert [m for m in messages if "was not delivered before close()" in m
             and f"stays in the write-ahead log at {tmp_path}" in m], messages
     assert_the_next_producer_delivers_the_five(kafka_broker, topic_name, tmp_path)
+
+
+def test_records_refused_with_a_retriable_error_until_their_delivery_timeout_are_spooled(
+        kafka_broker, topic_name, tmp_path):
+    """Every Produce answer says NOT_ENOUGH_REPLICAS (a proxy rewrites them): the
+    delivery timeout ends the retries, and the records are spooled as any whose
+    delivery timed out -- before, they failed with the broker's error, lost although
+    the spool was on.  Once the answers are true again the spool delivers them."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = ProduceAnswerProxy((host, int(port)))
+
+    def not_enough_replicas(data, version):
+        [part] = decode_produce_response(data, version).topics[0].partitions
+        old = struct.pack(">ihq", part.partition, part.error_code, part.base_offset)
+        assert data.count(old) == 1
+        return data.replace(old, struct.pack(">ihq", part.partition,
+                                             NotEnoughReplicasError.code, -1))
+
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, wal_dir=str(tmp_path),
+                      **SPOOL) as p:
+            p.send(topic_name, b"before").get(30)
+            with proxy.lock:
+                proxy.rewrite_produce = not_enough_replicas
+            refused = [p.send(topic_name, b"refused-%d" % i) for i in range(3)]
+            try:
+                for future in refused:
+                    with pytest.raises(RecordSpooledError) as caught:
+                        future.get(30)
+                    timeout = caught.value.__cause__
+                    assert isinstance(timeout, KafkaTimeoutError), repr(timeout)
+                    assert isinstance(timeout.__cause__, NotEnoughReplicasError)
+            finally:
+                with proxy.lock:
+                    proxy.rewrite_produce = None
+            wait_for(lambda: p.metrics()["netkafka"]["records_spool_delivered"] >= 3, 60,
+                     "the spooled records' delivery")
+            metrics = p.metrics()["netkafka"]
+    finally:
+        proxy.close()
+    assert metrics["sender_errors.NOT_ENOUGH_REPLICAS"] > 0
+    assert metrics["records_spool_failed"] == 0
+    values = {r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 4)}
+    assert values == {b"before"} | {b"refused-%d" % i for i in range(3)}
 
 
 def test_the_spool_survives_a_restart(kafka_broker, topic_name, tmp_path):

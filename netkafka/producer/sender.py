@@ -685,10 +685,15 @@ class Sender:
     def _retry_or_fail(self, item, error):
         now_ns = time.monotonic_ns()
         with self._lock:
-            give_up = (self._closed or item.attempts > self.retries
-                       or now_ns - item.created_ns + self.retry_backoff_ms * 1_000_000
-                       >= self.delivery_timeout_ms * 1_000_000
+            stopped = (self._closed or item.attempts > self.retries
                        or (self._transaction is not None and self._transaction.discarding))
+            # Out of time: it fails as a delivery timeout (a KafkaTimeoutError, which
+            # the spool keeps), the broker's error its cause -- not as that error
+            # alone, as if the broker had refused it for good.
+            expired = not stopped and (now_ns - item.created_ns
+                                       + self.retry_backoff_ms * 1_000_000
+                                       >= self.delivery_timeout_ms * 1_000_000)
+            give_up = stopped or expired
             if not give_up:
                 self._metrics["batches_retried"] += 1
                 if self._stats is not None:
@@ -697,7 +702,8 @@ class Sender:
                 leader = self._metadata.leader_id(item.topic, item.partition)
                 self._route_locked(item, leader)
         if give_up:
-            self._complete(item, error=error)
+            self._complete(item, error=_delivery_timeout(self, item, error) if expired
+                           else error)
             return
         # The leader's connection looks at its queue now and sets a timer for
         # the end of the backoff (an unrouted batch waits for metadata).
@@ -1012,11 +1018,16 @@ def _resolve(future, result, error):
         future.set_exception(error)
 
 
-def _delivery_timeout(sender, item):
+def _delivery_timeout(sender, item, last_error=None):
+    """The error of a batch out of time; last_error: what its last attempt met (its
+    __cause__ then), or None (it expired queued)."""
     # "Not delivered" is all that is known only of a batch no broker may have appended.
     fate = ("; an attempt went unanswered or failed after the broker may have appended "
             "it, so its records may be in the log" if item.maybe_written else "")
-    return KafkaTimeoutError(
+    last = "" if last_error is None else f"; the last one met {last_error!r}"
+    error = KafkaTimeoutError(
         f"{item.topic}-{item.partition}: batch of {item.record_count} records not "
         f"delivered within delivery_timeout_ms={sender.delivery_timeout_ms} "
-        f"({item.attempts} attempts{fate})")
+        f"({item.attempts} attempts{fate}{last})")
+    error.__cause__ = last_error
+    return error
