@@ -150,6 +150,37 @@ def test_a_batch_timing_out_after_its_answer_was_lost_says_it_may_be_in_the_log(
         b"warm", b"answer-lost"]
 
 
+def test_a_batch_failed_by_close_after_its_answer_was_lost_says_it_may_be_in_the_log(
+        kafka_broker, topic_name):
+    """As above, but close() ends the wait: the batch appended, its answer lost, queued
+    for a resend the connection never asks for, fails saying its records may be in the
+    log -- not only that the sender closed before it was delivered."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = MetadataProxy((host, int(port)))
+    try:
+        producer = Producer(bootstrap_servers=proxy.bootstrap, linger_ms=0,
+                            delivery_timeout_ms=600000, request_timeout_ms=2000,
+                            retry_backoff_ms=100, reconnect_backoff_max_ms=200,
+                            max_block_ms=30000)
+        try:
+            producer.send(topic_name, b"warm", partition=0).get(30)
+            proxy.set_swallowing(True)
+            lost = producer.send(topic_name, b"answer-lost", partition=0)
+            wait_for(lambda: producer.metrics()["netkafka"]["sender_batches_retried"] >= 1,
+                     60, "the unanswered request's timeout")
+        finally:
+            producer.close(0)
+            proxy.set_swallowing(False)
+    finally:
+        proxy.close()
+    with pytest.raises(errors.KafkaError, match="the sender closed before") as failed:
+        lost.get(0)
+    assert "its records may be in the log" in str(failed.value)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 2)] == [
+        b"warm", b"answer-lost"]
+
+
 def test_batch_found_expired_by_its_connection_asking_for_work_fails_there(kafka_broker,
                                                                             topic_name):
     """The other place a queued batch expires: its connection's next_request().  The

@@ -126,8 +126,9 @@ class _Batch:
         self.node_id = None  # the connection holding its outbound reservation
         self.sequenced = None  # idempotent: its SequencedBatch (the ProducerIdManager's lock)
         # An attempt ended with no answer or an error that may follow an append
-        # (idempotence.NOT_APPENDED): its records may be in the log, which its delivery
-        # timeout says.  Cleared when the broker proves otherwise (a RESTART verdict).
+        # (idempotence.NOT_APPENDED): its records may be in the log, which its failure
+        # at its delivery timeout or by close() says.  Cleared when the broker proves
+        # otherwise (a RESTART verdict).
         self.maybe_written = False
 
 
@@ -365,7 +366,8 @@ class Sender:
             release()
         for item in leftovers:
             self._complete(item, error=errors.KafkaError(
-                f"the sender closed before {item.topic}-{item.partition} was delivered"))
+                f"the sender closed before {item.topic}-{item.partition} was delivered"
+                + (f" ({_MAYBE_WRITTEN})" if item.maybe_written else "")))
 
     def discard_unsent(self, error):
         """Fails with error every batch queued and not in a request now (a
@@ -1018,12 +1020,16 @@ def _resolve(future, result, error):
         future.set_exception(error)
 
 
+# What a batch's error adds when _Batch.maybe_written: failed is not absent.
+_MAYBE_WRITTEN = ("an attempt went unanswered or failed after the broker may have appended "
+                  "it, so its records may be in the log")
+
+
 def _delivery_timeout(sender, item, last_error=None):
     """The error of a batch out of time; last_error: what its last attempt met (its
     __cause__ then), or None (it expired queued)."""
     # "Not delivered" is all that is known only of a batch no broker may have appended.
-    fate = ("; an attempt went unanswered or failed after the broker may have appended "
-            "it, so its records may be in the log" if item.maybe_written else "")
+    fate = f"; {_MAYBE_WRITTEN}" if item.maybe_written else ""
     last = "" if last_error is None else f"; the last one met {last_error!r}"
     error = KafkaTimeoutError(
         f"{item.topic}-{item.partition}: batch of {item.record_count} records not "
