@@ -103,3 +103,31 @@ def test_with_no_linger_a_retired_batch_does_not_make_it_spin(timer_for):
     wait_until(lambda: not timer._heap)
     assert wake_ns(timer) is None
     assert accumulator.expired == []
+
+
+def test_schedule_does_not_notify_while_the_thread_hands_a_batch_over(timer_for):
+    timer, accumulator = timer_for(linger_ms=0)
+    time.sleep(0.05)  # room to start waiting with nothing scheduled (_wake_ns None)
+    notifies = []
+    cond = timer._cond
+    real_notify = cond.notify
+    cond.notify = lambda: (notifies.append(1), real_notify())
+    handing_over, go_on = threading.Event(), threading.Event()
+    accumulator._on_linger_expired = lambda queue, batch: (
+        handing_over.set(), go_on.wait(HANG_GUARD_S))
+    first = Queue("first")
+    first.open = object()
+    timer.schedule(time.monotonic_ns(), first, first.open)
+    assert handing_over.wait(HANG_GUARD_S)
+    # Scheduled while the thread is busy: it looks at the heap before it waits again.
+    later = Queue("later")
+    later.open = object()
+    for _ in range(100):
+        timer.schedule(time.monotonic_ns() + 10_000_000, Queue("retired"), object())
+    timer.schedule(time.monotonic_ns() + 20_000_000, later, later.open)
+    called = []
+    accumulator._on_linger_expired = lambda queue, batch: called.append(batch)
+    go_on.set()
+    wait_until(lambda: called)
+    assert called == [later.open]  # not missed for want of a notify
+    assert len(notifies) <= 1  # the first schedule()'s at most
