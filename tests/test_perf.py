@@ -239,6 +239,10 @@ def test_unreachable_broker_fails_with_a_non_zero_exit():
     assert "50 of 50 records failed" in done.stderr and f"127.0.0.1:{port}" in done.stderr
 
 
+def _sigint_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("mode", ["send", "produce", "send_batch"])
 def test_ctrl_c_stops_at_once_when_the_cluster_does_not_answer(kafka_broker, topic, mode):
     """Ctrl-C with every Produce request unanswered: the run waited for
@@ -254,7 +258,11 @@ def test_ctrl_c_stops_at_once_when_the_cluster_does_not_answer(kafka_broker, top
          "--mode", mode, "--json", "--reporting-interval-ms", "100", "--producer-config",
          "delivery.timeout.ms=600000", "request.timeout.ms=590000", "linger.ms=5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        # Ctrl-C as a terminal delivers it: a suite run as a background job (a
+        # non-interactive shell's `&`, as CI may run it) hands its children SIGINT
+        # ignored, and the run went on for the 120 s.
+        preexec_fn=_sigint_default)
     try:
         # A progress line: metadata has arrived and the records are being sent.
         assert "records sent" in process.stderr.readline()
