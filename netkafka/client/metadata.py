@@ -783,7 +783,10 @@ def _usable(info):
 
 def _moved_partitions(old, new, answered):
     """(topic, partition) of the answered topics whose leader differs between
-    two snapshots."""
+    two snapshots, a partition that is new or gone included.  (A gone one used to be
+    left out: a topic deleted and re-created with fewer partitions on the same broker
+    moved no leader, so the producer kept the old partition count and sent keyed
+    records to partitions that no longer existed.)"""
     moved = set()
     for topic in answered:
         name = topic.name
@@ -793,6 +796,8 @@ def _moved_partitions(old, new, answered):
             old_part = None if before is None else before.partitions.get(p)
             if old_part is None or old_part.leader != part.leader:
                 moved.add((name, p))
+        if before is not None:
+            moved.update((name, p) for p in before.partitions if p not in info.partitions)
     return moved
 
 

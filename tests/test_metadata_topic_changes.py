@@ -1,0 +1,73 @@
+"""A topic changed under a producer that uses it: deleted and re-created with fewer
+partitions.  The producer must follow the new topic's partitions (keyed records placed
+by the new count, as the Java client), not keep the old count and send records to
+partitions that no longer exist until their delivery timeout."""
+import time
+
+from confluent_kafka.admin import AdminClient
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+from netkafka import Producer
+from netkafka.errors import IllegalArgumentError
+from netkafka.testing.admin import admin_client, create_topic
+from netkafka.testing.reader import read_topic
+
+WAIT_S = 60.0
+KEYS = [b"key-%d" % i for i in range(32)]
+
+
+def java_partition(key, partitions):
+    return (kafka_python_murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def delete_topic(bootstrap, topic):
+    admin = admin_client(bootstrap)
+    admin.delete_topics([topic], operation_timeout=WAIT_S)[topic].result(WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while topic in admin.list_topics(timeout=WAIT_S).topics:  # deletion is asynchronous
+        assert time.monotonic() < deadline, f"{topic} still listed after delete"
+        time.sleep(0.1)
+
+
+def test_a_topic_recreated_with_fewer_partitions_is_followed(kafka_broker, topic_name):
+    """Deleted and re-created with 2 partitions instead of 4 between two refreshes (the
+    same broker leads every partition, before and after): keyed records go by the new
+    count, and every one is written."""
+    bootstrap = kafka_broker.bootstrap
+    create_topic(bootstrap, topic_name, partitions=4)
+    with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=0,
+                  allow_auto_create_topics=False, delivery_timeout_ms=5000,
+                  request_timeout_ms=4000, metadata_max_age_ms=600000) as producer:
+        before = {k: producer.send(topic_name, b"before", k).get(WAIT_S).partition for k in KEYS}
+        assert set(before.values()) == {0, 1, 2, 3}
+        old_id = producer._metadata.topic_id(topic_name)
+        delete_topic(bootstrap, topic_name)
+        create_topic(bootstrap, topic_name, partitions=2)
+        # A full refresh (no partition changed leader: the broker leads all) finds the
+        # new topic.
+        updates = producer._metadata.updates
+        producer._metadata.request_update()
+        deadline = time.monotonic() + WAIT_S
+        while producer._metadata.topic_id(topic_name) == old_id:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert producer._metadata.updates > updates
+        futures = {k: producer.send(topic_name, b"after", k) for k in KEYS}
+        placed = {}
+        failed = {}
+        for k, f in futures.items():
+            try:
+                placed[k] = f.get(WAIT_S).partition
+            except Exception as exc:
+                failed[k] = exc
+        assert not failed, failed
+        assert placed == {k: java_partition(k, 2) for k in KEYS}
+        # A partition that is gone, named: refused as one never seen is.
+        try:
+            gone = producer.send(topic_name, b"gone", partition=3)
+            outcome = gone.get(WAIT_S)
+        except Exception as exc:
+            outcome = exc
+        assert isinstance(outcome, IllegalArgumentError), outcome
+    records = read_topic(bootstrap, topic_name, len(KEYS), timeout_s=WAIT_S)
+    assert sorted(r.key for r in records) == sorted(KEYS)
