@@ -4,11 +4,14 @@ by the new count, as the Java client), not keep the old count and send records t
 partitions that no longer exist until their delivery timeout."""
 import time
 
+import pytest
 from confluent_kafka.admin import AdminClient
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka import Producer
-from netkafka.errors import IllegalArgumentError
+from netkafka.errors import (
+    IllegalArgumentError, KafkaTimeoutError, UnknownTopicIdError, UnknownTopicOrPartitionError,
+)
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
 
@@ -71,3 +74,29 @@ def test_a_topic_recreated_with_fewer_partitions_is_followed(kafka_broker, topic
         assert isinstance(outcome, IllegalArgumentError), outcome
     records = read_topic(bootstrap, topic_name, len(KEYS), timeout_s=WAIT_S)
     assert sorted(r.key for r in records) == sorted(KEYS)
+
+
+
+def failure_after_deletion(bootstrap, topic):
+    """A record sent to topic after it was deleted behind the producer's back (its
+    metadata still names the old topic): the exception it fails with.  The broker
+    refuses the attempt (UNKNOWN_TOPIC_ID by id, Produce v13+; UNKNOWN_TOPIC_OR_PARTITION
+    by name); then it waits for a leader until delivery_timeout_ms."""
+    create_topic(bootstrap, topic, partitions=1)
+    with Producer(bootstrap_servers=bootstrap, linger_ms=0, allow_auto_create_topics=False,
+                  delivery_timeout_ms=3000, request_timeout_ms=2000,
+                  metadata_max_age_ms=600000) as producer:
+        producer.send(topic, b"before").get(WAIT_S)
+        delete_topic(bootstrap, topic)
+        with pytest.raises(KafkaTimeoutError) as failed:
+            producer.send(topic, b"after").get(WAIT_S)
+    return failed.value
+
+
+def test_a_record_refused_for_an_unknown_topic_id_is_not_said_to_be_in_the_log(
+        kafka_broker, topic_name):
+    """The broker refused the records before writing them: the failure must not say
+    they may be in the log (an application would look for duplicates, or count them
+    delivered)."""
+    failure = failure_after_deletion(kafka_broker.bootstrap, topic_name)
+    assert "may be in the log" not in str(failure)
