@@ -100,3 +100,12 @@ def test_a_record_refused_for_an_unknown_topic_id_is_not_said_to_be_in_the_log(
     delivered)."""
     failure = failure_after_deletion(kafka_broker.bootstrap, topic_name)
     assert "may be in the log" not in str(failure)
+
+
+def test_a_record_that_expires_waiting_for_a_leader_names_its_last_refusal(
+        kafka_broker, topic_name):
+    """Refused, then parked until delivery_timeout_ms for want of a leader: its failure
+    says what the attempt met (the topic is gone), not only that time ran out."""
+    failure = failure_after_deletion(kafka_broker.bootstrap, topic_name)
+    assert isinstance(failure.__cause__, (UnknownTopicIdError, UnknownTopicOrPartitionError))
+    assert type(failure.__cause__).__name__ in str(failure)

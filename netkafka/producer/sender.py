@@ -110,7 +110,7 @@ class _Batch:
 
     __slots__ = ("seq", "topic", "partition", "view", "size_bytes", "record_count", "on_done",
                  "attempts", "created_ns", "retry_at_ns", "node_id", "sequenced",
-                 "maybe_written")
+                 "maybe_written", "last_error")
 
     def __init__(self, seq, topic, partition, view, record_count, now_ns, on_done):
         self.seq = seq  # send order: keeps a partition's FIFO in order across resends
@@ -130,6 +130,10 @@ class _Batch:
         # at its delivery timeout or by close() says.  Cleared when the broker proves
         # otherwise (a RESTART verdict).
         self.maybe_written = False
+        # What its last attempt met (a retriable error), for its failure should it
+        # expire queued: a batch refused for a deleted topic and then parked for want of
+        # a leader used to fail saying only that time ran out.
+        self.last_error = None
 
 
 def _too_large_hint(item):
@@ -701,6 +705,7 @@ class Sender:
                 if self._stats is not None:
                     self._stats.batch_retried(item.topic, item.record_count)
                 item.retry_at_ns = now_ns + self.retry_backoff_ms * 1_000_000
+                item.last_error = error
                 leader = self._metadata.leader_id(item.topic, item.partition)
                 self._route_locked(item, leader)
         if give_up:
@@ -863,7 +868,7 @@ class Sender:
         """Without _lock: fails the batches _expire_locked() took out; their
         idempotent partitions may start over then."""
         for item in expired:
-            self._complete(item, error=_delivery_timeout(self, item))
+            self._complete(item, error=_delivery_timeout(self, item, item.last_error))
         if expired and self._idempotence is not None:
             self._restamp({(item.topic, item.partition) for item in expired})
 
@@ -1027,7 +1032,7 @@ _MAYBE_WRITTEN = ("an attempt went unanswered or failed after the broker may hav
 
 def _delivery_timeout(sender, item, last_error=None):
     """The error of a batch out of time; last_error: what its last attempt met (its
-    __cause__ then), or None (it expired queued)."""
+    __cause__ then), or None (no attempt was answered with an error yet)."""
     # "Not delivered" is all that is known only of a batch no broker may have appended.
     fate = f"; {_MAYBE_WRITTEN}" if item.maybe_written else ""
     last = "" if last_error is None else f"; the last one met {last_error!r}"
