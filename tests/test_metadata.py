@@ -231,6 +231,28 @@ def test_a_killed_leader_is_replaced_though_the_first_refresh_still_names_it(
         b"before", b"after"]
 
 
+def test_a_topic_with_a_leaderless_partition_takes_records_for_the_others(
+        failover_cluster, topic_name):
+    """One partition's only replica down (its leader -1): a producer meeting the topic
+    then knows its partitions and sends to the others, as the Java client and
+    kafka-python do.  It used to wait for every partition to have a leader: send() and
+    partitions_for() failed after max_block_ms, however many partitions had one."""
+    cluster = failover_cluster
+    created = create_topic(cluster.bootstrap, topic_name, partitions=3, replication_factor=1)
+    cluster.node(created.topics[topic_name].partitions[0].leader).stop()
+    admin = admin_client(cluster.bootstrap)
+    deadline = time.monotonic() + 60
+    while admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions[0].leader >= 0:
+        assert time.monotonic() < deadline, "partition 0 kept its leader"
+        time.sleep(0.2)
+    with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=20000) as producer:
+        assert producer.partitions_for(topic_name) == {0, 1, 2}
+        placed = [producer.send(topic_name, b"unkeyed-%d" % i).get(30).partition
+                  for i in range(6)]
+        assert 0 not in placed
+        assert producer.send(topic_name, b"to-1", partition=1).get(30).partition == 1
+
+
 @pytest.mark.parametrize("closed_first", ["metadata", "pool"])
 def test_an_answer_arriving_during_close_is_dropped_quietly(kafka_broker, caplog,
                                                              closed_first):

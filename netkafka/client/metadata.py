@@ -344,8 +344,11 @@ class Metadata:
         return min(connections, key=lambda c: (c.state != "ready", c.outbound_bytes))
 
     def wait_for_topic(self, topic, timeout_s):
-        """The TopicInfo of topic once the cache has a leader for each of its
-        partitions; raises KafkaTimeoutError naming the topic and the reason, or
+        """The TopicInfo of topic once the cache knows its partitions, whether or not
+        each has a leader (as the Java client: a partition whose replicas are all down
+        has none, and records for the others need not wait for it; those for it wait
+        in the sender, parked, for a leader or their delivery timeout); raises
+        KafkaTimeoutError naming the topic and the reason, or
         at once: InvalidTopicError for a name Kafka's rule or the broker refuses,
         TopicAuthorizationFailedError, IncompatibleBrokerError once a broker
         turned out unusable."""
@@ -355,8 +358,7 @@ class Metadata:
             found_standing = True
             while True:
                 info = None if self._snapshot is None else self._snapshot.topics.get(topic)
-                if (info is not None and info.error_code == errors.NO_ERROR and info.partitions
-                        and all(p.leader >= 0 for p in info.partitions.values())):
+                if info is not None and info.error_code == errors.NO_ERROR and info.partitions:
                     return info
                 self._raise_fatal_error_locked(found_standing)
                 found_standing = False
@@ -807,7 +809,4 @@ def _topic_state(info):
     if info.error_code:
         name = errors.ERROR_CODES.get(info.error_code, (f"error code {info.error_code}",))[0]
         return f"broker says {name}"
-    if not info.partitions:
-        return "no partitions"
-    leaderless = sorted(p for p, part in info.partitions.items() if part.leader < 0)
-    return f"no leader for partitions {leaderless}"
+    return "no partitions"  # wait_for_topic returns a topic that has some
