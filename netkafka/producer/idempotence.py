@@ -83,7 +83,7 @@ _SEQUENCE_ERRORS = frozenset((errors.OutOfOrderSequenceNumberError.code,
 NOT_APPENDED = frozenset(error.code for error in (
     errors.CorruptMessageError,
     errors.UnknownTopicOrPartitionError,
-    errors.UnknownTopicIdError,  # Produce v13+ names the topic by id: a deleted topic's
+    errors.UnknownTopicIdError,  # Produce v13+'s UNKNOWN_TOPIC_OR_PARTITION (by topic id)
     errors.LeaderNotAvailableError,
     errors.NotLeaderOrFollowerError,
     errors.MessageTooLargeError,
