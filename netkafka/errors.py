@@ -14,7 +14,8 @@
     |                           ValueError)
     +-- KafkaTimeoutError       a configured bound ran out (also a TimeoutError)
     |   +-- RequestTimeoutError a request got no answer in request_timeout_ms
-    +-- BackpressureTimeoutError  memory or a connection stayed full for max_block_ms
+    |   +-- BackpressureTimeoutError  memory or a connection stayed full for
+    |                           max_block_ms
     +-- RecordDroppedError      the drop strategy refused a record
     +-- IllegalStateError       a call the object's state does not allow
     |   +-- ProducerClosedError send() after close()
@@ -134,8 +135,11 @@ class RequestTimeoutError(KafkaTimeoutError):
     invalid_metadata = True
 
 
-class BackpressureTimeoutError(KafkaError, TimeoutError):
-    """The target stayed full for max_block_ms (strategy block or park)."""
+class BackpressureTimeoutError(KafkaTimeoutError):
+    """The target stayed full for max_block_ms (strategy block or park).  A
+    KafkaTimeoutError, as kafka-python's send() raises when it gets no buffer
+    memory within max_block_ms (and the Java client's BufferExhaustedException is
+    a TimeoutException): code written for kafka-python catches it."""
 
 
 class RecordDroppedError(KafkaError):

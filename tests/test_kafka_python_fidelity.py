@@ -118,6 +118,35 @@ def test_a_record_larger_than_buffer_memory_is_too_large_naming_it(kafka_broker,
         b"after", b"small"]
 
 
+@pytest.mark.parametrize("backoff", ["block", "park"])
+def test_no_buffer_memory_within_max_block_ms_is_kafka_pythons_timeout_error(
+        kafka_broker, topic, backoff):
+    # kafka-python's send() raises KafkaTimeoutError when it gets no buffer memory
+    # within max_block_ms; netkafka's BackpressureTimeoutError was no KafkaTimeoutError,
+    # so a script's `except KafkaTimeoutError` around send() let it through.
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    with producer(kafka_broker, batch_size=1024, buffer_memory=4096, max_block_ms=200,
+                  backoff=backoff, request_timeout_ms=30000,
+                  delivery_timeout_ms=60000) as p:
+        p.send(topic, b"warm", partition=0).get(30)
+        nodes[0].pause()  # nothing is acknowledged: batches keep their memory
+        timed_out = None
+        try:
+            for _ in range(100):
+                try:
+                    p.send(topic, b"x" * 900, partition=0)
+                except errors.KafkaTimeoutError as exc:
+                    timed_out = exc
+                    break
+        finally:
+            nodes[0].resume()
+        assert isinstance(timed_out, errors.BackpressureTimeoutError)
+        assert "buffer_memory" in str(timed_out)
+        p.flush(30)
+
+
 def test_a_str_enum_topic_and_a_numpy_partition_are_taken_as_kafka_python_takes_them(
         kafka_broker, topic):
     # kafka-python takes any str as the topic (a str Enum's member among them) and any

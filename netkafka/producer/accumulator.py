@@ -758,9 +758,11 @@ class RecordAccumulator(AccumulatorCore):
         """Whether a batch that failed with error goes to the spool: a delivery
         timeout with the spool on.  A split batch (parts: its ProduceResult.parts)
         only when every part timed out: the spool resends the batch whole (the WAL
-        knows it whole), which would write an acknowledged part again."""
-        return (self._spool is not None and isinstance(error, KafkaTimeoutError)
-                and all(isinstance(part[3], KafkaTimeoutError) for part in parts))
+        knows it whole), which would write an acknowledged part again.  A leader's
+        connection full for max_block_ms (BackpressureTimeoutError, a
+        KafkaTimeoutError too) is no delivery timeout: the batch fails."""
+        return (self._spool is not None and _is_delivery_timeout(error)
+                and all(_is_delivery_timeout(part[3]) for part in parts))
 
     def _spool_batch(self, batch, view, error):
         """A batch whose delivery timed out: its futures fail with RecordSpooledError,
@@ -1137,6 +1139,11 @@ def release_batch(builder, view, acknowledged):
         builder.release()
     except BufferError:
         pass
+
+
+def _is_delivery_timeout(error):
+    return (isinstance(error, KafkaTimeoutError)
+            and not isinstance(error, BackpressureTimeoutError))
 
 
 class _PoolRoom:
