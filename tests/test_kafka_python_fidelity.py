@@ -118,6 +118,31 @@ def test_a_record_larger_than_buffer_memory_is_too_large_naming_it(kafka_broker,
         b"after", b"small"]
 
 
+def test_a_record_larger_than_buffer_memory_less_the_compression_reserve_is_too_large(
+        kafka_broker, topic):
+    # With a codec one largest buffer of buffer_memory is set aside for compressed
+    # copies; a record that fit buffer_memory but not beside it waited max_block_ms
+    # on an idle producer, then raised BackpressureTimeoutError saying it had no room.
+    size = 50_000
+    with producer(kafka_broker, buffer_memory=65536, batch_size=16384,
+                  compression_type="gzip", max_block_ms=2000) as p:
+        bound = p.metrics()["netkafka"]["buffer_available_bytes"]
+        assert bound < size < 65536
+        for attempt in (lambda: p.send(topic, b"x" * size),
+                        lambda: p.produce(topic, b"x" * size, partition=1)):
+            with pytest.raises(errors.RecordTooLargeError,
+                               match=rf"larger than the {bound} bytes of buffer_memory=65536"):
+                attempt()
+        result = p.send_batch(topic, [b"small", b"x" * size])
+        result.get(30)
+        assert [(row, type(error)) for row, error in result.errors] == [
+            (1, errors.RecordTooLargeError)]
+        assert p.send(topic, b"x" * (bound - 1000)).get(30).offset >= 0
+        assert p.metrics()["netkafka"]["buffer_available_bytes"] == bound
+    assert sorted(len(r.value) for r in read_topic(kafka_broker.bootstrap, topic, 2)) == [
+        5, bound - 1000]
+
+
 @pytest.mark.parametrize("backoff", ["block", "park"])
 def test_no_buffer_memory_within_max_block_ms_is_kafka_pythons_timeout_error(
         kafka_broker, topic, backoff):

@@ -23,6 +23,8 @@ cdef class BufferPool:
     cdef readonly Py_ssize_t buffer_size_bytes  # capacity of the largest size class
     cdef readonly Py_ssize_t min_buffer_bytes   # capacity of the smallest size class
     cdef readonly Py_ssize_t total_bytes        # bound on all buffers allocated, in use or cached
+    cdef readonly Py_ssize_t largest_bytes      # the most one request can ever get: total_bytes
+                                                # less the compression reserve; immutable
     cdef int _class_count                       # size classes: min_buffer_bytes doubled,
                                                 # the last one buffer_size_bytes; immutable
     cdef Py_ssize_t _class_bytes[MAX_SIZE_CLASSES]  # capacity of each class; immutable

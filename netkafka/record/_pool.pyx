@@ -108,6 +108,7 @@ cdef class BufferPool:
         self.buffer_size_bytes = buffer_size_bytes
         self.min_buffer_bytes = size
         self.total_bytes = total_bytes
+        self.largest_bytes = total_bytes
         while size < buffer_size_bytes:
             self._class_bytes[self._class_count] = size
             self._class_count += 1
@@ -124,6 +125,8 @@ cdef class BufferPool:
             if self._reserve_lock == NULL or self._reserve == NULL:
                 raise MemoryError("cannot allocate the compression reserve")
             self._in_use_bytes = buffer_size_bytes
+            # Counted in use for good: no request can have it.
+            self.largest_bytes = total_bytes - buffer_size_bytes
             self.has_compression_reserve = True
 
     def __dealloc__(self):
@@ -169,7 +172,7 @@ cdef class BufferPool:
         pool has no room for it now.
 
         Raises:
-            ValueError: size_bytes is larger than total_bytes: no wait could serve it.
+            ValueError: size_bytes is larger than largest_bytes: no wait could serve it.
         """
         return self._try_acquire(size_bytes)
 
@@ -239,9 +242,9 @@ cdef class BufferPool:
         cdef PooledBuffer buf
         if size_class >= 0:
             capacity = self._class_bytes[size_class]
-        if capacity > self.total_bytes:
+        if capacity > self.largest_bytes:
             raise ValueError(f"a buffer of {size_bytes} bytes was asked of a pool bounded "
-                             f"to {self.total_bytes} bytes (buffer_memory)")
+                             f"to {self.largest_bytes} bytes ({_bound_text(self)})")
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
         if size_class >= 0 and self._free[size_class] != NULL:
             data = _pop_free(&self._free[size_class])
@@ -292,6 +295,16 @@ cdef class BufferPool:
         if waiters:
             with self._lock:
                 self._lock.notify_all()
+
+
+cdef str _bound_text(BufferPool pool):
+    # The bound a record's batch must fit, as the user set it.
+    if pool.largest_bytes == pool.total_bytes:
+        return (f"buffer_memory={pool.total_bytes}, all the memory the producer holds "
+                f"records in")
+    return (f"the {pool.largest_bytes} bytes of buffer_memory={pool.total_bytes} the "
+            f"producer holds records in ({pool.total_bytes - pool.largest_bytes} are set "
+            f"aside for compressing batches)")
 
 
 cdef inline unsigned char *_pop_free(unsigned char **head) noexcept:
@@ -414,13 +427,14 @@ cdef class PooledBatch:
         cdef PooledBuffer larger
         if self._state != BATCH_OPEN:
             self._state_error("grow")
-        if first and needed_bytes > pool.total_bytes:
+        if first and needed_bytes > pool.largest_bytes:
             # No wait would make room for it (kafka-python and Java refuse it as too
-            # large, too), and the pool's own refusal names no record.
+            # large, too), and the pool's own refusal names no record.  Not total_bytes:
+            # a record that fits it but not beside the compression reserve waited
+            # max_block_ms for memory on an idle producer, then timed out.
             raise RecordTooLargeError(
                 f"the record is {needed_bytes} bytes when serialized in a batch, larger "
-                f"than buffer_memory={pool.total_bytes}, all the memory the producer "
-                f"holds records in")
+                f"than {_bound_text(pool)}")
         larger = pool._try_acquire(max(needed_bytes, min(
             max(2 * old.capacity_bytes, wanted_bytes), pool.buffer_size_bytes)))
         if larger is None:
@@ -459,7 +473,7 @@ cdef class PooledBatch:
         # are valid as they are; sealed_codec tells what was written.
         cdef BufferPool pool = self._records_buf.pool
         cdef PooledBuffer out
-        if size_bytes > pool.total_bytes:
+        if size_bytes > pool.largest_bytes:
             return None
         out = pool._try_acquire(size_bytes)
         if (out is None and pool.has_compression_reserve
