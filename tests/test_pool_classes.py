@@ -199,6 +199,39 @@ def test_a_batch_that_cannot_grow_is_full_and_goes_as_it_is():
         buf.release()
 
 
+def test_a_blocked_large_request_is_served_before_later_small_ones():
+    # Each buffer given back went to whoever asked first after it, so a request for a
+    # large buffer (a busy partition's batch, a record larger than a batch) waiting in
+    # a full pool never saw room while small requests kept taking the freed buffers;
+    # it timed out after max_block_ms.  The oldest blocked acquire is now served first.
+    pool = BufferPool(KiB, 4 * KiB, 256)
+    held = [pool.try_acquire() for _ in range(16)]
+    assert pool.available_bytes == 0
+    large = []
+    waiter = threading.Thread(target=lambda: large.append(pool.acquire(2 * KiB)))
+    waiter.start()
+    refused = rounds = 0
+    while not large and rounds < 1000:
+        rounds += 1
+        held.pop(0).release()
+        small = pool.try_acquire()  # a later, smaller request
+        if small is None:
+            refused += 1
+        else:
+            held.append(small)
+        time.sleep(0.001)  # lets the waiter run; nothing is timed
+    if not large:
+        for buf in held:  # unblocks the waiter, then fails
+            buf.release()
+        held = []
+    waiter.join()
+    assert large[0].capacity_bytes == 2 * KiB and rounds < 1000
+    assert refused >= 8  # what the waiter needed was kept for it
+    for buf in held + large:
+        buf.release()
+    assert pool.in_use_bytes == 0
+
+
 def test_a_first_record_larger_than_batch_size_gets_an_exact_buffer_and_the_batch_to_itself():
     pool = BufferPool(64 * KiB, MiB, 4 * KiB)
     builder = RecordBatchBuilder(pool.try_acquire(), 64 * KiB, 512 * KiB)

@@ -1160,8 +1160,7 @@ class _PoolRoom:
         self.buffer = None  # the buffer wait_for_room took, for the caller
 
     def has_room(self):
-        needed = self.pool.capacity_for(self.size_bytes)
-        return self.buffer is not None or self.pool.available_bytes >= needed
+        return self.buffer is not None or self.pool.has_room_for(self.size_bytes)
 
     def wait_for_room(self, timeout_s):
         if self.buffer is None:

@@ -34,6 +34,11 @@ cdef class BufferPool:
     cdef PyThread_type_lock _mutex              # guards the fields marked so; held for a few C lines
     cdef Py_ssize_t _in_use_bytes               # capacity of buffers handed out, pooled or one-off (_mutex)
     cdef int _waiters                           # threads sleeping in acquire() (_mutex)
+    cdef object _line                           # deque of the blocked acquires' capacities (a
+                                                # list each, for identity), oldest first (_lock)
+    cdef Py_ssize_t _first_in_line_bytes        # capacity the oldest blocked acquire waits for,
+                                                # 0: none; written with _lock and _mutex held,
+                                                # read with either
     cdef object _lock                           # threading.Condition blocked acquires sleep on;
                                                 # guards no field
     cdef readonly bint has_compression_reserve  # a buffer is set aside for compressed copies
@@ -47,10 +52,12 @@ cdef class BufferPool:
     cdef int _class_for(self, Py_ssize_t size_bytes) noexcept
     # Thread-safe: a buffer of the smallest class holding size_bytes (0: the smallest
     # class), a one-off buffer of size_bytes above the largest class, or None if no room.
-    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes)
+    # first_in_line: the oldest blocked acquire asks; anyone else must leave it room.
+    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes, bint first_in_line=*)
     cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes,
                          int size_class) noexcept
     cdef void _add_waiter(self, int change) noexcept
+    cdef int _set_first_in_line_locked(self) except -1
     # The compression reserve, waited for with the GIL released; give it back with
     # _return_reserve (a PooledBuffer marked reserve does so when given back).
     cdef PooledBuffer _take_reserve(self)

@@ -16,6 +16,7 @@ on their way to a socket are never reused.
 Threads: the pool is shared (BufferPool's docstring gives its locks); a batch is
 owned by one thread at a time (PooledBatch's, in _pool.pxd).
 """
+import collections
 import threading
 import time
 
@@ -61,10 +62,15 @@ cdef class BufferPool:
     Thread safety: acquire/try_acquire run on user threads (the accumulator), release
     on I/O threads (or wherever a forgotten buffer is garbage-collected).  _mutex, a C
     lock held only around a few lines of C, guards the free lists and the counts.
-    Blocked acquires sleep on _lock, a threading.Condition that guards no state: a
+    Blocked acquires sleep on _lock, a threading.Condition that guards _line: a
     release notifies it only when _waiters says someone sleeps there, so giving
     memory back never runs Python code otherwise (it may run from __dealloc__, even
-    at interpreter exit).  _reserve_lock is held by the thread the compression reserve
+    at interpreter exit).  Blocked acquires are served in the order they came, as
+    the Java client's BufferPool serves its waiters: any other request is refused
+    unless it leaves room for the oldest one's buffer.  Without that a request for a
+    large buffer (a batch of a partition whose batches are large, a record larger
+    than a batch) never found room in a full pool while smaller ones took each
+    buffer given back, and timed out after max_block_ms.  _reserve_lock is held by the thread the compression reserve
     is lent to; lock order: _reserve_lock, then the Compressor's lock and _mutex.
 
     The compression reserve (compression_reserve=True): one buffer set aside, out of
@@ -116,6 +122,7 @@ cdef class BufferPool:
         self._class_bytes[self._class_count] = buffer_size_bytes
         self._class_count += 1
         self._lock = threading.Condition(threading.Lock())
+        self._line = collections.deque()
         self._mutex = PyThread_allocate_lock()
         if self._mutex == NULL:
             raise MemoryError("cannot allocate a lock")
@@ -184,21 +191,51 @@ cdef class BufferPool:
         if buf is not None:
             return buf
         deadline = None if timeout_ms is None else time.monotonic() + max(timeout_ms, 0) / 1000.0
+        place = [self.capacity_for(size_bytes)]  # a new list: its identity is our place
         with self._lock:
-            # Registered as a waiter before each retry, so a release in between
-            # sees us and notifies once we sleep (it needs _lock, held till wait()).
-            while True:
-                self._add_waiter(1)
-                try:
-                    buf = self._try_acquire(size_bytes)
-                    if buf is not None:
-                        return buf
-                    remaining_s = None if deadline is None else deadline - time.monotonic()
-                    if remaining_s is not None and remaining_s <= 0:
-                        return None
-                    self._lock.wait(remaining_s)
-                finally:
-                    self._add_waiter(-1)
+            self._line.append(place)
+            self._set_first_in_line_locked()
+            try:
+                # Registered as a waiter before each retry, so a release in between
+                # sees us and notifies once we sleep (it needs _lock, held till wait()).
+                while True:
+                    self._add_waiter(1)
+                    try:
+                        buf = self._try_acquire(size_bytes, self._line[0] is place)
+                        if buf is not None:
+                            return buf
+                        remaining_s = None if deadline is None else deadline - time.monotonic()
+                        if remaining_s is not None and remaining_s <= 0:
+                            return None
+                        self._lock.wait(remaining_s)
+                    finally:
+                        self._add_waiter(-1)
+            finally:
+                first = self._line[0] is place
+                self._line.remove(place)
+                if first:
+                    # The next in line may go now, and others may use what it
+                    # does not need.
+                    self._set_first_in_line_locked()
+                    self._lock.notify_all()
+
+    cdef int _set_first_in_line_locked(self) except -1:
+        # With _lock held.
+        cdef Py_ssize_t first_bytes = self._line[0][0] if self._line else 0
+        PyThread_acquire_lock(self._mutex, WAIT_LOCK)
+        self._first_in_line_bytes = first_bytes
+        PyThread_release_lock(self._mutex)
+        return 0
+
+    def has_room_for(self, Py_ssize_t size_bytes=0):
+        """Whether try_acquire(size_bytes) would find room now: free memory for it,
+        and for the oldest blocked acquire besides."""
+        cdef Py_ssize_t capacity = self.capacity_for(size_bytes)
+        cdef bint room
+        PyThread_acquire_lock(self._mutex, WAIT_LOCK)
+        room = self._in_use_bytes + capacity + self._first_in_line_bytes <= self.total_bytes
+        PyThread_release_lock(self._mutex)
+        return room
 
     cdef void _add_waiter(self, int change) noexcept:
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
@@ -232,7 +269,7 @@ cdef class BufferPool:
         self._reserve = data
         PyThread_release_lock(self._reserve_lock)
 
-    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes):
+    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes, bint first_in_line=False):
         # Thread-safe.  None when there is no room now.
         cdef int size_class = self._class_for(size_bytes)
         cdef Py_ssize_t capacity = size_bytes
@@ -246,7 +283,10 @@ cdef class BufferPool:
             raise ValueError(f"a buffer of {size_bytes} bytes was asked of a pool bounded "
                              f"to {self.largest_bytes} bytes ({_bound_text(self)})")
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
-        if size_class >= 0 and self._free[size_class] != NULL:
+        if not first_in_line and self._first_in_line_bytes and (
+                self._in_use_bytes + capacity + self._first_in_line_bytes > self.total_bytes):
+            room = False  # what is left is the oldest blocked acquire's
+        elif size_class >= 0 and self._free[size_class] != NULL:
             data = _pop_free(&self._free[size_class])
             self._cached_bytes -= capacity
         else:
