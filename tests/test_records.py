@@ -309,6 +309,12 @@ def test_column_validation_names_the_problem(big_pool):
         BinaryColumn(b"abc", b"\0" * 8)
     with pytest.raises(ValueError, match="needs 5 offsets"):
         BinaryColumn(b"abc", array.array("i", [0, 1, 2]), length=4)
+    # first + length past the Py_ssize_t range must not wrap past the check (it
+    # did: the column was accepted and reading a row read outside offsets).
+    with pytest.raises(ValueError, match="needs 9223372036854775809 offsets"):
+        BinaryColumn(b"a", array.array("i", [0, 1]), length=2**62, first=2**62)
+    with pytest.raises(ValueError, match="needs 4 offsets"):
+        BinaryColumn(b"a", array.array("i", [0, 1]), length=0, first=3)
     with pytest.raises(ValueError, match="validity has 8 bits"):
         BinaryColumn(b"a" * 9, array.array("i", range(10)), b"\xff")
     with pytest.raises(TypeError, match="int32 or int64"):

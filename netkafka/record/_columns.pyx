@@ -334,7 +334,9 @@ cdef class BinaryColumn:
             self.length = n_offsets - first - 1
         else:
             self.length = length
-            if self.length < 0 or first + self.length + 1 > n_offsets:
+            # Compared without adding to length or first: a huge first + length
+            # would wrap past the check and let _bounds read outside offsets.
+            if self.length < 0 or first >= n_offsets or self.length > n_offsets - 1 - first:
                 raise ValueError(f"length={length} with first={first} needs {first + length + 1} "
                                  f"offsets, offsets holds {n_offsets}")
         if data is not None:
