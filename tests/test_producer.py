@@ -862,3 +862,37 @@ def test_bool_timestamp_is_refused_naming_it(kafka_broker, topic_name):
     with Producer(bootstrap_servers=kafka_broker.bootstrap) as producer:
         with pytest.raises(TypeError, match="timestamp_ms must be an int"):
             producer.send(topic_name, b"v", timestamp_ms=True)
+
+
+def test_a_close_racing_another_close_returns_only_once_the_producer_is_closed(
+        kafka_broker, topic_name):
+    # A second close() that returned while the first was still flushing let its
+    # caller go on (or the interpreter exit) with records not yet done.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    in_callback, release = threading.Event(), threading.Event()
+    p = producer(kafka_broker.bootstrap)
+    first = p.send(topic_name, b"first")
+    first.add_callback(lambda meta: (in_callback.set(), release.wait()))
+    assert in_callback.wait(30)  # the I/O thread is held: nothing else completes
+    second = p.send(topic_name, b"second")
+    closer = threading.Thread(target=p.close)
+    closer.start()
+    while True:  # until the first close() has begun
+        try:
+            p.send(topic_name, b"probe").add_errback(lambda exc: None)
+        except ProducerClosedError:
+            break
+    seen = []
+
+    def close_again():
+        p.close()
+        seen.append(second.is_done)
+
+    again = threading.Thread(target=close_again)
+    again.start()
+    again.join(2)  # time for a close() that does not wait to return
+    release.set()
+    again.join()
+    closer.join()
+    assert seen == [True]
+    assert second.get(0).offset >= 1

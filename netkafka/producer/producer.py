@@ -139,6 +139,11 @@ class Producer(ProducerCore):
         self._max_block_s = config.max_block_ms / 1000  # immutable
         self._close_lock = threading.Lock()
         self._closed = False  # guarded by _close_lock; the accumulator refuses records itself
+        # Guarded by _close_lock: the thread running close(), whose own callbacks and
+        # hooks may call close() again (they return at once).
+        self._closer = None
+        # Set when close() has finished: a close() from another thread waits for it.
+        self._close_done = threading.Event()
         # Guarded by _close_lock: a forked child's stack is started on first use.
         self._needs_start = False
         self._abandoned = []  # the parents' stacks, in a forked child (see _after_fork_in_child)
@@ -665,7 +670,8 @@ class Producer(ProducerCore):
         then fails whatever is left and stops every thread.  A transaction still
         open is aborted first, a commit that ran out of time finished (within
         max_block_ms and timeout).  send() raises ProducerClosedError from now on.
-        Calling it again does nothing.
+        Calling it again does nothing once it has returned; a call racing it from
+        another thread waits (up to its own timeout) until the first one is done.
 
         Raises:
             TypeError, ValueError: timeout is not a number of seconds or None (the
@@ -677,10 +683,19 @@ class Producer(ProducerCore):
         if not self._needs_start:
             self._refuse_on_io_thread("close()")
         with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+            closer, self._closed = self._closer, True
+            if closer is None:
+                self._closer = threading.get_ident()
             never_started = self._needs_start
+        if closer is None:
+            try:
+                self._close_once(timeout, never_started)
+            finally:
+                self._close_done.set()
+        elif closer != threading.get_ident():
+            self._close_done.wait(timeout)
+
+    def _close_once(self, timeout, never_started):
         atexit.unregister(self._exit_hook)
         with _live_lock:
             _live_producers.discard(self)
@@ -838,7 +853,10 @@ class Producer(ProducerCore):
         starts a stack of its own (threads, connections, producer id, partitioner)
         when the child first uses it."""
         self._close_lock = threading.Lock()
+        self._close_done = threading.Event()  # the parent's may be held by a thread left behind
         if self._closed:
+            # A close() the parent had begun never finishes here: nothing left to wait for.
+            self._close_done.set()
             return
         self._abandoned.append((self._pool, self._metadata, self._sender,
                                 self._idempotence, self._accumulator, self._transaction))
