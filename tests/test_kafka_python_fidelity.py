@@ -98,20 +98,27 @@ def test_an_oversize_record_is_kafka_pythons_message_size_too_large_error(kafka_
         b"after", b"small"]
 
 
+def assert_too_large_everywhere(p, topic, size, match, attempts):
+    """Each attempt raises RecordTooLargeError matching match at once, and
+    send_batch() fails only its row of that size."""
+    for attempt in attempts:
+        with pytest.raises(errors.RecordTooLargeError, match=match):
+            attempt()
+    result = p.send_batch(topic, [b"small", b"x" * size])
+    result.get(30)
+    assert [(row, type(error)) for row, error in result.errors] == [
+        (1, errors.RecordTooLargeError)]
+
+
 def test_a_record_larger_than_buffer_memory_is_too_large_naming_it(kafka_broker, topic):
     # kafka-python's send() raises MessageSizeTooLargeError for a record larger than
     # buffer_memory too; netkafka raised the buffer pool's bare ValueError.
     size = 300 * 1024
     with producer(kafka_broker, buffer_memory=256 * 1024, batch_size=16384) as p:
-        for attempt in (lambda: p.send(topic, b"x" * size),
-                        lambda: p.send(topic, b"x" * size, partition=1)):
-            with pytest.raises(errors.RecordTooLargeError,
-                               match=r"larger than buffer_memory=262144"):
-                attempt()
-        result = p.send_batch(topic, [b"small", b"x" * size])
-        result.get(30)
-        assert [(row, type(error)) for row, error in result.errors] == [
-            (1, errors.RecordTooLargeError)]
+        assert_too_large_everywhere(
+            p, topic, size, r"larger than buffer_memory=262144",
+            (lambda: p.send(topic, b"x" * size),
+             lambda: p.send(topic, b"x" * size, partition=1)))
         assert p.send(topic, b"after").get(30).offset >= 0
         assert p.metrics()["netkafka"]["buffer_available_bytes"] == 256 * 1024
     assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic, 2)) == [
@@ -128,15 +135,10 @@ def test_a_record_larger_than_buffer_memory_less_the_compression_reserve_is_too_
                   compression_type="gzip", max_block_ms=2000) as p:
         bound = p.metrics()["netkafka"]["buffer_available_bytes"]
         assert bound < size < 65536
-        for attempt in (lambda: p.send(topic, b"x" * size),
-                        lambda: p.produce(topic, b"x" * size, partition=1)):
-            with pytest.raises(errors.RecordTooLargeError,
-                               match=rf"larger than the {bound} bytes of buffer_memory=65536"):
-                attempt()
-        result = p.send_batch(topic, [b"small", b"x" * size])
-        result.get(30)
-        assert [(row, type(error)) for row, error in result.errors] == [
-            (1, errors.RecordTooLargeError)]
+        assert_too_large_everywhere(
+            p, topic, size, rf"larger than the {bound} bytes of buffer_memory=65536",
+            (lambda: p.send(topic, b"x" * size),
+             lambda: p.produce(topic, b"x" * size, partition=1)))
         assert p.send(topic, b"x" * (bound - 1000)).get(30).offset >= 0
         assert p.metrics()["netkafka"]["buffer_available_bytes"] == bound
     assert sorted(len(r.value) for r in read_topic(kafka_broker.bootstrap, topic, 2)) == [
