@@ -896,3 +896,25 @@ def test_a_close_racing_another_close_returns_only_once_the_producer_is_closed(
     closer.join()
     assert seen == [True]
     assert second.get(0).offset >= 1
+
+
+def test_flush_and_get_return_once_the_records_callbacks_have_run(kafka_broker, topic_name):
+    # As in kafka-python and the Java client: a count kept by callbacks is complete
+    # when flush() returns, and a record's own callbacks have run when get() returns.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    ran = []
+
+    def slow_callback(meta):
+        time.sleep(0.5)  # widens the window in which flush() used to return
+        ran.append(meta.offset)
+
+    with producer(kafka_broker.bootstrap) as p:
+        p.send(topic_name, b"a").add_callback(slow_callback)
+        p.flush(30)
+        assert ran == [0]
+        future = p.send(topic_name, b"b")
+        future.add_callback(slow_callback)
+        # A callback may read its own future's outcome on the completing thread.
+        future.add_callback(lambda meta: ran.append(future.get(0).offset))
+        assert future.get(30).offset == 1
+        assert ran == [0, 1, 1]

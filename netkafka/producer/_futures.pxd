@@ -9,7 +9,7 @@ from netkafka.producer._mutex cimport Mutex
 cdef class BatchResult:
     # Completed once; the outcome fields are written under _lock before _done is
     # set, and read only by a thread that saw _done set (under _lock, or through
-    # _event, which is set after).
+    # _event, which is set after the callbacks have run: _settled).
     cdef readonly object topic                 # immutable
     cdef readonly int partition                # immutable
     cdef readonly object topic_partition       # TopicPartition(topic, partition); immutable
@@ -22,6 +22,8 @@ cdef class BatchResult:
     cdef readonly tuple parts
     cdef Mutex _lock                           # guards _done, _event, _callbacks and completion
     cdef bint _done                            # _lock: completed
+    cdef bint _settled                         # _lock: completed and its callbacks have run
+    cdef unsigned long _completer              # _lock: the thread running its callbacks
     cdef object _event                         # _lock: threading.Event of the first waiter, or None
     cdef list _callbacks                       # [(record future, fn, is_errback)] (_lock), None when none
 

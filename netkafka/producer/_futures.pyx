@@ -14,9 +14,11 @@ Threads: a BatchResult is completed once, by whichever thread learns the outcome
 I/O thread, the linger thread, a sending thread that could not hand the batch over);
 its outcome fields are written under _lock before _done is set and read only by a
 thread that saw _done.  Callbacks run on the completing thread, or on the
-registering thread when the batch is done already.
+registering thread when the batch is done already; waiters (_event) are woken once
+the callbacks have run.
 """
 cimport cython
+from cpython.pythread cimport PyThread_get_thread_ident
 
 from netkafka.producer._mutex cimport Mutex
 
@@ -72,7 +74,11 @@ cdef class BatchResult:
         return self._is_done()
 
     def wait(self, timeout_s=None):
-        """True once completed; False if timeout_s passed first.
+        """True once completed and its callbacks have run (flush() and a send_batch()
+        result wait so: a count its callbacks keep is whole when they return, as in
+        kafka-python and the Java client); False if timeout_s passed first.  On the
+        thread running the callbacks, True once completed: one of them may wait
+        for its own batch.
 
         Raises:
             TypeError: timeout_s is not a number or None.
@@ -86,7 +92,8 @@ cdef class BatchResult:
             # OverflowError: no bound.
             timeout_s = None
         self._lock.take()
-        if self._done:
+        if self._settled or (self._done
+                             and self._completer == PyThread_get_thread_ident()):
             self._lock.give()
             return True
         if poll:
@@ -162,13 +169,23 @@ cdef class BatchResult:
         self.error = error
         self._done = True
         callbacks, self._callbacks = self._callbacks, None
-        event = self._event
+        if callbacks is None:
+            self._settled = True
+            event = self._event
+        else:
+            self._completer = PyThread_get_thread_ident()
         self._lock.give()
+        if callbacks is not None:
+            try:
+                for record, fn, is_errback in callbacks:
+                    _run_callback(record, fn, is_errback)
+            finally:
+                self._lock.take()
+                self._settled = True
+                event = self._event
+                self._lock.give()
         if event is not None:
             event.set()
-        if callbacks is not None:
-            for record, fn, is_errback in callbacks:
-                _run_callback(record, fn, is_errback)
         return 0
 
     def fail_after_fork(self, error):
@@ -240,7 +257,9 @@ cdef class FutureRecordMetadata:
             the error that failed the record's batch (a KafkaError).
         """
         cdef BatchResult batch = self._batch
-        if not batch.wait(timeout):
+        # Not waiting for the batch's other callbacks once it is done, as kafka-python's
+        # get(): a callback may get() its own record.
+        if not batch._is_done() and not batch.wait(timeout):
             raise KafkaTimeoutError(
                 f"record for {batch.topic}-{batch.partition} not done after waiting "
                 f"{timeout} s")
