@@ -70,8 +70,9 @@ cdef class BufferPool:
     unless it leaves room for the oldest one's buffer.  Without that a request for a
     large buffer (a batch of a partition whose batches are large, a record larger
     than a batch) never found room in a full pool while smaller ones took each
-    buffer given back, and timed out after max_block_ms.  _reserve_lock is held by the thread the compression reserve
-    is lent to; lock order: _reserve_lock, then the Compressor's lock and _mutex.
+    buffer given back, and timed out after max_block_ms.  _reserve_lock is held by the
+    thread the compression reserve is lent to; lock order: _reserve_lock, then the
+    Compressor's lock and _mutex.
 
     The compression reserve (compression_reserve=True): one buffer set aside, out of
     total_bytes, for a sealing batch's compressed copy when the pool has no room for
