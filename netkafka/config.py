@@ -31,6 +31,7 @@ from netkafka._validate import check_choice, check_int, check_ms
 from netkafka.client.connection import ConnectionConfig
 from netkafka.client.metadata import METADATA_RECOVERY_STRATEGIES, parse_bootstrap_servers
 from netkafka.client.resolver import CLIENT_DNS_LOOKUPS
+from netkafka.client.retry import RetryBackoff
 from netkafka.client.sasl import SASL_DEFAULTS, SASL_PROTOCOLS, check_sasl_settings
 from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
 from netkafka.errors import KafkaConfigurationError, SslConfigError
@@ -117,9 +118,9 @@ class ProducerConfig(Mapping):
     netkafka's own: io_threads, high_watermark_bytes, low_watermark_bytes,
     backoff, interceptors, compression_level (and the Java client's per-codec
     compression_gzip_level / compression_lz4_level / compression_zstd_level).
-    The Java client's socket_connection_setup_timeout_max_ms,
-    metadata_recovery_strategy (KIP-899 re-bootstrap, client/metadata.py) and
-    metadata_recovery_rebootstrap_trigger_ms (KIP-1102).
+    The Java client's socket_connection_setup_timeout_max_ms, retry_backoff_max_ms
+    (KIP-580, client/retry.py), metadata_recovery_strategy (KIP-899 re-bootstrap,
+    client/metadata.py) and metadata_recovery_rebootstrap_trigger_ms (KIP-1102).
     """
 
     bootstrap_servers: object = "localhost:9092"
@@ -143,6 +144,9 @@ class ProducerConfig(Mapping):
     max_request_size: int = _MiB
     metadata_max_age_ms: int = 300000
     retry_backoff_ms: int = 100
+    # KIP-580: retry_backoff_ms doubles with each retry up to this (the Java client's
+    # default; kafka-python 3 has no such setting and waits retry_backoff_ms each time).
+    retry_backoff_max_ms: int = 1000
     request_timeout_ms: int = 30000
     delivery_timeout_ms: int = 120000
     max_in_flight_requests_per_connection: int = 5
@@ -280,6 +284,7 @@ class ProducerConfig(Mapping):
                                f"batch_size, at most max_request_size)")
         self._set_ms("metadata_max_age_ms", 1)
         self._set_ms("retry_backoff_ms", 0)
+        self._set_ms("retry_backoff_max_ms", 0)
         # Every Produce request carries it as an int32 (the Java client's type).
         self._set_ms("request_timeout_ms", 1, maximum=_INT32_MAX)
         self._set_ms("delivery_timeout_ms", 1)
@@ -486,6 +491,10 @@ class ProducerConfig(Mapping):
     def codec(self):
         """The Kafka codec id of compression_type."""
         return codec_id(self.compression_type)
+
+    def retry_backoff(self):
+        """The RetryBackoff of requests asked again after retriable answers."""
+        return RetryBackoff(self.retry_backoff_ms, self.retry_backoff_max_ms)
 
     def connection_config(self):
         """The settings every broker connection shares."""

@@ -15,6 +15,7 @@ import threading
 from kafka.protocol.metadata import MetadataResponse as KpMetadataResponse
 
 from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.produce import decode_produce_response
 from protocol_samples import kafka_python_decode, kafka_python_response
 
 _REQUEST_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -209,6 +210,20 @@ class ProduceAnswerProxy(MetadataProxy):
         with self.lock:
             rewrite = self.rewrite_produce
         return data if rewrite is None else rewrite(data, version)
+
+
+def one_partition_answer(error_code=None, base_offset=None):
+    """A ProduceAnswerProxy rewrite_produce for requests of one partition: its answer's
+    error code and base offset replaced where given (what the broker did stands: a
+    record it appended stays appended)."""
+    def rewrite(data, version):
+        [part] = decode_produce_response(data, version).topics[0].partitions
+        old = struct.pack(">ihq", part.partition, part.error_code, part.base_offset)
+        assert data.count(old) == 1
+        return data.replace(old, struct.pack(
+            ">ihq", part.partition, part.error_code if error_code is None else error_code,
+            part.base_offset if base_offset is None else base_offset))
+    return rewrite
 
 
 class ProduceDroppingProxy(MetadataProxy):

@@ -16,7 +16,8 @@ import pytest
 
 from broker_proxy import MetadataProxy
 from netkafka import Producer, errors
-from netkafka.client.connection import READY, RESOLVING, ConnectionConfig, _exponential_ms
+from netkafka.client.connection import READY, RESOLVING, ConnectionConfig
+from netkafka.client.retry import exponential_ms
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
 from netkafka.client.resolver import host_port, resolve
@@ -336,13 +337,13 @@ def test_setup_timeout_doubles_per_failed_setup_up_to_its_max_and_resets(kafka_b
 
 
 def test_exponential_growth_follows_javas_formula():
-    samples = [_exponential_ms(1000, 30000, n) for n in range(8) for _ in range(50)]
+    samples = [exponential_ms(1000, 30000, n) for n in range(8) for _ in range(50)]
     by_attempt = [samples[n * 50:(n + 1) * 50] for n in range(8)]
     for n, values in enumerate(by_attempt):
         term = min(1000 * 2 ** n, 30000)
         assert all(0.8 * term <= v <= min(1.2 * term, 30000) for v in values)
-    assert _exponential_ms(5000, 3000, 4) == 3000  # a max below the start: constant max
-    assert _exponential_ms(0, 1000, 3) == 0  # reconnect_backoff_ms=0: no wait
+    assert exponential_ms(5000, 3000, 4) == 3000  # a max below the start: constant max
+    assert exponential_ms(0, 1000, 3) == 0  # reconnect_backoff_ms=0: no wait
 
 
 # -- re-bootstrap (KIP-899) ----------------------------------------------------------------

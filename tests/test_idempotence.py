@@ -16,6 +16,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 
 from netkafka import KafkaTimeoutError, Producer
+from netkafka.client.retry import RetryBackoff
 from netkafka.record._batch import RecordBatchBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.errors import (NO_ERROR, MessageTooLargeError, OutOfOrderSequenceNumberError,
@@ -176,7 +177,7 @@ PRODUCER_ID = 77
 
 @pytest.fixture
 def manager():
-    manager = ProducerIdManager(pool=None, metadata=None, retry_backoff_ms=100,
+    manager = ProducerIdManager(pool=None, metadata=None, retry_backoff=RetryBackoff(100, 100),
                                 max_block_ms=1000)
     with manager._lock:
         manager._current = (PRODUCER_ID, 0)  # as if InitProducerId had answered
@@ -295,7 +296,7 @@ def test_restamps_are_on_disk_before_the_batches_can_go_out_under_always(tmp_pat
     # again by the replay where the broker cannot deduplicate it.
     wal = WriteAheadLog(tmp_path, fsync="always", segment_bytes=64 * 1024,
                         max_bytes=1 << 20, max_record_bytes=1024)
-    manager = ProducerIdManager(pool=None, metadata=None, retry_backoff_ms=100,
+    manager = ProducerIdManager(pool=None, metadata=None, retry_backoff=RetryBackoff(100, 100),
                                 max_block_ms=1000, wal=wal)
     with manager._lock:
         manager._current = (PRODUCER_ID, 0)
@@ -380,7 +381,7 @@ def test_an_init_producer_id_answer_without_an_id_is_refused(producer_id, epoch)
     # No error code, yet no producer id: stamped on batches, -1 turns the broker's
     # sequence checks (and deduplication) off without a word.
     fake = AnsweringConnection(InitProducerIdResponse(0, 0, producer_id, epoch))
-    manager = ProducerIdManager(pool=None, metadata=fake, retry_backoff_ms=10,
+    manager = ProducerIdManager(pool=None, metadata=fake, retry_backoff=RetryBackoff(10, 10),
                                 max_block_ms=1000)
     with pytest.raises(ProtocolError, match=f"node 0 answered no error but producer id "
                        f"{producer_id}, epoch {epoch}"):

@@ -108,6 +108,35 @@ def test_unknown_topic_is_refreshed_until_it_exists(kafka_broker, pool, topic_na
     assert sorted(info.partitions) == [0, 1]
 
 
+@pytest.mark.parametrize("retry_backoff_max_ms, fewest, most", [
+    (40, 40, None),  # 5, 10, 20, then 40 ms: ~75 requests in 3 s
+    (320, 6, 22),  # 5, 10, 20, then 40, 80, ... 320 ms (+-20%): ~15 in 3 s
+])
+def test_a_topic_that_stays_unknown_is_asked_for_less_and_less_often(
+        kafka_broker, pool, topic_name, monkeypatch, retry_backoff_max_ms, fewest, most):
+    """KIP-580: after the first quick tries, the wait before asking again for a topic the
+    cluster keeps answering UNKNOWN_TOPIC_OR_PARTITION doubles up to
+    retry_backoff_max_ms; it used to stay at retry_backoff_ms for as long as a send
+    waited."""
+    asked = []
+    encode = metadata_module.encode_metadata_request
+
+    def counting(correlation_id, client_id, version, topics, *rest):
+        if topic_name in topics:
+            asked.append(time.monotonic())
+        return encode(correlation_id, client_id, version, topics, *rest)
+    monkeypatch.setattr(metadata_module, "encode_metadata_request", counting)
+    metadata = Metadata(pool, kafka_broker.bootstrap, allow_auto_topic_creation=False,
+                        metadata_max_age_ms=600000, retry_backoff_ms=40,
+                        retry_backoff_max_ms=retry_backoff_max_ms)
+    try:
+        with pytest.raises(KafkaTimeoutError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+            metadata.wait_for_topic(topic_name, 3)
+    finally:
+        metadata.close()
+    assert len(asked) >= fewest and (most is None or len(asked) <= most), len(asked)
+
+
 def test_cache_is_refreshed_every_metadata_max_age_ms(kafka_broker, pool):
     metadata = Metadata(pool, kafka_broker.bootstrap, metadata_max_age_ms=200)
     try:

@@ -14,6 +14,7 @@ from kafka.protocol.consumer.group import (
 
 from netkafka import Producer
 from netkafka.client.group_offsets import fetch_committed_offsets
+from netkafka.client.retry import RetryBackoff
 from netkafka.errors import KafkaTimeoutError, ProtocolError
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.offset_fetch import (
@@ -125,8 +126,8 @@ def test_committed_offsets_of_partitions_not_asked_are_left_out():
         ("t", 1): PartitionOffsetFetched(NO_OFFSET, -1, None, 0),
         ("other", 3): PartitionOffsetFetched(99, -1, None, 16)})
     assert fetch_committed_offsets(_AnsweringCoordinators(response), "g",
-                                   [("t", 0), ("t", 1)], time.monotonic() + 5, 10) == {
+                                   [("t", 0), ("t", 1)], time.monotonic() + 5, RetryBackoff(10, 10)) == {
         ("t", 0): 7, ("t", 1): None}
     with pytest.raises(ProtocolError, match=r"no answer for \[\('t', 2\)\]"):
         fetch_committed_offsets(_AnsweringCoordinators(response), "g", [("t", 2)],
-                                time.monotonic() + 5, 10)
+                                time.monotonic() + 5, RetryBackoff(10, 10))

@@ -28,6 +28,7 @@ from answering import AnsweringConnection
 from blocking_wire import BlockingWire
 from netkafka import errors
 from netkafka.client.coordinator import Coordinators
+from netkafka.client.retry import RetryBackoff
 from netkafka.errors import ProtocolError
 from netkafka.producer.offsets import ConsumerGroupMetadata, PartitionOffset
 from netkafka.protocol.add_offsets_to_txn import (
@@ -62,6 +63,7 @@ from protocol_samples import (
 from test_protocol import CLIENT_ID, kafka_python_request, writable_topic
 
 TXN_ID = "txn-\u00e9-1"
+_BACKOFF = RetryBackoff(10, 10)  # 10 ms, constant
 GROUP_METADATA = ConsumerGroupMetadata("group-1", 4, "member-1", "instance-1")
 OFFSETS = {"t1": [PartitionOffset(0, 10, 3, "meta"), PartitionOffset(2, 12, -1, None)],
            "t\u00e9": [PartitionOffset(1, 11, 5, "")]}
@@ -112,10 +114,10 @@ def test_find_coordinator_answer_naming_no_usable_broker_is_refused(node_id, hos
     fake = AnsweringConnection(FindCoordinatorResponse(0, 0, None, "txn", node_id, host, port))
     with pytest.raises(ProtocolError, match="node 0 answered FindCoordinator for the "
                        "transaction coordinator of 'txn' with broker"):
-        Coordinators(fake, fake, 10).find(TRANSACTION, "txn", time.monotonic() + 1)
+        Coordinators(fake, fake, _BACKOFF).find(TRANSACTION, "txn", time.monotonic() + 1)
     assert fake.connections == []  # no connection was made or moved
     fake.response = FindCoordinatorResponse(0, 0, None, "txn", 2, "broker-2", 9093)
-    assert Coordinators(fake, fake, 10).find(TRANSACTION, "txn", time.monotonic() + 1) is fake
+    assert Coordinators(fake, fake, _BACKOFF).find(TRANSACTION, "txn", time.monotonic() + 1) is fake
     assert fake.connections == [(2, "broker-2", 9093)]
 
 
@@ -134,7 +136,7 @@ class _TransactionCoordinator(AnsweringConnection):
 def test_transactional_init_producer_id_answer_without_an_id_fails_the_producer():
     # No error code, yet producer id -1: no transaction can be written with it.
     fake = _TransactionCoordinator(InitProducerIdResponse(0, 0, -1, -1))
-    manager = TransactionManager("txn", 60000, None, fake, fake, None, retry_backoff_ms=10,
+    manager = TransactionManager("txn", 60000, None, fake, fake, None, retry_backoff=_BACKOFF,
                                  max_block_ms=1000, delivery_timeout_ms=1000)
     manager.states = TransactionStateMachine("txn", lambda refusal: None)
     with pytest.raises(ProtocolError, match="InitProducerId for 'txn' answered no error but "

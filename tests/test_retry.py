@@ -6,7 +6,10 @@ import time
 import pytest
 
 from netkafka import errors
-from netkafka.client.retry import ask_until
+from netkafka.client.retry import RetryBackoff, ask_until
+
+FAST = RetryBackoff(1, 1)  # 1 ms, constant
+SLOW = RetryBackoff(30000, 30000)
 
 
 def _answers(*outcomes):
@@ -27,7 +30,7 @@ def test_retriable_errors_are_asked_again_until_an_answer():
     attempt, given = _answers(errors.CoordinatorLoadInProgressError("loading"),
                               errors.KafkaConnectionError("lost"), "answer")
     deadline = time.monotonic() + 10
-    assert ask_until(deadline, "x not found in time", attempt, 0.001) == "answer"
+    assert ask_until(deadline, "x not found in time", attempt, FAST) == "answer"
     assert len(given) == 3
     assert all(0 < remaining_s <= 10 for remaining_s in given)
 
@@ -36,7 +39,7 @@ def test_an_error_that_is_not_retriable_is_raised_as_it_is_at_once():
     refusal = errors.GroupAuthorizationFailedError("OffsetFetch of group 'g'")
     attempt, given = _answers(errors.CoordinatorLoadInProgressError("loading"), refusal)
     with pytest.raises(errors.GroupAuthorizationFailedError) as caught:
-        ask_until(time.monotonic() + 10, "late", attempt, 0.001)
+        ask_until(time.monotonic() + 10, "late", attempt, FAST)
     assert caught.value is refusal
     assert len(given) == 2
 
@@ -50,7 +53,7 @@ def test_the_deadline_names_what_was_asked_and_the_last_error(after):
     start = time.monotonic()
     with pytest.raises(errors.KafkaTimeoutError) as caught:
         ask_until(start + 0.2, "the group coordinator of 'g' not found in time", attempt,
-                  0.05, last_error_after=after)
+                  RetryBackoff(50, 50), last_error_after=after)
     assert str(caught.value) == (f"the group coordinator of 'g' not found in time"
                                  f"{after}last error {loading}")
     # The backoff is cut short by the deadline: the call ends with it, not long after.
@@ -60,7 +63,7 @@ def test_the_deadline_names_what_was_asked_and_the_last_error(after):
 def test_a_deadline_already_past_asks_nothing():
     attempt, given = _answers("answer")
     with pytest.raises(errors.KafkaTimeoutError, match=r"^late$"):
-        ask_until(time.monotonic() - 1, "late", attempt, 0.001)
+        ask_until(time.monotonic() - 1, "late", attempt, FAST)
     assert given == []
 
 
@@ -72,7 +75,7 @@ def test_stop_ends_the_asking_and_says_so():
         raise errors.ConcurrentTransactionsError("EndTxn")
     start = time.monotonic()
     with pytest.raises(errors.KafkaTimeoutError) as caught:
-        ask_until(start + 60, "EndTxn: no answer in time", attempt, 30,
+        ask_until(start + 60, "EndTxn: no answer in time", attempt, SLOW,
                   last_error_after="; ", stop=stop, stopped="EndTxn: the producer closed")
     assert str(caught.value).startswith("EndTxn: the producer closed; last error ")
     assert time.monotonic() - start < 30  # the backoff waited on stop, which was set
@@ -82,6 +85,39 @@ def test_an_error_code_may_have_its_own_backoff():
     concurrent = errors.ConcurrentTransactionsError("EndTxn")
     attempt, given = _answers(concurrent, concurrent, "answer")
     start = time.monotonic()
-    assert ask_until(start + 60, "late", attempt, 30,
+    assert ask_until(start + 60, "late", attempt, SLOW,
                      backoff_s_by_code={concurrent.code: 0.001}) == "answer"
     assert time.monotonic() - start < 30  # not the 30 s backoff of other errors
+
+
+class _RecordedWaits:
+    """A stop event that is never set and records each wait instead of waiting."""
+
+    def __init__(self):
+        self.waits_s = []
+
+    def is_set(self):
+        return False
+
+    def wait(self, timeout_s):
+        self.waits_s.append(timeout_s)
+
+
+def test_the_backoff_doubles_with_each_retriable_error_up_to_its_max():
+    # KIP-580: 10, 20, 40, 80, 80 ms (+-20%); it used to be 10 ms each time.
+    loading = errors.CoordinatorLoadInProgressError("loading")
+    attempt, given = _answers(*[loading] * 5, "answer")
+    waits = _RecordedWaits()
+    assert ask_until(time.monotonic() + 60, "late", attempt, RetryBackoff(10, 80),
+                     stop=waits, stopped="closed") == "answer"
+    ratios = [wait_s * 1000 / expected_ms
+              for wait_s, expected_ms in zip(waits.waits_s, [10, 20, 40, 80, 80])]
+    assert len(ratios) == 5 and all(0.8 <= ratio <= 1.2 for ratio in ratios), ratios
+    assert max(waits.waits_s) <= 0.080  # the jitter never takes it past the max
+
+
+def test_a_retry_backoff_above_its_max_is_kept_constant():
+    # kafka-python has only retry_backoff_ms: a user's 5000 ms stays 5000 ms, not the
+    # default max's 1000.
+    assert {RetryBackoff(5000, 1000).ms(retries) for retries in range(6)} == {5000}
+    assert RetryBackoff(0, 1000).ms(3) == 0

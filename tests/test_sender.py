@@ -1,5 +1,5 @@
 """The sender's own contract: delivery timeout, close, bad input -- each a clear error."""
-import struct
+import re
 import threading
 import time
 
@@ -7,10 +7,9 @@ import pytest
 
 from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
                            wait_for)
-from broker_proxy import MetadataProxy, ProduceAnswerProxy
+from broker_proxy import MetadataProxy, ProduceAnswerProxy, one_partition_answer
 from netkafka import Producer, errors
 from netkafka.errors import KafkaTimeoutError
-from netkafka.protocol.produce import decode_produce_response
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -418,20 +417,11 @@ def test_a_base_offset_leaving_no_room_for_the_batch_is_not_reported(kafka_broke
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
     host, port = kafka_broker.bootstrap.rsplit(":", 1)
     proxy = ProduceAnswerProxy((host, int(port)))
-    huge = 2**63 - 2
-
-    def rewrite(data, version):
-        answer = decode_produce_response(data, version)
-        [part] = answer.topics[0].partitions
-        old = struct.pack(">ihq", part.partition, part.error_code, part.base_offset)
-        assert data.count(old) == 1
-        return data.replace(old, struct.pack(">ihq", part.partition, part.error_code, huge))
-
     try:
         with Producer(bootstrap_servers=proxy.bootstrap, linger_ms=100) as producer:
             producer.send(topic_name, b"warm").get(30)
             with proxy.lock:
-                proxy.rewrite_produce = rewrite
+                proxy.rewrite_produce = one_partition_answer(base_offset=2**63 - 2)
             futures = [producer.send(topic_name, b"v%d" % i) for i in range(5)]
             offsets = [f.get(30).offset for f in futures]
     finally:
@@ -439,3 +429,35 @@ def test_a_base_offset_leaving_no_room_for_the_batch_is_not_reported(kafka_broke
     assert offsets == [-1] * 5
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 6)] == [
         b"warm"] + [b"v%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("retry_backoff_max_ms, fewest, most", [
+    (20, 40, None),  # constant 20 ms: ~100 attempts in 3 s
+    (640, 5, 12),  # 20, 40, ... 640, 640 ms (+-20%): ~9 attempts in 3 s
+])
+def test_resends_back_off_exponentially_up_to_retry_backoff_max_ms(
+        kafka_broker, topic_name, retry_backoff_max_ms, fewest, most):
+    """KIP-580: a batch the broker keeps refusing with a retriable error waits
+    retry_backoff_ms, then twice that, ... up to retry_backoff_max_ms before each resend,
+    as the Java client's does; it used to be sent again every retry_backoff_ms until
+    its delivery timeout.  Every Produce answer says NOT_ENOUGH_REPLICAS (a proxy
+    rewrites them: a one-node cluster never says it, as Kafka 4 caps
+    min.insync.replicas at the replication factor)."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = ProduceAnswerProxy((host, int(port)))
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, retry_backoff_ms=20,
+                      retry_backoff_max_ms=retry_backoff_max_ms, request_timeout_ms=1000,
+                      delivery_timeout_ms=3000) as producer:
+            producer.send(topic_name, b"warm").get(30)
+            with proxy.lock:
+                proxy.rewrite_produce = one_partition_answer(
+                    error_code=errors.NotEnoughReplicasError.code, base_offset=-1)
+            with pytest.raises(KafkaTimeoutError) as caught:
+                producer.send(topic_name, b"refused").get(30)
+    finally:
+        proxy.close()
+    assert isinstance(caught.value.__cause__, errors.NotEnoughReplicasError)
+    attempts = int(re.search(r"\((\d+) attempts", str(caught.value)).group(1))
+    assert attempts >= fewest and (most is None or attempts <= most), str(caught.value)

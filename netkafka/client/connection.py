@@ -21,7 +21,7 @@ reconnect backoff) resolves the name again.  Each attempt's setup (the lookup, o
 one address from TCP connect to READY) is bounded by a setup timeout that doubles
 with consecutive failed setups, from connect_timeout_ms up to connect_timeout_max_ms,
 with +-20% jitter (the Java client's socket.connection.setup.timeout.ms and its
-max), as the reconnect backoff grows: _exponential_ms() computes both.
+max), as the reconnect backoff grows: exponential_ms() computes both.
 
 SASL (client/sasl/ holds the mechanisms): SaslHandshake v1 names the mechanism,
 then SaslAuthenticate carries each of its messages.  A mechanism's prepare() may
@@ -53,10 +53,8 @@ import collections
 import errno
 import functools
 import logging
-import math
 import operator
 import os
-import random
 import selectors
 import socket
 import struct
@@ -76,6 +74,7 @@ from netkafka.client.resolver import (
     CLIENT_DNS_LOOKUPS, RESOLVE_CANONICAL_BOOTSTRAP_SERVERS_ONLY, USE_ALL_DNS_IPS, host_port,
     numeric_addresses, start_resolving,
 )
+from netkafka.client.retry import exponential_ms
 from netkafka.client.transport import connect_tcp
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 from netkafka.protocol.api_versions import (
@@ -729,7 +728,7 @@ class BrokerConnection:
         self._io_connect_next(now_ns)
 
     def _io_start_setup_timer(self, now_ns):
-        self._setup_timeout_ms = _exponential_ms(
+        self._setup_timeout_ms = exponential_ms(
             self.config.connect_timeout_ms, self.config.connect_timeout_max_ms,
             self._setup_failures)
         self._connect_deadline_ns = now_ns + int(self._setup_timeout_ms * 1_000_000)
@@ -1253,7 +1252,7 @@ class BrokerConnection:
         if count_failure:
             self._setup_failures = self._setup_failures + 1 if setting_up else 0
             self._io_count_failures(self._failures + 1)
-            self._next_attempt_ns = now_ns + (0 if next_address else int(_exponential_ms(
+            self._next_attempt_ns = now_ns + (0 if next_address else int(exponential_ms(
                 self.config.reconnect_backoff_ms, self.config.reconnect_backoff_max_ms,
                 self._failures - 1) * 1_000_000))
         self._io_set_state(DISCONNECTED)
@@ -1334,17 +1333,6 @@ class BrokerConnection:
 
 
 _UNSUPPORTED_VERSION = errors.UnsupportedVersionError.code
-
-
-def _exponential_ms(initial_ms, max_ms, attempts):
-    """The Java client's ExponentialBackoff (multiplier 2, jitter 0.2): initial_ms *
-    2**attempts * uniform(0.8, 1.2), never above max_ms; a max_ms at or below initial_ms
-    gives max_ms, constant.  The reconnect backoff and the setup timeout both grow so."""
-    initial_ms = min(initial_ms, max_ms)
-    if max_ms <= initial_ms:
-        return initial_ms
-    exponent = min(attempts, math.log2(max_ms / max(initial_ms, 1)))
-    return min(initial_ms * 2 ** exponent * random.uniform(0.8, 1.2), max_ms)
 
 
 def _complete(request, response, error):

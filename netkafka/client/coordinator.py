@@ -5,7 +5,7 @@ FindCoordinator and remembered until a request to it says it has moved.
 An answer of COORDINATOR_NOT_AVAILABLE (the coordinator's partition of
 __transaction_state or __consumer_offsets has no leader yet: a first transaction
 creates the topic) or COORDINATOR_LOAD_IN_PROGRESS, and a lost connection, are asked
-again after retry_backoff_ms until the caller's deadline (retry.ask_until).  A
+again after a backoff until the caller's deadline (retry.ask_until).  A
 request() to a coordinator that answers NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE,
 or whose connection fails, is followed by forget(), and the next find() asks again.
 
@@ -34,13 +34,13 @@ class Coordinators:
     Args:
         pool: the IOPool whose connections carry FindCoordinator.
         metadata: the Metadata cache (which brokers there are).
-        retry_backoff_ms: wait before asking again after a retriable answer.
+        retry_backoff: the RetryBackoff before asking again after a retriable answer.
     """
 
-    def __init__(self, pool, metadata, retry_backoff_ms):
+    def __init__(self, pool, metadata, retry_backoff):
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
-        self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
+        self._retry_backoff = retry_backoff  # immutable
         self._lock = threading.Lock()
         self._known = {}  # guarded by _lock: (key_type, key) -> BrokerConnection
 
@@ -61,7 +61,7 @@ class Coordinators:
         what = f"the {_KEY_TYPE_NAMES[key_type]} coordinator of {key!r}"
         conn = ask_until(deadline, f"{what} not found in time",
                          lambda remaining_s: self._ask(key_type, key, what, remaining_s),
-                         self._retry_backoff_s)
+                         self._retry_backoff)
         with self._lock:
             self._known[(key_type, key)] = conn
         return conn

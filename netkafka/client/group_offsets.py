@@ -8,7 +8,7 @@ offsets of these partitions is open, the coordinator answers UNSTABLE_OFFSET_COM
 and the read waits it out instead of returning what was committed before it.
 
 Retriable answers (the coordinator loading, moved, an open transaction) and lost
-connections are asked again after retry_backoff_ms until the caller's deadline
+connections are asked again after a backoff until the caller's deadline
 (retry.ask_until; Coordinators.request() forgets a coordinator that moved).
 
 Threads: blocks, so callers' threads only, never an I/O thread.  Nothing here keeps
@@ -23,7 +23,7 @@ from netkafka.protocol.offset_fetch import (
 )
 
 
-def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_backoff_ms):
+def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_backoff):
     """The stable committed offsets of group_id's partitions.
 
     Args:
@@ -31,7 +31,7 @@ def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_
         group_id: the consumer group.
         partitions: iterable of (topic, partition).
         deadline: time.monotonic() by which to have the answer.
-        retry_backoff_ms: wait before asking again after a retriable answer.
+        retry_backoff: the RetryBackoff before asking again after a retriable answer.
 
     Returns:
         {(topic, partition): offset, or None if the group has none committed}.
@@ -57,7 +57,7 @@ def fetch_committed_offsets(coordinators, group_id, partitions, deadline, retry_
             lambda response, where: _error(response, asked, where))
 
     response = ask_until(deadline, f"{what}: no answer in time", attempt,
-                         retry_backoff_ms / 1000, last_error_after="; ")
+                         retry_backoff, last_error_after="; ")
     # Only the partitions asked: others in the answer are none of the caller's.
     answered = response.partitions
     return {key: (None if answered[key].offset == NO_OFFSET else answered[key].offset)

@@ -23,9 +23,10 @@ once, saying UNKNOWN_TOPIC_OR_PARTITION (Kafka 4) or LEADER_NOT_AVAILABLE, and h
 the topic's leader 30-70 ms later (one broker, measured), so a full
 ``retry_backoff_ms`` was most of a fresh producer's first send to a new topic (121 ms
 median; 67 ms with this backoff; confluent-kafka 107 ms); a topic that stays
-unusable (no such topic and no auto-creation, a lost leader) is still asked for at
-most every ``retry_backoff_ms`` after the first few tries.  (The Java client backs off
-``retry.backoff.ms`` and more, exponentially, after each answer; librdkafka asks once
+unusable (no such topic and no auto-creation, a lost leader) is asked for after
+``retry_backoff_ms`` then, doubling with each answer (+-20% jitter), at most every
+``retry_backoff_max_ms`` (KIP-580).  (The Java client backs off ``retry.backoff.ms``
+and more, exponentially, after each answer; librdkafka asks once
 at once, then from ``topic.metadata.refresh.fast.interval.ms``, exponentially.)  After
 each answer the pool's connections follow the brokers' addresses and the listeners
 (the sender) hear which partition leaders changed.
@@ -63,6 +64,7 @@ from typing import NamedTuple
 
 from netkafka import errors
 from netkafka._validate import check_choice, check_int
+from netkafka.client.retry import RetryBackoff
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.metadata import (
@@ -179,6 +181,8 @@ class Metadata:
         bootstrap_servers: 'host:port,...' or a list; any reachable one will do.
         metadata_max_age_ms: refresh at least this often. Default 300000.
         retry_backoff_ms: at most one refresh per this interval. Default 100.
+        retry_backoff_max_ms: how far the wait before asking again for a topic that
+            stays unusable grows. Default 1000.
         allow_auto_topic_creation: asked of the broker (which also needs
             auto.create.topics.enable). Default True, as the Java producer.
         metadata_recovery_strategy: "none" or "rebootstrap" (KIP-899, see the
@@ -189,11 +193,12 @@ class Metadata:
     """
 
     def __init__(self, pool, bootstrap_servers, metadata_max_age_ms=300000,
-                 retry_backoff_ms=100, allow_auto_topic_creation=True,
-                 metadata_recovery_strategy="none",
+                 retry_backoff_ms=100, retry_backoff_max_ms=1000,
+                 allow_auto_topic_creation=True, metadata_recovery_strategy="none",
                  metadata_recovery_rebootstrap_trigger_ms=300000):
         check_int("metadata_max_age_ms", metadata_max_age_ms, 1)
         check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        check_int("retry_backoff_max_ms", retry_backoff_max_ms, 0)
         check_choice("metadata_recovery_strategy", metadata_recovery_strategy,
                      METADATA_RECOVERY_STRATEGIES)
         check_int("metadata_recovery_rebootstrap_trigger_ms",
@@ -205,6 +210,7 @@ class Metadata:
         self._bootstrap = parse_bootstrap_servers(bootstrap_servers)  # immutable
         self.metadata_max_age_ms = metadata_max_age_ms  # immutable
         self.retry_backoff_ms = retry_backoff_ms  # immutable
+        self._retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_max_ms)  # immutable
         self._auto_create = bool(allow_auto_topic_creation)  # immutable
         self._thread = pool.thread_for(0)  # immutable: drives refreshes
 
@@ -686,8 +692,11 @@ class Metadata:
     def _retry_delay_ns(self, answers):
         """How long an incomplete topic waits before it is asked again, after the
         answers-th answer (from 0) that found it incomplete: retry_backoff_ms / 8,
-        then / 4, / 2, then retry_backoff_ms (the module's story says why)."""
-        return (self.retry_backoff_ms * 1_000_000) >> max(0, _RETRY_HALVINGS - answers)
+        then / 4, / 2, then retry_backoff_ms doubling up to retry_backoff_max_ms (the
+        module's story says why)."""
+        if answers < _RETRY_HALVINGS:
+            return (self.retry_backoff_ms * 1_000_000) >> (_RETRY_HALVINGS - answers)
+        return int(self._retry_backoff.ms(answers - _RETRY_HALVINGS) * 1_000_000)
 
     def _candidate_count(self):
         if self._snapshot is not None and self._snapshot.brokers and not self._rebootstrapping:

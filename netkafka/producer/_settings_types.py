@@ -30,6 +30,7 @@ class ProducerSettings(TypedDict, total=False):
     max_request_size: int
     metadata_max_age_ms: float
     retry_backoff_ms: float
+    retry_backoff_max_ms: float
     request_timeout_ms: float
     delivery_timeout_ms: float
     max_in_flight_requests_per_connection: int

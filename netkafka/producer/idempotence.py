@@ -140,15 +140,15 @@ class ProducerIdManager:
     Args:
         pool: the IOPool whose connections carry InitProducerId.
         metadata: the Metadata cache (which brokers there are).
-        retry_backoff_ms: wait between InitProducerId attempts.
+        retry_backoff: the RetryBackoff between InitProducerId attempts.
         max_block_ms: bound on next_sequence() waiting for a producer id.
     """
 
-    def __init__(self, pool, metadata, retry_backoff_ms, max_block_ms, wal=None):
+    def __init__(self, pool, metadata, retry_backoff, max_block_ms, wal=None):
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
         self._wal = wal  # immutable; thread-safe: re-stamps are logged there
-        self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
+        self._retry_backoff = retry_backoff  # immutable
         self._max_block_s = max_block_ms / 1000  # immutable
         self._lock = threading.Lock()
         # Guarded by _lock: (producer id, epoch) a partition starting over takes;
@@ -451,13 +451,15 @@ class ProducerIdManager:
         """The producer-id thread: a new id to replace `spent`, whose epochs are all
         used, however long it takes (the batches waiting for it fail at their
         delivery timeout meanwhile); gives up when the pool closes."""
+        retries = 0
         while not self._pool.closed:
             try:
                 self._producer_id(time.monotonic() + self._max_block_s, avoid=spent)
                 break
             except errors.KafkaError as exc:
                 _log.warning("no new producer id yet: %s", exc)
-                time.sleep(self._retry_backoff_s)
+                time.sleep(self._retry_backoff.ms(retries) / 1000)
+                retries += 1
         with self._lock:
             self._fetching = False
             listener = self._on_new_producer_id
@@ -482,7 +484,7 @@ class ProducerIdManager:
         return ask_until(
             deadline,
             f"no producer id (InitProducerId) within max_block_ms={self._max_block_s * 1000:.0f}",
-            self._init_producer_id, self._retry_backoff_s)
+            self._init_producer_id, self._retry_backoff)
 
     def _init_producer_id(self, timeout_s):
         # Any broker answers an idempotent producer; the one with least queued helps.

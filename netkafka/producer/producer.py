@@ -208,6 +208,7 @@ class Producer(ProducerCore):
             metadata = Metadata(pool, config.bootstrap_servers,
                                 metadata_max_age_ms=config.metadata_max_age_ms,
                                 retry_backoff_ms=config.retry_backoff_ms,
+                                retry_backoff_max_ms=config.retry_backoff_max_ms,
                                 allow_auto_topic_creation=config.allow_auto_create_topics,
                                 metadata_recovery_strategy=config.metadata_recovery_strategy,
                                 metadata_recovery_rebootstrap_trigger_ms=(
@@ -215,16 +216,16 @@ class Producer(ProducerCore):
             transaction = None
             if config.transactional_id is not None:
                 idempotence = TransactionalProducerIds(
-                    pool, metadata, retry_backoff_ms=config.retry_backoff_ms,
+                    pool, metadata, retry_backoff=config.retry_backoff(),
                     max_block_ms=config.max_block_ms)
                 transaction = TransactionManager(
                     config.transactional_id, config.transaction_timeout_ms,
                     config.transaction_version, pool, metadata, idempotence,
-                    retry_backoff_ms=config.retry_backoff_ms, max_block_ms=config.max_block_ms,
+                    retry_backoff=config.retry_backoff(), max_block_ms=config.max_block_ms,
                     delivery_timeout_ms=config.delivery_timeout_ms)
             elif config.enable_idempotence:
                 idempotence = ProducerIdManager(pool, metadata,
-                                                retry_backoff_ms=config.retry_backoff_ms,
+                                                retry_backoff=config.retry_backoff(),
                                                 max_block_ms=config.max_block_ms, wal=wal)
             else:
                 idempotence = None
@@ -235,6 +236,7 @@ class Producer(ProducerCore):
             sender = Sender(pool, metadata, acks=config.acks,
                             max_block_ms=config.max_block_ms, backoff=backoff,
                             retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
+                            retry_backoff_max_ms=config.retry_backoff_max_ms,
                             delivery_timeout_ms=config.delivery_timeout_ms,
                             max_request_size=config.max_request_size,
                             idempotence=idempotence, stats=stats, transaction=transaction,
@@ -628,8 +630,8 @@ class Producer(ProducerCore):
         config = self.config
         timeout_s = config.max_block_ms / 1000 if timeout is None else timeout
         return fetch_committed_offsets(
-            Coordinators(self._pool, self._metadata, config.retry_backoff_ms), group_id,
-            partitions, time.monotonic() + timeout_s, config.retry_backoff_ms)
+            Coordinators(self._pool, self._metadata, config.retry_backoff()), group_id,
+            partitions, time.monotonic() + timeout_s, config.retry_backoff())
 
     def _transactions(self, what):
         """The TransactionManager a transactional call goes to."""

@@ -10,8 +10,9 @@ outstanding, nothing left to write) its I/O thread asks the sender for one:
 the broker's queued batches, at most one per partition, up to
 max_request_size, become one Produce request whose buffers are the batches'
 own memory.  Answers complete the batches (their on_done); retriable errors put the
-batch back at the front of its partition's queue after retry_backoff_ms (and
-ask for fresh metadata when the error says the leader moved), until retries
+batch back at the front of its partition's queue after a backoff
+(retry_backoff_ms, doubling with each resend up to retry_backoff_max_ms) and
+ask for fresh metadata when the error says the leader moved, until retries
 or delivery_timeout_ms run out.
 
 Idempotent batches (sealed with a producer id and sequence): idempotence.py's
@@ -62,6 +63,7 @@ from netkafka._validate import check_int
 from netkafka.config import acks_value
 from netkafka.producer.backoff import backoff_strategy
 from netkafka.client.connection import Request
+from netkafka.client.retry import RetryBackoff
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 from netkafka.producer.accumulator import release_batch
 from netkafka.producer.idempotence import APPENDED, NOT_APPENDED, RESTART
@@ -163,7 +165,9 @@ class Sender:
             (see backoff.py); park_us: the park interval. Default 100.
         retries: resends of a batch after retriable errors. Default 2**31-1,
             bounded in practice by delivery_timeout_ms.
-        retry_backoff_ms: wait before a resend. Default 100.
+        retry_backoff_ms: wait before a batch's first resend, doubling with each
+            one after it (+-20% jitter). Default 100.
+        retry_backoff_max_ms: the most it grows to (KIP-580). Default 1000.
         delivery_timeout_ms: bound from send() to the batch's outcome.
             Default 120000.
         max_request_size: bytes of batches per Produce request. Default 1048576.
@@ -185,19 +189,21 @@ class Sender:
 
     def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
-                 delivery_timeout_ms=120000, max_request_size=1048576, idempotence=None,
+                 retry_backoff_max_ms=1000, delivery_timeout_ms=120000,
+                 max_request_size=1048576, idempotence=None,
                  stats=None, transaction=None, compressor=None):
         acks = acks_value(acks)
         check_int("max_block_ms", max_block_ms, 0)
         check_int("retries", retries, 0)
         check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        check_int("retry_backoff_max_ms", retry_backoff_max_ms, 0)
         check_int("delivery_timeout_ms", delivery_timeout_ms, 1)
         check_int("max_request_size", max_request_size, 1)
         self.acks = acks  # immutable
         self.max_block_ms = max_block_ms  # immutable
         self.backoff = backoff_strategy(backoff, park_us)  # immutable
         self.retries = retries  # immutable
-        self.retry_backoff_ms = retry_backoff_ms  # immutable
+        self.retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_max_ms)  # immutable
         self.delivery_timeout_ms = delivery_timeout_ms  # immutable
         self.max_request_size = max_request_size  # immutable
         self._idempotence = idempotence  # immutable; thread-safe
@@ -690,21 +696,24 @@ class Sender:
 
     def _retry_or_fail(self, item, error):
         now_ns = time.monotonic_ns()
+        # The Java client's since KIP-580: a batch that keeps meeting retriable errors
+        # (a partition without enough in-sync replicas, a leader moving) waits longer
+        # each time rather than asking the broker at retry_backoff_ms until it expires.
+        backoff_ns = int(self.retry_backoff.ms(item.attempts - 1) * 1_000_000)
         with self._lock:
             stopped = (self._closed or item.attempts > self.retries
                        or (self._transaction is not None and self._transaction.discarding))
             # Out of time: it fails as a delivery timeout (a KafkaTimeoutError, which
             # the spool keeps), the broker's error its cause -- not as that error
             # alone, as if the broker had refused it for good.
-            expired = not stopped and (now_ns - item.created_ns
-                                       + self.retry_backoff_ms * 1_000_000
+            expired = not stopped and (now_ns - item.created_ns + backoff_ns
                                        >= self.delivery_timeout_ms * 1_000_000)
             give_up = stopped or expired
             if not give_up:
                 self._metrics["batches_retried"] += 1
                 if self._stats is not None:
                     self._stats.batch_retried(item.topic, item.record_count)
-                item.retry_at_ns = now_ns + self.retry_backoff_ms * 1_000_000
+                item.retry_at_ns = now_ns + backoff_ns
                 item.last_error = error
                 leader = self._metadata.leader_id(item.topic, item.partition)
                 self._route_locked(item, leader)

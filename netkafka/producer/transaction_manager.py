@@ -31,7 +31,8 @@
                            transaction (or the producer): what is not sent yet fails
                            at once, as the Java client's abortUndrainedBatches
 
-Every coordinator request is retried after retry_backoff_ms while its answer is
+Every coordinator request is retried after retry_backoff_ms (doubling up to
+retry_backoff_max_ms) while its answer is
 retriable (COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS -- after 20 ms, the
 time the coordinator takes to write the last transaction's markers -- and the rest
 the Java client retries); NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a lost
@@ -133,20 +134,21 @@ class TransactionManager:
         transaction_version: None (V2 where the cluster has it) or 1 (always V1).
         pool, metadata: the producer's IOPool and Metadata.
         producer_ids: the TransactionalProducerIds stamping the batches.
-        retry_backoff_ms, max_block_ms, delivery_timeout_ms: the producer's settings
+        retry_backoff, max_block_ms, delivery_timeout_ms: the producer's settings
+            (retry_backoff: a RetryBackoff of retry_backoff_ms and its max)
             (the bound of each transactional call is max_block_ms; adding partitions
             is retried for up to delivery_timeout_ms, their batches' own bound).
     """
 
     def __init__(self, transactional_id, transaction_timeout_ms, transaction_version, pool,
-                 metadata, producer_ids, *, retry_backoff_ms, max_block_ms,
+                 metadata, producer_ids, *, retry_backoff, max_block_ms,
                  delivery_timeout_ms):
         self.transactional_id = transactional_id  # immutable
         self._transaction_timeout_ms = transaction_timeout_ms  # immutable
         self._v2_allowed = transaction_version is None  # immutable
         self._producer_ids = producer_ids  # immutable; thread-safe
-        self._coordinators = Coordinators(pool, metadata, retry_backoff_ms)  # thread-safe
-        self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
+        self._coordinators = Coordinators(pool, metadata, retry_backoff)  # thread-safe
+        self._retry_backoff = retry_backoff  # immutable
         self._max_block_s = max_block_ms / 1000  # immutable
         self._delivery_timeout_s = delivery_timeout_ms / 1000  # immutable
         self._closing = threading.Event()  # set by close(): retries stop waiting
@@ -599,7 +601,7 @@ class TransactionManager:
                 raise
 
         asked = f"{what} for transactional id {self.transactional_id!r}"
-        return ask_until(deadline, f"{asked}: no answer in time", attempt, self._retry_backoff_s,
+        return ask_until(deadline, f"{asked}: no answer in time", attempt, self._retry_backoff,
                          last_error_after="; ", stop=self._closing,
                          stopped=f"{asked}: the producer closed",
                          backoff_s_by_code=_BACKOFF_S_BY_CODE)

@@ -371,6 +371,7 @@ def _check_marker_topic(settings, topic, option):
     try:
         metadata = Metadata(pool, config.bootstrap_servers,
                             retry_backoff_ms=config.retry_backoff_ms,
+                            retry_backoff_max_ms=config.retry_backoff_max_ms,
                             allow_auto_topic_creation=config.allow_auto_create_topics)
         try:
             metadata.wait_for_topic(topic, wait_ms / 1000)
