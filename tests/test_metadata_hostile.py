@@ -183,3 +183,37 @@ def test_hostile_first_answer_fails_the_send_in_time_with_the_reason(proxy, topi
                                  r"from .* refused: the answer lists no brokers"):
             producer.send(topic_name, b"x")
     assert proxy.rewritten_count() >= 2  # asked again, refused again
+
+
+def test_an_answer_with_an_older_leader_epoch_keeps_the_newer_partition(
+        kafka_broker, proxy, topic_name):
+    """KIP-320: a broker that has not heard of the last leader election yet answers
+    with the partition's old leader and an older leader epoch.  The cache keeps the
+    partition it knows with the newer epoch, as the Java client does; it used to take
+    whatever the last answer said (here: no leader, and the records waited)."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=PARTITIONS)
+    proxy.set_rewrite(_with_partition(leader_epoch=5))
+    with Producer(bootstrap_servers=proxy.bootstrap, retry_backoff_ms=10,
+                  delivery_timeout_ms=10000, request_timeout_ms=5000) as producer:
+        metadata = producer._metadata
+        producer.send(topic_name, b"before", partition=1).get(30)
+        leader = metadata.snapshot().topics[topic_name].partitions[1].leader
+        assert metadata.snapshot().topics[topic_name].partitions[1].leader_epoch == 5
+
+        def answered_with(rewrite):
+            proxy.set_rewrite(rewrite)
+            for _ in range(2):  # the second answer was asked for after the change
+                updates = metadata.updates
+                metadata.request_update()
+                _wait_for(lambda: metadata.updates > updates)
+            assert proxy.rewritten_count() >= 1
+            return metadata.snapshot().topics[topic_name].partitions[1]
+
+        stale = answered_with(_with_partition(leader_id=-1, leader_epoch=3))
+        assert (stale.leader, stale.leader_epoch) == (leader, 5)
+        producer.send(topic_name, b"during", partition=1).get(30)
+        newer = answered_with(_with_partition(leader_epoch=7))
+        assert (newer.leader, newer.leader_epoch) == (leader, 7)
+        proxy.set_rewrite(None)
+    read = read_topic(kafka_broker.bootstrap, topic_name, expected_count=2)
+    assert [(r.partition, r.value) for r in read] == [(1, b"before"), (1, b"during")]

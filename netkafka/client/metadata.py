@@ -613,7 +613,7 @@ class Metadata:
             return
         with self._lock:
             old, full = self._snapshot, self._full_fetch
-        snapshot = _snapshot_from(response, None if full else old)
+        snapshot = _snapshot_from(response, None if full else old, old)
         try:
             for broker in snapshot.brokers.values():
                 if self._pool.get(broker.node_id) is not None:
@@ -770,9 +770,11 @@ def check_topic_name(topic):
         f"{_TOPIC_NAME_MAX_CHARS} characters from a-z, A-Z, 0-9, '.', '_' and '-')")
 
 
-def _snapshot_from(response, old=None):
-    """The snapshot of an answer; old: the snapshot an answer naming only some
-    topics updates (its other topics are kept), or None."""
+def _snapshot_from(response, old, known):
+    """The snapshot of an answer.  old: the snapshot an answer naming only some
+    topics updates (its other topics are kept), or None.  known: the snapshot the
+    cache holds, or None, whose partitions with a newer leader epoch are kept
+    (_newest)."""
     brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack)
                for b in response.brokers}
     topics = {} if old is None else dict(old.topics)
@@ -781,8 +783,24 @@ def _snapshot_from(response, old=None):
             p.partition: PartitionInfo(p.partition, p.leader, p.leader_epoch,
                                        tuple(p.replicas), tuple(p.isr), p.error_code)
             for p in t.partitions}
+        before = None if known is None else known.topics.get(t.name)
+        if before is not None and t.topic_id is not None and before.topic_id == t.topic_id:
+            partitions = {index: _newest(part, before.partitions.get(index))
+                          for index, part in partitions.items()}
         topics[t.name] = TopicInfo(t.name, t.error_code, partitions, t.topic_id)
     return ClusterSnapshot(brokers, topics, response.controller_id, response.cluster_id)
+
+
+def _newest(answered, cached):
+    """answered, unless cached (the same topic, by id) has a newer leader epoch: the
+    answer then comes from a broker that has not heard of the last election yet, and
+    its leader is an old one (KIP-320; the Java client keeps its cached partition so
+    too).  A leader it followed would refuse the records, NOT_LEADER_OR_FOLLOWER,
+    and the producer would ask that broker again."""
+    if (cached is not None and answered.leader_epoch >= 0
+            and cached.leader_epoch > answered.leader_epoch):
+        return cached
+    return answered
 
 
 def _usable(info):
