@@ -7,7 +7,8 @@ import pytest
 
 from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
                            wait_for)
-from broker_proxy import MetadataProxy, ProduceAnswerProxy, one_partition_answer
+from broker_proxy import (MetadataProxy, ProduceAnswerProxy, ProduceDroppingProxy,
+                          one_partition_answer)
 from netkafka import Producer, errors
 from netkafka.errors import KafkaTimeoutError
 from netkafka.testing.admin import create_topic
@@ -461,3 +462,39 @@ def test_resends_back_off_exponentially_up_to_retry_backoff_max_ms(
     assert isinstance(caught.value.__cause__, errors.NotEnoughReplicasError)
     attempts = int(re.search(r"\((\d+) attempts", str(caught.value)).group(1))
     assert attempts >= fewest and (most is None or attempts <= most), str(caught.value)
+
+
+@pytest.mark.parametrize("fault", ["unreadable answer", "unanswered, no retries"])
+def test_a_record_failed_after_an_attempt_the_broker_may_have_appended_says_so(
+        kafka_broker, topic_name, fault):
+    """The README's promise: a record that failed after an attempt that went unanswered,
+    or failed in a way that may follow an append, says its records may be in the log.
+    A Produce answer that could not be read (the broker had appended: the record is
+    there) failed with the decoder's words alone, naming no broker; a request left
+    unanswered with retries=0 failed with the timeout alone."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = (ProduceAnswerProxy if fault == "unreadable answer"
+             else ProduceDroppingProxy)((host, int(port)))
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, retries=0, enable_idempotence=False,
+                      acks=1, request_timeout_ms=1000, delivery_timeout_ms=5000) as producer:
+            producer.send(topic_name, b"warm").get(30)
+            if fault == "unreadable answer":
+                with proxy.lock:
+                    proxy.rewrite_produce = lambda data, version: b"\xff" * 3
+            else:
+                proxy.set_dropping(True)
+            with pytest.raises(errors.KafkaError) as caught:
+                producer.send(topic_name, b"failed").get(30)
+            if fault != "unreadable answer":
+                proxy.set_dropping(False)
+    finally:
+        proxy.close()
+    message = str(caught.value)
+    assert "its records may be in the log" in message, message
+    if fault == "unreadable answer":
+        assert isinstance(caught.value, errors.ProtocolError)
+        assert f"127.0.0.1:{proxy.port}" in message and "answered Produce" in message
+        values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 2)]
+        assert values == [b"warm", b"failed"]  # failed, and in the log all the same

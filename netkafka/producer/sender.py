@@ -51,6 +51,7 @@ connection's, the metadata's, the ProducerIdManager's or the transaction
 state machine's lock, never the other way round.
 """
 import collections
+import copy
 import functools
 import logging
 import threading
@@ -555,6 +556,12 @@ class Sender:
                 if item.sequenced is not None:
                     idempotence.answered(item.sequenced, None)
             if not error.retriable:  # e.g. a ProtocolError: resending won't help
+                if isinstance(error, errors.ProtocolError):
+                    # The decoder's words alone ("truncated at offset 0") named
+                    # neither the broker nor the request.
+                    error = errors.ProtocolError(
+                        f"{conn.describe()} answered Produce with bytes that are not a "
+                        f"valid answer: {error}")
                 for item in batches:
                     self._complete(item, error=error)
             else:
@@ -966,6 +973,8 @@ class Sender:
             # look again.
             self.wake_leaders(released)
         for item, result, error in outcomes:
+            if error is not None and item.maybe_written:
+                error = _saying_maybe_written(error)
             try:
                 item.on_done(result, error)
             except Exception:  # noqa: BLE001 -- the other batches still complete
@@ -1037,6 +1046,19 @@ def _resolve(future, result, error):
 # What a batch's error adds when _Batch.maybe_written: failed is not absent.
 _MAYBE_WRITTEN = ("an attempt went unanswered or failed after the broker may have appended "
                   "it, so its records may be in the log")
+
+
+def _saying_maybe_written(error):
+    """error, saying that the batch's records may be in the log (a copy of it, of its
+    class, with its cause) unless it says so already: its records failed after an
+    attempt the broker may have appended (an unanswered request, an answer that could
+    not be read, retries run out after such an attempt), so failed is not absent."""
+    if _MAYBE_WRITTEN in str(error):
+        return error
+    saying = copy.copy(error)
+    saying.args = (f"{error}; {_MAYBE_WRITTEN}",)
+    saying.__cause__ = error.__cause__
+    return saying
 
 
 def _delivery_timeout(sender, item, last_error=None):
