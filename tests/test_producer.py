@@ -16,7 +16,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 import netkafka
 from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, KafkaTimeoutError,
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
-                      SerializationError)
+                      SerializationError, UndeliveredRecordsError)
 from netkafka.config import COMPRESSION_TYPES
 from netkafka.errors import (IllegalArgumentError, MessageTooLargeError, SaslConfigError,
                              SslConfigError)
@@ -918,3 +918,22 @@ def test_flush_and_get_return_once_the_records_callbacks_have_run(kafka_broker, 
         future.add_callback(lambda meta: ran.append(future.get(0).offset))
         assert future.get(30).offset == 1
         assert ran == [0, 1, 1]
+
+
+def test_close_after_a_produce_failure_stops_every_thread_then_raises_it(
+        kafka_broker, topic_name):
+    # close() raised the UndeliveredRecordsError of its flush half-way: the I/O thread,
+    # metadata and buffers were never closed, and a second close() did nothing.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    before = netkafka_threads()
+    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
+    delivered = p.send(topic_name, b"delivered")
+    p.produce(topic_name, b"refused", partition=7)  # the topic has one partition
+    with pytest.raises(UndeliveredRecordsError, match="no partition 7") as raised:
+        p.close()
+    assert raised.value.failed_count == 1
+    assert netkafka_threads() == before
+    assert delivered.get(0).offset == 0
+    p.close()  # closed: nothing left to raise
+    with pytest.raises(ProducerClosedError):
+        p.send(topic_name, b"after close")

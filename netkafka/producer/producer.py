@@ -41,7 +41,8 @@ import weakref
 
 from netkafka import errors
 from netkafka.errors import (KafkaConfigurationError, KafkaTimeoutError, ProducerClosedError,
-                             SentBeforeForkError, SerializationError, TransactionStateError)
+                             SentBeforeForkError, SerializationError, TransactionStateError,
+                             UndeliveredRecordsError)
 from netkafka.producer._accumulator import ProducerCore
 from netkafka.producer.accumulator import RecordAccumulator
 from netkafka.producer.backoff import backoff_strategy
@@ -678,6 +679,9 @@ class Producer(ProducerCore):
         Raises:
             TypeError, ValueError: timeout is not a number of seconds or None (the
                 producer is left open).
+            UndeliveredRecordsError: records sent with produce() failed since the
+                previous flush(), as flush() raises it when the flush ends within
+                timeout; raised once the producer is closed.
         """
         # Checked before the producer counts as closed: a timeout that raised later
         # left it closed to close() but with its threads running and records pending.
@@ -708,10 +712,16 @@ class Producer(ProducerCore):
             # Before the flush: what an aborted transaction has not sent fails
             # instead of going out into it for nothing.
             self._transaction.end_for_close(_remaining_s(deadline))
+        undelivered = None
         try:
             self._accumulator.close(_remaining_s(deadline))
         except KafkaTimeoutError:
             pass  # what is left fails below
+        except UndeliveredRecordsError as error:
+            # produce()'s failures, which the flush reports: raised once the producer
+            # is closed, not in place of closing it (its threads would run on, and a
+            # second close() would do nothing).
+            undelivered = error
         if self._wal is not None:
             # What fails from here on stays in the WAL, the next producer replays it:
             # its records are told so (RecordKeptError).
@@ -726,6 +736,8 @@ class Producer(ProducerCore):
         if self._wal is not None:
             self._wal.close()
         self._close_hooks()
+        if undelivered is not None:
+            raise undelivered
 
     def _close_hooks(self):
         """close() of the Serializer objects and interceptors given, once."""
