@@ -83,7 +83,7 @@ def test_an_oversize_record_is_kafka_pythons_message_size_too_large_error(kafka_
         for attempt in (lambda: p.send(topic, b"x" * 10_001),
                         lambda: p.send(topic, b"x" * 10_001, partition=1)):
             with pytest.raises(errors.MessageSizeTooLargeError,
-                               match=r"larger than max_request_size_bytes=10000") as info:
+                               match=r"larger than max_request_size=10000") as info:
                 attempt()
             assert isinstance(info.value, errors.KafkaError)
             assert isinstance(info.value, ValueError)  # as netkafka documents it

@@ -300,7 +300,7 @@ def test_oversized_first_record_when_the_pool_has_no_room():
 @pytest.mark.parametrize("magic", MAGICS)
 def test_record_larger_than_max_request_size_is_refused(magic, codec):
     builder = new_builder(magic, codec, 1000, 5000)
-    with pytest.raises(ValueError, match="larger than max_request_size_bytes=5000"):
+    with pytest.raises(ValueError, match="larger than max_request_size=5000"):
         builder.append(None, b"x" * 5000)
     assert builder.record_count == 0
     assert builder.append(b"k", b"v") == 0, "a refused record leaves the set usable"

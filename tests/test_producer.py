@@ -453,7 +453,7 @@ def test_a_send_from_a_callback_to_a_topic_not_known_yet_is_refused_at_once(
 def test_an_oversize_record_is_refused_naming_the_limit(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name)
     with producer(kafka_broker.bootstrap, max_request_size=100_000, batch_size=16384) as p:
-        with pytest.raises(ValueError, match=r"larger than max_request_size_bytes=100000"):
+        with pytest.raises(ValueError, match=r"larger than max_request_size=100000"):
             p.send(topic_name, b"x" * 100_001)
         # A record above batch_size but within max_request_size gets a batch of its own.
         big = os.urandom(60_000)

@@ -570,7 +570,7 @@ def test_record_over_max_request_size_is_refused_naming_sizes():
     pool = BufferPool(1024, 1 << 20)
     builder = RecordBatchBuilder(pool.try_acquire(), 1024, 4096)
     with pytest.raises(ValueError, match=r"the record is 4\d{3} bytes .* larger than "
-                                         r"max_request_size_bytes=4096"):
+                                         r"max_request_size=4096"):
         builder.append(None, b"x" * 4050, None, 1)
     assert builder.record_count == 0
     # The largest that fits max_request_size_bytes is taken.

@@ -464,7 +464,7 @@ cdef class RecordBatchBuilder(PooledBatch):
         if needed > self.max_request_size_bytes:
             raise RecordTooLargeError(
                 f"the record is {needed} bytes when serialized in a batch, larger than "
-                f"max_request_size_bytes={self.max_request_size_bytes}")
+                f"max_request_size={self.max_request_size_bytes}")
         if needed > self._records_buf.capacity_bytes:
             self._grow(needed, needed, True)
         return 0

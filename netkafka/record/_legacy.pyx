@@ -324,7 +324,7 @@ cdef class LegacyMessageSetBuilder(PooledBatch):
             raise RecordTooLargeError(
                 f"the record is {self._wrapper_bytes + entry_bytes} bytes as a v{self.magic} "
                 f"message{' in a compressed set' if self._wrapper_bytes else ''}, larger "
-                f"than max_request_size_bytes={self.max_request_size_bytes}")
+                f"than max_request_size={self.max_request_size_bytes}")
         if entry_bytes > self._records_buf.capacity_bytes:
             self._grow(entry_bytes, entry_bytes, True)
         return 0
