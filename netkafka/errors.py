@@ -831,13 +831,17 @@ def refuses_credentials(error):
 BrokerResponseError = BrokerError
 KafkaProtocolError = ProtocolError
 UnknownError = UnknownServerError
-CorruptRecordError = CorruptMessageError
+CorruptRecordError = CorruptRecordException = CorruptMessageError
 NotLeaderForPartitionError = NotLeaderOrFollowerError
 NetworkExceptionError = NetworkError
 MessageSizeTooLargeError = MessageTooLargeError
 UnsupportedCodecError = CompressionError
+# kafka-python raises it where netkafka raises IncompatibleBrokerError: no version of a
+# needed API that both sides speak (there a subclass of UnsupportedVersionError).
+IncompatibleBrokerVersion = IncompatibleBrokerError
 KAFKA_PYTHON_NAMES = (
-    "BrokerResponseError", "CorruptRecordError", "IllegalArgumentError", "IllegalStateError",
+    "BrokerResponseError", "CorruptRecordError", "CorruptRecordException",
+    "IllegalArgumentError", "IllegalStateError", "IncompatibleBrokerVersion",
     "KafkaConfigurationError", "KafkaConnectionError", "KafkaError", "KafkaProtocolError",
     "KafkaTimeoutError", "MessageSizeTooLargeError", "NetworkExceptionError",
     "NotLeaderForPartitionError", "UnknownError", "UnsupportedCodecError",

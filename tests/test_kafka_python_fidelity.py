@@ -75,6 +75,21 @@ def test_error_names_of_kafka_python():
     assert issubclass(errors.ProducerClosedError, errors.IllegalStateError)
 
 
+def test_kafka_pythons_name_of_each_error_netkafka_raises_is_there():
+    # `from kafka.errors import X` as `from netkafka.errors import X` failed for
+    # CorruptRecordException (code 2, also CorruptRecordError there) and for
+    # IncompatibleBrokerVersion, what kafka-python raises where netkafka raises
+    # IncompatibleBrokerError (no API version both sides speak).
+    for name, cls in vars(kafka.errors).items():
+        code = getattr(cls, "errno", None)
+        if isinstance(cls, type) and code in errors._CLASS_FOR_CODE:
+            assert hasattr(errors, name), name
+    assert errors.CorruptRecordException is errors.CorruptMessageError
+    assert errors.IncompatibleBrokerVersion is errors.IncompatibleBrokerError
+    assert {"CorruptRecordException", "IncompatibleBrokerVersion"} <= set(
+        errors.KAFKA_PYTHON_NAMES)
+
+
 def test_an_oversize_record_is_kafka_pythons_message_size_too_large_error(kafka_broker, topic):
     # kafka-python's send() raises MessageSizeTooLargeError for a record larger than
     # max_request_size; netkafka raised a bare ValueError, which a script's
