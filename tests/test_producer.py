@@ -4,8 +4,11 @@ Every check compares what the test handed to send() with what an independent rea
 (netkafka.testing.reader, librdkafka underneath) finds in the topic, and with what
 the futures reported: offsets, partitions, timestamps, sizes.
 """
+import gc
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -862,6 +865,51 @@ def test_bool_timestamp_is_refused_naming_it(kafka_broker, topic_name):
     with Producer(bootstrap_servers=kafka_broker.bootstrap) as producer:
         with pytest.raises(TypeError, match="timestamp_ms must be an int"):
             producer.send(topic_name, b"v", timestamp_ms=True)
+
+
+def test_a_producer_dropped_without_close_delivers_its_records_and_stops_its_threads(
+        kafka_broker, topic_name):
+    # As kafka-python's, a producer nobody refers to any more is closed.  Its own stack
+    # kept it alive: every dropped producer left its I/O and linger threads and its
+    # sockets running, and its lingering records unsent, until the interpreter exited.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    before = set(threading.enumerate())
+    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
+    future = p.send(topic_name, b"dropped")
+    del p
+    gc.collect()
+    started = [t for t in threading.enumerate()
+               if t not in before and t.name.startswith("netkafka")]
+    for thread in started:
+        thread.join(10)
+    assert [t.name for t in started if t.is_alive()] == []
+    assert future.get(0).offset == 0
+
+
+UNCLOSED_AT_EXIT = """
+import sys
+from netkafka import Producer
+p = Producer(bootstrap_servers=sys.argv[1], linger_ms=60_000)
+for i in range(100):
+    p.send(sys.argv[2], b"%d" % i)
+if sys.argv[3] == "dropped":
+    del p
+"""
+
+
+@pytest.mark.parametrize("how", ["kept", "dropped"])
+def test_records_of_a_producer_never_closed_are_delivered_at_interpreter_exit(
+        kafka_broker, topic_name, how):
+    # Kept to the end, the exit hook closes it; dropped, its __del__ does, and the
+    # exit waits for that close as it would for the hook.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    root = os.path.dirname(os.path.dirname(netkafka.__file__))
+    done = subprocess.run([sys.executable, "-c", UNCLOSED_AT_EXIT, kafka_broker.bootstrap,
+                           topic_name, how], env={**os.environ, "PYTHONPATH": root},
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    records = read_topic(kafka_broker.bootstrap, topic_name, 100)
+    assert sorted(int(r.value) for r in records) == list(range(100))
 
 
 def test_a_close_racing_another_close_returns_only_once_the_producer_is_closed(

@@ -31,6 +31,7 @@ producer's own state (_closed, and whether a forked child has started) is guarde
 by _close_lock.
 """
 import atexit
+import functools
 import logging
 import math
 import numbers
@@ -242,9 +243,11 @@ class Producer(ProducerCore):
                             max_request_size=config.max_request_size,
                             idempotence=idempotence, stats=stats, transaction=transaction,
                             compressor=compressor)
-            partitioner = make_partitioner(config.partitioner, leaders_for=self._leaders_for)
+            partitioner = make_partitioner(config.partitioner,
+                                           leaders_for=functools.partial(_leaders_for, metadata))
+            back = _WeakProducer(self)
             accumulator = RecordAccumulator(
-                partitioner, sender, self._wait_for_partition,
+                partitioner, sender, back.wait_for_partition,
                 batch_size=config.batch_size_bytes, max_request_size=config.max_request_size,
                 compressor=compressor,
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
@@ -267,7 +270,7 @@ class Producer(ProducerCore):
         self._transaction = transaction
         self._stats = stats
         self._records = accumulator  # send() and produce() go there (ProducerCore)
-        metadata.add_listener(self)
+        metadata.add_listener(back)
 
     # ------------------------------------------------------------------
     # The story of a record.
@@ -760,6 +763,19 @@ class Producer(ProducerCore):
     def __exit__(self, *exc_info):
         self.close()
 
+    def __del__(self):
+        # Dropped without close(), as kafka-python closes it: its stack refers back to
+        # it only weakly (_WeakProducer), so this runs, and its threads and sockets
+        # would be left running otherwise.  On a thread of its own: the last reference
+        # may go on an I/O thread (a callback), or while the collector runs in a
+        # thread holding one of the stack's locks.  Not a daemon: an interpreter
+        # exiting waits for the flush, as the exit hook would have.
+        # _closed unlocked: no other thread refers to the producer any more.
+        if getattr(self, "_exit_hook", None) is None or self._closed:
+            return  # __init__ failed before the stack started, or closed already
+        threading.Thread(target=_close_forgotten, args=(self, "once dropped without close()"),
+                         name="netkafka-close").start()
+
     def sync_wal(self):
         """Returns once every record logged so far is on disk (whatever wal_fsync says).
 
@@ -897,7 +913,7 @@ class Producer(ProducerCore):
                 self._needs_start = False
 
     # ------------------------------------------------------------------
-    # Metadata listener (I/O thread) and the broker-aware partitioner's view.
+    # Metadata listener (I/O thread).
 
     def on_metadata(self, snapshot, moved):
         """Gives the accumulator fresh partitions of the topics send() has met whose
@@ -909,13 +925,6 @@ class Producer(ProducerCore):
                 known = accumulator.table_locked(topic) is not None
             if known:  # else send() gives it when it first meets the topic
                 self._give_partitions(topic, snapshot.topics[topic])
-
-    def _leaders_for(self, topic):
-        snapshot = self._metadata.snapshot()
-        info = None if snapshot is None else snapshot.topics.get(topic)
-        if info is None:
-            return {}
-        return {p: part.leader for p, part in info.partitions.items()}
 
 
 KafkaProducer = Producer
@@ -997,13 +1006,48 @@ def _exit_hook(producer):
 
     def close_at_exit():
         producer = ref()
-        if producer is None:
-            return
-        before = producer._accumulator.metrics()["records_failed"]
-        producer.close(_EXIT_CLOSE_TIMEOUT_S)
-        lost = producer._accumulator.metrics()["records_failed"] - before
-        if lost:
-            _log.warning("netkafka producer %s closed at interpreter exit without flush(): "
-                         "%d records failed undelivered", producer.config.client_id, lost)
+        if producer is not None:
+            _close_forgotten(producer, "at interpreter exit without flush()")
 
     return close_at_exit
+
+
+def _close_forgotten(producer, how):
+    """close() of a producer its user did not close: a short flush, and a warning
+    naming how many records failed undelivered."""
+    before = producer._accumulator.metrics()["records_failed"]
+    producer.close(_EXIT_CLOSE_TIMEOUT_S)
+    lost = producer._accumulator.metrics()["records_failed"] - before
+    if lost:
+        _log.warning("netkafka producer %s closed %s: %d records failed undelivered",
+                     producer.config.client_id, how, lost)
+
+
+class _WeakProducer:
+    """The producer as its own stack calls back into it (the metadata listener, the
+    accumulator's topic_waiter), without keeping it alive: a producer dropped without
+    close() is then freed, and its __del__ closes the stack."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, producer):
+        self._ref = weakref.ref(producer)
+
+    def on_metadata(self, snapshot, moved):
+        producer = self._ref()
+        if producer is not None:  # else its __del__ is closing the stack
+            producer.on_metadata(snapshot, moved)
+
+    def wait_for_partition(self, topic, partition):
+        # Only the producer's own calls (send(), send_batch(), ...) append records:
+        # it is alive while they run.
+        self._ref()._wait_for_partition(topic, partition)
+
+
+def _leaders_for(metadata, topic):
+    """The broker-aware partitioner's view: {partition: leader id} of topic."""
+    snapshot = metadata.snapshot()
+    info = None if snapshot is None else snapshot.topics.get(topic)
+    if info is None:
+        return {}
+    return {p: part.leader for p, part in info.partitions.items()}
