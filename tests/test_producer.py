@@ -422,6 +422,35 @@ def test_flush_or_close_from_a_callback_is_refused_not_a_hang(kafka_broker, topi
         "the records, so it would wait for itself forever"]
 
 
+def test_a_send_from_a_callback_into_a_full_buffer_pool_is_refused_at_once(
+        kafka_broker, topic_name):
+    # It waited for memory on the I/O thread, the one that gives memory back: every
+    # record of that thread stalled for max_block_ms, then BackpressureTimeoutError.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    outcome = []
+
+    def send_until_refused(meta):
+        futures = []
+        try:
+            while len(futures) < 100:  # 1 MB into 64 KiB
+                futures.append(p.send(topic_name, b"v" * 10_000))
+        except KafkaError as exc:
+            outcome.append((type(exc), str(exc), futures))
+
+    with producer(kafka_broker.bootstrap, buffer_memory=65536, max_block_ms=60_000) as p:
+        p.send(topic_name, b"first").add_callback(send_until_refused)
+        p.flush(30)
+        assert p.send(topic_name, b"after").get(30).offset > 0
+    [(kind, message, futures)] = outcome
+    assert kind is KafkaError
+    assert message.startswith("no room in the producer's buffer pool (")
+    assert message.endswith(
+        " for a record sent from a callback: callbacks run on the I/O thread that makes "
+        "room, so it would wait for itself; send it from another thread (or use "
+        "backoff='drop')")
+    assert 0 < len(futures) < 100 and all(f.succeeded() for f in futures)
+
+
 def test_a_send_from_a_callback_to_a_topic_not_known_yet_is_refused_at_once(
         kafka_broker, topic_name):
     # It waited for the topic's metadata on the I/O thread that had to fetch it:

@@ -46,7 +46,7 @@ from netkafka.errors import (KafkaConfigurationError, KafkaTimeoutError, Produce
                              UndeliveredRecordsError)
 from netkafka.producer._accumulator import ProducerCore
 from netkafka.producer.accumulator import RecordAccumulator
-from netkafka.producer.backoff import backoff_strategy
+from netkafka.producer.backoff import NoWaitOnIOThreads, backoff_strategy
 from netkafka.producer.batch_send import send_batch
 from netkafka.config import ProducerConfig
 from netkafka.producer.idempotence import ProducerIdManager, TransactionalProducerIds
@@ -252,7 +252,8 @@ class Producer(ProducerCore):
                 compressor=compressor,
                 buffer_memory=config.buffer_memory, linger_ms=config.linger_ms,
                 max_block_ms=config.max_block_ms,
-                delivery_timeout_ms=config.delivery_timeout_ms, backoff=backoff,
+                delivery_timeout_ms=config.delivery_timeout_ms,
+                backoff=NoWaitOnIOThreads(backoff, pool.on_io_thread),
                 idempotence=idempotence, stats=stats, legacy_magic=config.legacy_magic,
                 transaction=transaction, wal=wal,
                 spool=config.on_delivery_timeout == "spool",
