@@ -451,6 +451,24 @@ def test_a_send_from_a_callback_into_a_full_buffer_pool_is_refused_at_once(
     assert 0 < len(futures) < 100 and all(f.succeeded() for f in futures)
 
 
+def test_sends_from_a_callback_past_a_full_connection_are_delivered(kafka_broker, topic_name):
+    # Each batch a callback's send() filled was handed over on the I/O thread, which
+    # waited for its connection to drain below the high watermark -- the thread that
+    # drains it: max_block_ms per batch, then the batch failed.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    sent = []
+
+    def send_many(meta):
+        sent.extend(p.send(topic_name, b"v" * 10_000) for _ in range(20))
+
+    with producer(kafka_broker.bootstrap, high_watermark_bytes=32768,
+                  low_watermark_bytes=16384, max_block_ms=60_000) as p:
+        p.send(topic_name, b"first").add_callback(send_many)
+        p.flush(30)  # "first" and its callback
+        p.flush(30)  # what the callback sent
+        assert [f.get(0).offset for f in sent] == list(range(1, 21))
+
+
 def test_a_send_from_a_callback_to_a_topic_not_known_yet_is_refused_at_once(
         kafka_broker, topic_name):
     # It waited for the topic's metadata on the I/O thread that had to fetch it:

@@ -267,8 +267,10 @@ class Sender:
             TransactionStateError, TransactionAbortRequiredError, or a fatal error:
                 a transactional producer's transaction does not take the batch.
             BackpressureTimeoutError: strategy block/park and the leader's
-                connection stayed above its high watermark (names the broker).
-            RecordDroppedError: strategy drop and no room (counted).
+                connection stayed above its high watermark (names the broker);
+                never on an I/O thread, where the batch is queued past it.
+            RecordDroppedError: strategy drop and no room (counted; not on an
+                I/O thread either).
             KafkaError: the sender is closed, or the batch exceeds max_request_size.
         """
         view = memoryview(batch)
@@ -285,7 +287,11 @@ class Sender:
         start = time.monotonic()
         broker = self._metadata.leader_for(topic, partition, self.max_block_ms / 1000)
         conn = self._pool.open_connection(broker.node_id, broker.host, broker.port)
-        if not conn.has_room():
+        # On an I/O thread (a callback's send() filled the batch) the batch is queued
+        # past the high watermark: waiting there waited for the thread that drains
+        # the connection, max_block_ms per batch.  Its memory is still bounded by
+        # buffer_memory, which such a send() does not wait for either (backoff.py).
+        if not conn.has_room() and not self._pool.on_io_thread():
             remaining_ms = max(0, self.max_block_ms - int((time.monotonic() - start) * 1000))
             try:
                 self.backoff.wait_for_room(conn, remaining_ms)
