@@ -238,6 +238,41 @@ def test_send_batch_takes_numpy_integers_in_lists_as_ints(kafka_broker, topic_na
             assert by_value[value].timestamp_ms == int(stamps[row])
 
 
+def test_send_batch_copies_a_list_item_that_user_code_replaces_meanwhile(kafka_broker,
+                                                                         topic_name):
+    # Python code may run between reading a row's value out of the caller's list and
+    # copying it into the batch: a headers list subclass's __len__ here, pool code
+    # waking a blocked thread (threading.Condition) when the batch grows.  That code
+    # may replace the item, freeing the bytes the encoder pointed at; the batch then
+    # held whatever reused that memory.  The row is sent as one of the values it had.
+    # Row 1: the first row of a batch is appended by send()'s path, which holds it.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    size = 400  # small objects: CPython reuses the freed block for the next one
+    letters = [ord("A")]  # keys[1] and values[1] are always one letter `size` times
+    keys = [None, bytes(letters) * size, None]
+    values = [b"first", bytes(letters) * size, b"next"]
+    fillers = []
+
+    class Replacing(list):
+        def __len__(self):
+            # The old key's and value's only references dropped, their memory
+            # reused at once.
+            letters.append(ord("B") + len(letters) % 20)
+            keys[1] = bytes(letters[-1:]) * size
+            values[1] = bytes(letters[-1:]) * size
+            fillers.extend(b"\xee" * size for _ in range(4))
+            return super().__len__()
+
+    with producer(kafka_broker.bootstrap, linger_ms=5) as p:
+        result = p.send_batch(topic_name, values, keys=keys, partitions=0,
+                              headers=[None, Replacing([("h", b"1")]), None]).get(30)
+        assert result.failed_count == 0, result.errors
+    records = read_topic(kafka_broker.bootstrap, topic_name, 3)
+    for sent in (records[1].key, records[1].value):
+        assert sent[0] in letters and sent == sent[:1] * size, sent[:16]
+    assert (records[0].value, records[2].value) == (b"first", b"next")
+
+
 def test_send_batch_unkeyed_rows_are_sticky_per_batch(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
     values = [b"x" * 100 for _ in range(20_000)]

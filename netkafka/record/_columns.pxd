@@ -131,6 +131,17 @@ cdef BinarySource _binary_source(object obj, str name, Py_ssize_t expected_lengt
                                  bint bytes_only)
 
 
+cdef inline object _list_item(BinarySource source, Py_ssize_t i):
+    # Row i's object when source is a list, else None.  The encoder keeps it while it
+    # copies the row: Python code run meanwhile (a headers list's __len__, a thread
+    # woken by the pool as the batch grows) may drop the list's reference, freeing the
+    # bytes read in place.  A tuple keeps its items, a column its buffers.
+    if source._kind == _SOURCE_SEQUENCE and PyList_CheckExact(source._sequence):
+        if i < PyList_GET_SIZE(source._sequence):
+            return <object>PyList_GET_ITEM(source._sequence, i)
+    return None
+
+
 cdef inline bint _read_fast(BinarySource source, Py_ssize_t i, const unsigned char **data,
                             Py_ssize_t *length) noexcept:
     # The common cases of BinarySource.get, inlined into the bulk loop: a column
