@@ -26,6 +26,7 @@
     |                           kafka-python setting that has no meaning here
     |                           (also a ValueError)
     +-- IllegalArgumentError    a bad argument (also a ValueError)
+    |   +-- NoSuchPartitionError  send() named a partition its topic does not have
     +-- UndeliveredRecordsError flush(): records sent with produce() failed
     +-- SentBeforeForkError     a forked child's copy of a record its parent sent
     +-- SerializationError      a serializer failed (also a ValueError)
@@ -159,6 +160,13 @@ class KafkaConfigurationError(KafkaError, ValueError):
 
 class IllegalArgumentError(KafkaError, ValueError):
     """A bad argument (kafka-python's name); also a ValueError."""
+
+
+class NoSuchPartitionError(IllegalArgumentError):
+    """send(), produce() or send_batch() named a partition its topic does not have
+    in the metadata.  Unlike other bad arguments it fails an open transaction: the
+    record was meant to be in it, as the Java client's send() fails the transaction
+    when such a record's metadata wait ends (a TimeoutException)."""
 
 
 class ProducerClosedError(IllegalStateError):

@@ -23,9 +23,10 @@ from netkafka import (OffsetAndMetadata, Producer, ProducerFencedError, TopicPar
                       TransactionAbortedError, TransactionAbortRequiredError,
                       TransactionStateError)
 from netkafka.config import producer_keyword, setting_from_text
-from netkafka.errors import (IllegalGenerationError, InvalidProducerEpochError,
-                             InvalidTransactionTimeoutError, InvalidTxnStateError,
-                             KafkaTimeoutError, MessageTooLargeError, RecordTooLargeError)
+from netkafka.errors import (IllegalArgumentError, IllegalGenerationError,
+                             InvalidProducerEpochError, InvalidTransactionTimeoutError,
+                             InvalidTxnStateError, KafkaTimeoutError, MessageTooLargeError,
+                             RecordTooLargeError)
 from netkafka.producer.transactions import TransactionState
 from netkafka.protocol.find_coordinator import TRANSACTION
 from netkafka.testing.admin import create_topic
@@ -476,6 +477,33 @@ def test_a_record_send_refuses_fails_the_transaction(kafka_broker, topic_name, p
         with pytest.raises(TypeError):
             producer.send(topic_name, 7)
         producer.send(topic_name, b"next")
+        producer.commit_transaction()
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1,
+                             isolation_level="read_committed")) == [b"next"]
+
+
+def test_a_record_for_a_partition_the_topic_lacks_fails_the_transaction(kafka_broker,
+                                                                         topic_name, protocol):
+    """send() to partition 7 of a 4-partition topic raised IllegalArgumentError and left
+    the transaction as it was: a caller that let the exception go committed without
+    the record.  As the Java client's send() (which fails such a record after
+    max_block_ms, failing the transaction), the record fails the transaction now;
+    produce() failed it already."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=4)
+    with transactional(kafka_broker.bootstrap, protocol) as producer:
+        for refused in (lambda: producer.send(topic_name, b"x", partition=7),
+                        lambda: producer.produce(topic_name, b"x", partition=7)):
+            producer.begin_transaction()
+            producer.send(topic_name, b"before", partition=1)
+            try:
+                refused()
+            except IllegalArgumentError as exc:  # send() raises it, produce() counts it
+                assert "has no partition 7" in str(exc)
+            with pytest.raises(TransactionAbortRequiredError, match="has no partition 7"):
+                producer.commit_transaction()
+            producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic_name, b"next", partition=1)
         producer.commit_transaction()
     assert values(read_topic(kafka_broker.bootstrap, topic_name, 1,
                              isolation_level="read_committed")) == [b"next"]

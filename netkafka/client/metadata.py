@@ -395,8 +395,9 @@ class Metadata:
 
         Raises:
             KafkaTimeoutError: no leader known within timeout_s (names why).
-            IllegalArgumentError: the topic has no such partition (a KafkaError, and
-                a ValueError as kafka-python's send() raises for it).
+            NoSuchPartitionError: the topic has no such partition (an
+                IllegalArgumentError, and a ValueError as kafka-python's send() raises
+                for it).
         """
         deadline = time.monotonic() + timeout_s
         while True:
@@ -407,7 +408,7 @@ class Metadata:
                 return broker
             info = self.wait_for_topic(topic, max(0.0, deadline - time.monotonic()))
             if partition not in info.partitions:
-                raise errors.IllegalArgumentError(
+                raise errors.NoSuchPartitionError(
                     f"topic {topic!r} has no partition {partition} "
                     f"(it has {len(info.partitions)})")
             # The partition names a leader missing from the answer's broker

@@ -465,7 +465,7 @@ class Producer(ProducerCore):
         Raises:
             KafkaTimeoutError: no metadata in time (names the topic and why).
             ProducerClosedError: close() came first (before or during the wait).
-            IllegalArgumentError: the topic has no such partition.
+            NoSuchPartitionError: the topic has no such partition.
             KafkaError: called from a callback (an I/O thread), at once.
         """
         if self._pool.on_io_thread():

@@ -117,7 +117,9 @@ ABORTABLE_END_TXN = frozenset((errors.TransactionAbortableError.code, *_PRODUCER
 # What send() and friends raise that does not fail the open transaction: a bad argument
 # or a call refused as a whole (closed, no transaction open, the transaction failed
 # already) -- the Java client's IllegalArgumentException, SerializationException and
-# IllegalStateException, which are no ApiExceptions.  (produce() does not raise what it
+# IllegalStateException, which are no ApiExceptions.  A partition the topic lacks is
+# no such argument (NoSuchPartitionError): the Java client waits for it and fails the
+# record with a TimeoutException, which fails the transaction.  (produce() does not raise what it
 # counts, so whatever it counts fails the transaction: the accumulator's
 # count_untracked_failure.)
 _NOT_A_RECORD_FAILURE = (errors.IllegalArgumentError, errors.SerializationError,
@@ -464,9 +466,12 @@ class TransactionManager:
         each of its ApiExceptions fails the transaction), a failure of the record --
         no metadata or no memory within max_block_ms, too large, a topic refused --
         fails the open transaction, which committed would lack the record: a caller
-        that let the exception go would not lose the record silently.  A bad argument
-        or a refused call (_NOT_A_RECORD_FAILURE) leaves the transaction as it is."""
-        if isinstance(error, errors.KafkaError) and not isinstance(error, _NOT_A_RECORD_FAILURE):
+        that let the exception go would not lose the record silently.  So does a
+        partition the topic lacks; another bad argument or a refused call
+        (_NOT_A_RECORD_FAILURE) leaves the transaction as it is."""
+        if isinstance(error, errors.KafkaError) and (
+                isinstance(error, errors.NoSuchPartitionError)
+                or not isinstance(error, _NOT_A_RECORD_FAILURE)):
             self.record_failed(error)
 
     def failed_with(self, error):
