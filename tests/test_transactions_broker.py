@@ -317,6 +317,50 @@ def test_a_record_and_close_while_another_thread_commits_are_told_so(kafka_broke
                              isolation_level="read_committed")) == [b"committed"]
 
 
+def test_close_waits_for_a_commit_another_thread_runs(kafka_broker, topic_name, protocol):
+    """close() while another thread's commit_transaction() waited for its records (the
+    broker frozen) returned as soon as the records were delivered, shutting the I/O
+    threads under the commit's EndTxn: the commit raised KafkaTimeoutError ("the
+    producer closed"), although the coordinator committed the transaction.  As the
+    Java client's close() lets a commit under way finish, close() now waits for it
+    (within its timeout), and the commit succeeds."""
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name)
+    producer = transactional(kafka_broker.bootstrap, protocol, transaction_timeout_ms=600_000,
+                             max_block_ms=60_000)
+    producer.begin_transaction()
+    future = producer.send(topic_name, b"committed")
+    outcome = []
+
+    def commit():
+        try:
+            outcome.append(producer.commit_transaction())
+        except Exception as exc:
+            outcome.append(exc)
+
+    committer = threading.Thread(target=commit)
+    closer = threading.Thread(target=producer.close, args=(60,))
+    nodes[0].pause()
+    try:
+        committer.start()
+        states = producer._transaction.states
+        wait_for(lambda: states.state == TransactionState.COMMITTING, 30,
+                 "the other thread's commit")
+        closer.start()
+        wait_for(lambda: producer._closed, 30, "close()")
+    finally:
+        nodes[0].resume()
+    closer.join(JOIN_TIMEOUT_S)
+    committer.join(JOIN_TIMEOUT_S)
+    assert not closer.is_alive() and not committer.is_alive()
+    assert outcome == [None]  # committed, no exception
+    assert future.get(0).offset == 0
+    assert values(read_topic(kafka_broker.bootstrap, topic_name, 1, timeout_s=30,
+                             isolation_level="read_committed")) == [b"committed"]
+
+
 @pytest.mark.parametrize("broker", ["kafka_broker", "kafka_broker_3_9"])
 def test_an_abort_right_after_a_send_waits_for_its_partition_to_be_added(request, broker,
                                                                          topic_name):

@@ -326,19 +326,21 @@ class TransactionManager:
         and read_committed consumers of its partitions would stop before its first
         record until then; its records not sent yet would be flushed into it for
         nothing.  Nothing is raised: a failure is logged, and the coordinator aborts
-        the transaction when it times out.  A call running on another thread is left
-        to finish."""
+        the transaction when it times out.  A call running on another thread is waited
+        for first, within the same bound, as the Java client's close() lets a commit
+        under way finish: shutting the I/O threads under it, a commit whose EndTxn the
+        coordinator took would fail, told "the producer closed"."""
+        deadline = time.monotonic() + (self._max_block_s if timeout_s is None
+                                       else min(timeout_s, self._max_block_s))
+        running = self.states.wait_until_idle(self._remaining_s(deadline))
         state = self.states.state
         if state not in (_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING, _S.COMMITTING):
             return
-        running = self.states.running
         if running is not None:
             # Not "not ended, the coordinator aborts it": that call may well end it.
             _log.info("transaction %r: %s runs on another thread at close(), which "
                       "leaves the transaction to it", self.transactional_id, running)
             return
-        deadline = time.monotonic() + (self._max_block_s if timeout_s is None
-                                       else min(timeout_s, self._max_block_s))
         try:
             if state == _S.COMMITTING:
                 _log.info("transaction %r: finishing its commit at close()",

@@ -38,7 +38,8 @@ leader adds the partition itself when the first batch of the transaction arrives
 every batch may be sent at once.
 
 Threads: any method from any thread.  Every field is guarded by _lock; _adds_done
-(a condition on it) is notified when the last partition being added is answered.  The
+(a condition on it) is notified when the last partition being added is answered, and
+_idle (another) when a transactional call ends.  The
 gate is called with _lock held.  Lock order: the Sender's lock, then _lock, then the
 gate's (the accumulator's lock).
 """
@@ -112,6 +113,7 @@ class TransactionStateMachine:
         self._gate = gate  # immutable
         self._lock = threading.Lock()
         self._adds_done = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
         self._state = _S.UNINITIALIZED  # guarded by _lock
         self._error = None  # guarded by _lock: the abortable or fatal error, the first one
         self._later_failures = 0  # guarded by _lock: failures after _error, for messages
@@ -192,11 +194,19 @@ class TransactionStateMachine:
             with self._lock:
                 self._operation = None
                 self._regate_locked()
+                self._idle.notify_all()
 
     @property
     def running(self):
         """The transactional call running now (its name), or None."""
         with self._lock:
+            return self._operation
+
+    def wait_until_idle(self, timeout_s):
+        """close(): waits up to timeout_s until no transactional call runs on another
+        thread; returns the one still running (its name), or None."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._operation is None, timeout_s)
             return self._operation
 
     def refusal(self, what):
