@@ -10,9 +10,10 @@ import uuid
 import pytest
 
 from batch_helpers import wait_for
-from broker_proxy import ProduceDroppingProxy
+from broker_proxy import ProduceAnswerProxy, ProduceDroppingProxy
 from netkafka import Producer, RecordMetadata
-from netkafka.errors import KafkaTimeoutError, MessageTooLargeError, RecordSpooledError
+from netkafka.errors import (KafkaError, KafkaTimeoutError, MessageTooLargeError,
+                             RecordSpooledError)
 from netkafka.producer.sender import ProduceResult, _SplitOutcome
 from netkafka.producer.split import split_in_halves
 from netkafka.record._batch import RecordBatchBuilder
@@ -328,6 +329,56 @@ def test_a_first_batch_split_is_not_overtaken_by_a_smaller_one_behind_it(
 
 SPOOL = dict(request_timeout_ms=1000, delivery_timeout_ms=2000, retry_backoff_ms=100,
              max_block_ms=5000, on_delivery_timeout="spool")
+
+
+def test_a_batch_refused_as_too_large_after_close_began_fails_as_closed(kafka_broker,
+                                                                        topic_name):
+    """The MESSAGE_TOO_LARGE answer of a batch comes after close() closed the sender,
+    before it shut the I/O threads: the batch is not split (nothing is sent any more)
+    and its records failed with the broker's MessageTooLargeError, as if they were too
+    large -- split, they would have fit.  They fail now as any batch close() cut short,
+    saying the sender closed before they were delivered."""
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = ProduceAnswerProxy((host, int(port)))
+    answer_held, release = threading.Event(), threading.Event()
+
+    def hold(data, version):  # the refusal, held until close() has closed the sender
+        answer_held.set()
+        release.wait(60)
+        return data
+
+    p = producer(proxy.bootstrap, linger_ms=60_000)
+    try:
+        futures = [p.send(topic_name, value, partition=0) for value in values(12)]
+        metadata_close = p._metadata.close
+
+        def after_the_sender_closed():  # close()'s next step once the sender is closed
+            release.set()
+            wait_for(lambda: all(f.is_done for f in futures), 30, "the refused batch")
+            metadata_close()
+
+        p._metadata.close = after_the_sender_closed
+        with proxy.lock:
+            proxy.rewrite_produce = hold
+        try:
+            p.flush(0)  # the batch goes out, its answer held
+        except KafkaTimeoutError:
+            pass
+        assert answer_held.wait(30)
+        closer = threading.Thread(target=p.close, args=(0,))
+        closer.start()
+        closer.join(60)
+        assert not closer.is_alive()
+    finally:
+        release.set()
+        p.close(0)
+        proxy.close()
+    for future in futures:
+        with pytest.raises(KafkaError, match="the sender closed before") as failed:
+            future.get(0)
+        assert not isinstance(failed.value, MessageTooLargeError)
 
 
 @pytest.fixture

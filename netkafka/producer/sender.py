@@ -382,9 +382,7 @@ class Sender:
         for release in released:
             release()
         for item in leftovers:
-            self._complete(item, error=errors.KafkaError(
-                f"the sender closed before {item.topic}-{item.partition} was delivered"
-                + (f" ({_MAYBE_WRITTEN})" if item.maybe_written else "")))
+            self._complete(item, error=_closed_before_delivery(item))
 
     def discard_unsent(self, error):
         """Fails with error every batch queued and not in a request now (a
@@ -662,9 +660,11 @@ class Sender:
         (_SplitOutcome).  With idempotence the halves take its place among the
         partition's outstanding batches, with its sequences: the batches behind it,
         refused as out of sequence meanwhile, wait for them (idempotence.py).
-        Returns whether it was split; if not (a legacy message set, which is not read
-        back; a batch that may be in the log already; a transaction being aborted) it
-        fails as refused."""
+        Returns whether it was split, or failed as any batch the sender's close()
+        cut short (closed meanwhile: nothing goes out any more, and the broker's
+        refusal would say its records were too large, which split they were not); if
+        not (a legacy message set, which is not read back; a batch that may be in the
+        log already; a transaction being aborted) it fails as refused."""
         if item.view[_MAGIC_AT] != _MAGIC_V2:
             return False
         try:
@@ -684,24 +684,29 @@ class Sender:
         for part in items:
             part.maybe_written = item.maybe_written  # the batch's records are the parts'
         with self._lock:
-            if self._closed or (self._transaction is not None
-                                and self._transaction.discarding):
-                return False
-            if item.sequenced is not None:
-                entries = self._idempotence.split(
-                    item.sequenced, [(builder, first, count)
-                                     for builder, _, first, count in parts])
-                if entries is None:
+            closed = self._closed
+            if not closed:
+                if self._transaction is not None and self._transaction.discarding:
                     return False
-                for part, entry in zip(items, entries):
-                    part.sequenced = entry
-            item.view = None  # its memory is its owner's, released once the parts are done
-            self._pending += len(items) - 1  # the parts stand for it
-            self._metrics["batches_split"] += 1
-            self._metrics["errors." + errors.MessageTooLargeError.name] += 1
-            leader = self._metadata.leader_id(item.topic, item.partition)
-            for part in items:
-                self._route_locked(part, leader)
+                if item.sequenced is not None:
+                    entries = self._idempotence.split(
+                        item.sequenced, [(builder, first, count)
+                                         for builder, _, first, count in parts])
+                    if entries is None:
+                        return False
+                    for part, entry in zip(items, entries):
+                        part.sequenced = entry
+                # Its memory is its owner's, released once the parts are done.
+                item.view = None
+                self._pending += len(items) - 1  # the parts stand for it
+                self._metrics["batches_split"] += 1
+                self._metrics["errors." + errors.MessageTooLargeError.name] += 1
+                leader = self._metadata.leader_id(item.topic, item.partition)
+                for part in items:
+                    self._route_locked(part, leader)
+        if closed:
+            self._complete(item, error=_closed_before_delivery(item))
+            return True
         conn = None if leader is None else self._pool.get(leader)
         if conn is not None:
             conn.wakeup()
@@ -1065,6 +1070,13 @@ def _saying_maybe_written(error):
     saying.args = (f"{error}; {_MAYBE_WRITTEN}",)
     saying.__cause__ = error.__cause__
     return saying
+
+
+def _closed_before_delivery(item):
+    """The error of a batch the sender's close() cut short."""
+    return errors.KafkaError(
+        f"the sender closed before {item.topic}-{item.partition} was delivered"
+        + (f" ({_MAYBE_WRITTEN})" if item.maybe_written else ""))
 
 
 def _delivery_timeout(sender, item, last_error=None):
