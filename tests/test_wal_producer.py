@@ -611,9 +611,13 @@ def test_records_refused_with_a_retriable_error_until_their_delivery_timeout_are
         return data.replace(old, struct.pack(">ihq", part.partition,
                                              NotEnoughReplicasError.code, -1))
 
+    # The last attempt before the delivery timeout must be answered (the timeout's
+    # cause is then the broker's error), not time out: SPOOL's request_timeout_ms of
+    # 1 s was short for a broker or proxy stalled a moment on a loaded machine.
+    settings = dict(SPOOL, request_timeout_ms=10_000, delivery_timeout_ms=10_000)
     try:
         with Producer(bootstrap_servers=proxy.bootstrap, wal_dir=str(tmp_path),
-                      **SPOOL) as p:
+                      **settings) as p:
             p.send(topic_name, b"before").get(30)
             with proxy.lock:
                 proxy.rewrite_produce = not_enough_replicas
