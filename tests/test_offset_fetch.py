@@ -125,8 +125,8 @@ def test_committed_offsets_of_partitions_not_asked_are_left_out():
         ("t", 0): PartitionOffsetFetched(7, -1, None, 0),
         ("t", 1): PartitionOffsetFetched(NO_OFFSET, -1, None, 0),
         ("other", 3): PartitionOffsetFetched(99, -1, None, 16)})
-    assert fetch_committed_offsets(_AnsweringCoordinators(response), "g",
-                                   [("t", 0), ("t", 1)], time.monotonic() + 5, RetryBackoff(10, 10)) == {
+    assert fetch_committed_offsets(_AnsweringCoordinators(response), "g", [("t", 0), ("t", 1)],
+                                   time.monotonic() + 5, RetryBackoff(10, 10)) == {
         ("t", 0): 7, ("t", 1): None}
     with pytest.raises(ProtocolError, match=r"no answer for \[\('t', 2\)\]"):
         fetch_committed_offsets(_AnsweringCoordinators(response), "g", [("t", 2)],

@@ -8,14 +8,13 @@ strategy.  Crashes and replay: tests/test_wal_replay.py.
 import json
 import logging
 import os
-import struct
 import subprocess
 import sys
 
 import pytest
 
 from batch_helpers import wait_for
-from broker_proxy import ProduceAnswerProxy, ProduceDroppingProxy
+from broker_proxy import ProduceAnswerProxy, ProduceDroppingProxy, one_partition_answer
 from netkafka import Producer, RecordMetadata
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
                              KafkaTimeoutError, NotEnoughReplicasError, ProducerClosedError,
@@ -23,7 +22,6 @@ from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, 
                              WalLockedError, WalStorageError)
 from netkafka.producer import wal_staging
 from netkafka.producer.wal import WriteAheadLog
-from netkafka.protocol.produce import decode_produce_response
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -604,13 +602,6 @@ def test_records_refused_with_a_retriable_error_until_their_delivery_timeout_are
     host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
     proxy = ProduceAnswerProxy((host, int(port)))
 
-    def not_enough_replicas(data, version):
-        [part] = decode_produce_response(data, version).topics[0].partitions
-        old = struct.pack(">ihq", part.partition, part.error_code, part.base_offset)
-        assert data.count(old) == 1
-        return data.replace(old, struct.pack(">ihq", part.partition,
-                                             NotEnoughReplicasError.code, -1))
-
     # The last attempt before the delivery timeout must be answered (the timeout's
     # cause is then the broker's error), not time out: SPOOL's request_timeout_ms of
     # 1 s was short for a broker or proxy stalled a moment on a loaded machine.
@@ -620,7 +611,8 @@ def test_records_refused_with_a_retriable_error_until_their_delivery_timeout_are
                       **settings) as p:
             p.send(topic_name, b"before").get(30)
             with proxy.lock:
-                proxy.rewrite_produce = not_enough_replicas
+                proxy.rewrite_produce = one_partition_answer(
+                    error_code=NotEnoughReplicasError.code, base_offset=-1)
             refused = [p.send(topic_name, b"refused-%d" % i) for i in range(3)]
             try:
                 for future in refused:

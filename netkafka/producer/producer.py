@@ -676,7 +676,8 @@ class Producer(ProducerCore):
         """Flushes for up to timeout seconds (None: until every record is done),
         then fails whatever is left and stops every thread.  A transaction still
         open is aborted first, a commit that ran out of time finished, a transactional
-        call another thread runs waited for (each within max_block_ms and timeout).  send() raises ProducerClosedError from now on.
+        call another thread runs waited for (each within max_block_ms and timeout).
+        send() raises ProducerClosedError from now on.
         Calling it again does nothing once it has returned; a call racing it from
         another thread waits (up to its own timeout) until the first one is done.
 

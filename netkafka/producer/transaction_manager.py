@@ -119,8 +119,8 @@ ABORTABLE_END_TXN = frozenset((errors.TransactionAbortableError.code, *_PRODUCER
 # already) -- the Java client's IllegalArgumentException, SerializationException and
 # IllegalStateException, which are no ApiExceptions.  A partition the topic lacks is
 # no such argument (NoSuchPartitionError): the Java client waits for it and fails the
-# record with a TimeoutException, which fails the transaction.  (produce() does not raise what it
-# counts, so whatever it counts fails the transaction: the accumulator's
+# record with a TimeoutException, which fails the transaction.  (produce() does not
+# raise what it counts, so whatever it counts fails the transaction: the accumulator's
 # count_untracked_failure.)
 _NOT_A_RECORD_FAILURE = (errors.IllegalArgumentError, errors.SerializationError,
                          errors.IllegalStateError, errors.TransactionAbortRequiredError)
