@@ -245,17 +245,43 @@ def test_close_aborts_an_open_transaction(kafka_broker, topic_name, protocol):
                                                                          b"after"]
 
 
+def pausable_transactional(kafka_broker, topic_name, protocol, max_block_ms):
+    """(the session broker's nodes, to pause, and a transactional producer on a new
+    topic whose transaction stays open for 10 minutes)."""
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name)
+    return nodes, transactional(kafka_broker.bootstrap, protocol,
+                                transaction_timeout_ms=600_000, max_block_ms=max_block_ms)
+
+
+def committing_on_another_thread(producer):
+    """Starts producer.commit_transaction() on a thread of its own and waits until it
+    commits (its records not acknowledged yet: the broker paused); returns (that thread,
+    [its outcome once it ends: None, or the exception it raised])."""
+    outcome = []
+
+    def commit():
+        try:
+            outcome.append(producer.commit_transaction())
+        except Exception as exc:  # noqa: BLE001 -- the test looks at it
+            outcome.append(exc)
+
+    committer = threading.Thread(target=commit)
+    committer.start()
+    states = producer._transaction.states
+    wait_for(lambda: states.state == TransactionState.COMMITTING, 30,
+             "the other thread's commit")
+    return committer, outcome
+
+
 def test_close_finishes_a_commit_that_ran_out_of_time(kafka_broker, topic_name, protocol):
     """A commit_transaction() that ran out of max_block_ms (the broker frozen meanwhile:
     its records not acknowledged yet) is finished by close(), as the Java client's
     close() finishes it, rather than left open until its coordinator aborts it after
     transaction_timeout_ms, read_committed consumers stopping before it until then."""
-    nodes = getattr(kafka_broker, "nodes", None)
-    if not nodes:
-        pytest.skip("needs a broker this session started (SIGSTOP)")
-    create_topic(kafka_broker.bootstrap, topic_name)
-    producer = transactional(kafka_broker.bootstrap, protocol, transaction_timeout_ms=600_000,
-                             max_block_ms=2000)
+    nodes, producer = pausable_transactional(kafka_broker, topic_name, protocol, 2000)
     producer.begin_transaction()
     future = producer.send(topic_name, b"committed at close")
     nodes[0].pause()
@@ -278,24 +304,13 @@ def test_a_record_and_close_while_another_thread_commits_are_told_so(kafka_broke
     close() logged that the transaction was not ended and that its coordinator would
     abort it -- while that commit went on and committed.  Both name the running call
     now."""
-    nodes = getattr(kafka_broker, "nodes", None)
-    if not nodes:
-        pytest.skip("needs a broker this session started (SIGSTOP)")
-    create_topic(kafka_broker.bootstrap, topic_name)
-    producer = transactional(kafka_broker.bootstrap, protocol, transaction_timeout_ms=600_000,
-                             max_block_ms=60_000)
+    nodes, producer = pausable_transactional(kafka_broker, topic_name, protocol, 60_000)
     try:
         producer.begin_transaction()
         future = producer.send(topic_name, b"committed")
-        outcome = []
-        committer = threading.Thread(
-            target=lambda: outcome.append(producer.commit_transaction()))
         nodes[0].pause()
         try:
-            committer.start()
-            states = producer._transaction.states
-            wait_for(lambda: states.state == TransactionState.COMMITTING, 30,
-                     "the other thread's commit")
+            committer, outcome = committing_on_another_thread(producer)
             with pytest.raises(TransactionStateError,
                                match=r"a record while commit_transaction\(\) runs on another "
                                      r"thread: the transaction takes no more records"):
@@ -324,30 +339,13 @@ def test_close_waits_for_a_commit_another_thread_runs(kafka_broker, topic_name, 
     producer closed"), although the coordinator committed the transaction.  As the
     Java client's close() lets a commit under way finish, close() now waits for it
     (within its timeout), and the commit succeeds."""
-    nodes = getattr(kafka_broker, "nodes", None)
-    if not nodes:
-        pytest.skip("needs a broker this session started (SIGSTOP)")
-    create_topic(kafka_broker.bootstrap, topic_name)
-    producer = transactional(kafka_broker.bootstrap, protocol, transaction_timeout_ms=600_000,
-                             max_block_ms=60_000)
+    nodes, producer = pausable_transactional(kafka_broker, topic_name, protocol, 60_000)
     producer.begin_transaction()
     future = producer.send(topic_name, b"committed")
-    outcome = []
-
-    def commit():
-        try:
-            outcome.append(producer.commit_transaction())
-        except Exception as exc:
-            outcome.append(exc)
-
-    committer = threading.Thread(target=commit)
     closer = threading.Thread(target=producer.close, args=(60,))
     nodes[0].pause()
     try:
-        committer.start()
-        states = producer._transaction.states
-        wait_for(lambda: states.state == TransactionState.COMMITTING, 30,
-                 "the other thread's commit")
+        committer, outcome = committing_on_another_thread(producer)
         closer.start()
         wait_for(lambda: producer._closed, 30, "close()")
     finally:
