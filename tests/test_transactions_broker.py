@@ -845,3 +845,29 @@ def test_the_coordinators_broker_killed_mid_transaction(failover_cluster, topic_
     committed = read_topic(bootstrap, topic_name, len(expected) + 1,
                            isolation_level="read_committed")
     assert sorted(values(committed)) == sorted(expected + [b"after"])
+
+
+def test_close_waits_for_the_transaction_thread_no_longer_than_its_timeout(
+        kafka_broker, topic_name, monkeypatch):
+    """V1, the broker paused: the transaction thread is inside AddPartitionsToTxn when
+    close(2) stops it.  close() waited 5 s for that thread whatever its own timeout
+    (close(4) took 9 s); it now waits no longer than the time it has left, and the
+    pool's close() ends the request.  (What is asserted is the wait asked for, not a
+    duration.)"""
+    nodes, producer = pausable_transactional(kafka_broker, topic_name, "v1", 20_000)
+    producer.begin_transaction()
+    producer.send(topic_name, b"never committed")
+    thread = producer._transaction._thread
+    join = thread.join
+    waits = []
+
+    def recording_join(timeout=None):
+        waits.append(timeout)
+        join(timeout)
+    monkeypatch.setattr(thread, "join", recording_join)
+    nodes[0].pause()
+    try:
+        producer.close(2)
+    finally:
+        nodes[0].resume()
+    assert len(waits) == 1 and waits[0] is not None and waits[0] <= 2, waits

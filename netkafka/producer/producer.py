@@ -733,7 +733,9 @@ class Producer(ProducerCore):
             self._accumulator.keep_failures_in_wal()
         self._sender.close(_remaining_s(deadline))
         if self._transaction is not None:
-            self._transaction.close()
+            # Within close()'s time left: it waited 5 s for a thread stuck in a
+            # coordinator request whatever the timeout (close(4) took 9 s).
+            self._transaction.close(_remaining_s(deadline))
         self._metadata.close()
         self._accumulator.fail_incomplete(ProducerClosedError(
             "the producer was closed before the record was delivered"))

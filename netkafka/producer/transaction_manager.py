@@ -114,6 +114,9 @@ ABORTABLE_TXN_OFFSET_COMMIT = frozenset((errors.GroupAuthorizationFailedError.co
                                          errors.IllegalGenerationError.code))
 ABORTABLE_END_TXN = frozenset((errors.TransactionAbortableError.code, *_PRODUCER_ID_GONE))
 
+# The longest close() waits for the transaction thread to stop.
+_THREAD_STOP_S = 5.0
+
 # What send() and friends raise that does not fail the open transaction: a bad argument
 # or a call refused as a whole (closed, no transaction open, the transaction failed
 # already) -- the Java client's IllegalArgumentException, SerializationException and
@@ -176,14 +179,17 @@ class TransactionManager:
         self._thread = threading.Thread(target=self._run, name="netkafka-txn", daemon=True)
         self._thread.start()
 
-    def close(self, timeout_s=5.0):
+    def close(self, timeout_s=None):
         """Stops the transaction thread (an open transaction is left to the
-        coordinator, which aborts it after transaction_timeout_ms)."""
+        coordinator, which aborts it after transaction_timeout_ms), waiting for it up to
+        timeout_s (None: _THREAD_STOP_S), never longer than _THREAD_STOP_S: it may be
+        inside a coordinator request, which the pool's close() ends."""
         self._closing.set()
         with self._wake:
             self._wake.notify()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+            self._thread.join(_THREAD_STOP_S if timeout_s is None
+                              else min(timeout_s, _THREAD_STOP_S))
 
     # ------------------------------------------------------------------
     # The transactional calls (a caller's thread).
