@@ -143,6 +143,9 @@ class ProducerConfig(Mapping):
     max_block_ms: int = 60000
     max_request_size: int = _MiB
     metadata_max_age_ms: int = 300000
+    # The Java producer's metadata.max.idle.ms: a topic that opened no batch for this
+    # long is dropped from metadata (its refreshes stop naming it) until sent to again.
+    metadata_max_idle_ms: int = 300000
     retry_backoff_ms: int = 100
     # KIP-580: retry_backoff_ms doubles with each retry up to this (the Java client's
     # default; kafka-python 3 has no such setting and waits retry_backoff_ms each time).
@@ -283,6 +286,7 @@ class ProducerConfig(Mapping):
                   minimum_text=f"the largest batch ({self.batch_size_bytes} bytes: "
                                f"batch_size, at most max_request_size)")
         self._set_ms("metadata_max_age_ms", 1)
+        self._set_ms("metadata_max_idle_ms", 5000)  # the Java client's minimum
         self._set_ms("retry_backoff_ms", 0)
         self._set_ms("retry_backoff_max_ms", 0)
         # Every Produce request carries it as an int32 (the Java client's type).

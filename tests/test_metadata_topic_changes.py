@@ -9,6 +9,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka import Producer
+from netkafka.client import metadata as metadata_module
 from netkafka.errors import (
     IllegalArgumentError, KafkaTimeoutError, UnknownTopicIdError, UnknownTopicOrPartitionError,
 )
@@ -106,3 +107,50 @@ def test_a_record_that_expires_waiting_for_a_leader_names_its_last_refusal(
     failure = failure_after_deletion(kafka_broker.bootstrap, topic_name)
     assert isinstance(failure.__cause__, (UnknownTopicIdError, UnknownTopicOrPartitionError))
     assert type(failure.__cause__).__name__ in str(failure)
+
+
+def test_a_topic_idle_for_metadata_max_idle_ms_is_no_longer_asked_for_nor_recreated(
+        kafka_broker, topic_name, monkeypatch):
+    """metadata_max_idle_ms (the Java producer's metadata.max.idle.ms, at its 5000 ms
+    minimum): a topic sent nothing for that long leaves the producer's Metadata requests,
+    so a refresh after someone deleted it does not create it again (auto-creation on);
+    the next send() asks for it as a first one does, and is delivered.  A topic used
+    once used to stay in every request for the producer's lifetime."""
+    bootstrap = kafka_broker.bootstrap
+    with pytest.raises(ValueError, match="metadata_max_idle_ms .* >= 5000"):
+        Producer(bootstrap_servers=bootstrap, metadata_max_idle_ms=4999)  # Java's minimum
+    names_it = []  # per Metadata request framed: whether it names the topic
+    encode = metadata_module.encode_metadata_request
+
+    def counting(correlation_id, client_id, version, topics, *rest):
+        names_it.append(topic_name in topics)
+        return encode(correlation_id, client_id, version, topics, *rest)
+    monkeypatch.setattr(metadata_module, "encode_metadata_request", counting)
+
+    def next_requests(count):
+        """Whether each of the next count Metadata requests names the topic."""
+        start = len(names_it)
+        deadline = time.monotonic() + WAIT_S
+        while len(names_it) < start + count:
+            assert time.monotonic() < deadline, "no periodic Metadata requests"
+            time.sleep(0.05)
+        return names_it[start:start + count]
+
+    admin = admin_client(bootstrap)
+    with Producer(bootstrap_servers=bootstrap, acks=1, allow_auto_create_topics=True,
+                  metadata_max_idle_ms=5000, metadata_max_age_ms=300) as producer:
+        assert producer.send(topic_name, b"first").get(WAIT_S).offset == 0
+        assert any(next_requests(3))  # still in use: refreshes name it
+        # Idle from now: within 1.25 times metadata_max_idle_ms (and a refresh), the
+        # requests stop naming it.  Before, they named it for ever.
+        deadline = time.monotonic() + 20
+        while any(next_requests(3)):
+            assert time.monotonic() < deadline, "an idle topic is still asked for"
+        delete_topic(bootstrap, topic_name)
+        assert not any(next_requests(5))
+        assert topic_name not in admin.list_topics(timeout=WAIT_S).topics
+        # Sent to again: asked for, created anew (offset 0 again) and delivered.
+        assert producer.send(topic_name, b"again").get(WAIT_S).offset == 0
+        assert all(next_requests(3))
+    records = read_topic(bootstrap, topic_name, 1, timeout_s=WAIT_S)
+    assert [r.value for r in records] == [b"again"]

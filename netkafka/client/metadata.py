@@ -53,7 +53,8 @@ Threads: refreshes are driven on I/O thread 0 (the "metadata thread"); the
 answer is handled on the thread of the connection it came from.  Every field
 shared between them and the callers is guarded by ``_lock``; callers wait on
 ``_changed``.  Lock order: ``_lock``, then the pool's, then a connection's
-(_pick_connection looks at the pool's connections with ``_lock`` held).
+(_pick_connection looks at the pool's connections with ``_lock`` held); the
+producer's accumulator lock comes before ``_lock`` (forget_topics).
 """
 import copy
 import logging
@@ -305,6 +306,19 @@ class Metadata:
             self._topics.add(topic)
             self._unrequested.add(topic)
         self._thread.call_soon(self._refresh)
+
+    def forget_topics(self, topics):
+        """Stops asking for topics (a set: the producer's idle ones,
+        metadata_max_idle_ms) and drops them from the cache: a refresh no longer names
+        them (with auto-creation on, it would create one someone deleted), and a wait
+        for one asks for it again, at once, as for a new topic."""
+        with self._lock:
+            for topic in topics:
+                self._forget_topic_locked(topic)
+            if self._snapshot is not None:
+                self._snapshot = self._snapshot._replace(topics={
+                    name: info for name, info in self._snapshot.topics.items()
+                    if name not in topics})
 
     def topic_id(self, topic):
         """The topic's id from the cache, or None."""

@@ -37,7 +37,8 @@ Locking: `lock` (a _mutex.Mutex) guards `topics`, `closed`, `refusal`, the clock
 field of the TopicTable, PartitionQueue and Batch objects reachable from `topics`.
 The partitioner runs outside it (it has its own lock, and a custom partitioner is
 user code, which must not run under ours).  Lock order: `lock`, then the buffer
-pool's mutex, the linger timer's condition or the WAL appender's lock.
+pool's mutex, the linger timer's condition, the WAL appender's lock or the metadata's
+lock (RecordAccumulator.remove_idle_tables).
 """
 cimport cython
 from cpython.bool cimport PyBool_Check
@@ -58,6 +59,7 @@ from netkafka.csrc cimport (
 )
 
 import collections
+import time
 
 from netkafka.errors import WalFullError
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
@@ -168,12 +170,16 @@ cdef class TopicTable:
     # so that an answer asked for before a move is not kept after it.
     cdef int sticky
     cdef unsigned long sticky_epoch
+    # time.monotonic_ns() when the table was made or last opened a batch: the producer
+    # drops a topic idle for metadata_max_idle_ms (RecordAccumulator.remove_idle_tables).
+    cdef public int64_t used_ns
 
-    def __cinit__(self):
+    def __cinit__(self, int64_t used_ns):
         self.all_partitions = ()
         self.available_partitions = ()
         self._queues = []
         self.sticky = -1
+        self.used_ns = used_ns
 
     cdef inline void forget_sticky_locked(self):
         self.sticky = -1
@@ -207,8 +213,8 @@ cdef class AccumulatorCore:
     # (keyed_partition, no lock of its own), and for no key the sticky partition it
     # last gave, kept in the TopicTable until this accumulator tells it to move on.
     cdef bint _sticky_builtin
-    # lock: the topic of the last append and its TopicTable (tables are never
-    # removed), so that a run of records to one topic skips the dict.
+    # lock: the topic of the last append and its TopicTable (None after that table
+    # is removed), so that a run of records to one topic skips the dict.
     cdef object _last_topic
     cdef TopicTable _last_table
 
@@ -425,16 +431,33 @@ cdef class AccumulatorCore:
         return [queue for table in self._topics.values()
                 for queue in (<TopicTable>table)._queues if queue is not None]
 
-    def set_partitions(self, topic, all_partitions, available_partitions):
+    def remove_table_locked(self, topic):
+        """With the lock held: forgets the topic's table, which has no batch (the
+        caller checked): the next record for the topic waits for its metadata, as a
+        first one does."""
+        if self._last_topic is not None and self._last_topic == topic:
+            self._last_topic = None
+            self._last_table = None
+        del self._topics[topic]
+
+    def tables_locked(self):
+        """With the lock held: (topic, TopicTable) of every topic known."""
+        return list(self._topics.items())
+
+    def set_partitions(self, topic, all_partitions, available_partitions, create=True):
         """Any thread (takes the lock): the topic's partitions as metadata says.
-        Queues of partitions that disappeared stay until their batches are done."""
+        Queues of partitions that disappeared stay until their batches are done.
+        create False: only a table that exists is updated (a metadata answer must
+        not bring back the table of a topic dropped as idle meanwhile)."""
         cdef TopicTable table
         all_partitions = tuple(all_partitions)
         available_partitions = tuple(available_partitions)
         with self.lock:
             table = self._topics.get(topic)
             if table is None:
-                table = self._topics[topic] = TopicTable()
+                if not create:
+                    return
+                table = self._topics[topic] = TopicTable(time.monotonic_ns())
             table.all_partitions = all_partitions
             table.available_partitions = available_partitions
             table.forget_sticky_locked()

@@ -29,6 +29,7 @@ class ProducerSettings(TypedDict, total=False):
     max_block_ms: float
     max_request_size: int
     metadata_max_age_ms: float
+    metadata_max_idle_ms: float
     retry_backoff_ms: float
     retry_backoff_max_ms: float
     request_timeout_ms: float

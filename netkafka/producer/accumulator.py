@@ -193,6 +193,11 @@ class RecordAccumulator(AccumulatorCore):
             self.wal = wal.appender
             self.wal_always = wal.fsync == "always"
         self._spool = _Spool(self, retry_backoff_ms) if spool and wal is not None else None
+        self._next_idle_check_ns = 0  # guarded by lock: see remove_idle_tables
+        # Guarded by lock: _append_cold calls running.  They hold a topic's queue or
+        # table across releases of the lock (waiting for memory, the partitioner), so
+        # no table goes while one runs (remove_idle_tables).
+        self._cold_appends = 0
         self._linger = _LingerTimer(self)
 
     # ------------------------------------------------------------------
@@ -207,12 +212,17 @@ class RecordAccumulator(AccumulatorCore):
         record's, for the WAL; retired: the queue whose full batch the core moved to
         the ready queue, or None.  What it raises (every refusal of a record but a bad
         argument the core finds first) is told to the transaction (append_failed)."""
+        with self.lock:
+            self._cold_appends += 1
         try:
             return self._append_new(topic, partition, chosen, key, value, headers,
                                     timestamp_ms, track, context, retired)
         except errors.KafkaError as exc:
             self.append_failed(exc)
             raise
+        finally:
+            with self.lock:
+                self._cold_appends -= 1
 
     def _append_new(self, topic, partition, chosen, key, value, headers, timestamp_ms,
                     track, context, retired):
@@ -513,6 +523,8 @@ class RecordAccumulator(AccumulatorCore):
         if self._wal is not None:
             batch.wal_id = self._wal.open_batch()
         queue.open = batch
+        # Once per batch, not per record: the topic is in use (remove_idle_tables).
+        self.table_locked(queue.topic).used_ns = batch.created_ns
         with self._state_lock:
             self._incomplete.add(batch.result)
             self._metrics["batches_created"] += 1
@@ -527,6 +539,34 @@ class RecordAccumulator(AccumulatorCore):
             self._wal.discard_batch(batch.wal_id)
         batch.builder.mark_failed()
         batch.builder.release()
+
+    def remove_idle_tables(self, idle_ns, forget):
+        """Any thread (an I/O thread's metadata answer): the tables of topics that opened
+        no batch for idle_ns (metadata_max_idle_ms) and have none open, queued or in
+        flight go, and forget(topics) is called with them, this lock held, so that
+        metadata stops asking for them before a record can find the table gone and
+        ask again (lock order: this lock, then the metadata's).  The next record for
+        such a topic waits for its metadata as a first one does.  Looked at no more
+        often than every idle_ns / 4 (a pass over every topic): a topic goes 1 to 1.25
+        times idle_ns after its last batch opened, at the next metadata answer."""
+        now_ns = time.monotonic_ns()
+        with self.lock:
+            if now_ns < self._next_idle_check_ns or self._cold_appends:
+                return
+            if self._spool is not None and self._spool.pending:
+                return  # spooled batches (not in _incomplete) need their topics' leaders
+            self._next_idle_check_ns = now_ns + idle_ns // 4
+            idle = {topic for topic, table in self.tables_locked()
+                    if table.used_ns <= now_ns - idle_ns}
+            if idle:
+                with self._state_lock:
+                    # Every batch opened and not completed yet (open, queued, in flight).
+                    idle.difference_update(result.topic for result in self._incomplete)
+            if not idle:
+                return
+            for topic in idle:
+                self.remove_table_locked(topic)
+            forget(idle)
 
     # ------------------------------------------------------------------
     # Handing over: send() threads, the linger thread, flush().

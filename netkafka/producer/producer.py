@@ -139,6 +139,7 @@ class Producer(ProducerCore):
         self._interceptors = (InterceptorChain(config.interceptors) if config.interceptors
                               else None)  # immutable; None keeps send() off its path
         self._max_block_s = config.max_block_ms / 1000  # immutable
+        self._idle_ns = config.metadata_max_idle_ms * 1_000_000  # immutable
         self._close_lock = threading.Lock()
         self._closed = False  # guarded by _close_lock; the accumulator refuses records itself
         # Guarded by _close_lock: the thread running close(), whose own callbacks and
@@ -498,7 +499,7 @@ class Producer(ProducerCore):
                     f"the producer is closed: the partitions of topic {topic!r} are not "
                     f"known") from None
 
-    def _give_partitions(self, topic, info):
+    def _give_partitions(self, topic, info, create=True):
         """Gives the accumulator the topic's partitions as info (a TopicInfo) says, then
         as every newer answer about the topic says, until none is newer.
 
@@ -508,12 +509,14 @@ class Producer(ProducerCore):
         partitions of whichever wrote last: a send() thread that read the topic before
         partitions were added, and wrote after on_metadata had skipped the topic, not
         known yet, left the new partitions unused, since the answers after it moved
-        no leader and on_metadata never looked at the topic again.)"""
+        no leader and on_metadata never looked at the topic again.)  create False: only
+        a table the accumulator has is updated (on_metadata: one dropped as idle
+        meanwhile stays dropped)."""
         while True:
             if info.error_code == errors.NO_ERROR and info.partitions:
                 ids = sorted(info.partitions)
                 self._accumulator.set_partitions(
-                    topic, ids, [p for p in ids if info.partitions[p].leader >= 0])
+                    topic, ids, [p for p in ids if info.partitions[p].leader >= 0], create)
             # An answer that does not name the topic keeps its TopicInfo object.
             newest = self._metadata.snapshot().topics.get(topic)
             if newest is None or newest is info:
@@ -922,13 +925,16 @@ class Producer(ProducerCore):
     def on_metadata(self, snapshot, moved):
         """Gives the accumulator fresh partitions of the topics send() has met whose
         partitions or leaders changed (only those: with many topics, an answer about
-        one new topic must not cost a pass over all)."""
+        one new topic must not cost a pass over all), and drops the topics idle for
+        metadata_max_idle_ms (RecordAccumulator.remove_idle_tables): their refreshes
+        stop asking for them, as the Java producer's do."""
         accumulator = self._accumulator
+        accumulator.remove_idle_tables(self._idle_ns, self._metadata.forget_topics)
         for topic in {topic for topic, _ in moved}:
             with accumulator.lock:
                 known = accumulator.table_locked(topic) is not None
             if known:  # else send() gives it when it first meets the topic
-                self._give_partitions(topic, snapshot.topics[topic])
+                self._give_partitions(topic, snapshot.topics[topic], create=False)
 
 
 KafkaProducer = Producer
