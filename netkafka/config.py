@@ -119,7 +119,8 @@ class ProducerConfig(Mapping):
     backoff, interceptors, compression_level (and the Java client's per-codec
     compression_gzip_level / compression_lz4_level / compression_zstd_level).
     The Java client's socket_connection_setup_timeout_max_ms, retry_backoff_max_ms
-    (KIP-580, client/retry.py), metadata_recovery_strategy (KIP-899 re-bootstrap,
+    (KIP-580, client/retry.py), metadata_max_idle_ms (RecordAccumulator.
+    remove_idle_tables), metadata_recovery_strategy (KIP-899 re-bootstrap,
     client/metadata.py) and metadata_recovery_rebootstrap_trigger_ms (KIP-1102).
     """
 
