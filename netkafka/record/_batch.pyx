@@ -40,8 +40,8 @@ from netkafka.record._batch_layout cimport (
     _RECORD_OVERHEAD_MAX, _body_size, _nullable_size, _write_nullable,
 )
 from netkafka.record._columns cimport (
-    _TS_NOW, BinarySource, Rows, _as_column, _borrow, _headers_size, _list_item,
-    _plain_bytes, _read_fast, _write_headers, checked_timestamp_ms,
+    _TS_NOW, BinarySource, Rows, _as_column, _borrow, _headers_size, _plain_bytes,
+    _read_fast, _write_headers, checked_timestamp_ms,
 )
 from netkafka.record._compression cimport CODEC_NONE, Compressor
 from netkafka.record._pool cimport (BATCH_OPEN, BATCH_SEALED, PooledBatch, PooledBuffer,
@@ -310,7 +310,6 @@ cdef class RecordBatchBuilder(PooledBatch):
         cdef Py_ssize_t k_len = -1, v_len = -1
         cdef Py_buffer k_view, v_view
         cdef int k_held = 0, v_held = 0
-        cdef object k_item, v_item  # the row's list items, held while copied (_list_item)
         cdef BinarySource keys = rows.keys
         cdef BinarySource values = rows.values
         cdef object headers = None
@@ -328,11 +327,8 @@ cdef class RecordBatchBuilder(PooledBatch):
             ts = rows._timestamp(i, now_ms) if stamped else now_ms
             if with_headers:
                 headers = rows._headers(i)
-            if keys is not None:
-                k_item = _list_item(keys, i)
-                if not _read_fast(keys, i, &k, &k_len):
-                    k_held = keys.get(i, &k, &k_len, &k_view)
-            v_item = _list_item(values, i)
+            if keys is not None and not _read_fast(keys, i, &k, &k_len):
+                k_held = keys.get(i, &k, &k_len, &k_view)
             if _read_fast(values, i, &v, &v_len) and not k_held:
                 appended = self._append_raw(k, k_len, v, v_len, headers, ts)
             else:

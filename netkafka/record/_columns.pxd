@@ -5,8 +5,8 @@
 # the sticky plan).  Semantics: _columns.pyx.
 
 cimport cython
-from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int32_t, int64_t
 
 
@@ -99,7 +99,7 @@ cdef BinaryColumn _as_column(object obj, str name)
 
 cdef enum:
     # Where a BinarySource reads its rows from.
-    _SOURCE_SEQUENCE = 0    # an exact list or tuple of bytes-like or None
+    _SOURCE_SEQUENCE = 0    # an exact list (read from a snapshot) or tuple of bytes-like or None
     _SOURCE_COLUMN = 1      # one BinaryColumn
     _SOURCE_CHUNKS = 2      # BinaryColumns end to end (a pyarrow ChunkedArray)
 
@@ -109,7 +109,7 @@ cdef class BinarySource:
     # Fields set once by _binary_source(), except the current chunk (CHUNKS), which
     # the thread reading moves: a BinarySource is read by one thread at a time.
     cdef int _kind                # _SOURCE_*
-    cdef object _sequence         # SEQUENCE: the exact list or tuple
+    cdef tuple _sequence          # SEQUENCE: the caller's tuple, or a snapshot of its list
     cdef BinaryColumn _column     # COLUMN: the column; CHUNKS: the current chunk
     cdef list _chunks             # CHUNKS: a BinaryColumn per chunk
     cdef list _chunk_starts       # CHUNKS: each chunk's first row, then length
@@ -131,29 +131,16 @@ cdef BinarySource _binary_source(object obj, str name, Py_ssize_t expected_lengt
                                  bint bytes_only)
 
 
-cdef inline object _list_item(BinarySource source, Py_ssize_t i):
-    # Row i's object when source is a list, else None.  The encoder keeps it while it
-    # copies the row: Python code run meanwhile (a headers list's __len__, a thread
-    # woken by the pool as the batch grows) may drop the list's reference, freeing the
-    # bytes read in place.  A tuple keeps its items, a column its buffers.
-    if source._kind == _SOURCE_SEQUENCE and PyList_CheckExact(source._sequence):
-        if i < PyList_GET_SIZE(source._sequence):
-            return <object>PyList_GET_ITEM(source._sequence, i)
-    return None
-
-
 cdef inline bint _read_fast(BinarySource source, Py_ssize_t i, const unsigned char **data,
                             Py_ssize_t *length) noexcept:
-    # The common cases of BinarySource.get, inlined into the bulk loop: a column
-    # element with sound offsets, or bytes / None in a list.  False for anything
-    # else (a tuple, chunks, another bytes-like, an error): then get() decides.
-    cdef PyObject *item
+    # The common cases of BinarySource.get, inlined into the bulk loop (0 <= i <
+    # length, the caller's check): a column element with sound offsets, or bytes /
+    # None in a sequence.  False for anything else (chunks, another bytes-like, an
+    # error): then get() decides.
     if source._kind == _SOURCE_COLUMN:
         return source._column._element(i, data, length)
-    if source._kind == _SOURCE_SEQUENCE and PyList_CheckExact(source._sequence):
-        if i < PyList_GET_SIZE(source._sequence):
-            item = PyList_GET_ITEM(source._sequence, i)
-            return _plain_bytes(item, data, length)
+    if source._kind == _SOURCE_SEQUENCE:
+        return _plain_bytes(PyTuple_GET_ITEM(source._sequence, i), data, length)
     return False
 
 

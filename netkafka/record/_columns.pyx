@@ -27,7 +27,9 @@ from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
-from cpython.list cimport PyList_Check, PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.list cimport (
+    PyList_AsTuple, PyList_Check, PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE,
+)
 from cpython.long cimport PyLong_AsLongLong, PyLong_Check
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_Check, PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
@@ -488,14 +490,8 @@ cdef class BinarySource:
         # releases after use (a bytes-like item that is not bytes), else 0.
         cdef PyObject *item
         if self._kind == _SOURCE_SEQUENCE:
-            # The length is read again: a list may shrink while we work.
-            if PyList_CheckExact(self._sequence):
-                if i >= PyList_GET_SIZE(self._sequence):
-                    raise ValueError(f"{self.name} changed size during the call")
-                item = PyList_GET_ITEM(self._sequence, i)
-            else:
-                item = PyTuple_GET_ITEM(self._sequence, i)
-            # Borrowed: no Python code runs before bytes or None are used.
+            item = PyTuple_GET_ITEM(self._sequence, i)
+            # Borrowed from the tuple, which holds it for the call.
             if _plain_bytes(item, data, length):
                 return 0
             if self._bytes_only:
@@ -559,8 +555,13 @@ cdef BinarySource _binary_source(object obj, str name, Py_ssize_t expected_lengt
         source._bytes_only = bytes_only
         if PyList_CheckExact(obj) or PyTuple_CheckExact(obj):
             source._kind = _SOURCE_SEQUENCE
-            source._sequence = obj
-            source.length = len(obj)
+            # A list is read from a snapshot of its items, taken here (a copy of its
+            # pointers): Python code that runs during the call (a headers list's
+            # __len__; another thread, as the batch grows) may replace or drop a
+            # list's items, which freed bytes read in place (the broker then stored
+            # whatever reused the memory).  A tuple holds its items.
+            source._sequence = PyList_AsTuple(obj) if PyList_CheckExact(obj) else obj
+            source.length = len(source._sequence)
         elif isinstance(obj, BinaryColumn):
             source._kind = _SOURCE_COLUMN
             source._column = obj
