@@ -137,7 +137,8 @@ class RequestTimeoutError(KafkaTimeoutError):
 
 
 class BackpressureTimeoutError(KafkaTimeoutError):
-    """The target stayed full for max_block_ms (strategy block or park).  A
+    """The target stayed full for max_block_ms (strategy block or park), or was full
+    for a send() on an I/O thread (a callback), which cannot wait for room.  A
     KafkaTimeoutError, as kafka-python's send() raises when it gets no buffer
     memory within max_block_ms (and the Java client's BufferExhaustedException is
     a TimeoutException): code written for kafka-python catches it."""

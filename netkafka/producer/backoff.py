@@ -24,7 +24,7 @@ import abc
 import time
 
 from netkafka._validate import check_choice
-from netkafka.errors import BackpressureTimeoutError, KafkaError, RecordDroppedError
+from netkafka.errors import BackpressureTimeoutError, RecordDroppedError
 
 
 class BackoffStrategy(abc.ABC):
@@ -97,8 +97,10 @@ class NoWaitOnIOThreads(BackoffStrategy):
     """strategy, except on the threads that make room (a producer's I/O threads,
     where its callbacks run): a send() from a callback that found no room waited
     for the thread it runs on, stalling every batch of that thread for max_block_ms
-    before it failed anyway.  There, no room refuses the record at once (drop's
-    own refusal, counted as a drop, where that is the strategy)."""
+    before it failed anyway.  There, no room refuses the record at once: with the
+    BackpressureTimeoutError send() raises for a full target elsewhere (a
+    KafkaTimeoutError, which callbacks written for kafka-python catch), or drop's
+    own refusal, counted as a drop, where that is the strategy."""
 
     def __init__(self, strategy, on_io_thread):
         self.strategy = strategy  # immutable
@@ -107,7 +109,7 @@ class NoWaitOnIOThreads(BackoffStrategy):
     def wait_for_room(self, target, max_block_ms):
         if (self._on_io_thread() and not isinstance(self.strategy, Drop)
                 and not target.has_room()):
-            raise KafkaError(
+            raise BackpressureTimeoutError(
                 f"no room in {target.describe()} for a record sent from a callback: "
                 f"callbacks run on the I/O thread that makes room, so it would wait for "
                 f"itself; send it from another thread (or use backoff='drop')")
