@@ -935,6 +935,26 @@ def test_a_producer_dropped_without_close_delivers_its_records_and_stops_its_thr
     assert future.get(0).offset == 0
 
 
+def test_a_producer_dropped_after_a_produce_failure_warns_instead_of_raising(
+        kafka_broker, topic_name, monkeypatch, caplog):
+    # Its close() raised UndeliveredRecordsError for the produce() record the broker
+    # refused: on the close thread nobody catches, so a traceback, and no warning.
+    create_topic(kafka_broker.bootstrap, topic_name, config={"max.message.bytes": "1000"})
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    before = set(threading.enumerate())
+    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
+    p.produce(topic_name, b"v" * 5000)
+    del p
+    gc.collect()
+    started = [t for t in threading.enumerate()
+               if t not in before and t.name.startswith("netkafka")]
+    for thread in started:
+        thread.join(10)
+    assert [(hook.exc_type, hook.thread.name) for hook in raised] == []
+    assert "closed once dropped without close(): 1 records failed undelivered" in caplog.text
+
+
 UNCLOSED_AT_EXIT = """
 import sys
 from netkafka import Producer

@@ -1026,7 +1026,10 @@ def _close_forgotten(producer, how):
     """close() of a producer its user did not close: a short flush, and a warning
     naming how many records failed undelivered."""
     before = producer._accumulator.metrics()["records_failed"]
-    producer.close(_EXIT_CLOSE_TIMEOUT_S)
+    try:
+        producer.close(_EXIT_CLOSE_TIMEOUT_S)
+    except UndeliveredRecordsError:
+        pass  # produce()'s failures: counted below, and nobody is left to catch it
     lost = producer._accumulator.metrics()["records_failed"] - before
     if lost:
         _log.warning("netkafka producer %s closed %s: %d records failed undelivered",
