@@ -495,6 +495,7 @@ def test_a_record_failed_after_an_attempt_the_broker_may_have_appended_says_so(
     assert "its records may be in the log" in message, message
     if fault == "unreadable answer":
         assert isinstance(caught.value, errors.ProtocolError)
+        assert isinstance(caught.value.__cause__, errors.ProtocolError)  # the decoder's
         assert f"127.0.0.1:{proxy.port}" in message and "answered Produce" in message
         values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 2)]
         assert values == [b"warm", b"failed"]  # failed, and in the log all the same

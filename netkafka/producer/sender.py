@@ -563,9 +563,10 @@ class Sender:
                 if isinstance(error, errors.ProtocolError):
                     # The decoder's words alone ("truncated at offset 0") named
                     # neither the broker nor the request.
-                    error = errors.ProtocolError(
+                    decoding, error = error, errors.ProtocolError(
                         f"{conn.describe()} answered Produce with bytes that are not a "
                         f"valid answer: {error}")
+                    error.__cause__ = decoding
                 for item in batches:
                     self._complete(item, error=error)
             else:
