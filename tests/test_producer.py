@@ -521,10 +521,16 @@ def netkafka_threads():
             if t.name.startswith(("netkafka-io-", "netkafka-linger"))]
 
 
-def test_send_after_close_raises_and_close_stops_every_thread(kafka_broker, topic_name):
+def lingering_producer(kafka_broker, topic_name, **settings):
+    """(the netkafka threads running before, a producer whose records linger 60 s) on a
+    new topic: the close() tests' set-up."""
     create_topic(kafka_broker.bootstrap, topic_name)
     before = netkafka_threads()
-    p = producer(kafka_broker.bootstrap, linger_ms=60_000, io_threads=2)
+    return before, producer(kafka_broker.bootstrap, linger_ms=60_000, **settings)
+
+
+def test_send_after_close_raises_and_close_stops_every_thread(kafka_broker, topic_name):
+    before, p = lingering_producer(kafka_broker, topic_name, io_threads=2)
     assert len(netkafka_threads()) == len(before) + 3
     pending = p.send(topic_name, b"before close")
     p.close()  # flushes: the lingering record goes out first
@@ -543,9 +549,7 @@ def test_close_with_a_bad_timeout_leaves_the_producer_open_and_inf_waits_until_d
     # threads kept running, the lingering record never got an outcome, and every later
     # close() returned at once.  math.inf (kafka-python's "no bound") raised
     # OverflowError from the wait, half-way through close(), likewise.
-    create_topic(kafka_broker.bootstrap, topic_name)
-    before = netkafka_threads()
-    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
+    before, p = lingering_producer(kafka_broker, topic_name)
     first = p.send(topic_name, b"first")
     for bad, error in (("soon", TypeError), (float("nan"), ValueError)):
         with pytest.raises(error, match=r"close\(\) timeout must be a number of seconds"):
@@ -916,22 +920,30 @@ def test_bool_timestamp_is_refused_naming_it(kafka_broker, topic_name):
             producer.send(topic_name, b"v", timestamp_ms=True)
 
 
-def test_a_producer_dropped_without_close_delivers_its_records_and_stops_its_threads(
-        kafka_broker, topic_name):
-    # As kafka-python's, a producer nobody refers to any more is closed.  Its own stack
-    # kept it alive: every dropped producer left its I/O and linger threads and its
-    # sockets running, and its lingering records unsent, until the interpreter exited.
-    create_topic(kafka_broker.bootstrap, topic_name)
+def dropped_after(kafka_broker, use):
+    """Makes a producer (records lingering 60 s), returns (use(producer), the names of
+    the netkafka threads it started still alive 10 s after it was dropped without
+    close() and collected)."""
     before = set(threading.enumerate())
     p = producer(kafka_broker.bootstrap, linger_ms=60_000)
-    future = p.send(topic_name, b"dropped")
+    used = use(p)
     del p
     gc.collect()
     started = [t for t in threading.enumerate()
                if t not in before and t.name.startswith("netkafka")]
     for thread in started:
         thread.join(10)
-    assert [t.name for t in started if t.is_alive()] == []
+    return used, [t.name for t in started if t.is_alive()]
+
+
+def test_a_producer_dropped_without_close_delivers_its_records_and_stops_its_threads(
+        kafka_broker, topic_name):
+    # As kafka-python's, a producer nobody refers to any more is closed.  Its own stack
+    # kept it alive: every dropped producer left its I/O and linger threads and its
+    # sockets running, and its lingering records unsent, until the interpreter exited.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    future, alive = dropped_after(kafka_broker, lambda p: p.send(topic_name, b"dropped"))
+    assert alive == []
     assert future.get(0).offset == 0
 
 
@@ -942,15 +954,8 @@ def test_a_producer_dropped_after_a_produce_failure_warns_instead_of_raising(
     create_topic(kafka_broker.bootstrap, topic_name, config={"max.message.bytes": "1000"})
     raised = []
     monkeypatch.setattr(threading, "excepthook", raised.append)
-    before = set(threading.enumerate())
-    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
-    p.produce(topic_name, b"v" * 5000)
-    del p
-    gc.collect()
-    started = [t for t in threading.enumerate()
-               if t not in before and t.name.startswith("netkafka")]
-    for thread in started:
-        thread.join(10)
+    _, alive = dropped_after(kafka_broker, lambda p: p.produce(topic_name, b"v" * 5000))
+    assert alive == []
     assert [(hook.exc_type, hook.thread.name) for hook in raised] == []
     assert "closed once dropped without close(): 1 records failed undelivered" in caplog.text
 
@@ -1041,9 +1046,7 @@ def test_close_after_a_produce_failure_stops_every_thread_then_raises_it(
         kafka_broker, topic_name):
     # close() raised the UndeliveredRecordsError of its flush half-way: the I/O thread,
     # metadata and buffers were never closed, and a second close() did nothing.
-    create_topic(kafka_broker.bootstrap, topic_name)
-    before = netkafka_threads()
-    p = producer(kafka_broker.bootstrap, linger_ms=60_000)
+    before, p = lingering_producer(kafka_broker, topic_name)
     delivered = p.send(topic_name, b"delivered")
     p.produce(topic_name, b"refused", partition=7)  # the topic has one partition
     with pytest.raises(UndeliveredRecordsError, match="no partition 7") as raised:
