@@ -1074,10 +1074,10 @@ def _saying_maybe_written(error):
 
 
 def _closed_before_delivery(item):
-    """The error of a batch the sender's close() cut short."""
+    """The error of a batch the sender's close() cut short (where batches complete,
+    one that may be in the log is said to be: _saying_maybe_written)."""
     return errors.KafkaError(
-        f"the sender closed before {item.topic}-{item.partition} was delivered"
-        + (f" ({_MAYBE_WRITTEN})" if item.maybe_written else ""))
+        f"the sender closed before {item.topic}-{item.partition} was delivered")
 
 
 def _delivery_timeout(sender, item, last_error=None):
