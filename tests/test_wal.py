@@ -695,6 +695,18 @@ def test_a_second_opener_is_refused_naming_the_directory_and_holder(tmp_path):
     open_wal(tmp_path).close()  # released with close()
 
 
+def test_close_releases_the_directory_while_a_forked_childs_copy_of_the_lock_is_open(tmp_path):
+    # A child forked a moment ago may not have run its fork hook (which drops its copy of
+    # the lock fd) when the parent closes the log; the parent's close() must not wait on it.
+    wal = open_wal(tmp_path)
+    childs_copy = os.dup(wal._lock_fd)  # the same open file, as a fork's copy is
+    try:
+        wal.close()
+        open_wal(tmp_path).close()
+    finally:
+        os.close(childs_copy)
+
+
 def test_segments_of_another_format_version_or_no_wal_at_all_are_refused_untouched(tmp_path):
     open_wal(tmp_path).close()
     [name] = segments(tmp_path)

@@ -813,8 +813,9 @@ class WriteAheadLog:
         """In a child of os.fork(), on its only thread: closes the child's copy of the
         lock file's fd.  The parent keeps the directory (a flock belongs to the open
         file, which the parent's fd holds too); the child, which cannot use the log,
-        would otherwise hold it as long as it lives -- after the parent closed the log
-        or died, every producer opened on the directory would be refused."""
+        would otherwise hold it as long as it lives -- after the parent died, every
+        producer opened on the directory would be refused.  Closing, not unlocking: an
+        unlock here would release the parent's lock too."""
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -824,7 +825,11 @@ class WriteAheadLog:
             os.close(self._dir_fd)
             self._dir_fd = -1
         if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # the flock goes with it
+            # Unlocked before closing: a child forked a moment ago may still hold a copy
+            # of this fd (its fork hook drops it), and a flock only goes with the last
+            # copy's close.  The child's hook itself must never unlock.
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
             self._lock_fd = -1
 
     def metrics(self):
