@@ -313,6 +313,19 @@ def test_properties_file_is_read_as_java_reads_it(tmp_path):
                                           ("client.id", "café"), ("sasl.jaas.config", "a=b")]
 
 
+def test_a_malformed_properties_line_is_named(tmp_path):
+    path = tmp_path / "producer.properties"
+    # A Windows path: Java's Properties too reads \u as the start of a \uXXXX escape.
+    path.write_text("# the cluster\nbootstrap.servers=127.0.0.1:9\n"
+                    "ssl.truststore.location=C:\\users\\me\\ca.pem\n")
+    done = run_perf("--topic", "t", "--num-records", 10, "--record-size", 10,
+                    "--producer.config", path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert re.search(r"producer.properties: line 3: a malformed \\uXXXX escape", done.stderr), \
+        done.stderr
+    assert "Traceback" not in done.stderr
+
+
 # -- Java-style security properties against the secured broker ---------------------------
 
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"

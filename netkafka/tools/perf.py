@@ -36,7 +36,7 @@ import threading
 import time
 from array import array
 
-from jproperties import Properties
+from jproperties import ParseError, Properties
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
 from netkafka.config import JAVA_TLS_SETTINGS, ProducerConfig, producer_setting
@@ -236,10 +236,23 @@ def _put(parser, settings, origins, name, text, origin):
 def read_properties(path):
     """(key, value) pairs of a Java properties file, as java.util.Properties reads it:
     `key=value`, `key: value` or `key value`, # and ! comments, continued lines,
-    backslash and \\uXXXX escapes (jproperties does the parsing)."""
+    backslash and \\uXXXX escapes (jproperties does the parsing).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: a line that is not a property, or text that is not UTF-8.
+    """
     properties = Properties()
     with open(path, "rb") as file:
-        properties.load(file, "utf-8")
+        try:
+            properties.load(file, "utf-8")
+        except ParseError as exc:
+            # Its text names no file, and a bad escape only as int()'s complaint.
+            what = exc.message
+            if "base 16" in what:
+                what = (f"a malformed \\uXXXX escape ({what}): a backslash starts an "
+                        "escape, as in Java's Properties; write a Windows path with / or \\\\")
+            raise ValueError(f"line {exc.line_number}: {what}") from None
     return [(key, value.data) for key, value in properties.items()]
 
 
