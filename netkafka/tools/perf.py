@@ -242,7 +242,7 @@ def read_properties(path):
         OSError: the file cannot be read.
         ValueError: a line that is not a property, or text that is not UTF-8.
     """
-    properties = Properties()
+    properties = _JavaProperties()
     with open(path, "rb") as file:
         try:
             properties.load(file, "utf-8")
@@ -254,6 +254,16 @@ def read_properties(path):
                         "escape, as in Java's Properties; write a Windows path with / or \\\\")
             raise ValueError(f"line {exc.line_number}: {what}") from None
     return [(key, value.data) for key, value in properties.items()]
+
+
+class _JavaProperties(Properties):
+    """jproperties with every # or ! line a comment, as Java's Properties has it:
+    jproperties reads a line that starts "#:" as metadata of the next property, and
+    refuses one without a key ("#:", a "#:::::" banner)."""
+
+    def _parse_comment(self):
+        self._getc()  # the # or !
+        self._skip_natural_line()
 
 
 class Payloads:
