@@ -470,10 +470,12 @@ def run_send_batch(producer, args, recorder, throttle, failures):
     cycle = order * (rows // len(order) + 2)
     try:
         for start in range(0, count, rows):
-            if throttle is not None:
-                throttle.wait(start)
             phase = start % len(order)
             values = cycle[phase:phase + min(rows, count - start)]
+            if throttle is not None:
+                # The call's last record's turn: its first one's would let a call of
+                # rows records go rows / per_s early, every record of a short run at once.
+                throttle.wait(start + len(values) - 1)
             sent_ns = time.perf_counter_ns()
             try:
                 results.put((sent_ns, producer.send_batch(topic, values), len(values)))
