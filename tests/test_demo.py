@@ -6,9 +6,11 @@ confluent-kafka made unimportable, which must say so, still produce, and skip on
 read-back (the test reads the records back itself).
 """
 import os
+import re
 import subprocess
 import sys
 
+from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +50,21 @@ def test_demo_against_an_existing_cluster_verifies_every_record(kafka_broker, to
     progress = [line for line in done.stderr.splitlines() if line.startswith("producing:")]
     assert "\r" not in done.stderr and progress, done.stderr
     assert progress[-1].startswith(f"producing: {RECORDS:,}/{RECORDS:,} records"), progress
+
+
+def test_demo_run_again_on_its_topic_verifies_the_records_of_this_run(kafka_broker,
+                                                                       topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    for _ in range(2):
+        done = demo("--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic_name,
+                    "--records", "1000", "--record-size", "16")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "ok   count: 1,000 of 1,000" in done.stdout, done.stdout
+        assert "ok   no duplicates" in done.stdout, done.stdout
+    # The second run's offsets begin where the first run's ended.
+    first = {int(p): int(start) for p, start in re.findall(r"p(\d+): (\d+)\.\.", done.stdout)}
+    assert sorted(first) == [0, 1] and sum(first.values()) == 1000, done.stdout
+    assert len(read_topic(kafka_broker.bootstrap, topic_name, 2000)) == 2000
 
 
 def test_demo_without_confluent_kafka_produces_and_says_what_it_skipped(kafka_broker,

@@ -34,8 +34,9 @@ class Record(NamedTuple):
 def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
                timeout_s: float = READ_TIMEOUT_S,
                client_config: Optional[Mapping[str, object]] = None,
-               isolation_level: str = "read_uncommitted") -> list[Record]:
-    """Read every partition of `topic` from its first offset.
+               isolation_level: str = "read_uncommitted",
+               start_offsets: Optional[Mapping[int, int]] = None) -> list[Record]:
+    """Read every partition of `topic` from its first offset (or from start_offsets).
 
     Reading stops once every partition has reached its end and, if expected_count is given,
     at least that many records have arrived (more are returned too, so duplicates show).
@@ -47,6 +48,9 @@ def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
             whether or not a transaction committed it; "read_committed": the records of
             committed transactions and those written outside any, up to the last stable
             offset (a partition's end is there while a transaction is open).
+        start_offsets: partition -> the offset to read it from (end_offsets() taken
+            earlier: only what was written since); the partitions not in it are read
+            from their first offset.
 
     Returns:
         The records, in order of arrival: offset order within each partition.
@@ -71,8 +75,29 @@ def read_topic(bootstrap: str, topic: str, expected_count: Optional[int] = None,
     })
     try:
         partitions = _partitions(consumer, topic, timeout_s)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        starts = start_offsets or {}
+        consumer.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING))
+                         for p in partitions])
         return _read_assigned(consumer, topic, set(partitions), expected_count, timeout_s)
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, timeout_s: float = READ_TIMEOUT_S,
+                client_config: Optional[Mapping[str, object]] = None) -> dict[int, int]:
+    """Each partition of `topic` -> the offset its next record will have; {} when the
+    topic does not exist (yet)."""
+    consumer = Consumer({**(client_config or {}), "bootstrap.servers": bootstrap,
+                         "group.id": f"netkafka-reader-{uuid.uuid4().hex}"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
+        if metadata.error is not None:
+            if metadata.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return {}
+            raise KafkaException(metadata.error)
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s,
+                                                  cached=False)[1]
+                for p in sorted(metadata.partitions)}
     finally:
         consumer.close()
 

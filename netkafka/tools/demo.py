@@ -8,7 +8,9 @@ when stderr is not a terminal), reads them all back with an independent reader
 (confluent-kafka), and prints the throughput and a verification summary:
 
     count        as many records in the topic as were sent
-    offsets      every partition's offsets run 0, 1, 2, ... with no gap
+    offsets      every partition's offsets run on with no gap (from 0 in a new topic;
+                 in an existing one from where they ended: only this run's records
+                 are verified)
     no dupes     every record's sequence number appears exactly once
     byte-exact   a sample of records equals, byte for byte, what was sent
 
@@ -109,9 +111,12 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace, filler: bytes)
 
 
 def verify(bootstrap: str, topic: str, args: argparse.Namespace, filler: bytes,
-           read_topic) -> bool:
+           read_topic, start_offsets: dict) -> bool:
+    """Checks the records written since start_offsets (partition -> its end offset
+    before the run; a partition not in it from offset 0)."""
     started = time.monotonic()
-    records = read_topic(bootstrap, topic, args.records, timeout_s=max(60.0, args.records / 10_000))
+    records = read_topic(bootstrap, topic, args.records, timeout_s=max(60.0, args.records / 10_000),
+                         start_offsets=start_offsets)
     print(f"read back {len(records):,} records with confluent-kafka in "
           f"{time.monotonic() - started:.2f} s")
     checks = {}
@@ -119,9 +124,11 @@ def verify(bootstrap: str, topic: str, args: argparse.Namespace, filler: bytes,
     offsets = {}
     for record in records:
         offsets.setdefault(record.partition, []).append(record.offset)
-    gaps = [p for p, seen in offsets.items() if sorted(seen) != list(range(len(seen)))]
+    first = {p: start_offsets.get(p, 0) for p in offsets}
+    gaps = [p for p, seen in offsets.items()
+            if sorted(seen) != list(range(first[p], first[p] + len(seen)))]
     checks["offsets contiguous"] = (not gaps, ", ".join(
-        f"p{p}: 0..{len(seen) - 1}" for p, seen in sorted(offsets.items()))
+        f"p{p}: {first[p]}..{first[p] + len(seen) - 1}" for p, seen in sorted(offsets.items()))
         + (f"; gaps in {gaps}" if gaps else ""))
     sequences = [int.from_bytes(r.value[:SEQUENCE_BYTES], "big") for r in records]
     unique = set(sequences)
@@ -157,11 +164,14 @@ def run(bootstrap: str, args: argparse.Namespace) -> bool:
           f"compression={args.compression}, batch_size={args.batch_size}, "
           f"linger_ms={args.linger_ms}")
     filler = random.Random(1).randbytes(max(0, args.record_size - SEQUENCE_BYTES) + 251)
+    # An existing topic may hold records already (an earlier run's): only this run's
+    # are verified.
+    start_offsets = {} if reader is None else reader[1].end_offsets(bootstrap, topic)
     produce(bootstrap, topic, args, filler)
     if reader is None:
         print("not verified: " + MISSING_READER)
         return True
-    return verify(bootstrap, topic, args, filler, reader[1].read_topic)
+    return verify(bootstrap, topic, args, filler, reader[1].read_topic, start_offsets)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -173,7 +183,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="an existing cluster (default: $NETKAFKA_BOOTSTRAP; unset: start "
                              "a local broker from the checkout's jars, as make demo does)")
     parser.add_argument("--topic", default=None,
-                        help="an existing topic (default: a new netkafka-demo-* topic)")
+                        help="an existing topic, its records of earlier runs left out of the "
+                             "verification (default: a new netkafka-demo-* topic)")
     parser.add_argument("--records", type=int, default=1_000_000, help="records to produce")
     parser.add_argument("--record-size", type=int, default=100,
                         help=f"bytes per value (>= {SEQUENCE_BYTES})")
