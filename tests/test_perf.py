@@ -198,6 +198,7 @@ def test_payload_file(kafka_broker, topic, tmp_path, content, delimiter, payload
     (["--producer-config", "linger.ms"], "linger.ms"),
     (["--bootstrap-servers", "127.0.0.1:port"], "--bootstrap-servers"),
     (["--rows-per-call", "10"], "--rows-per-call"),
+    (["--payload-delimiter", ","], "--payload-delimiter applies to --payload-file only"),
     (["--producer-config", "transactional.id=perf"],
      "--producer-config transactional.id=perf: netkafka-perf sends without transactions"),
     (["--payload-file", "/nonexistent/payloads"], "--payload-file"),

@@ -82,7 +82,7 @@ def parse_args(argv=None):
     payload.add_argument("--payload-file", metavar="FILE",
                          help="values are taken at random from this file's pieces, split at "
                               "--payload-delimiter")
-    parser.add_argument("--payload-delimiter", default="\\n", metavar="REGEX",
+    parser.add_argument("--payload-delimiter", metavar="REGEX",
                         help="separator of the payloads in --payload-file, a regular "
                              "expression as in the Java tool (default: \\n)")
     parser.add_argument("--throughput", type=float, default=-1.0, metavar="RECORDS_PER_S",
@@ -117,6 +117,10 @@ def parse_args(argv=None):
     if math.isnan(args.throughput) or (args.throughput <= 0 and args.throughput != -1):
         parser.error(f"--throughput must be more than 0, or -1 for no limit, "
                      f"got {args.throughput:g}")
+    if args.payload_delimiter is None:
+        args.payload_delimiter = "\\n"
+    elif args.payload_file is None:
+        parser.error("--payload-delimiter applies to --payload-file only")
     if args.rows_per_call is None:
         args.rows_per_call = DEFAULT_ROWS_PER_CALL
     elif args.mode != "send_batch":
