@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -76,3 +78,22 @@ def test_demo_without_confluent_kafka_produces_and_says_what_it_skipped(kafka_br
     assert "not verified" in done.stdout and "ok   count" not in done.stdout, done.stdout
     records = read_topic(kafka_broker.bootstrap, topic_name, 500)
     assert sorted(int.from_bytes(r.value[:8], "big") for r in records) == list(range(500))
+
+
+@pytest.mark.parametrize("flag, value, minimum", [
+    ("--partitions", "0", 1), ("--batch-size", "-5", 0), ("--linger-ms", "-1", 0),
+    ("--records", "0", 1), ("--records", "-3", 1), ("--record-size", "7", 8)])
+def test_a_value_below_its_minimum_is_refused_naming_the_flag_before_producing(
+        kafka_broker, flag, value, minimum):
+    done = demo("--bootstrap-servers", kafka_broker.bootstrap, flag, value)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"error: argument {flag}: must be an int >= {minimum}, got {value}" in done.stderr
+    assert "Traceback" not in done.stderr and "Kafka broker at" not in done.stdout, done.stdout
+
+
+def test_partitions_with_an_existing_topic_is_refused_not_ignored(kafka_broker, topic_name):
+    done = demo("--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic_name,
+                "--partitions", "2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: --partitions applies to the new topic only" in done.stderr, done.stderr
+    assert "Kafka broker at" not in done.stdout, done.stdout

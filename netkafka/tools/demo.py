@@ -37,6 +37,7 @@ SAMPLE_SIZE = 10_000
 PROGRESS_STEPS = 100
 # Seconds between progress lines when stderr is not a terminal (a log, a CI job).
 PROGRESS_INTERVAL_S = 1.0
+DEFAULT_PARTITIONS = 3
 MISSING_READER = ("confluent-kafka is not installed (pip install confluent-kafka): "
                   "it is the independent reader that creates the topic and reads it back")
 
@@ -174,6 +175,19 @@ def run(bootstrap: str, args: argparse.Namespace) -> bool:
     return verify(bootstrap, topic, args, filler, reader[1].read_topic, start_offsets)
 
 
+def int_at_least(minimum: int):
+    """An argparse type: an int from minimum, refused before any broker starts."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an int >= {minimum}, got {value}")
+        return value
+    return parse
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m netkafka.tools.demo", description=__doc__.split("\n\n")[1],
@@ -185,23 +199,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--topic", default=None,
                         help="an existing topic, its records of earlier runs left out of the "
                              "verification (default: a new netkafka-demo-* topic)")
-    parser.add_argument("--records", type=int, default=1_000_000, help="records to produce")
-    parser.add_argument("--record-size", type=int, default=100,
+    parser.add_argument("--records", type=int_at_least(1), default=1_000_000,
+                        help="records to produce")
+    parser.add_argument("--record-size", type=int_at_least(SEQUENCE_BYTES), default=100,
                         help=f"bytes per value (>= {SEQUENCE_BYTES})")
-    parser.add_argument("--partitions", type=int, default=3, help="of the new topic")
+    # SUPPRESS tells a --partitions given from the default, to refuse it with --topic.
+    parser.add_argument("--partitions", type=int_at_least(1), default=argparse.SUPPRESS,
+                        help=f"of the new topic (default: {DEFAULT_PARTITIONS}); refused with "
+                             f"--topic, an existing topic keeping its partitions")
     parser.add_argument("--compression", default="none",
                         choices=CODEC_NAMES, help="the producer's compression_type")
     parser.add_argument("--acks", default="all", choices=["0", "1", "all"],
                         help="the producer's acks")
-    parser.add_argument("--batch-size", type=int, default=16384,
+    # The producer's own minimums: batch_size 0 disables batching, as in Java.
+    parser.add_argument("--batch-size", type=int_at_least(0), default=16384,
                         help="the producer's batch_size in bytes (its default)")
-    parser.add_argument("--linger-ms", type=int, default=0,
+    parser.add_argument("--linger-ms", type=int_at_least(0), default=0,
                         help="the producer's linger_ms (its default)")
     args = parser.parse_args(argv)
-    if args.record_size < SEQUENCE_BYTES:
-        parser.error(f"--record-size must be at least {SEQUENCE_BYTES}")
-    if args.records < 1:
-        parser.error("--records must be at least 1")
+    if args.topic is not None and hasattr(args, "partitions"):
+        parser.error("--partitions applies to the new topic only: --topic names an existing "
+                     "one, whose partitions stay as they are")
+    args.partitions = getattr(args, "partitions", DEFAULT_PARTITIONS)
     if args.acks != "all":
         args.acks = int(args.acks)
     return args
