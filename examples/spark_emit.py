@@ -9,7 +9,8 @@ Against the project's local broker:
 It builds --rows rows (a key among 1,000 and a 100-byte value), creates the topic,
 sends the rows through the chosen path (--path arrow, pandas or sink), prints what
 the delivery reports say and how long the job took, and with --verify
-reads the topic back with the independent reader (confluent-kafka) and counts it.
+reads the topic back with the independent reader (confluent-kafka) and counts this
+run's records (an existing --topic's records of earlier runs are left out).
 """
 import argparse
 import os
@@ -22,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from netkafka import spark as nks
 from netkafka.testing.admin import create_topic
-from netkafka.testing.reader import read_topic
+from netkafka.testing.reader import end_offsets, read_topic
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -37,13 +38,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--provenance", action="store_true",
                         help="add the Spark task provenance headers")
     parser.add_argument("--verify", action="store_true",
-                        help="read the topic back and count the records")
+                        help="read the topic back and count this run's records")
     args = parser.parse_args(argv)
     if not args.bootstrap:
         parser.error("--bootstrap (or $NETKAFKA_BOOTSTRAP) is required")
     topic = args.topic or f"spark-emit-{uuid.uuid4().hex[:8]}"
     if args.topic is None:
         create_topic(args.bootstrap, topic, partitions=args.partitions)
+    # Where this run's records will begin: an existing topic may hold earlier ones.
+    start_offsets = end_offsets(args.bootstrap, topic) if args.verify else {}
 
     # The Python workers run this interpreter, which has netkafka.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -80,8 +83,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{args.path}: {delivered} rows delivered, {failed} failed, to {topic!r} in "
           f"{seconds:.1f} s, Spark's start-up of its workers included")
     if args.verify:
-        records = read_topic(args.bootstrap, topic, args.rows)
-        print(f"read back: {len(records)} records")
+        records = read_topic(args.bootstrap, topic, args.rows, start_offsets=start_offsets)
+        print(f"read back: {len(records)} records of this run")
         return 0 if len(records) == args.rows and not failed else 1
     return 0 if not failed else 1
 
