@@ -10,6 +10,7 @@ Failures are injected by a subclass of the data source registered under another 
 after its commit (before the task reports success), or by killing its own Python
 worker mid-write.  Every value names its row id, so a lost or repeated row shows.
 """
+import logging
 import os
 import signal
 import sys
@@ -40,6 +41,7 @@ TOPIC_PARTITIONS = 3
 FAULT_OPTION = "test.fault"
 FAILED_PARTITION = 1  # the Spark partition whose first attempt fails
 STAMPS_OPTION = "test.stamps"  # a directory where each injected failure leaves a file
+LOG_OPTION = "test.log"  # a file where the driver's commit writes the data source's log
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,7 @@ def spark():
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(BATCH_ROWS)})
     try:
         session.dataSource.register(FaultySource)
+        session.dataSource.register(LoggedSource)
         yield session
     finally:
         _stop(session)
@@ -129,17 +132,18 @@ class FaultySource(NetkafkaDataSource):
 
     def writer(self, schema, overwrite):
         options = dict(self.options)
-        return FaultyWriter(SinkPlan(_without_fault(options), schema), options[FAULT_OPTION],
+        return FaultyWriter(SinkPlan(_without_test_options(options), schema), options[FAULT_OPTION],
                             options[STAMPS_OPTION])
 
     def streamWriter(self, schema, overwrite):
         options = dict(self.options)
-        return FaultyStreamWriter(SinkPlan(_without_fault(options), schema),
+        return FaultyStreamWriter(SinkPlan(_without_test_options(options), schema),
                                   options[FAULT_OPTION])
 
 
-def _without_fault(options):
-    return {k: v for k, v in options.items() if k not in (FAULT_OPTION, STAMPS_OPTION)}
+def _without_test_options(options):
+    return {k: v for k, v in options.items()
+            if k not in (FAULT_OPTION, STAMPS_OPTION, LOG_OPTION)}
 
 
 def stamp(directory, what):
@@ -210,6 +214,36 @@ class FaultyStreamWriter(NetkafkaStreamWriter):
                 open(stamp, "w").close()
                 raise RuntimeError("injected failure of micro-batch 1's commit")
         super().commit(messages, batchId)
+
+
+class LoggedSource(NetkafkaDataSource):
+    """The data source under another name, its driver-side commit's log in a file: the
+    commit runs in a Python worker of Spark's, whose stderr the test cannot read."""
+
+    @classmethod
+    def name(cls):
+        return "netkafka_logged"
+
+    def writer(self, schema, overwrite):
+        options = dict(self.options)
+        return LoggedWriter(SinkPlan(_without_test_options(options), schema),
+                            options[LOG_OPTION])
+
+
+class LoggedWriter(NetkafkaArrowWriter):
+    def __init__(self, plan, path):
+        super().__init__(plan)
+        self.path = path
+
+    def commit(self, messages):
+        log = logging.getLogger("netkafka.spark.datasource")
+        handler = logging.FileHandler(self.path)
+        log.addHandler(handler)
+        try:
+            super().commit(messages)
+        finally:
+            log.removeHandler(handler)
+            handler.close()
 
 
 # ----------------------------------------------------------------------------------
@@ -398,6 +432,22 @@ def test_exactly_once_write_and_a_rerun_with_the_same_write_id_adds_nothing(
            writeId=f"{topic_name}-2").mode("append").save()
     ids, _ = committed_ids(kafka_broker, topic_name, 2 * ROWS)
     assert set(ids.values()) == {2} and len(ids) == ROWS
+
+
+def test_exactly_once_rerun_with_the_same_write_id_warns_of_its_skipped_partitions(
+        spark, kafka_broker, topic_name, tmp_path):
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=TOPIC_PARTITIONS)
+    frame = rows_frame(spark, count=1000)
+    log = tmp_path / "commit.log"
+    for _ in range(2):
+        writer(frame, kafka_broker, topic_name, source="netkafka_logged", exactlyOnce="true",
+               writeId=topic_name, **{LOG_OPTION: log}).mode("append").save()
+    # The first write sent every partition; the second, none, and says so.
+    assert log.read_text().splitlines() == [
+        f"writeId {topic_name!r}, epoch 0: {SPARK_PARTITIONS} of {SPARK_PARTITIONS} partitions "
+        f"skipped, committed before by a write with this writeId (nothing sent for them); "
+        f"right for a re-run of the same write, a new write needs a new writeId"]
+    check_exactly_once(kafka_broker, topic_name, count=1000)
 
 
 def test_exactly_once_with_a_missing_marker_topic_fails_before_any_task_runs(

@@ -45,12 +45,15 @@ commits the transaction: rows and marker become visible together or not at all.
 Batch writes are epoch 0; a streaming query's micro-batch id is the epoch, so each
 micro-batch is written once per partition even when a restarted query runs it again
 from its checkpoint.  What the caller must keep stable: the writeId across re-runs
-of the same write (and a new one for a new write), and the input's partitioning --
-partition i of a re-run must hold the rows partition i held.  Consumers must read
-with isolation.level=read_committed.  A task's transaction is open while its input is
-computed: it may last EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS unless the options say.
+of the same write (and a new one for a new write: a reused writeId skips every
+partition its earlier write committed, the driver's commit logging a warning that
+names it), and the input's partitioning -- partition i of a re-run must hold the rows
+partition i held.  Consumers must read with isolation.level=read_committed.  A task's
+transaction is open while its input is computed: it may last
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS unless the options say.
 """
 import bisect
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -108,6 +111,8 @@ _BOOLEANS = {"true": True, "false": False}
 _REFUSALS = (TypeError, ValueError, NotImplementedError)
 _TEXT = (BinaryType, StringType)
 
+_log = logging.getLogger("netkafka.spark.datasource")
+
 
 class NetkafkaDataSource(DataSource):
     """format("netkafka"): writes to Kafka (see the module's docstring)."""
@@ -145,6 +150,9 @@ class NetkafkaArrowWriter(DataSourceArrowWriter):
     def write(self, iterator):
         return self.plan.write_task(iterator, epoch=0)
 
+    def commit(self, messages):
+        self.plan.warn_if_skipped(messages, epoch=0)
+
     def abort(self, messages):
         self.plan.fence_unfinished(messages)
 
@@ -164,7 +172,8 @@ class NetkafkaStreamWriter(DataSourceStreamArrowWriter):
         return self.plan.write_task(iterator, epoch=int(batch_id))
 
     def commit(self, messages, batchId):
-        """Nothing to do: each task committed its own transaction."""
+        """Each task committed its own transaction: only says which were skipped."""
+        self.plan.warn_if_skipped(messages, epoch=batchId)
 
     def abort(self, messages, batchId):
         self.plan.fence_unfinished(messages)
@@ -340,6 +349,21 @@ class SinkPlan:
         for topic, result in pending.done(wait=True):
             raise_if_failed(topic, result)
         return first_row
+
+    # -- the driver, after the tasks ------------------------------------------------
+
+    def warn_if_skipped(self, messages, epoch):
+        """Exactly once: logs a warning when tasks skipped their partition as committed
+        before.  A retried write's skip is what makes it exactly once; a new write
+        reusing the writeId is skipped the same way and would otherwise "succeed"
+        having sent nothing."""
+        skipped = sum(1 for message in messages if message is not None and message.skipped)
+        if skipped:
+            _log.warning("%s %r, epoch %d: %d of %d partitions skipped, committed before by "
+                         "a write with this %s (nothing sent for them); right for a re-run of "
+                         "the same write, a new write needs a new %s", WRITE_ID_OPTION,
+                         self.write_id, epoch, skipped, len(messages), WRITE_ID_OPTION,
+                         WRITE_ID_OPTION)
 
     # -- the driver, after a failed write ------------------------------------------
 
