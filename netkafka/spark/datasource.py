@@ -6,8 +6,9 @@ switching is one word.
     columns   value (binary or string, required), key (binary or string), topic
               (string: each row's topic, unless the `topic` option is set), headers
               (array<struct<key: string, value: binary>>), partition (int; null:
-              the partitioner's choice, as Spark's sink); netkafka's addition: timestamp (timestamp, or long epoch ms).  Other
-              columns are ignored, as Spark's sink ignores them.
+              the partitioner's choice, as Spark's sink); netkafka's addition:
+              timestamp (timestamp, or long epoch ms).  Other columns are ignored,
+              as Spark's sink ignores them.
     options   topic; kafka.<Java producer setting> (kafka.bootstrap.servers,
               kafka.acks, kafka.linger.ms, ...); netkafka's own under `netkafka.`:
               netkafka.producer.<Producer keyword> (netkafka.producer.io_threads),
