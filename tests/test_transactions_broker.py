@@ -347,7 +347,7 @@ def test_close_waits_for_a_commit_another_thread_runs(kafka_broker, topic_name, 
     try:
         committer, outcome = committing_on_another_thread(producer)
         closer.start()
-        wait_for(lambda: producer._closed, 30, "close()")
+        wait_for(lambda: producer._closer is not None, 30, "close()")
     finally:
         nodes[0].resume()
     closer.join(JOIN_TIMEOUT_S)

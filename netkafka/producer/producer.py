@@ -27,8 +27,8 @@ abort_transaction()); the transactional calls are transaction_manager.py's story
 
 Threads: send(), flush(), close() and the rest may be called from any number of
 threads; the accumulator and the partitioner have their own locks, and the
-producer's own state (_closed, and whether a forked child has started) is guarded
-by _close_lock.
+producer's own state (_closer, whether close() has begun, and whether a forked child
+has started) is guarded by _close_lock.
 """
 import atexit
 import functools
@@ -141,9 +141,9 @@ class Producer(ProducerCore):
         self._max_block_s = config.max_block_ms / 1000  # immutable
         self._idle_ns = config.metadata_max_idle_ms * 1_000_000  # immutable
         self._close_lock = threading.Lock()
-        self._closed = False  # guarded by _close_lock; the accumulator refuses records itself
         # Guarded by _close_lock: the thread running close(), whose own callbacks and
-        # hooks may call close() again (they return at once).
+        # hooks may call close() again (they return at once); not None: the producer is
+        # closed (the accumulator refuses records itself).
         self._closer = None
         # Set when close() has finished: a close() from another thread waits for it.
         self._close_done = threading.Event()
@@ -494,7 +494,7 @@ class Producer(ProducerCore):
         it short (closed metadata gives up at once), the error says so rather than
         "after max_block_ms" of a wait that did not happen."""
         with self._close_lock:
-            if self._closed:
+            if self._closer is not None:
                 raise ProducerClosedError(
                     f"the producer is closed: the partitions of topic {topic!r} are not "
                     f"known") from None
@@ -653,7 +653,7 @@ class Producer(ProducerCore):
 
     def _refuse_if_closed(self, what):
         with self._close_lock:
-            if self._closed:
+            if self._closer is not None:
                 raise ProducerClosedError(f"{what} after close(): the producer is closed")
 
     # ------------------------------------------------------------------
@@ -697,7 +697,7 @@ class Producer(ProducerCore):
         if not self._needs_start:
             self._refuse_on_io_thread("close()")
         with self._close_lock:
-            closer, self._closed = self._closer, True
+            closer = self._closer
             if closer is None:
                 self._closer = threading.get_ident()
             never_started = self._needs_start
@@ -777,8 +777,8 @@ class Producer(ProducerCore):
         # may go on an I/O thread (a callback), or while the collector runs in a
         # thread holding one of the stack's locks.  Not a daemon: an interpreter
         # exiting waits for the flush, as the exit hook would have.
-        # _closed unlocked: no other thread refers to the producer any more.
-        if getattr(self, "_exit_hook", None) is None or self._closed:
+        # _closer unlocked: no other thread refers to the producer any more.
+        if getattr(self, "_exit_hook", None) is None or self._closer is not None:
             return  # __init__ failed before the stack started, or closed already
         threading.Thread(target=_close_forgotten, args=(self, "once dropped without close()"),
                          name="netkafka-close").start()
@@ -891,7 +891,7 @@ class Producer(ProducerCore):
         when the child first uses it."""
         self._close_lock = threading.Lock()
         self._close_done = threading.Event()  # the parent's may be held by a thread left behind
-        if self._closed:
+        if self._closer is not None:
             # A close() the parent had begun never finishes here: nothing left to wait for.
             self._close_done.set()
             return
@@ -908,7 +908,7 @@ class Producer(ProducerCore):
 
     def _start_if_forked(self):
         with self._close_lock:
-            if self._needs_start and not self._closed:
+            if self._needs_start and self._closer is None:
                 if self.config.transactional_id is not None:
                     # Its own stack would init_transactions() with the parent's id,
                     # fencing the parent: a child makes a producer of its own.
