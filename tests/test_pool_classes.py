@@ -18,6 +18,7 @@ from netkafka.config import ProducerConfig
 from netkafka.errors import (BackpressureTimeoutError, BatchStateError, KafkaTimeoutError,
                              RecordDroppedError)
 from netkafka.producer import accumulator
+from netkafka.producer.backoff import Block, Park
 from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder, pool_buffer_size_bytes
 from netkafka.record._compression import Compressor
 from netkafka.record._legacy import LegacyMessageSetBuilder
@@ -230,6 +231,59 @@ def test_a_blocked_large_request_is_served_before_later_small_ones():
     for buf in held + large:
         buf.release()
     assert pool.in_use_bytes == 0
+
+
+def test_waiters_for_memory_are_served_in_arrival_order_whatever_their_strategy():
+    # A park-mode send() polled the pool without joining its line of waiters: it took
+    # memory whenever the oldest blocked waiter's buffer was left over, ahead of
+    # block-mode sends waiting longer, and block-mode ones overtook it likewise.
+    pool = BufferPool(KiB, 4 * KiB)
+    held = [pool.try_acquire() for _ in range(4)]
+    served = []
+
+    def wait(name, strategy):
+        room = accumulator._PoolRoom(pool, 0)
+        strategy.wait_for_room(room, max_block_ms=30_000)
+        served.append((name, room.buffer or pool.try_acquire()))
+
+    strategies = [Block(), Park(park_us=100), Block(), Park(park_us=100)]
+    waiters = [threading.Thread(target=wait, args=(f"{type(s).__name__}-{i}", s))
+               for i, s in enumerate(strategies)]
+    for waiter in waiters:
+        waiter.start()
+        time.sleep(0.2)  # in line before the next one comes
+    for count in range(1, len(waiters) + 1):
+        held.pop().release()
+        deadline = time.monotonic() + 30
+        while len(served) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # no second waiter may be served by one buffer
+        assert len(served) == count
+    for waiter in waiters:
+        waiter.join()
+    assert [name for name, _ in served] == ["Block-0", "Park-1", "Block-2", "Park-3"]
+    for _, buf in served:
+        buf.release()
+    assert pool.in_use_bytes == 0
+
+
+def test_a_waiter_giving_up_leaves_the_place_of_an_older_one_of_the_same_size():
+    # Places were lists of their size, and deque.remove() compares by value: the
+    # younger waiter timing out took the older one's place out of the line, and the
+    # older one, no longer first, waited out its timeout beside a free buffer.
+    pool = BufferPool(KiB, 4 * KiB)
+    held = [pool.try_acquire() for _ in range(4)]
+    older = []
+    waiter = threading.Thread(target=lambda: older.append(pool.acquire(timeout_ms=10_000)))
+    waiter.start()
+    time.sleep(0.2)  # in line first
+    assert pool.acquire(timeout_ms=100) is None
+    held.pop().release()
+    started = time.monotonic()
+    waiter.join()
+    assert older[0] is not None and time.monotonic() - started < 5
+    for buf in held + older:
+        buf.release()
 
 
 def test_a_first_record_larger_than_batch_size_gets_an_exact_buffer_and_the_batch_to_itself():

@@ -504,6 +504,8 @@ class RecordAccumulator(AccumulatorCore):
             with self._state_lock:
                 self._metrics["records_dropped"] += 1
             raise
+        finally:
+            room.leave_line()
         if room.buffer is None and time.monotonic() >= deadline:
             raise BackpressureTimeoutError(
                 f"no memory for a batch within max_block_ms={self._max_block_ms} "
@@ -1188,24 +1190,40 @@ def _is_delivery_timeout(error):
 
 class _PoolRoom:
     """The buffer pool as a backoff target (backoff.py's Backpressured protocol) for
-    one buffer of size_bytes.  A blocking wait takes the buffer it waited for, so
-    that no other thread can take it between the wake-up and the caller's retry.
-    Used by one thread."""
+    one buffer of size_bytes.  The first check that finds no room takes a place in
+    the pool's line of waiters, which block sleeps in and park polls: waiters are
+    served in the order they came whatever their strategy (a park-mode send()
+    polling has_room_for() took memory ahead of block-mode ones waiting longer).  A
+    check that finds room takes the buffer, so that no other thread can take it
+    before the caller's retry.  leave_line() once done, served or not.  Used by one
+    thread."""
 
-    __slots__ = ("pool", "size_bytes", "buffer")
+    __slots__ = ("pool", "size_bytes", "buffer", "place")
 
     def __init__(self, pool, size_bytes):
         self.pool = pool
         self.size_bytes = size_bytes
-        self.buffer = None  # the buffer wait_for_room took, for the caller
+        self.buffer = None  # the buffer a check or wait took, for the caller
+        self.place = None  # the place in the pool's line, once a check found no room
 
     def has_room(self):
-        return self.buffer is not None or self.pool.has_room_for(self.size_bytes)
+        if self.buffer is None:
+            if self.place is None:
+                self.buffer = self.pool.try_acquire(self.size_bytes)
+                if self.buffer is None:
+                    self.place = self.pool.join_line(self.size_bytes)
+            else:
+                self.buffer = self.pool.try_acquire(place=self.place)
+        return self.buffer is not None
 
     def wait_for_room(self, timeout_s):
-        if self.buffer is None:
-            self.buffer = self.pool.acquire(self.size_bytes, timeout_ms=timeout_s * 1000)
+        if not self.has_room():
+            self.buffer = self.pool.acquire(timeout_ms=timeout_s * 1000, place=self.place)
         return self.buffer is not None
+
+    def leave_line(self):
+        if self.place is not None:
+            self.pool.leave_line(self.place)
 
     def describe(self):
         return (f"the producer's buffer pool ({self.pool.available_bytes} of "

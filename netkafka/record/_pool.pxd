@@ -9,6 +9,7 @@ from netkafka.record._compression cimport Compressor
 
 
 cdef class PooledBuffer
+cdef class LinePlace
 
 
 cdef enum:
@@ -34,11 +35,11 @@ cdef class BufferPool:
     cdef PyThread_type_lock _mutex              # guards the fields marked so; held for a few C lines
     cdef Py_ssize_t _in_use_bytes               # capacity of buffers handed out, pooled or one-off (_mutex)
     cdef int _waiters                           # threads sleeping in acquire() (_mutex)
-    cdef object _line                           # deque of the blocked acquires' capacities (a
-                                                # list each, for identity), oldest first (_lock)
-    cdef Py_ssize_t _first_in_line_bytes        # capacity the oldest blocked acquire waits for,
-                                                # 0: none; written with _lock and _mutex held,
-                                                # read with either
+    cdef object _line                           # deque of the waiters' LinePlaces, oldest
+                                                # first (_lock)
+    cdef Py_ssize_t _line_bytes                 # capacity all of _line waits for, 0: none;
+                                                # written with _lock and _mutex held, read
+                                                # with either
     cdef object _lock                           # threading.Condition blocked acquires sleep on;
                                                 # guards no field
     cdef readonly bint has_compression_reserve  # a buffer is set aside for compressed copies
@@ -52,16 +53,27 @@ cdef class BufferPool:
     cdef int _class_for(self, Py_ssize_t size_bytes) noexcept
     # Thread-safe: a buffer of the smallest class holding size_bytes (0: the smallest
     # class), a one-off buffer of size_bytes above the largest class, or None if no room.
-    # first_in_line: the oldest blocked acquire asks; anyone else must leave it room.
-    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes, bint first_in_line=*)
+    # ahead_bytes: what the waiters ahead of the asker in line wait for, which it must
+    # leave them; -1 (not in line): all of _line.
+    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes, Py_ssize_t ahead_bytes=*)
     cdef void _give_back(self, unsigned char *data, Py_ssize_t capacity_bytes,
                          int size_class) noexcept
     cdef void _add_waiter(self, int change) noexcept
-    cdef int _set_first_in_line_locked(self) except -1
+    # With _lock held: the line of waiters (see BufferPool's docstring).
+    cdef LinePlace _join_line_locked(self, Py_ssize_t size_bytes)
+    cdef int _leave_line_locked(self, LinePlace place) except -1
+    cdef PooledBuffer _try_acquire_in_line_locked(self, LinePlace place)
+    cdef int _add_line_bytes_locked(self, Py_ssize_t change) except -1
     # The compression reserve, waited for with the GIL released; give it back with
     # _return_reserve (a PooledBuffer marked reserve does so when given back).
     cdef PooledBuffer _take_reserve(self)
     cdef void _return_reserve(self, unsigned char *data) noexcept
+
+
+cdef class LinePlace:
+    # A waiter's place in a BufferPool's line; written once, under the pool's _lock.
+    cdef Py_ssize_t size_bytes                  # what the waiter asks for
+    cdef Py_ssize_t capacity_bytes              # what that is given (BufferPool.capacity_for)
 
 
 cdef class PooledBuffer:

@@ -65,14 +65,17 @@ cdef class BufferPool:
     Blocked acquires sleep on _lock, a threading.Condition that guards _line: a
     release notifies it only when _waiters says someone sleeps there, so giving
     memory back never runs Python code otherwise (it may run from __dealloc__, even
-    at interpreter exit).  Blocked acquires are served in the order they came, as
-    the Java client's BufferPool serves its waiters: any other request is refused
-    unless it leaves room for the oldest one's buffer.  Without that a request for a
-    large buffer (a batch of a partition whose batches are large, a record larger
-    than a batch) never found room in a full pool while smaller ones took each
-    buffer given back, and timed out after max_block_ms.  _reserve_lock is held by the
+    at interpreter exit).  Waiters are served in the order they came, as the Java
+    client's BufferPool serves its waiters: a waiter takes memory only if it leaves
+    room for the buffers of all those ahead of it in _line, and a request not in
+    line leaves room for the whole line.  Without that a request for a large buffer
+    (a batch of a partition whose batches are large, a record larger than a batch)
+    never found room in a full pool while smaller ones took each buffer given back,
+    and timed out after max_block_ms.  A waiter that polls instead of sleeping
+    (backoff='park') keeps a place in the same line (join_line), so the strategies
+    cannot overtake each other either.  _reserve_lock is held by the
     thread the compression reserve is lent to; lock order: _reserve_lock, then the
-    Compressor's lock and _mutex.
+    Compressor's lock and _mutex; _lock, then _mutex.
 
     The compression reserve (compression_reserve=True): one buffer set aside, out of
     total_bytes, for a sealing batch's compressed copy when the pool has no room for
@@ -174,35 +177,44 @@ cdef class BufferPool:
         cdef int size_class = self._class_for(size_bytes)
         return size_bytes if size_class < 0 else self._class_bytes[size_class]
 
-    def try_acquire(self, Py_ssize_t size_bytes=0):
+    def try_acquire(self, Py_ssize_t size_bytes=0, LinePlace place=None):
         """A buffer of the smallest class holding size_bytes (0: the smallest class;
         above buffer_size_bytes: a one-off buffer of size_bytes), or None when the
-        pool has no room for it now.
+        pool has no room for it now.  place: the caller's place in line (join_line),
+        whose size is asked instead; served, it leaves the line.
 
         Raises:
-            ValueError: size_bytes is larger than largest_bytes: no wait could serve it.
+            ValueError: size_bytes is larger than largest_bytes: no wait could serve it;
+                place is no longer in line.
         """
-        return self._try_acquire(size_bytes)
-
-    def acquire(self, Py_ssize_t size_bytes=0, timeout_ms=None):
-        """As try_acquire, but wait for a release up to timeout_ms (None: forever).
-        Returns None if the time runs out.
-        """
-        cdef PooledBuffer buf = self._try_acquire(size_bytes)
-        if buf is not None:
-            return buf
-        deadline = None if timeout_ms is None else time.monotonic() + max(timeout_ms, 0) / 1000.0
-        place = [self.capacity_for(size_bytes)]  # a new list: its identity is our place
+        if place is None:
+            return self._try_acquire(size_bytes)
         with self._lock:
-            self._line.append(place)
-            self._set_first_in_line_locked()
+            return self._try_acquire_in_line_locked(place)
+
+    def acquire(self, Py_ssize_t size_bytes=0, timeout_ms=None, LinePlace place=None):
+        """As try_acquire, but wait for a release up to timeout_ms (None: forever).
+        Returns None if the time runs out.  Without place the wait takes a place at
+        the back of the line and leaves it on return; with one it keeps it (the
+        caller leaves it if it is not served).
+        """
+        cdef PooledBuffer buf
+        cdef bint own_place = place is None
+        if own_place:
+            buf = self._try_acquire(size_bytes)
+            if buf is not None:
+                return buf
+        deadline = None if timeout_ms is None else time.monotonic() + max(timeout_ms, 0) / 1000.0
+        with self._lock:
+            if own_place:
+                place = self._join_line_locked(size_bytes)
             try:
                 # Registered as a waiter before each retry, so a release in between
                 # sees us and notifies once we sleep (it needs _lock, held till wait()).
                 while True:
                     self._add_waiter(1)
                     try:
-                        buf = self._try_acquire(size_bytes, self._line[0] is place)
+                        buf = self._try_acquire_in_line_locked(place)
                         if buf is not None:
                             return buf
                         remaining_s = None if deadline is None else deadline - time.monotonic()
@@ -212,29 +224,77 @@ cdef class BufferPool:
                     finally:
                         self._add_waiter(-1)
             finally:
-                first = self._line[0] is place
-                self._line.remove(place)
-                if first:
-                    # The next in line may go now, and others may use what it
-                    # does not need.
-                    self._set_first_in_line_locked()
-                    self._lock.notify_all()
+                if own_place:
+                    self._leave_line_locked(place)
 
-    cdef int _set_first_in_line_locked(self) except -1:
+    def join_line(self, Py_ssize_t size_bytes=0):
+        """A place at the back of the line of waiters for a buffer of size_bytes, for
+        a caller that polls try_acquire(place=) or waits in acquire(place=); give it
+        up with leave_line() unless it was served.
+
+        Raises:
+            ValueError: size_bytes is larger than largest_bytes: no wait could serve it.
+        """
+        with self._lock:
+            return self._join_line_locked(size_bytes)
+
+    def leave_line(self, LinePlace place not None):
+        """Gives place up (nothing if it was served or given up already)."""
+        with self._lock:
+            self._leave_line_locked(place)
+
+    cdef LinePlace _join_line_locked(self, Py_ssize_t size_bytes):
         # With _lock held.
-        cdef Py_ssize_t first_bytes = self._line[0][0] if self._line else 0
+        cdef LinePlace place = LinePlace.__new__(LinePlace)
+        place.size_bytes = size_bytes
+        place.capacity_bytes = self.capacity_for(size_bytes)
+        if place.capacity_bytes > self.largest_bytes:
+            raise ValueError(f"a buffer of {size_bytes} bytes was asked of a pool bounded "
+                             f"to {self.largest_bytes} bytes ({_bound_text(self)})")
+        self._line.append(place)
+        self._add_line_bytes_locked(place.capacity_bytes)
+        return place
+
+    cdef int _leave_line_locked(self, LinePlace place) except -1:
+        # With _lock held.  LinePlace compares by identity: remove() takes this one.
+        if place in self._line:
+            self._line.remove(place)
+            self._add_line_bytes_locked(-place.capacity_bytes)
+            # Those behind it may go now, and others may use what it does not need.
+            self._lock.notify_all()
+        return 0
+
+    cdef PooledBuffer _try_acquire_in_line_locked(self, LinePlace place):
+        # With _lock held: a buffer for place if it leaves room for every waiter
+        # ahead of it; served, place leaves the line.
+        cdef Py_ssize_t ahead_bytes = 0
+        cdef LinePlace other
+        cdef PooledBuffer buf
+        for other in self._line:
+            if other is place:
+                break
+            ahead_bytes += other.capacity_bytes
+        else:
+            raise ValueError("the place is no longer in line (served or given up)")
+        buf = self._try_acquire(place.size_bytes, ahead_bytes)
+        if buf is not None:
+            self._leave_line_locked(place)
+        return buf
+
+    cdef int _add_line_bytes_locked(self, Py_ssize_t change) except -1:
+        # With _lock held.
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
-        self._first_in_line_bytes = first_bytes
+        self._line_bytes += change
         PyThread_release_lock(self._mutex)
         return 0
 
     def has_room_for(self, Py_ssize_t size_bytes=0):
         """Whether try_acquire(size_bytes) would find room now: free memory for it,
-        and for the oldest blocked acquire besides."""
+        and for every waiter in line besides."""
         cdef Py_ssize_t capacity = self.capacity_for(size_bytes)
         cdef bint room
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
-        room = self._in_use_bytes + capacity + self._first_in_line_bytes <= self.total_bytes
+        room = self._in_use_bytes + capacity + self._line_bytes <= self.total_bytes
         PyThread_release_lock(self._mutex)
         return room
 
@@ -270,7 +330,7 @@ cdef class BufferPool:
         self._reserve = data
         PyThread_release_lock(self._reserve_lock)
 
-    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes, bint first_in_line=False):
+    cdef PooledBuffer _try_acquire(self, Py_ssize_t size_bytes, Py_ssize_t ahead_bytes=-1):
         # Thread-safe.  None when there is no room now.
         cdef int size_class = self._class_for(size_bytes)
         cdef Py_ssize_t capacity = size_bytes
@@ -284,9 +344,10 @@ cdef class BufferPool:
             raise ValueError(f"a buffer of {size_bytes} bytes was asked of a pool bounded "
                              f"to {self.largest_bytes} bytes ({_bound_text(self)})")
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
-        if not first_in_line and self._first_in_line_bytes and (
-                self._in_use_bytes + capacity + self._first_in_line_bytes > self.total_bytes):
-            room = False  # what is left is the oldest blocked acquire's
+        if ahead_bytes < 0:
+            ahead_bytes = self._line_bytes
+        if ahead_bytes and self._in_use_bytes + capacity + ahead_bytes > self.total_bytes:
+            room = False  # what is left is for those ahead in line
         elif size_class >= 0 and self._free[size_class] != NULL:
             data = _pop_free(&self._free[size_class])
             self._cached_bytes -= capacity
@@ -353,6 +414,12 @@ cdef inline unsigned char *_pop_free(unsigned char **head) noexcept:
     cdef unsigned char *data = head[0]
     memcpy(head, data, sizeof(void *))
     return data
+
+
+@cython.final
+cdef class LinePlace:
+    """A waiter's place in a BufferPool's line (BufferPool.join_line).  Compares by
+    identity, so that two waiters for the same size keep places of their own."""
 
 
 @cython.final
