@@ -511,3 +511,20 @@ def test_futures_have_kafka_pythons_retriable_and_chain(kafka_broker, topic_name
         with pytest.raises(TypeError, match=r"chain\(\) needs a future with success\(value\) "
                                             r"and failure\(error\)"):
             future.chain(object())
+
+
+def test_a_record_with_neither_key_nor_value_is_a_value_error_as_in_kafka_python(
+        kafka_broker, topic):
+    # kafka-python's send() refuses it ("Need at least one: key or value"); netkafka
+    # wrote an empty record, so the caller's slip reached the topic unseen.
+    # produce() takes it, as confluent-kafka's produce() does.
+    with producer(kafka_broker, value_serializer=str.encode) as p:
+        with pytest.raises(ValueError, match="needs a key or a value"):
+            p.send(topic, partition=0)
+        with pytest.raises(ValueError, match="needs a key or a value"):
+            p.send(topic, None, None, [("h", b"v")], 0)
+    with producer(kafka_broker) as p:  # no serializer: it would be given the None
+        p.produce(topic, partition=0)
+        p.send(topic, b"marker", partition=0).get(30)
+    assert [(r.key, r.value) for r in read_topic(kafka_broker.bootstrap, topic, 2)] == [
+        (None, None), (None, b"marker")]

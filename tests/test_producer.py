@@ -48,7 +48,9 @@ def test_round_trip_is_byte_exact_for_every_codec(core_broker, topic_name, codec
     with producer(core_broker.bootstrap, compression_type=codec, linger_ms=20) as p:
         futures = []
         for i in range(3000):
-            key = None if i % 7 == 0 else f"key-{i}".encode()
+            # Never both None with the value's None below: send() refuses that record, as
+            # kafka-python's does.
+            key = None if i % 7 == 0 and i % 11 else f"key-{i}".encode()
             # Tombstones, empty values, random and compressible values.
             value = (None if i % 11 == 0 else b"" if i % 13 == 0
                      else os.urandom(i % 300) if i % 2 else b"abc" * (i % 200))

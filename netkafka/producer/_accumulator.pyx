@@ -532,6 +532,15 @@ cdef int _headers_size(object headers) except -2:
     return size
 
 
+cdef int _refuse_empty_record(object key, object value) except -1:
+    # kafka-python's send() refuses a record with neither (a caller's slip, not a
+    # tombstone: a tombstone has a key), before its serializers see them.  produce()
+    # takes one, as confluent-kafka's produce() and the Java client do.
+    if key is None and value is None:
+        raise ValueError("a record needs a key or a value; both are None")
+    return 0
+
+
 cdef class ProducerCore:
     """netkafka.Producer's per-record entries, send() and produce(), in C: the
     caller's call is the only Python call a record costs on its way into a batch.
@@ -571,7 +580,8 @@ cdef class ProducerCore:
             ProducerClosedError: after close(), or close() while it waited for the
                 topic's metadata.
             SerializationError: a serializer failed.
-            TypeError, ValueError: a bad argument (named), a record larger than
+            TypeError, ValueError: a bad argument (named), neither key nor value
+                (a ValueError, as kafka-python's), a record larger than
                 max_request_size among them (a RecordTooLargeError: kafka-python's
                 MessageSizeTooLargeError, and a KafkaError); a topic no Kafka string
                 can carry (a lone surrogate, over 32767 UTF-8 bytes) is an
@@ -586,6 +596,7 @@ cdef class ProducerCore:
                 logged says so: the record is not sent, and the next producer on the
                 directory replays it.
         """
+        _refuse_empty_record(key, value)
         if self._interceptors is not None:
             return (<object>self)._send_intercepted(topic, value, key, headers, partition,
                                                     timestamp_ms, True, context)
