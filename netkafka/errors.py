@@ -50,9 +50,12 @@
     +-- BrokerError             an error code a broker returned; one subclass per
         |                       code a producer meets, generic for the rest
         +-- MessageTooLargeError (MESSAGE_TOO_LARGE)
-            +-- RecordTooLargeError  a record larger than max_request_size or
-                                buffer_memory, refused by send() before it is
-                                queued (also a ValueError)
+        |   +-- RecordTooLargeError  a record larger than max_request_size or
+        |                       buffer_memory, refused by send() before it is
+        |                       queued (also a ValueError)
+        +-- InvalidTopicError (INVALID_TOPIC_EXCEPTION)
+            +-- IllegalTopicNameError  a name against Kafka's rule, refused before
+                                it goes on the wire (also a ValueError)
 
 Each BrokerError carries ``code``, ``name`` (Kafka's name for the code),
 ``retriable`` (the same request may succeed if sent again) and
@@ -544,6 +547,14 @@ class InvalidTopicError(BrokerError):
     """The topic name is invalid, or the topic may not be written to (e.g. an internal one)."""
 
     code = 17
+
+
+class IllegalTopicNameError(InvalidTopicError, ValueError):
+    """A topic name against Kafka's rule (empty, too long, a character outside a-z A-Z
+    0-9 . _ -), refused by send(), produce(), send_batch() and partitions_for() before
+    any request carries it; the message names the topic and the fault.  kafka-python's
+    send() raises ValueError for it, which this is too (so code catching that still
+    does); an InvalidTopicError, as the broker's refusal of a name is."""
 
 
 class RecordListTooLargeError(BrokerError):

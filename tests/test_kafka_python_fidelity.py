@@ -528,3 +528,18 @@ def test_a_record_with_neither_key_nor_value_is_a_value_error_as_in_kafka_python
         p.send(topic, b"marker", partition=0).get(30)
     assert [(r.key, r.value) for r in read_topic(kafka_broker.bootstrap, topic, 2)] == [
         (None, None), (None, b"marker")]
+
+
+def test_an_illegal_topic_name_is_kafka_pythons_value_error(kafka_broker, topic):
+    # kafka-python's send() raises ValueError for a name against Kafka's rule (its
+    # docstring says so); netkafka's InvalidTopicError was no ValueError, so a caller
+    # catching that one let it through.
+    with producer(kafka_broker) as p:
+        for call in (lambda: p.send("my topic", b"x"), lambda: p.produce("my topic", b"x"),
+                     lambda: p.partitions_for("a/b")):
+            with pytest.raises(ValueError, match="is not a valid Kafka topic name") as info:
+                call()
+            assert isinstance(info.value, errors.InvalidTopicError)
+            assert info.value.code == 17
+        p.send(topic, b"fine", partition=0).get(30)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 1)] == [b"fine"]

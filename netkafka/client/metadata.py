@@ -763,7 +763,8 @@ def check_topic_name(topic):
 
     Raises:
         TypeError: topic is not a str (as send() says it).
-        InvalidTopicError: naming the topic and what is wrong with it.
+        IllegalTopicNameError: an InvalidTopicError and a ValueError, naming the topic
+            and what is wrong with it.
     """
     if not isinstance(topic, str):
         # partitions_for(None) used to fail here on len(None), naming neither.
@@ -780,7 +781,7 @@ def check_topic_name(topic):
     else:
         return
     shown = repr(topic) if len(topic) <= 60 else f"{topic[:40]!r}... ({len(topic)} characters)"
-    raise errors.InvalidTopicError(
+    raise errors.IllegalTopicNameError(
         f"topic {shown} is not a valid Kafka topic name: {why} (Kafka allows 1 to "
         f"{_TOPIC_NAME_MAX_CHARS} characters from a-z, A-Z, 0-9, '.', '_' and '-')")
 
