@@ -57,10 +57,10 @@
             +-- IllegalTopicNameError  a name against Kafka's rule, refused before
                                 it goes on the wire (also a ValueError)
 
-Each BrokerError carries ``code``, ``name`` (Kafka's name for the code),
-``retriable`` (the same request may succeed if sent again) and
-``invalid_metadata`` (the cached cluster metadata is stale: refresh it before
-retrying).  Both flags follow the Java client's exception hierarchy
+Each BrokerError carries ``code`` (also ``errno``, kafka-python's name for it),
+``name`` (Kafka's name for the code), ``retriable`` (the same request may succeed
+if sent again) and ``invalid_metadata`` (the cached cluster metadata is stale:
+refresh it before retrying).  Both flags follow the Java client's exception hierarchy
 (RetriableException, InvalidMetadataException), so netkafka retries exactly
 where the Java producer does.
 
@@ -400,14 +400,17 @@ class BrokerError(KafkaError):
 
     Subclasses name one code each (set ``code``; the name and flags are taken
     from ERROR_CODES).  Codes without a subclass are raised as BrokerError
-    itself, still carrying their code, name and flags.
+    itself, still carrying their code, name and flags.  ``errno`` is ``code``
+    (kafka-python's BrokerResponseError calls it that).
     """
 
     code = None
+    errno = None  # kafka-python's name for code, kept equal to it
     name = "UNKNOWN_ERROR_CODE"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        cls.errno = cls.code
         cls.name, cls.retriable, cls.invalid_metadata = ERROR_CODES[cls.code]
         if "code" in cls.__dict__:
             # A subclass keeping its parent's code (RecordTooLargeError) is raised by
@@ -416,7 +419,7 @@ class BrokerError(KafkaError):
 
     def __init__(self, message=None, *, code=None):
         if code is not None:
-            self.code = code
+            self.code = self.errno = code
             self.name, self.retriable, self.invalid_metadata = ERROR_CODES.get(
                 code, (f"UNKNOWN_ERROR_CODE_{code}", False, False)
             )

@@ -543,3 +543,18 @@ def test_an_illegal_topic_name_is_kafka_pythons_value_error(kafka_broker, topic)
             assert info.value.code == 17
         p.send(topic, b"fine", partition=0).get(30)
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 1)] == [b"fine"]
+
+
+def test_broker_errors_have_kafka_pythons_errno(kafka_broker, topic):
+    # kafka-python's BrokerResponseError carries the code as errno ("[Error 10] ...");
+    # netkafka's called it code only, so `except BrokerResponseError as e: e.errno`
+    # raised AttributeError inside the handler.
+    for name in errors.KAFKA_PYTHON_NAMES:
+        ours, theirs = getattr(errors, name), getattr(kafka.errors, name)
+        if issubclass(ours, errors.BrokerError) and theirs.errno is not None:
+            assert ours.errno == theirs.errno == ours.code, name
+    assert errors.error_for_code(52).errno == 52  # a code without a class of its own
+    with producer(kafka_broker) as p:
+        with pytest.raises(errors.BrokerResponseError) as info:
+            p.send(topic, b"x" * 2_000_000)
+    assert info.value.errno == kafka.errors.MessageSizeTooLargeError.errno
