@@ -275,6 +275,27 @@ def test_serializer_objects_see_topic_and_headers(kafka_broker, topic):
     ]
 
 
+
+class _TopicPrefixSerializer:
+    """kafka-python 2's Serializer interface, serialize(topic, value): kafka-python 3
+    still calls it so (its fallback when the three-argument call is refused)."""
+
+    def serialize(self, topic, value):
+        return f"{topic}:{value}".encode()
+
+
+def test_serializer_objects_of_kafka_python_2_see_topic_and_data(kafka_broker, topic):
+    # netkafka called serialize(topic, headers, data) only: every send() failed with a
+    # SerializationError where kafka-python 3 sends.
+    with producer(kafka_broker, key_serializer=_TopicPrefixSerializer(),
+                  value_serializer=_TopicPrefixSerializer()) as p:
+        p.send(topic, "v1", key="k1", partition=0).get(30)
+        p.send_batch(topic, ["v2"], keys=["k2"], partitions=0).get(30)
+    assert [(r.key, r.value) for r in read_topic(kafka_broker.bootstrap, topic, 2)] == [
+        (f"{topic}:k1".encode(), f"{topic}:v1".encode()),
+        (f"{topic}:k2".encode(), f"{topic}:v2".encode())]
+
+
 class _LastPartition(Partitioner):
     def __init__(self):
         self.calls = []

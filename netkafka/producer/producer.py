@@ -32,6 +32,7 @@ has started) is guarded by _close_lock.
 """
 import atexit
 import functools
+import inspect
 import logging
 import math
 import numbers
@@ -959,18 +960,47 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def _serializer_function(serializer):
     """(topic, headers, data) -> bytes for a key_serializer / value_serializer: a
-    Serializer's serialize, or a plain callable's (data) -> bytes; None for none."""
+    Serializer's serialize, kafka-python 2's serialize(topic, data), or a plain
+    callable's (data) -> bytes; None for none."""
     if serializer is None:
         return None
     serialize = getattr(serializer, "serialize", None)
     if callable(serialize):
-        return serialize
+        if not _takes_two_arguments(serialize):
+            return serialize
+
+        def serialize_topic_data(topic, headers, data):
+            return serialize(topic, data)
+
+        serialize_topic_data.__qualname__ = _name_of(serialize)
+        return serialize_topic_data
 
     def serialize_data(topic, headers, data):
         return serializer(data)
 
     serialize_data.__qualname__ = _name_of(serializer)  # errors name the user's function
     return serialize_data
+
+
+def _takes_two_arguments(function):
+    """Whether function is called (topic, data) and not (topic, headers, data):
+    kafka-python 3 still calls a kafka-python 2 Serializer that way.  Asked once, of
+    the signature, rather than retrying a call that raised TypeError as kafka-python
+    does (a TypeError from inside a serializer would run it twice)."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (some builtins): as given
+        return False
+    try:
+        signature.bind(None, None, None)
+        return False
+    except TypeError:
+        pass
+    try:
+        signature.bind(None, None)
+        return True
+    except TypeError:
+        return False
 
 
 def _headers_by_row(values, columns):
