@@ -129,6 +129,26 @@ def test_a_java_or_pkcs12_store_where_pem_is_read_says_so_and_how_to_convert(tls
             Producer(bootstrap_servers=NOWHERE, security_protocol="SSL", **settings)
 
 
+def test_a_callable_ssl_password_is_asked_for_the_keys_password(tls_files):
+    """kafka-python's ssl_password may be a callable returning the password (a secret
+    store's look-up): it is called, as load_cert_chain does, not refused as a type."""
+    alice = tls_files.clients["alice"]
+    key = {"ssl_certfile": str(alice.cert_file), "ssl_keyfile": str(alice.encrypted_key_file)}
+    asked = []
+
+    def password():
+        asked.append(True)
+        return alice.key_password
+
+    assert build_ssl_context({**key, "ssl_password": password}, "SSL") is not None
+    assert asked == [True]
+    with pytest.raises(SslConfigError, match=r"^ssl_password\(\) returned a int, not a str "
+                                             r"or bytes$"):
+        build_ssl_context({**key, "ssl_password": lambda: 1234}, "SSL")
+    with pytest.raises(SslConfigError, match="ssl_password does not decrypt the key"):
+        build_ssl_context({**key, "ssl_password": lambda: "wrong"}, "SSL")
+
+
 def test_a_crl_file_is_loaded_and_checked_for_the_brokers_certificate(tmp_path):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization

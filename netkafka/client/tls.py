@@ -166,15 +166,24 @@ def build_ssl_context(settings, security_protocol):
 
 def _password_callback(password):
     """load_cert_chain's password: a callable, so that an encrypted key with no
-    password given fails (OpenSSL would otherwise prompt on the terminal)."""
+    password given fails (OpenSSL would otherwise prompt on the terminal).  A callable
+    ssl_password (kafka-python's, e.g. a secret store's look-up) is called there."""
     if password is None:
         return lambda: b""
-    if isinstance(password, str):
-        password = password.encode()
-    if not isinstance(password, (bytes, bytearray)):
-        raise SslConfigError(f"ssl_password must be a str or bytes, not a "
-                             f"{type(password).__name__}")
+    if callable(password):
+        return lambda: _password_bytes(password(), "ssl_password() returned")
+    password = _password_bytes(password, "ssl_password is")
     return lambda: password
+
+
+def _password_bytes(password, source):
+    """password as bytes; SslConfigError naming source and the type (never the value)
+    unless it is a str or bytes."""
+    if isinstance(password, str):
+        return password.encode()
+    if not isinstance(password, (bytes, bytearray)):
+        raise SslConfigError(f"{source} a {type(password).__name__}, not a str or bytes")
+    return password
 
 
 def _file_bytes(name, path):
