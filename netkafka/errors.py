@@ -821,7 +821,8 @@ class SaslLibraryMissingError(KafkaError, ImportError):
 class OAuthTokenError(KafkaError):
     """An OAUTHBEARER token could not be had: the token endpoint was unreachable,
     answered an HTTP error, or answered without a usable token; or a token provider
-    failed or returned something that is not a token.
+    failed or returned something that is not a token, or extensions the broker
+    would refuse.
 
     Attributes:
         url: the token endpoint, or None when the token came from elsewhere.

@@ -134,6 +134,41 @@ def test_a_token_providers_passing_failure_is_waited_for_not_fatal(secured_broke
     assert read_back(secured_broker, topic_name, listener, len(sent)) == sorted(sent)
 
 
+class ProviderWithExtensions(FlakyProvider):
+    """A user's provider (kafka-python's interface) with SASL extensions, e.g. Confluent
+    Cloud's logicalCluster read from an environment variable that is not set."""
+
+    def __init__(self, provider, extensions):
+        super().__init__(provider, 0)
+        self._extensions = extensions
+
+    def extensions(self):
+        return self._extensions
+
+
+def test_extensions_the_broker_would_refuse_fail_at_once_naming_the_provider(secured_broker,
+                                                                              topic_name):
+    """As a token that is not one: every reconnect would meet the same refusal, so the
+    record fails at once (the Java client refuses such an initial response too), not
+    after max_block_ms of waiting for metadata."""
+    listener = listener_name("SASL_PLAINTEXT", "OAUTHBEARER")
+    provider = ProviderWithExtensions(OidcClientCredentialsProvider(
+        secured_broker.oauth.token_url, "alice", secured_broker.oauth.clients["alice"]),
+        {"logicalCluster": None})
+    max_block_ms = 60000
+    producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                        sasl_oauth_token_provider=provider, max_block_ms=max_block_ms)
+    started = time.monotonic()
+    error = refused_send(producer, topic_name, errors.OAuthTokenError)
+    elapsed_s = time.monotonic() - started
+    assert str(error).startswith(
+        "sasl_oauth_token_provider (ProviderWithExtensions).extensions() returned "
+        "extensions the broker would refuse: OAUTHBEARER extension 'logicalCluster' has an "
+        "invalid value None"), error
+    assert elapsed_s < max_block_ms / 1000 / 2, elapsed_s
+
+
 def test_a_token_endpoint_that_does_not_answer_is_named_by_the_setup_timeout(secured_broker,
                                                                              topic_name):
     """The endpoint accepts the connection and never answers: the setup timeout fires

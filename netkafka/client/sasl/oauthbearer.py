@@ -151,8 +151,16 @@ class OAuthBearerMechanism(SaslMechanism):
             # for it as for an unreachable broker, and time out naming it.
             raise OAuthTokenError(f"sasl_oauth_token_provider ({name}) failed: {exc!r}",
                                   retriable=True) from exc
-        self._message = client_first_message(
-            token, extensions, f"sasl_oauth_token_provider ({name}).token()")
+        try:
+            self._message = client_first_message(
+                token, extensions, f"sasl_oauth_token_provider ({name}).token()")
+        except SaslConfigError as exc:
+            # Not a setting but what the provider returned: an OAuthTokenError, which
+            # fails the records at once, as a bad token does -- every reconnect would
+            # ask the provider and meet the same extensions.
+            raise OAuthTokenError(
+                f"sasl_oauth_token_provider ({name}).extensions() returned extensions the "
+                f"broker would refuse: {exc}") from None
 
     def initial_response(self):
         if self._message is None:
