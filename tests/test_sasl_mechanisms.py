@@ -521,8 +521,17 @@ def test_oidc_unreachable_endpoint_is_named():
 @pytest.mark.parametrize("answer, problem", [
     (b"<html>", r"answer is not JSON: b'<html>'"),
     ({"token": "x"}, r"answer has no access_token \(found: \['token'\]\)"),
-    ({"access_token": "opaque", "expires_in": -5}, r"expires_in -5 is not a positive number"),
+    ({"access_token": "opaque", "expires_in": -5},
+     r"expires_in -5 is not a positive, finite number"),
+    # JSON's Infinity and NaN, which Python reads: a token never refreshed, or refreshed
+    # at every call.
+    (b'{"access_token": "opaque", "expires_in": Infinity}',
+     r"expires_in inf is not a positive, finite number"),
+    (b'{"access_token": "opaque", "expires_in": NaN}',
+     r"expires_in nan is not a positive, finite number"),
     ({"access_token": "opaque"}, r"lifetime is unknown: .*no expires_in"),
+    ({"access_token": make_jwt({"exp": float("inf")})}, r"lifetime is unknown"),
+    ({"access_token": make_jwt({"exp": 10 ** 400})}, r"lifetime is unknown"),
     ({"access_token": "not a token", "expires_in": 60}, r"characters Kafka does not accept"),
 ])
 def test_oidc_answers_without_a_usable_token_are_refused(endpoint, answer, problem):

@@ -28,6 +28,7 @@ import binascii
 import http.client
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -419,9 +420,8 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
         expiries = []
         expires_in = answer.get("expires_in")
         if expires_in is not None:
-            if isinstance(expires_in, bool) or not isinstance(expires_in, (int, float)) \
-                    or expires_in <= 0:
-                raise self._fail(f"expires_in {expires_in!r} is not a positive number",
+            if not _finite(expires_in) or expires_in <= 0:
+                raise self._fail(f"expires_in {expires_in!r} is not a positive, finite number",
                                  status=200)
             expiries.append(now_s + expires_in)
         exp = jwt_expiry_s(token)
@@ -435,7 +435,7 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
 
 def jwt_expiry_s(token):
     """The ``exp`` claim (seconds since the epoch) of a JWT, or None when ``token`` is
-    not a JWT with a numeric exp.  The signature is not checked."""
+    not a JWT with a finite numeric exp.  The signature is not checked."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
@@ -445,6 +445,15 @@ def jwt_expiry_s(token):
     except (binascii.Error, ValueError):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
-    if isinstance(exp, bool) or not isinstance(exp, (int, float)):
-        return None
-    return float(exp)
+    return float(exp) if _finite(exp) else None
+
+
+def _finite(value):
+    """True for a JSON number that is finite: Python's json reads Infinity and NaN, and
+    a lifetime of either would never refresh the token, or refresh it at every call."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range: no time a token lives to
+        return False
