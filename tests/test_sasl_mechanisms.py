@@ -541,6 +541,19 @@ def test_oidc_answers_without_a_usable_token_are_refused(endpoint, answer, probl
         provider.token()
 
 
+def test_a_form_encoded_token_answer_is_refused_without_quoting_the_token(endpoint):
+    """Some identity providers answer form-encoded (RFC 6749 says JSON): the token in it
+    is a live secret, kept out of the error, which logs and tracebacks carry."""
+    endpoint.answers.append((200, b"access_token=gho_s3cr3tT0ken&scope=&token_type=bearer"))
+    provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s")
+    with pytest.raises(OAuthTokenError) as refused:
+        provider.token()
+    assert str(refused.value) == (
+        f"token endpoint {endpoint.url}: answer is not JSON but form-encoded (fields: "
+        f"access_token, scope, token_type; their values withheld): the endpoint must answer "
+        f"JSON (RFC 6749)")
+
+
 def test_oidc_concurrent_callers_share_one_fetch(endpoint):
     endpoint.answers.append((200, {"access_token": "shared", "expires_in": 600}))
     provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s")

@@ -412,7 +412,7 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
         try:
             answer = json.loads(body)
         except ValueError:
-            raise self._fail(f"answer is not JSON: {body[:100]!r}", status=200) from None
+            raise self._fail(_not_json(body), status=200) from None
         if not isinstance(answer, dict) or not isinstance(answer.get("access_token"), str):
             keys = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
             raise self._fail(f"answer has no access_token (found: {keys})", status=200)
@@ -431,6 +431,22 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
             raise self._fail("the token's lifetime is unknown: the answer has no expires_in "
                              "and the token is not a JWT with an exp claim", status=200)
         return token, min(expiries)
+
+
+def _not_json(body):
+    """Why an answer that is not JSON was refused: its first bytes (an HTML error page
+    says what went wrong), unless it is a form-encoded token answer, whose token is a
+    secret that errors and logs must not carry: then its field names only."""
+    try:
+        fields = urllib.parse.parse_qsl(body.decode("ascii"), keep_blank_values=True,
+                                        strict_parsing=True)
+    except (UnicodeDecodeError, ValueError):
+        fields = []
+    names = [name for name, _ in fields]
+    if "access_token" not in names:
+        return f"answer is not JSON: {body[:100]!r}"
+    return (f"answer is not JSON but form-encoded (fields: {', '.join(names)}; their values "
+            f"withheld): the endpoint must answer JSON (RFC 6749)")
 
 
 def jwt_expiry_s(token):
