@@ -9,6 +9,7 @@ producer writing for several of them must re-authenticate without losing a recor
 Cloud's SASL_SSL/PLAIN, MSK's SASL_SSL/SCRAM).
 """
 import socket
+import threading
 import time
 
 import pytest
@@ -132,6 +133,57 @@ def test_a_token_providers_passing_failure_is_waited_for_not_fatal(secured_broke
         producer.close()
     assert flaky.calls > flaky.failures
     assert read_back(secured_broker, topic_name, listener, len(sent)) == sorted(sent)
+
+
+class StalledProvider(FlakyProvider):
+    """A user's token provider whose token() hangs until `release` is set (its HTTP call
+    to an identity provider that does not answer, made without a timeout)."""
+
+    def __init__(self, provider, release):
+        super().__init__(provider, 0)
+        self.release = release
+
+    def token(self):
+        self.calls += 1
+        self.release.wait(WAIT_S)
+        return self._provider.token()
+
+
+def test_a_hung_token_provider_is_waited_for_again_not_called_at_every_attempt(
+        secured_broker, topic_name):
+    """Each attempt's setup timeout gives up on the provider's token() but it goes on
+    hanging on its thread: the next attempts wait for that call again, rather than each
+    leaving one more thread hanging in the provider; its token serves once it comes."""
+    listener = listener_name("SASL_PLAINTEXT", "OAUTHBEARER")
+    admin_topic(secured_broker, topic_name)
+    release = threading.Event()
+    provider = StalledProvider(OidcClientCredentialsProvider(
+        secured_broker.oauth.token_url, "alice", secured_broker.oauth.clients["alice"]), release)
+    producer = Producer(bootstrap_servers=secured_broker.listeners[listener].bootstrap,
+                        security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                        sasl_oauth_token_provider=provider, max_block_ms=20000,
+                        socket_connection_setup_timeout_ms=300,
+                        socket_connection_setup_timeout_max_ms=300,
+                        reconnect_backoff_ms=50, reconnect_backoff_max_ms=50)
+    calls_while_hung = []
+
+    def release_later():
+        calls_while_hung.append(provider.calls)
+        release.set()
+
+    # After several setup timeouts and reconnects; send() waits for metadata meanwhile.
+    timer = threading.Timer(3, release_later)
+    timer.start()
+    try:
+        producer.send(topic_name, b"after the stall").get(WAIT_S)
+    finally:
+        timer.cancel()
+        release.set()
+        producer.close()
+    assert calls_while_hung == [1]
+    assert [r.value for r in read_topic(
+        secured_broker.listeners[listener].bootstrap, topic_name, expected_count=1,
+        client_config=secured_broker.client_config(listener, "bob"))] == [b"after the stall"]
 
 
 class ProviderWithExtensions(FlakyProvider):

@@ -9,8 +9,8 @@ whose token is no longer the one wanted is dropped by its thread -- nobody waits
 it, and it must not be mistaken for a later piece's.
 
 Work the connection gave up on may still be running (a name lookup a DNS server never
-answers): resume() wants it again rather than the connection starting the same work
-on one more thread at every attempt.
+answers, a token provider that hangs): resume() wants it again rather than the
+connection starting the same work on one more thread at every attempt.
 
 Threads: start(), resume(), take() and cancel() are the owning I/O thread's; deliver()
 is the worker thread's.  _token, _result and _running are guarded by _lock, a leaf: no

@@ -350,6 +350,9 @@ class BrokerConnection:
         # Owned by the I/O thread: ((host, port, canonical), token) of the latest name
         # lookup started, which resume() may want again (_io_connect).
         self._io_lookup = None
+        # Owned by the I/O thread: (host, mechanism) of the latest SASL prepare() started,
+        # which resume() may want again (_io_start_sasl).
+        self._io_preparing = None
         # Guarded by _lock: (host TLS and SASL see, IP address) of the latest attempt.
         self._attempt = None
 
@@ -858,12 +861,22 @@ class BrokerConnection:
     def _io_start_sasl(self, now_ns):
         """Starts an exchange with a new mechanism: at once when it has nothing
         to prepare, else once its prepare thread hands it back."""
-        mechanism = create_mechanism(self.config.sasl_settings, self._io_address.host)
+        host = self._io_address.host
+        preparing = self._io_preparing
+        if (preparing is not None and preparing[0] == host
+                and self._sasl_prepared.resume(preparing[1])):
+            # An earlier attempt's prepare() is still running (a token provider or KDC
+            # not answering): it is waited for again, rather than one more thread left
+            # hanging in the provider per attempt.
+            self._io_sasl = preparing[1]
+            return
+        mechanism = create_mechanism(self.config.sasl_settings, host)
         self._io_sasl = mechanism
         if type(mechanism).prepare is SaslMechanism.prepare:
             self._io_sasl_handshake(mechanism, now_ns)
             return
         self._sasl_prepared.start(mechanism)
+        self._io_preparing = (host, mechanism)
         threading.Thread(target=self._prepare_sasl, args=(mechanism,),
                          name=f"netkafka-sasl-prepare-{self.node_id}", daemon=True).start()
 
