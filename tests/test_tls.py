@@ -524,6 +524,22 @@ def test_a_connection_closed_mid_handshake_is_retried_not_an_authentication_fail
     assert [r.value for r in records] == [b"through"]
 
 
+def test_a_listener_silent_after_accept_times_out_naming_the_tls_handshake(tls_files):
+    """A firewall or proxy that lets TCP through and drops TLS, or a listener that says
+    nothing: the setup timeout bounds the handshake and names it as TLS's, as a Java
+    user expects, not as a 'transport' handshake."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts (backlog), never answers
+        port = silent.getsockname()[1]
+        with Producer(bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SSL",
+                      ssl_cafile=str(tls_files.ca_file), max_block_ms=1500,
+                      socket_connection_setup_timeout_ms=300,
+                      socket_connection_setup_timeout_max_ms=300) as producer:
+            with pytest.raises(KafkaTimeoutError,
+                               match=rf"bootstrap server 127.0.0.1:{port}: the TLS handshake "
+                                     r"did not complete within this attempt's setup timeout"):
+                producer.send("topic", b"v").get(10)
+
+
 def test_an_untrusted_broker_certificate_fails_fast_naming_host_and_reason(secured_broker,
                                                                           topic_name):
     spec = secured_broker.listeners["SSL"]

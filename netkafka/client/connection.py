@@ -124,7 +124,8 @@ _NEXT_STAGE = {
 _STAGE_NAMES = {
     RESOLVING: "name resolution",
     CONNECTING: "TCP connect",
-    TRANSPORT_HANDSHAKE: "the transport handshake",
+    # Plain TCP has no handshake and passes this stage at once: only TLS is ever in it.
+    TRANSPORT_HANDSHAKE: "the TLS handshake",
     NEGOTIATING_VERSIONS: "the ApiVersions handshake (is it a Kafka broker?)",
     AUTHENTICATING: "authentication",
 }
@@ -143,7 +144,7 @@ class ConnectionConfig:
         connect_timeout_ms / connect_timeout_max_ms: the setup timeout (the
             Producer's socket_connection_setup_timeout_ms and _max_ms): bound on
             one attempt's setup -- name resolution, or TCP connect, the
-            transport handshake, the ApiVersions handshake and authentication --
+            TLS handshake, the ApiVersions handshake and authentication --
             so a port that accepts but does not speak Kafka fails within it.  It
             doubles with each consecutive failed setup (a READY connection
             that fails starts it again), up to the max, +-20% jitter.
