@@ -827,16 +827,17 @@ class OAuthTokenError(KafkaError):
     Attributes:
         url: the token endpoint, or None when the token came from elsewhere.
         status: the endpoint's HTTP status, or None when there was no answer.
-    Retriable when the endpoint may answer later (no answer, HTTP 429 or 5xx), or when
-    the raiser says so (retriable=True: a provider's or signer's own failure, which may
-    pass as an unreachable broker does).
+    Retriable when the endpoint may answer later (no answer, HTTP 429 or 5xx), unless
+    the raiser says otherwise (retriable=True: a provider's or signer's own failure,
+    which may pass as an unreachable broker does; retriable=False: an endpoint whose
+    certificate does not verify, which no later try cures).
     """
 
-    def __init__(self, message, *, url=None, status=None, retriable=False):
+    def __init__(self, message, *, url=None, status=None, retriable=None):
         super().__init__(message)
         self.url = url
         self.status = status
-        self.retriable = retriable or (
+        self.retriable = retriable if retriable is not None else (
             url is not None and (status is None or status == 429 or status >= 500))
 
 

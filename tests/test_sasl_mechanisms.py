@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -27,7 +28,8 @@ import scramp
 from netkafka.client import sasl
 from netkafka.client.sasl import jaas, msk_iam, oauthbearer, scram
 from netkafka.errors import (JaasConfigError, OAuthTokenError, SaslAuthenticationFailedError,
-                             SaslConfigError, SaslLibraryMissingError)
+                             SaslConfigError, SaslLibraryMissingError, refuses_credentials)
+from netkafka.testing.tls import make_tls_files
 
 PLAIN_SETTINGS = {"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
                   "sasl_plain_password": "alice-secret"}
@@ -516,6 +518,33 @@ def test_oidc_unreachable_endpoint_is_named():
                                               r".*refused") as unreachable:
         provider.token()
     assert unreachable.value.status is None and unreachable.value.retriable
+
+
+def test_an_untrusted_token_endpoint_certificate_is_not_retried(tmp_path):
+    """The endpoint's certificate does not verify: no later try will do better, so the
+    error is not retriable (the records fail at once, as for a refused client secret)
+    and says OpenSSL's reason, not 'no answer' after max_block_ms of tries."""
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(make_tls_files(tmp_path, []).broker_keystore_file)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def serve():
+            conn, _ = listener.accept()
+            try:
+                server_context.wrap_socket(conn, server_side=True).close()
+            except OSError:  # ssl.SSLError too: the client refused the certificate
+                conn.close()
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        url = f"https://127.0.0.1:{listener.getsockname()[1]}/token"
+        provider = oauthbearer.OidcClientCredentialsProvider(url, "c", "s", timeout_s=10)
+        with pytest.raises(OAuthTokenError) as refused:
+            provider.token()
+        server.join(10)
+    assert str(refused.value).startswith(
+        f"token endpoint {url}: its TLS certificate did not verify: "), refused.value
+    assert "certificate verify failed" in str(refused.value)
+    assert not refused.value.retriable and refuses_credentials(refused.value)
 
 
 @pytest.mark.parametrize("answer, problem", [

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import re
+import ssl
 import threading
 import time
 import urllib.error
@@ -389,9 +390,9 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
     def _url(self):
         return self.token_endpoint_url
 
-    def _fail(self, message, status=None):
+    def _fail(self, message, status=None, retriable=None):
         return OAuthTokenError(f"{self._source}: {message}", url=self.token_endpoint_url,
-                               status=status)
+                               status=status, retriable=retriable)
 
     def _fetch_token(self, now_s):
         request = urllib.request.Request(self.token_endpoint_url, data=self._body,
@@ -406,6 +407,11 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
                              status=exc.code) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                # The same certificate at every try: failing at once, as a refused secret.
+                raise self._fail(f"its TLS certificate did not verify: {reason} (trust its "
+                                 f"CA through the provider's ssl_context)",
+                                 retriable=False) from None
             raise self._fail(f"no answer: {reason}") from None
         if len(body) > MAX_TOKEN_RESPONSE_BYTES:
             raise self._fail(f"answer larger than {MAX_TOKEN_RESPONSE_BYTES} bytes", status=200)
