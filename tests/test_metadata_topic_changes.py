@@ -8,10 +8,13 @@ import time
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
+from batch_helpers import wait_for
+from broker_proxy import ProduceDroppingProxy
 from netkafka import Producer
 from netkafka.client import metadata as metadata_module
 from netkafka.errors import (
-    IllegalArgumentError, KafkaTimeoutError, UnknownTopicIdError, UnknownTopicOrPartitionError,
+    IllegalArgumentError, KafkaTimeoutError, RecordSpooledError, UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
 )
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
@@ -109,16 +112,10 @@ def test_a_record_that_expires_waiting_for_a_leader_names_its_last_refusal(
     assert type(failure.__cause__).__name__ in str(failure)
 
 
-def test_a_topic_idle_for_metadata_max_idle_ms_is_no_longer_asked_for_nor_recreated(
-        kafka_broker, topic_name, monkeypatch):
-    """metadata_max_idle_ms (the Java producer's metadata.max.idle.ms, at its 5000 ms
-    minimum): a topic sent nothing for that long leaves the producer's Metadata requests,
-    so a refresh after someone deleted it does not create it again (auto-creation on);
-    the next send() asks for it as a first one does, and is delivered.  A topic used
-    once used to stay in every request for the producer's lifetime."""
-    bootstrap = kafka_broker.bootstrap
-    with pytest.raises(ValueError, match="metadata_max_idle_ms .* >= 5000"):
-        Producer(bootstrap_servers=bootstrap, metadata_max_idle_ms=4999)  # Java's minimum
+@pytest.fixture
+def names_topic(topic_name, monkeypatch):
+    """next_requests(count): whether each of the next count Metadata requests framed
+    names topic_name."""
     names_it = []  # per Metadata request framed: whether it names the topic
     encode = metadata_module.encode_metadata_request
 
@@ -128,24 +125,41 @@ def test_a_topic_idle_for_metadata_max_idle_ms_is_no_longer_asked_for_nor_recrea
     monkeypatch.setattr(metadata_module, "encode_metadata_request", counting)
 
     def next_requests(count):
-        """Whether each of the next count Metadata requests names the topic."""
         start = len(names_it)
         deadline = time.monotonic() + WAIT_S
         while len(names_it) < start + count:
             assert time.monotonic() < deadline, "no periodic Metadata requests"
             time.sleep(0.05)
         return names_it[start:start + count]
+    return next_requests
 
+
+def assert_no_longer_asked_for(next_requests):
+    """Within 1.25 times metadata_max_idle_ms (5 s) and a refresh, Metadata requests
+    stop naming the topic."""
+    deadline = time.monotonic() + 20
+    while any(next_requests(3)):
+        assert time.monotonic() < deadline, "an idle topic is still asked for"
+
+
+def test_a_topic_idle_for_metadata_max_idle_ms_is_no_longer_asked_for_nor_recreated(
+        kafka_broker, topic_name, names_topic):
+    """metadata_max_idle_ms (the Java producer's metadata.max.idle.ms, at its 5000 ms
+    minimum): a topic sent nothing for that long leaves the producer's Metadata requests,
+    so a refresh after someone deleted it does not create it again (auto-creation on);
+    the next send() asks for it as a first one does, and is delivered.  A topic used
+    once used to stay in every request for the producer's lifetime."""
+    bootstrap = kafka_broker.bootstrap
+    with pytest.raises(ValueError, match="metadata_max_idle_ms .* >= 5000"):
+        Producer(bootstrap_servers=bootstrap, metadata_max_idle_ms=4999)  # Java's minimum
+    next_requests = names_topic
     admin = admin_client(bootstrap)
     with Producer(bootstrap_servers=bootstrap, acks=1, allow_auto_create_topics=True,
                   metadata_max_idle_ms=5000, metadata_max_age_ms=300) as producer:
         assert producer.send(topic_name, b"first").get(WAIT_S).offset == 0
         assert any(next_requests(3))  # still in use: refreshes name it
-        # Idle from now: within 1.25 times metadata_max_idle_ms (and a refresh), the
-        # requests stop naming it.  Before, they named it for ever.
-        deadline = time.monotonic() + 20
-        while any(next_requests(3)):
-            assert time.monotonic() < deadline, "an idle topic is still asked for"
+        # Idle from now: the requests stop naming it.  Before, they named it for ever.
+        assert_no_longer_asked_for(next_requests)
         delete_topic(bootstrap, topic_name)
         assert not any(next_requests(5))
         assert topic_name not in admin.list_topics(timeout=WAIT_S).topics
@@ -154,3 +168,36 @@ def test_a_topic_idle_for_metadata_max_idle_ms_is_no_longer_asked_for_nor_recrea
         assert all(next_requests(3))
     records = read_topic(bootstrap, topic_name, 1, timeout_s=WAIT_S)
     assert [r.value for r in records] == [b"again"]
+
+
+def test_a_spooled_batch_being_sent_again_keeps_its_topic_asked_for(
+        kafka_broker, topic_name, names_topic, tmp_path):
+    """A batch whose delivery timed out, spooled (on_delivery_timeout='spool') and handed
+    to the sender again, is in no table of the accumulator: its topic went idle after
+    metadata_max_idle_ms and was no longer asked for, so a leader's move left the batch
+    with no leader until its next delivery timeout.  A batch in the sender keeps its
+    topic asked for; the topic goes once the batch is delivered."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    proxy = ProduceDroppingProxy((host, int(port)))
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, wal_dir=str(tmp_path),
+                      on_delivery_timeout="spool", request_timeout_ms=1000,
+                      delivery_timeout_ms=8000, retry_backoff_ms=100, max_block_ms=5000,
+                      metadata_max_idle_ms=5000, metadata_max_age_ms=300) as producer:
+            proxy.set_dropping(True)  # Produce requests unanswered: sent again and again
+            with pytest.raises(RecordSpooledError):
+                producer.send(topic_name, b"spooled").get(WAIT_S)
+            # 8 s after the batch opened, the spool's copy is in the sender for 8 s more:
+            # the topic idle, and 1.25 times metadata_max_idle_ms past.
+            time.sleep(4)
+            assert all(names_topic(3))
+            proxy.set_dropping(False)
+            wait_for(lambda: producer.metrics()["netkafka"]["records_spool_delivered"] == 1,
+                     WAIT_S, "the spooled record's delivery")
+            assert_no_longer_asked_for(names_topic)
+    finally:
+        proxy.close()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1,
+                                        timeout_s=WAIT_S)] == [b"spooled"]
+

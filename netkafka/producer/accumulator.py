@@ -52,7 +52,8 @@ Locks (never held while waiting for memory, for the sender or for the broker):
                               the clock
     self._state_lock          the set of incomplete batches and the counters
     _LingerTimer._cond        the linger heap and the timer's stop flag
-Order: self.lock, then _state_lock, _LingerTimer._cond or the BufferPool's mutex.
+Order: self.lock, then _state_lock, _LingerTimer._cond, the BufferPool's mutex or
+the Sender's _topics_lock (remove_idle_tables).
 The linger thread takes _cond only to pop due entries, never together with another.
 """
 import collections
@@ -543,14 +544,16 @@ class RecordAccumulator(AccumulatorCore):
         batch.builder.release()
 
     def remove_idle_tables(self, idle_ns, forget):
-        """Any thread (an I/O thread's metadata answer): the tables of topics that opened
-        no batch for idle_ns (metadata_max_idle_ms) and have none open, queued or in
-        flight go, and forget(topics) is called with them, this lock held, so that
-        metadata stops asking for them before a record can find the table gone and
-        ask again (lock order: this lock, then the metadata's).  The next record for
-        such a topic waits for its metadata as a first one does.  Looked at no more
-        often than every idle_ns / 4 (a pass over every topic): a topic goes 1 to 1.25
-        times idle_ns after its last batch opened, at the next metadata answer."""
+        """Any thread (an I/O thread's metadata answer): the topics that opened no
+        batch for idle_ns (metadata_max_idle_ms) and have none open, queued or in
+        flight -- in the sender neither, a spooled one say (Sender.forget_unused) --
+        go: forget(topics) is called with them, this lock held, so that metadata stops
+        asking for them before a record can find the table gone and ask again (lock
+        order: this lock, then the sender's topics lock, then the metadata's), and
+        their tables go.  The next record for such a topic waits for its metadata as
+        a first one does.  Looked at no more often than every idle_ns / 4 (a pass over
+        every topic): a topic goes 1 to 1.25 times idle_ns after its last batch
+        opened, at the next metadata answer."""
         now_ns = time.monotonic_ns()
         with self.lock:
             if now_ns < self._next_idle_check_ns or self._cold_appends:
@@ -566,9 +569,8 @@ class RecordAccumulator(AccumulatorCore):
                     idle.difference_update(result.topic for result in self._incomplete)
             if not idle:
                 return
-            for topic in idle:
+            for topic in self._sender.forget_unused(idle, forget):
                 self.remove_table_locked(topic)
-            forget(idle)
 
     # ------------------------------------------------------------------
     # Handing over: send() threads, the linger thread, flush().

@@ -46,9 +46,11 @@ Threads: send(), flush(), close() run on callers' threads (and hold_while_queued
 on the accumulator's linger thread); next_request(),
 has_pending(), the answer handling and on_failure() (a connection refused:
 its queued batches fail at once) on I/O threads.  All queues and
-counters are guarded by ``_lock``.  Lock order: Sender._lock, then a
-connection's, the metadata's, the ProducerIdManager's or the transaction
-state machine's lock, never the other way round.
+counters are guarded by ``_lock``.  Lock order: Sender._lock, then
+``_topics_lock``, a connection's, the metadata's, the ProducerIdManager's or the
+transaction state machine's lock, never the other way round.  ``_topics_lock``
+(the batches held per topic) comes after the accumulator's lock too
+(forget_unused()) and before the metadata's only.
 """
 import collections
 import copy
@@ -233,6 +235,12 @@ class Sender:
         # the node's next request is built or the partition moves (hold_while_queued()).
         self._held_for_request = {}
         self._pending = 0  # guarded by _lock: batches handed over, not yet completed
+        # Guarded by _topics_lock: topic -> its batches handed over, not yet completed
+        # (_pending's, per topic): a topic idle in the accumulator is not forgotten by
+        # the metadata while one is here -- a spooled or replayed batch, say --, or a
+        # leader's move would leave it with no leader until its delivery timeout.
+        self._topics_lock = threading.Lock()
+        self._batches_per_topic = collections.Counter()
         self._closed = False  # guarded by _lock
         self._sweep_at_ns = None  # guarded by _lock: delivery-timeout sweep scheduled then
         self._metrics = collections.Counter()  # guarded by _lock
@@ -315,6 +323,7 @@ class Sender:
                           time.monotonic_ns() if created_ns is None else created_ns, on_done)
             self._next_seq += 1
             self._pending += 1
+            self._hold_topic(topic, 1)
             if self._idempotence is not None:
                 item.sequenced = self._idempotence.track(topic, partition, batch, record_count,
                                                          wal_id)
@@ -395,6 +404,18 @@ class Sender:
             release()
         for item in leftovers:
             self._complete(item, error=error)
+
+    def forget_unused(self, topics, forget):
+        """The accumulator's topics idle for metadata_max_idle_ms (remove_idle_tables,
+        its lock held): those with no batch here are forgotten -- forget(them), the
+        metadata's forget_topics, with _topics_lock held, so that a batch handed over
+        meanwhile either keeps its topic or asks for it again (_hold_topic()).
+        Returns them."""
+        with self._topics_lock:
+            unused = {topic for topic in topics if topic not in self._batches_per_topic}
+            if unused:
+                forget(unused)
+        return unused
 
     def wake_leaders(self, keys):
         """The connections to the leaders of keys ((topic, partition) pairs) look at
@@ -700,6 +721,7 @@ class Sender:
                 # Its memory is its owner's, released once the parts are done.
                 item.view = None
                 self._pending += len(items) - 1  # the parts stand for it
+                self._hold_topic(item.topic, len(items) - 1)
                 self._metrics["batches_split"] += 1
                 self._metrics["errors." + errors.MessageTooLargeError.name] += 1
                 leader = self._metadata.leader_id(item.topic, item.partition)
@@ -952,6 +974,16 @@ class Sender:
             if conn is not None:
                 conn.wakeup()
 
+    def _hold_topic(self, topic, count):
+        """With _lock held: count more batches of topic here.  The first one asks
+        the metadata for the topic again if forget_unused() dropped it after send()
+        looked its leader up (add_topic() does nothing for a topic it asks for)."""
+        with self._topics_lock:
+            first = topic not in self._batches_per_topic
+            self._batches_per_topic[topic] += count
+            if first:
+                self._metadata.add_topic(topic)
+
     def _complete(self, item, result=None, error=None):
         self._complete_all(((item, result, error),))
 
@@ -980,6 +1012,12 @@ class Sender:
             self._pending -= len(outcomes)
             if self._pending == 0:
                 self._done.notify_all()
+            with self._topics_lock:
+                held = self._batches_per_topic
+                for item, _, _ in outcomes:
+                    held[item.topic] -= 1
+                    if not held[item.topic]:
+                        del held[item.topic]
         if released:
             # Their next batches were held back (ProducerIdManager.take): their leaders
             # look again.
