@@ -201,3 +201,20 @@ def test_a_spooled_batch_being_sent_again_keeps_its_topic_asked_for(
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1,
                                         timeout_s=WAIT_S)] == [b"spooled"]
 
+
+def test_a_topic_only_asked_about_with_partitions_for_goes_idle_too(
+        kafka_broker, topic_name, names_topic):
+    """A topic only asked about with partitions_for() (never sent to) stayed in every
+    Metadata request for the producer's lifetime; as the Java client's, it goes after
+    metadata_max_idle_ms with no partitions_for(), and is asked for again at the next."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, metadata_max_idle_ms=5000,
+                  metadata_max_age_ms=300) as producer:
+        partitions = producer.partitions_for(topic_name)
+        for _ in range(8):  # past 1.25 times metadata_max_idle_ms, asked about each second
+            time.sleep(1)
+            assert producer.partitions_for(topic_name) == partitions
+        assert all(names_topic(3))
+        assert_no_longer_asked_for(names_topic)
+        assert producer.partitions_for(topic_name) == partitions
+        assert all(names_topic(3))

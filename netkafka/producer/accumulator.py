@@ -195,6 +195,9 @@ class RecordAccumulator(AccumulatorCore):
             self.wal_always = wal.fsync == "always"
         self._spool = _Spool(self, retry_backoff_ms) if spool and wal is not None else None
         self._next_idle_check_ns = 0  # guarded by lock: see remove_idle_tables
+        # Guarded by lock: topic -> time.monotonic_ns() of its last partitions_for(),
+        # use that keeps it from going idle as a batch opened does (remove_idle_tables).
+        self._asked_ns = {}
         # Guarded by lock: _append_cold calls running.  They hold a topic's queue or
         # table across releases of the lock (waiting for memory, the partitioner), so
         # no table goes while one runs (remove_idle_tables).
@@ -543,17 +546,23 @@ class RecordAccumulator(AccumulatorCore):
         batch.builder.mark_failed()
         batch.builder.release()
 
+    def note_asked(self, topic):
+        """partitions_for() (a caller's thread): the topic is in use, as if a batch
+        opened; one never sent to goes idle too (remove_idle_tables)."""
+        with self.lock:
+            self._asked_ns[topic] = time.monotonic_ns()
+
     def remove_idle_tables(self, idle_ns, forget):
         """Any thread (an I/O thread's metadata answer): the topics that opened no
-        batch for idle_ns (metadata_max_idle_ms) and have none open, queued or in
-        flight -- in the sender neither, a spooled one say (Sender.forget_unused) --
-        go: forget(topics) is called with them, this lock held, so that metadata stops
-        asking for them before a record can find the table gone and ask again (lock
-        order: this lock, then the sender's topics lock, then the metadata's), and
-        their tables go.  The next record for such a topic waits for its metadata as
-        a first one does.  Looked at no more often than every idle_ns / 4 (a pass over
-        every topic): a topic goes 1 to 1.25 times idle_ns after its last batch
-        opened, at the next metadata answer."""
+        batch and were not asked about (note_asked) for idle_ns (metadata_max_idle_ms)
+        and have no batch open, queued or in flight -- in the sender neither, a spooled
+        one say (Sender.forget_unused) -- go: forget(topics) is called with them, this
+        lock held, so that metadata stops asking for them before a record can find the
+        table gone and ask again (lock order: this lock, then the sender's topics lock,
+        then the metadata's), and their tables go.  The next record for such a topic
+        waits for its metadata as a first one does.  Looked at no more often than
+        every idle_ns / 4 (a pass over every topic): a topic goes 1 to 1.25 times
+        idle_ns after its last use, at the next metadata answer."""
         now_ns = time.monotonic_ns()
         with self.lock:
             if now_ns < self._next_idle_check_ns or self._cold_appends:
@@ -561,8 +570,10 @@ class RecordAccumulator(AccumulatorCore):
             if self._spool is not None and self._spool.pending:
                 return  # spooled batches (not in _incomplete) need their topics' leaders
             self._next_idle_check_ns = now_ns + idle_ns // 4
-            idle = {topic for topic, table in self.tables_locked()
-                    if table.used_ns <= now_ns - idle_ns}
+            used_ns = dict(self._asked_ns)
+            for topic, table in self.tables_locked():
+                used_ns[topic] = max(table.used_ns, used_ns.get(topic, table.used_ns))
+            idle = {topic for topic, used in used_ns.items() if used <= now_ns - idle_ns}
             if idle:
                 with self._state_lock:
                     # Every batch opened and not completed yet (open, queued, in flight).
@@ -570,7 +581,9 @@ class RecordAccumulator(AccumulatorCore):
             if not idle:
                 return
             for topic in self._sender.forget_unused(idle, forget):
-                self.remove_table_locked(topic)
+                if self.table_locked(topic) is not None:
+                    self.remove_table_locked(topic)
+                self._asked_ns.pop(topic, None)
 
     # ------------------------------------------------------------------
     # Handing over: send() threads, the linger thread, flush().

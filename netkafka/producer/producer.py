@@ -55,7 +55,7 @@ from netkafka.producer.interceptors import InterceptorChain, ProducerRecord, fai
 from netkafka.client.coordinator import Coordinators
 from netkafka.client.group_offsets import fetch_committed_offsets
 from netkafka.client.io_pool import IOPool
-from netkafka.client.metadata import Metadata
+from netkafka.client.metadata import Metadata, check_topic_name
 from netkafka.producer.metrics import ProducerMetrics
 from netkafka.producer.partitioner import make_partitioner
 from netkafka.producer.sender import Sender
@@ -808,6 +808,8 @@ class Producer(ProducerCore):
             InvalidTopicError, TopicAuthorizationFailedError: the topic is refused.
         """
         self._start_if_forked()
+        check_topic_name(topic)  # before the accumulator keeps the name
+        self._accumulator.note_asked(topic)
         try:
             info = self._metadata.wait_for_topic(topic, self._max_block_s)
         except KafkaTimeoutError:
