@@ -325,6 +325,26 @@ def test_a_first_batch_split_is_not_overtaken_by_a_smaller_one_behind_it(
     assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
 
 
+def test_the_parts_of_a_split_part_are_not_overtaken_by_its_sibling(kafka_broker, topic_name):
+    # 17 records halve into 9, still too large, and 8, which fit.  The 9's halves were
+    # queued behind the 8 (their batch's send order, which the parts share, was all
+    # the queue knew): to a broker with no state of the producer id the 8 went first,
+    # was appended, and the halves after it were refused out of sequence -- the
+    # records out of send order, the partition started over under a new epoch.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(LIMIT_BYTES)})
+    sent = values(17)
+    with producer(kafka_broker.bootstrap, linger_ms=60_000) as p:
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.flush(60)
+        offsets = [future.get(0).offset for future in futures]
+        metrics = p.metrics()["netkafka"]
+    assert metrics["sender_batches_split"] == 2
+    assert metrics["producer_epoch_bumps"] == 0
+    assert offsets == list(range(17))
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
+
+
 # -- With a WAL and the spool (on_delivery_timeout='spool').
 
 SPOOL = dict(request_timeout_ms=1000, delivery_timeout_ms=2000, retry_backoff_ms=100,

@@ -27,7 +27,9 @@ offset unknown (-1).
 A batch of two records or more refused as MESSAGE_TOO_LARGE is split in halves
 (split.py), which take its place in its partition's queue -- and, idempotent, its
 place among the partition's outstanding batches, with its sequences -- and its
-on_done hears their outcomes together (_SplitOutcome, ProduceResult.parts).
+on_done hears their outcomes together (_SplitOutcome, ProduceResult.parts).  While
+a part is in a request, its partition's next batch waits for the answer: a part
+refused again is split in its turn, its halves ahead of the parts after it.
 
 Transactional batches: the TransactionManager (transaction_manager.py) is told
 of each batch as it is queued (its partition joins the transaction) and asked,
@@ -113,12 +115,16 @@ class _Batch:
     """A sealed batch on its way; owned by whichever queue holds it (under
     Sender._lock) or by the request carrying it (its I/O thread)."""
 
-    __slots__ = ("seq", "topic", "partition", "view", "size_bytes", "record_count", "on_done",
-                 "attempts", "created_ns", "retry_at_ns", "node_id", "sequenced",
+    __slots__ = ("seq", "first", "part", "topic", "partition", "view", "size_bytes", "record_count",
+                 "on_done", "attempts", "created_ns", "retry_at_ns", "node_id", "sequenced",
                  "maybe_written", "last_error")
 
     def __init__(self, seq, topic, partition, view, record_count, now_ns, on_done):
         self.seq = seq  # send order: keeps a partition's FIFO in order across resends
+        # The index of its first record in the batch send() was given: the parts of a
+        # split batch, which share its seq, keep their records' order by it (_queued_before).
+        self.first = 0
+        self.part = False  # a part of a split batch (_split)
         self.topic = topic
         self.partition = partition
         self.view = view
@@ -235,6 +241,12 @@ class Sender:
         # the node's next request is built or the partition moves (hold_while_queued()).
         self._held_for_request = {}
         self._pending = 0  # guarded by _lock: batches handed over, not yet completed
+        # Guarded by _lock: (topic, partition) of each part of a split batch in a request:
+        # the partition's next batch waits for its answer.  Refused as too large again,
+        # the part is split, and a later batch sent meanwhile would have put its records
+        # before the part's (appended, with no idempotence; or refused out of sequence
+        # and sent again).
+        self._parts_in_flight = set()
         # Guarded by _topics_lock: topic -> its batches handed over, not yet completed
         # (_pending's, per topic): a topic idle in the accumulator is not forgotten by
         # the metadata while one is here -- a spooled or replayed batch, say --, or a
@@ -500,8 +512,12 @@ class Sender:
                 if (self._transaction is not None
                         and not self._transaction.may_send(*key)):
                     continue  # not in the transaction yet: wake_leaders() wakes us
+                if self._parts_in_flight and key in self._parts_in_flight:
+                    continue  # _on_answer() wakes us
                 if head.sequenced is not None and not self._idempotence.take(head.sequenced):
                     continue  # its partition is starting over; _restamp() wakes us
+                if head.part:
+                    self._parts_in_flight.add(key)
                 queue.popleft()
                 chosen.append(head)
                 total += head.size_bytes
@@ -569,6 +585,18 @@ class Sender:
     # Answers (I/O threads) and metadata changes.
 
     def _on_answer(self, conn, batches, topic_ids, requested_ns, response, error):
+        try:
+            self._on_outcome(conn, batches, topic_ids, requested_ns, response, error)
+        finally:
+            parts = {(item.topic, item.partition) for item in batches if item.part}
+            if parts:
+                # Their halves, if split again, are queued by now: the next batches go.
+                with self._lock:
+                    self._parts_in_flight.difference_update(parts)
+                self.wake_leaders(parts)
+
+    def _on_outcome(self, conn, batches, topic_ids, requested_ns, response, error):
+        """A request's outcome: its answer (response), or the error that ended it."""
         idempotence = self._idempotence
         for item in batches:
             item.node_id = None  # its reservation was released as it was written
@@ -703,7 +731,9 @@ class Sender:
                         item.created_ns,
                         functools.partial(outcome.part_done, index, first, builder, view))
                  for index, (builder, view, first, count) in enumerate(parts)]
-        for part in items:
+        for part, (_, _, first, _) in zip(items, parts):
+            part.first = item.first + first
+            part.part = True
             part.maybe_written = item.maybe_written  # the batch's records are the parts'
         with self._lock:
             closed = self._closed
@@ -883,13 +913,13 @@ class Sender:
         item.node_id = node_id
         queue = self._queues.setdefault(node_id, {}).setdefault(
             (item.topic, item.partition), collections.deque())
-        if not queue or queue[-1].seq <= item.seq:
+        if not queue or not _queued_before(item, queue[-1]):
             queue.append(item)
             return
-        # A resend: before the first batch sent after it (a short scan, rare); the
-        # parts of a split batch share its seq and go in the order they are routed.
+        # A resend, or a part of a split batch: before the first batch whose records
+        # were sent after its own (a short scan, rare).
         for index, queued in enumerate(queue):
-            if queued.seq > item.seq:
+            if _queued_before(item, queued):
                 queue.insert(index, item)
                 return
 
@@ -1083,6 +1113,14 @@ class _SplitOutcome:
         error = next((part[3] for part in parts if part[3] is not None), None)
         self._on_done(_result((self._topic, self._partition, parts[0][1], parts[0][2],
                                self._record_count, parts)), error)
+
+
+def _queued_before(item, other):
+    """Whether item's records were sent before other's, in one partition's queue: by
+    send order, then (parts of one split batch, a part split again among the others)
+    by first record.  A part split again used to queue its halves behind the parts
+    after it, which then overtook them."""
+    return (item.seq, item.first) < (other.seq, other.first)
 
 
 def _resolve(future, result, error):
