@@ -8,6 +8,7 @@ cluster's IdempotentWrite.  KIP-368: the REAUTH listener grants sessions of REAU
 producer writing for several of them must re-authenticate without losing a record.  Every mechanism also runs over SASL_SSL (the recipes of the README: Confluent
 Cloud's SASL_SSL/PLAIN, MSK's SASL_SSL/SCRAM).
 """
+import logging
 import socket
 import threading
 import time
@@ -17,6 +18,8 @@ from confluent_kafka.admin import AclOperation, ResourceType
 
 from netkafka import Producer, errors
 from netkafka.client.connection import ConnectionConfig
+from netkafka.client.io_pool import IOPool
+from netkafka.client.metadata import request_metadata
 from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
 from netkafka.testing.admin import create_topic
 from netkafka.testing.proxy import TcpProxy
@@ -108,17 +111,19 @@ def refused_at_once(secured_broker, provider, topic_name):
 
 
 class FlakyProvider:
-    """A user's token provider whose identity provider is away for its first `failures`
-    calls (ConnectionError), then hands out the OIDC endpoint's real tokens."""
+    """A user's token provider whose identity provider is away for `failures` calls from
+    call number `first_failure` on (ConnectionError); the others hand out the OIDC
+    endpoint's real tokens."""
 
-    def __init__(self, provider, failures):
+    def __init__(self, provider, failures, first_failure=1):
         self._provider = provider
         self.failures = failures
+        self.first_failure = first_failure
         self.calls = 0
 
     def token(self):
         self.calls += 1
-        if self.calls <= self.failures:
+        if 0 <= self.calls - self.first_failure < self.failures:
             raise ConnectionError("identity provider unreachable")
         return self._provider.token()
 
@@ -459,6 +464,38 @@ def test_reauthentication_keeps_every_record_in_flight(secured_broker, topic_nam
     # Some exchange began with Produce requests awaiting answers, which all succeeded.
     assert sum(s["in_flight_at_reauthentication"] for s in stats) > 0, stats
     assert read_back(secured_broker, topic_name, PLAINTEXT_LISTENER_NAME, len(sent)) == sorted(sent)
+
+
+def test_a_token_fetch_failing_at_reauthentication_keeps_the_connection(secured_broker,
+                                                                          caplog):
+    """The provider fails its second call, the REAUTH listener's first re-authentication:
+    the session it would renew is still valid, so the connection stays up and every request
+    on it is answered (none failed, none retried on a new connection); the
+    re-authentication is tried again, with a warning, and succeeds with the next token."""
+    address = secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap
+    host, _, port = address.rpartition(":")
+    flaky = FlakyProvider(OidcClientCredentialsProvider(
+        secured_broker.oauth.token_url, "alice", secured_broker.oauth.clients["alice"]),
+        1, first_failure=2)
+    pool = IOPool(ConnectionConfig(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_settings={"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": flaky}))
+    caplog.set_level(logging.WARNING, "netkafka.client.connection")
+    try:
+        conn = pool.connection(-1, host, int(port))
+        deadline = time.monotonic() + 2 * REAUTH_MS / 1000
+        while time.monotonic() < deadline:
+            # A few at once: requests in flight when the token fetch fails.
+            answers = [request_metadata(conn, []) for _ in range(3)]
+            for answer in answers:
+                assert answer.result(WAIT_S).brokers
+        stats = conn.stats()
+    finally:
+        pool.close()
+    assert flaky.calls >= 3, flaky.calls
+    assert stats["connections_ready"] == 1 and stats["reauthentications"] >= 1, stats
+    assert any("re-authentication" in r.getMessage() and "identity provider unreachable"
+               in r.getMessage() for r in caplog.records), caplog.text
 
 
 def _reauth_producer(secured_broker, topic_name, mechanism, user, password, **settings):

@@ -32,7 +32,10 @@ gives a session lifetime, the connection re-authenticates after 85-95% of it,
 while READY: a new mechanism is prepared while requests keep flowing; from its
 SaslHandshake until the exchange ends no new request is framed (the broker must
 see the exchange uninterrupted), but requests already in flight stay in flight
-and are answered in order, before the SASL answers.
+and are answered in order, before the SASL answers.  A re-authentication whose
+prepare() fails (a token endpoint down) leaves the connection and its session as they
+are while the session lasts: it is tried again, with a warning, within half the time
+the session has left; only a failure once the session has ended fails the connection.
 
 Write path (modelled on uvloop's stream transport): requests are framed into a
 queue of memoryviews -- the request header bytes and, for Produce, the sealed
@@ -100,6 +103,10 @@ _DEADLINE_NS = operator.attrgetter("deadline_ns")
 # what a TLS listener answers a plaintext client with, read as a response size.
 _TLS_RECORD_TYPES = (0x15, 0x16)
 _TLS_MAJOR_VERSION = 0x03
+# A re-authentication whose prepare() failed is tried again at most this much later:
+# the Java client's wait before retrying a failed login refresh (10 s), which is what
+# fetches its next token.
+_REAUTH_RETRY_MAX_NS = 10_000_000_000
 # The receive buffer's usual size: a few Produce answers at once.  For a larger
 # response it doubles towards the response's size while the response is read.
 _RX_BUFFER_BYTES = 64 * 1024
@@ -389,10 +396,12 @@ class BrokerConnection:
         # SASL, owned by the I/O thread: the mechanism of the exchange under way
         # (authentication or KIP-368 re-authentication), else None; whether its
         # SaslHandshake went out (no other request is framed until it ends); when
-        # to re-authenticate (0: the broker set no session lifetime).
+        # to re-authenticate, and when the session ends, as far as the client can tell
+        # (the answer's arrival plus its lifetime; both 0: the broker set no lifetime).
         self._io_sasl = None
         self._io_sasl_exchanging = False
         self._io_reauth_at_ns = 0
+        self._io_session_ends_ns = 0
         # Owned by the I/O thread: responses taken since the connection became READY
         # (none when the broker closes it at once: see _io_read).
         self._io_answers_since_ready = 0
@@ -895,14 +904,35 @@ class BrokerConnection:
         if prepared is None:
             return
         mechanism, error = prepared
+        if error is None:
+            self._io_sasl_handshake(mechanism, now_ns)
+            return
         if isinstance(error, errors.SaslAuthenticationFailedError):
-            raise self._sasl_failure(error)
-        if isinstance(error, errors.KafkaError):
-            raise error  # names its source itself (OAuthTokenError: the endpoint)
-        if error is not None:
-            raise errors.AuthenticationError(
-                f"{self._who()}: preparing {mechanism.name} failed: {error!r}") from error
-        self._io_sasl_handshake(mechanism, now_ns)
+            failure = self._sasl_failure(error)
+        elif isinstance(error, errors.KafkaError):
+            failure = error  # names its source itself (OAuthTokenError: the endpoint)
+        else:
+            failure = errors.AuthenticationError(
+                f"{self._who()}: preparing {mechanism.name} failed: {error!r}")
+            failure.__cause__ = error
+        if self._state == READY and now_ns < self._io_session_ends_ns:
+            self._io_retry_reauthentication(failure, now_ns)
+            return
+        raise failure
+
+    def _io_retry_reauthentication(self, failure, now_ns):
+        """A re-authentication's prepare() failed while the session it would renew is still
+        valid.  The Java client's re-authentication takes the credential its login last
+        obtained, refreshed apart from any connection: a failed fetch never touches a
+        connection while its session lasts.  So here: the connection and the requests on
+        it carry on, and the re-authentication is tried again within half the time left."""
+        self._io_sasl = None
+        left_ns = self._io_session_ends_ns - now_ns
+        delay_ns = max(1_000_000, min(left_ns // 2, _REAUTH_RETRY_MAX_NS))
+        self._io_reauth_at_ns = now_ns + delay_ns
+        _log.warning("%s: re-authentication not started, its preparation failed: %s; the "
+                     "session stays valid for %.1f s more, trying again in %.1f s",
+                     self._who(), failure, left_ns / 1e9, delay_ns / 1e9)
 
     def _sasl_failure(self, error):
         """A mechanism's SaslAuthenticationFailedError (which names the mechanism)
@@ -981,6 +1011,8 @@ class BrokerConnection:
             return
         delay_ms = mechanism.reauthenticate_after_ms(response.session_lifetime_ms)
         self._io_reauth_at_ns = 0 if delay_ms is None else now_ns + delay_ms * 1_000_000
+        self._io_session_ends_ns = (0 if delay_ms is None
+                                    else now_ns + response.session_lifetime_ms * 1_000_000)
         self._io_sasl = None
         self._io_sasl_exchanging = False
         if self._state == READY:
@@ -1282,7 +1314,7 @@ class BrokerConnection:
     def _io_close_transport(self):
         self._io_sasl = None
         self._io_sasl_exchanging = False
-        self._io_reauth_at_ns = 0
+        self._io_reauth_at_ns = self._io_session_ends_ns = 0
         self._sasl_prepared.cancel()
         self._resolved.cancel()
         if self._transport is None:
