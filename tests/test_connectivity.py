@@ -25,6 +25,7 @@ from netkafka.testing.admin import create_topic
 from netkafka.testing.broker import Cluster, Listener
 from netkafka.testing.proxy import TcpProxy, proxy_listener
 from netkafka.testing.reader import read_topic
+from netkafka.testing.security import listener_name
 
 _REAL_GETADDRINFO = socket.getaddrinfo
 
@@ -132,6 +133,21 @@ def test_a_lookup_that_hangs_past_the_setup_timeout_is_waited_for_not_started_ag
     assert len(started_while_hung) == 1, started_while_hung
 
 
+def _answer_name(monkeypatch, name, infos):
+    """Makes getaddrinfo() answer infos for name; the list returned grows by one per
+    lookup of it."""
+    lookups = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == name:
+            lookups.append(host)
+            return infos
+        return _REAL_GETADDRINFO(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return lookups
+
+
 def test_every_address_of_a_name_is_tried_in_turn(kafka_broker, monkeypatch, topic_name):
     # multi.test has two addresses; the broker listens on the second only (127.0.0.1), so
     # the first (::1 where there is IPv6, else an address that refuses) fails to connect.
@@ -142,13 +158,7 @@ def test_every_address_of_a_name_is_tried_in_turn(kafka_broker, monkeypatch, top
     first = (_REAL_GETADDRINFO("::1", port, type=socket.SOCK_STREAM) if HAS_IPV6
              else _REAL_GETADDRINFO("127.0.0.2", dead_port, type=socket.SOCK_STREAM))
     second = _REAL_GETADDRINFO("127.0.0.1", port, type=socket.SOCK_STREAM)
-
-    def getaddrinfo(host, *args, **kwargs):
-        if host == "multi.test":
-            return first + second
-        return _REAL_GETADDRINFO(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    _answer_name(monkeypatch, "multi.test", first + second)
     producer = Producer(bootstrap_servers=f"multi.test:{port}", acks=1)
     try:
         producer.send(topic_name, b"via the second address").get(timeout=30)
@@ -160,6 +170,36 @@ def test_every_address_of_a_name_is_tried_in_turn(kafka_broker, monkeypatch, top
     assert bootstrap.attempt_address == ("multi.test", "127.0.0.1")
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [
         b"via the second address"]
+
+
+def test_an_address_refusing_the_setup_is_followed_by_the_next_not_the_first(
+        secured_broker, monkeypatch):
+    # sasl.test's first address is the broker's PLAINTEXT listener, which refuses the SASL
+    # handshake (a failure after TCP connected, unlike a refused connect); its second the
+    # SASL_PLAINTEXT listener of PLAIN.  The attempt after the refusal (and the reconnect
+    # backoff) went to the first address again, every time, as the round started over
+    # from a new lookup: as in Java's ClusterConnectionStates, it takes the next address.
+    refusing = _port(secured_broker.listeners["PLAINTEXT"].bootstrap)
+    accepting = _port(secured_broker.listeners[listener_name("SASL_PLAINTEXT", "PLAIN")].bootstrap)
+    lookups = _answer_name(monkeypatch, "sasl.test", [
+        *_REAL_GETADDRINFO("127.0.0.1", refusing, type=socket.SOCK_STREAM),
+        *_REAL_GETADDRINFO("127.0.0.1", accepting, type=socket.SOCK_STREAM)])
+    pool = IOPool(ConnectionConfig(
+        security_protocol="SASL_PLAINTEXT", reconnect_backoff_ms=10,
+        reconnect_backoff_max_ms=10,
+        sasl_settings={"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+                       "sasl_plain_password": secured_broker.passwords["PLAIN"]["alice"]}))
+    try:
+        conn = pool.connection(-1, "sasl.test", accepting)
+        refused = request_metadata(conn, []).exception(30)
+        answer = request_metadata(conn, []).result(30)
+        stats = conn.stats()
+    finally:
+        pool.close()
+    assert isinstance(refused, errors.IllegalSaslStateError), refused
+    assert answer.brokers
+    assert stats["connect_attempts"] == 2 and stats["connections_ready"] == 1, stats
+    assert len(lookups) == 1, lookups
 
 
 def test_a_name_that_does_not_resolve_fails_naming_it():

@@ -15,9 +15,12 @@ and SASL_SSL; others pass it at once) -> READY.  _io_advance() is the one place 
 nothing to do passes at once.  Versions come before authentication because the
 SASL requests' versions are negotiated, and brokers answer one ApiVersions
 request before authentication for that reason.  A failure names the stage it
-happened in.  A connection failing in setup moves on to the host's next address
-at once; once every address failed, the round ends, and the next one (after the
-reconnect backoff) resolves the name again.  Each attempt's setup (the lookup, or
+happened in.  A connection failing in setup moves on to the host's next address:
+at once when it did not reach the broker (TCP, a setup timeout), after the reconnect
+backoff when the broker refused it (the TLS or SASL handshake, authentication), as
+Java's ClusterConnectionStates takes the next address at each attempt; once every
+address failed, the round ends, and the next one (after the reconnect backoff)
+resolves the name again.  Each attempt's setup (the lookup, or
 one address from TCP connect to READY) is bounded by a setup timeout that doubles
 with consecutive failed setups, from connect_timeout_ms up to connect_timeout_max_ms,
 with +-20% jitter (the Java client's socket.connection.setup.timeout.ms and its
@@ -1284,8 +1287,9 @@ class BrokerConnection:
     def _io_fail(self, error, now_ns, count_failure=True):
         """Closes the socket; every request handed to this connection fails
         with error.  A setup that failed to reach the broker moves on to the
-        round's next address at once; otherwise the round ends, and the next
-        attempt waits for the reconnect backoff."""
+        round's next address at once; any other failure waits for the reconnect
+        backoff, and a failed setup leaves the round's later addresses to the
+        next attempts (a READY connection ended its round when it became READY)."""
         with self._lock:
             self._last_error = str(error)
         was_ready = self._state == READY
@@ -1293,8 +1297,6 @@ class BrokerConnection:
         next_address = (setting_up and bool(self._io_addresses)
                         and isinstance(error, (KafkaConnectionError, KafkaTimeoutError)))
         self._io_close_transport()
-        if not next_address:
-            self._io_addresses.clear()
         if count_failure:
             self._setup_failures = self._setup_failures + 1 if setting_up else 0
             self._io_count_failures(self._failures + 1)
