@@ -2,9 +2,12 @@
 
     message = authzid NUL username NUL password       (UTF-8)
 
-The authorization id is the username, as the Java client sends it (the broker accepts
-it empty or equal to the username).  The broker answers with empty bytes, or fails the
-SaslAuthenticate request.  The password crosses the wire as it is: use it over SASL_SSL.
+The authorization id sent is the username, as kafka-python sends it.  The Java client
+sends it empty: its SaslClientAuthenticator names an authorization id for GSSAPI only, and
+the JDK's PLAIN client then writes none.  Kafka's PlainSaslServer takes both, an empty one
+or one equal to the username, and refuses any other.  The broker answers with empty bytes,
+or fails the SaslAuthenticate request.  The password crosses the wire as it is: use it over
+SASL_SSL.
 """
 from netkafka.client.sasl import PasswordMechanism
 from netkafka.errors import SaslAuthenticationFailedError, SaslConfigError
