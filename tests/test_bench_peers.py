@@ -273,6 +273,19 @@ def test_summary_takes_the_medians_of_the_rounds():
     assert no_broker["broker_ns_per_record"] is None
 
 
+def test_a_broker_cpu_per_record_below_zero_is_left_out():
+    """A JavaContestant's round is a JVM run's minus its warm-up run's, whose CPU varies by
+    0.1 s: in short rounds the broker's difference can be below zero, and its figure was
+    then printed as a negative cost.  The rounds' own figures stay as measured."""
+    measured = [rounds.Round(1000, 1.0, 0.001, broker, 1.0, 0.0)
+                for broker in (-0.02, -0.01, 0.03)]
+    summary = rounds.summary(measured)
+    assert summary["broker_ns_per_record"] is None
+    assert summary["round_broker_cpu_s"] == [-0.02, -0.01, 0.03]
+    measured[1] = rounds.Round(1000, 1.0, 0.001, 0.01, 1.0, 0.0)  # one above zero, median
+    assert rounds.summary(measured)["broker_ns_per_record"] == 10000.0
+
+
 def _children_cpu_s():
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
