@@ -9,9 +9,11 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from batch_helpers import wait_for
+from test_wal_replay import encoded_records
 from broker_proxy import ProduceDroppingProxy
 from netkafka import Producer
 from netkafka.client import metadata as metadata_module
+from netkafka.producer.wal import WriteAheadLog
 from netkafka.errors import (
     IllegalArgumentError, KafkaTimeoutError, RecordSpooledError, UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -218,3 +220,25 @@ def test_a_topic_only_asked_about_with_partitions_for_goes_idle_too(
         assert_no_longer_asked_for(names_topic)
         assert producer.partitions_for(topic_name) == partitions
         assert all(names_topic(3))
+
+
+def test_a_topic_only_replayed_from_the_wal_goes_idle_too(
+        kafka_broker, topic_name, names_topic, tmp_path):
+    """A batch replayed from the write-ahead log for a topic this producer sends nothing
+    else to is in no table of the accumulator: the sender asked for its topic, which then
+    stayed in every Metadata request for the producer's lifetime (as one of a spooled
+    batch whose table went just before the sender took it).  It goes metadata_max_idle_ms
+    after the batch is delivered."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with WriteAheadLog(tmp_path) as log:  # a batch whose producer died before sealing it
+        batch_id = log.open_batch()
+        (record,) = encoded_records([b"replayed"], 1_700_000_000_000)
+        log.append_record(batch_id, 0, topic_name, 0, 1_700_000_000_000, record)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, wal_dir=str(tmp_path),
+                  metadata_max_idle_ms=5000, metadata_max_age_ms=300) as producer:
+        report = producer.replay(timeout=WAIT_S)
+        assert (report.records, report.reencoded, report.pending) == (1, 1, 0), report
+        assert all(names_topic(3))
+        assert_no_longer_asked_for(names_topic)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1,
+                                        timeout_s=WAIT_S)] == [b"replayed"]

@@ -554,12 +554,14 @@ class RecordAccumulator(AccumulatorCore):
 
     def remove_idle_tables(self, idle_ns, forget):
         """Any thread (an I/O thread's metadata answer): the topics that opened no
-        batch and were not asked about (note_asked) for idle_ns (metadata_max_idle_ms)
-        and have no batch open, queued or in flight -- in the sender neither, a spooled
-        one say (Sender.forget_unused) -- go: forget(topics) is called with them, this
-        lock held, so that metadata stops asking for them before a record can find the
-        table gone and ask again (lock order: this lock, then the sender's topics lock,
-        then the metadata's), and their tables go.  The next record for such a topic
+        batch, were not asked about (note_asked) and had no batch completed in the
+        sender (Sender.topics_done_ns: a replayed batch's topic has no table here) for
+        idle_ns (metadata_max_idle_ms) and have no batch open, queued or in flight -- in
+        the sender neither, a spooled one say (Sender.forget_unused) -- go:
+        forget(topics) is called with them, this lock held, so that metadata stops
+        asking for them before a record can find the table gone and ask again (lock
+        order: this lock, then the sender's topics lock, then the metadata's), and
+        their tables go.  The next record for such a topic
         waits for its metadata as a first one does.  Looked at no more often than
         every idle_ns / 4 (a pass over every topic): a topic goes 1 to 1.25 times
         idle_ns after its last use, at the next metadata answer."""
@@ -570,7 +572,9 @@ class RecordAccumulator(AccumulatorCore):
             if self._spool is not None and self._spool.pending:
                 return  # spooled batches (not in _incomplete) need their topics' leaders
             self._next_idle_check_ns = now_ns + idle_ns // 4
-            used_ns = dict(self._asked_ns)
+            used_ns = self._sender.topics_done_ns()
+            for topic, asked_ns in self._asked_ns.items():
+                used_ns[topic] = max(asked_ns, used_ns.get(topic, asked_ns))
             for topic, table in self.tables_locked():
                 used_ns[topic] = max(table.used_ns, used_ns.get(topic, table.used_ns))
             idle = {topic for topic, used in used_ns.items() if used <= now_ns - idle_ns}

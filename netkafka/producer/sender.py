@@ -253,6 +253,11 @@ class Sender:
         # leader's move would leave it with no leader until its delivery timeout.
         self._topics_lock = threading.Lock()
         self._batches_per_topic = collections.Counter()
+        # Guarded by _topics_lock: topic -> time.monotonic_ns() its last batch here was
+        # completed, until forget_unused() forgets it: a use of the topic, which a topic
+        # that has no table in the accumulator (a replayed batch's) has no other of
+        # (topics_done_ns()).
+        self._topics_done_ns = {}
         self._closed = False  # guarded by _lock
         self._sweep_at_ns = None  # guarded by _lock: delivery-timeout sweep scheduled then
         self._metrics = collections.Counter()  # guarded by _lock
@@ -417,6 +422,16 @@ class Sender:
         for item in leftovers:
             self._complete(item, error=error)
 
+    def topics_done_ns(self):
+        """{topic: time.monotonic_ns() its last batch here was completed}, for the
+        topics forget_unused() has not forgotten since (remove_idle_tables, the
+        accumulator's lock held).  The sender asks the metadata for the topic of each
+        batch handed over, a topic with no table in the accumulator too -- a replayed
+        batch's, or a spooled one's whose table went just before the sender took it --,
+        which no table's use would ever let go."""
+        with self._topics_lock:
+            return dict(self._topics_done_ns)
+
     def forget_unused(self, topics, forget):
         """The accumulator's topics idle for metadata_max_idle_ms (remove_idle_tables,
         its lock held): those with no batch here are forgotten -- forget(them), the
@@ -427,6 +442,8 @@ class Sender:
             unused = {topic for topic in topics if topic not in self._batches_per_topic}
             if unused:
                 forget(unused)
+                for topic in unused:
+                    self._topics_done_ns.pop(topic, None)
         return unused
 
     def wake_leaders(self, keys):
@@ -1042,12 +1059,14 @@ class Sender:
             self._pending -= len(outcomes)
             if self._pending == 0:
                 self._done.notify_all()
+            now_ns = time.monotonic_ns()
             with self._topics_lock:
                 held = self._batches_per_topic
                 for item, _, _ in outcomes:
                     held[item.topic] -= 1
                     if not held[item.topic]:
                         del held[item.topic]
+                        self._topics_done_ns[item.topic] = now_ns
         if released:
             # Their next batches were held back (ProducerIdManager.take): their leaders
             # look again.
