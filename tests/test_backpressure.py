@@ -1,13 +1,15 @@
 """Watermarks and backoff strategies against a frozen (SIGSTOPped) broker: outbound bytes
 stop at the high watermark, memory stays bounded, block raises after max_block_ms naming the
 broker, park resumes after SIGCONT with nothing lost, drop counts exactly what it dropped."""
+import collections
+import queue
 import threading
 import time
 
 import pytest
 
 from batch_helpers import (as_read, io_stack, make_batch, new_buffer_pool, release_batches,
-                           rss_bytes)
+                           rss_bytes, wait_for)
 from netkafka import Producer
 from netkafka.producer.backoff import BackoffStrategy, Block, Drop, Park, backoff_strategy
 from netkafka.errors import BackpressureTimeoutError, RecordDroppedError
@@ -237,6 +239,85 @@ def test_user_strategy_object_is_used(kafka_broker, node, topic_name):
     assert len(strategy.targets) == 1  # asked only once the connection was full
     assert kafka_broker.bootstrap in strategy.targets[0]
     release_batches(batches)
+
+
+class _InTurn(BackoffStrategy):
+    """block, once the test lets the caller go on: the target checked first (a place in
+    the connection's line), the caller's arrival told to the test.  A caller named in
+    impatient waits 1 ms only."""
+
+    name = "in turn"
+
+    def __init__(self, impatient=()):
+        self.arrived = queue.Queue()  # the callers' thread names, as they checked
+        self.impatient = impatient
+        self._go = collections.defaultdict(threading.Event)  # name -> its go-ahead
+        self._lock = threading.Lock()
+
+    def go_ahead(self, name):
+        self._event(name).set()
+
+    def _event(self, name):
+        with self._lock:
+            return self._go[name]
+
+    def wait_for_room(self, target, max_block_ms):
+        target.has_room()
+        name = threading.current_thread().name
+        self.arrived.put(name)
+        assert self._event(name).wait(30)
+        Block().wait_for_room(target, 1 if name in self.impatient else max_block_ms)
+
+
+def test_callers_waiting_for_a_full_connection_go_in_the_order_they_came(
+        kafka_broker, node, topic_name):
+    """Callers blocked on a connection above its high watermark were all woken by its
+    drain and raced each other (and any send() that came meanwhile): a later one often
+    went first.  They go in the order they came, whenever each gets to look; one that
+    gives up (max_block_ms) leaves its place, and those behind it go on."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    buffers = new_buffer_pool()
+    names = [f"in-turn-{i}" for i in range(5)]
+    strategy = _InTurn(impatient={names[2]})
+    stack = frozen_stack(kafka_broker.bootstrap, topic_name, strategy, max_block_ms=60000)
+    batches = {name: make_batch(buffers, name, RECORDS_PER_BATCH, VALUE_BYTES) for name in names}
+    futures, failures, filling = {}, {}, []
+
+    def send(name):
+        batch = batches[name]
+        try:
+            futures[name] = stack.sender.send(topic_name, 0, batch.view, batch.record_count)
+        except Exception as exc:  # noqa: BLE001 -- asserted below
+            failures[name] = type(exc)  # not its traceback, which holds the batch's view
+
+    try:
+        conn = leader_connection(stack, topic_name)
+        node.pause()
+        try:
+            while conn.writable:
+                batch = make_batch(buffers, f"fill-{len(filling)}", RECORDS_PER_BATCH,
+                                   VALUE_BYTES)
+                filling.append(batch)
+                stack.sender.send(topic_name, 0, batch.view, batch.record_count)
+            threads = [threading.Thread(target=send, args=(name,), name=name) for name in names]
+            for thread in threads:  # one after the other: each waits before the next comes
+                thread.start()
+                assert strategy.arrived.get(timeout=30) == thread.name
+        finally:
+            node.resume()
+        wait_for(lambda: conn.writable, 30, "the connection's drain")
+        for name in reversed(names):  # the last to come looks first
+            strategy.go_ahead(name)
+            time.sleep(0.2)
+        for thread in threads:
+            thread.join(30)
+        assert not any(thread.is_alive() for thread in threads), "a caller never got its turn"
+        offsets = {name: future.result(30).base_offset for name, future in futures.items()}
+    finally:
+        stack.close()
+    assert sorted(offsets, key=offsets.get) == [names[0], names[1], names[3], names[4]]
+    assert failures == {names[2]: BackpressureTimeoutError}
+    release_batches(filling + list(batches.values()))
 
 
 class _Gate:

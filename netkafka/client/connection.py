@@ -306,15 +306,17 @@ class BrokerConnection:
 
     Created by the IOPool; owned by one IOThread, which calls the ``io_*``
     methods (and runs every ``_io_*`` helper).  Any thread may call submit(),
-    request(), reserve_outbound(), release_outbound(), has_room(),
-    wait_for_room(), describe(), stats(), wakeup(), set_request_source(),
+    request(), reserve_outbound(), release_outbound(), has_room(), join_line(),
+    leave_line(), has_room_in_line(), wait_for_room_in_line(), describe(), stats(),
+    wakeup(), set_request_source(),
     update_address() and read address, attempt_address, consecutive_failures,
     state, outbound_bytes, writable and api_versions.  A resolver thread hands its
     answer to _resolved, and a SASL prepare thread (_prepare_sasl()) its mechanism
     to _sasl_prepared (background.py).
 
-    It implements the backoff module's Backpressured protocol (has_room,
-    wait_for_room, describe), so a strategy can wait on it directly.
+    Callers that find no room wait in line (join_line()): a drain lets them go in the
+    order they came, each once the one before it is done (the sender's
+    _ConnectionRoom, a backoff target).
     """
 
     def __init__(self, node_id, host, port, config, io_thread, request_source=None,
@@ -327,7 +329,8 @@ class BrokerConnection:
 
         # Guarded by _lock: state other threads read or hand over.
         self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)  # notified when writable again
+        # Notified when writable again, or when the first caller in line leaves it.
+        self._room = threading.Condition(self._lock)
         self._host = host  # guarded by _lock; the I/O thread applies changes
         self._port = port  # guarded by _lock
         self._address_changed = False  # guarded by _lock
@@ -337,6 +340,9 @@ class BrokerConnection:
         self._request_source = request_source
         self._outbound_bytes = 0  # guarded by _lock
         self._writable = True  # guarded by _lock
+        # Guarded by _lock: the places (join_line(), compared by identity) of the callers
+        # waiting for room, in the order they came: room is the first one's.
+        self._line = collections.deque()
         self._published_state = DISCONNECTED  # guarded by _lock
         # {api_key: version to use}: written by the I/O thread under _lock, so
         # that thread alone may read it without the lock.  Kept from the last
@@ -483,16 +489,42 @@ class BrokerConnection:
 
     def has_room(self):
         """False while outbound bytes are above the high watermark and have not
-        yet drained to the low one.  True once closed: waiting is pointless,
-        and the caller's next step reports the close."""
+        yet drained to the low one, or while callers wait in line for room (they go
+        first: join_line()).  True once closed: waiting is pointless, and the
+        caller's next step reports the close."""
         with self._lock:
-            return self._writable or self._published_state == CLOSED
+            return (self._writable and not self._line) or self._published_state == CLOSED
 
-    def wait_for_room(self, timeout_s):
-        """Blocks until writable or timeout_s passes; returns has_room()."""
+    def join_line(self):
+        """A place at the back of the line of callers waiting for room, for
+        has_room_in_line() and wait_for_room_in_line(); give it up with leave_line()
+        once done, served or not (the next one's turn comes then)."""
+        place = object()  # compared by identity
+        with self._lock:
+            self._line.append(place)
+        return place
+
+    def leave_line(self, place):
+        with self._lock:
+            if self._line and self._line[0] is place:
+                self._line.popleft()
+                self._room.notify_all()  # the next one's turn
+            elif place in self._line:
+                self._line.remove(place)
+
+    def has_room_in_line(self, place):
+        """Whether place's caller may go on: writable (or closed), and first in line."""
+        with self._lock:
+            return self._room_in_line_locked(place)
+
+    def wait_for_room_in_line(self, place, timeout_s):
+        """Blocks until has_room_in_line(place) or timeout_s passes; returns it."""
         with self._room:
-            return self._room.wait_for(
-                lambda: self._writable or self._published_state == CLOSED, timeout_s)
+            return self._room.wait_for(lambda: self._room_in_line_locked(place), timeout_s)
+
+    def _room_in_line_locked(self, place):
+        return self._published_state == CLOSED or (
+            self._writable and bool(self._line) and self._line[0] is place)
 
     def reserve_outbound(self, nbytes):
         """Counts nbytes more outbound (queued for this broker, not yet written)."""

@@ -147,6 +147,37 @@ class _Batch:
         self.last_error = None
 
 
+class _ConnectionRoom:
+    """A connection above its high watermark as a backoff target (backoff.py's
+    Backpressured protocol) for one batch.  The first check takes a place in the
+    connection's line of callers waiting for room, which block sleeps in and park
+    polls: they go in the order they came, whatever their strategy (all woken by the
+    drain, they raced each other and any send() that came meanwhile, and a later one
+    often won).  leave_line() once the batch is queued or refused: the next one's turn.
+    Used by one thread."""
+
+    __slots__ = ("conn", "place")
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.place = None  # the place in the connection's line, once checked
+
+    def has_room(self):
+        if self.place is None:
+            self.place = self.conn.join_line()
+        return self.conn.has_room_in_line(self.place)
+
+    def wait_for_room(self, timeout_s):
+        return self.has_room() or self.conn.wait_for_room_in_line(self.place, timeout_s)
+
+    def leave_line(self):
+        if self.place is not None:
+            self.conn.leave_line(self.place)
+
+    def describe(self):
+        return self.conn.describe()
+
+
 def _too_large_hint(item):
     """What to do about a batch the broker refused as larger than it takes: the broker
     says only MESSAGE_TOO_LARGE."""
@@ -316,45 +347,60 @@ class Sender:
         # past the high watermark: waiting there waited for the thread that drains
         # the connection, max_block_ms per batch.  Its memory is still bounded by
         # buffer_memory, which such a send() does not wait for either (backoff.py).
+        room = None
         if not conn.has_room() and not self._pool.on_io_thread():
-            remaining_ms = max(0, self.max_block_ms - int((time.monotonic() - start) * 1000))
-            try:
-                self.backoff.wait_for_room(conn, remaining_ms)
-            except RecordDroppedError:
-                with self._lock:
-                    self._metrics["batches_dropped"] += 1
-                    self._metrics["records_dropped"] += record_count
-                raise
-            # has_room() says yes to a connection closed meanwhile (waiting is
-            # pointless then): say why the batch cannot go.
-            if self._pool.closed:
-                raise KafkaConnectionError(f"{conn.describe()} is closed: batch not sent")
-        with self._lock:
-            if self._closed:
-                raise errors.KafkaError("the sender is closed: batch not sent")
-            if self._transaction is not None:
-                # Under the lock: an abort's discard_unsent() comes before the batch
-                # (and refuses it) or after it (and fails it), never between.
-                self._transaction.enroll(topic, partition)
-            item = _Batch(self._next_seq, topic, partition, view, record_count,
-                          time.monotonic_ns() if created_ns is None else created_ns, on_done)
-            self._next_seq += 1
-            self._pending += 1
-            self._hold_topic(topic, 1)
-            if self._idempotence is not None:
-                item.sequenced = self._idempotence.track(topic, partition, batch, record_count,
-                                                         wal_id)
-            # Behind a batch of its own partition, a batch needs no wake-up: what
-            # takes that one out (its wake-up, an answer, a write, a retry timer,
-            # a re-stamp) runs the connection's pump, which asks for the next
-            # request while it can send one.  Under backpressure that is most
-            # batches: one wake byte (and a GIL hand-off) each saved.
-            partitions = self._queues.get(broker.node_id)
-            wake = not partitions or not partitions.get((topic, partition))
-            self._route_locked(item, broker.node_id, conn=conn)
+            room = _ConnectionRoom(conn)
+        try:
+            if room is not None:
+                self._wait_for_room(room, start, record_count)
+            with self._lock:
+                if self._closed:
+                    raise errors.KafkaError("the sender is closed: batch not sent")
+                if self._transaction is not None:
+                    # Under the lock: an abort's discard_unsent() comes before the batch
+                    # (and refuses it) or after it (and fails it), never between.
+                    self._transaction.enroll(topic, partition)
+                item = _Batch(self._next_seq, topic, partition, view, record_count,
+                              time.monotonic_ns() if created_ns is None else created_ns,
+                              on_done)
+                self._next_seq += 1
+                self._pending += 1
+                self._hold_topic(topic, 1)
+                if self._idempotence is not None:
+                    item.sequenced = self._idempotence.track(topic, partition, batch,
+                                                             record_count, wal_id)
+                # Behind a batch of its own partition, a batch needs no wake-up: what
+                # takes that one out (its wake-up, an answer, a write, a retry timer,
+                # a re-stamp) runs the connection's pump, which asks for the next
+                # request while it can send one.  Under backpressure that is most
+                # batches: one wake byte (and a GIL hand-off) each saved.
+                partitions = self._queues.get(broker.node_id)
+                wake = not partitions or not partitions.get((topic, partition))
+                self._route_locked(item, broker.node_id, conn=conn)
+        finally:
+            if room is not None:
+                # Once the batch's bytes count as outbound: the next caller in line
+                # looks at the watermark with them.
+                room.leave_line()
         if wake:
             conn.wakeup()
         return future
+
+    def _wait_for_room(self, room, start, record_count):
+        """send(): the backoff strategy's wait for room in the connection of room (a
+        _ConnectionRoom), within what is left of max_block_ms since start."""
+        remaining_ms = max(0, self.max_block_ms - int((time.monotonic() - start) * 1000))
+        try:
+            self.backoff.wait_for_room(room, remaining_ms)
+        except RecordDroppedError:
+            with self._lock:
+                self._metrics["batches_dropped"] += 1
+                self._metrics["records_dropped"] += record_count
+            raise
+        # A connection closed meanwhile has room (waiting is pointless then): say why
+        # the batch cannot go.
+        if self._pool.closed:
+            raise KafkaConnectionError(f"{room.conn.describe()} is closed: batch not sent")
 
     def hold_while_queued(self, topic, partition, release):
         """The accumulator, a batch's linger_ms having passed: whether batches are
