@@ -25,7 +25,7 @@ import reference_encoder as ref
 from netkafka.errors import BatchStateError, BufferPoolExhausted
 from netkafka.record import _batch
 from netkafka.record._batch import RecordBatchBuilder
-from netkafka.record._columns import BinaryColumn
+from netkafka.record._columns import BinaryColumn, Rows
 from netkafka.record._compression import Compressor
 from netkafka.record._pool import BufferPool
 from netkafka.testing.admin import create_topic
@@ -302,6 +302,25 @@ def test_pyarrow_binary_and_string_arrays_as_columns(big_pool):
         BinaryColumn.from_arrow(pa.array([1, 2]))
     with pytest.raises(TypeError, match="ChunkedArray"):
         BinaryColumn.from_arrow(pa.chunked_array([values]))
+
+
+def test_columns_in_a_garbage_cycle_give_the_callers_buffers_back():
+    # A BinaryColumn or Rows reachable only from a reference cycle (held by an object
+    # of the caller's that is in one) is freed by the collector.  Its tp_clear dropped
+    # the held buffers' owners without releasing them: the caller's array stayed
+    # locked for good ("cannot resize an array that is exporting buffers").
+    timestamps = array.array("q", [1, 2])
+    data, offsets = bytearray(b"ab"), array.array("i", [0, 1, 2])
+    for make in (lambda: Rows([b"a", b"b"], timestamps_ms=timestamps),
+                 lambda: BinaryColumn(data, offsets)):
+        cycle = [make()]
+        cycle.append(cycle)
+        del cycle
+        gc.collect()
+    timestamps.append(3)
+    data.append(ord("c"))
+    offsets.append(3)
+    assert (list(timestamps), bytes(data), list(offsets)) == ([1, 2, 3], b"abc", [0, 1, 2, 3])
 
 
 def test_column_validation_names_the_problem(big_pool):

@@ -286,7 +286,11 @@ cdef bint _is_native_signed_int(const char *fmt):
     return f in (b'b', b'h', b'i', b'l', b'q', b'n')
 
 
+# no_gc_clear: a cycle's tp_clear would drop the held buffers' owners without
+# releasing the buffers, leaving the caller's arrays locked (exports never given
+# back); __dealloc__ releases them.  Same for Rows.
 @cython.final
+@cython.no_gc_clear
 cdef class BinaryColumn:
     """A column of nullable binary values in Arrow's layout, over buffer-protocol
     objects: no copy, no per-element Python object.
@@ -633,6 +637,7 @@ cdef class _HeaderColumns:
 
 
 @cython.final
+@cython.no_gc_clear  # as BinaryColumn: its timestamps buffer
 cdef class Rows:
     """The rows of a bulk append (Producer.send_batch(), append_many(),
     append_column()): each argument read in place, row by row, with no Python
