@@ -1,7 +1,9 @@
 """client.retry.ask_until: the loop behind FindCoordinator, InitProducerId, OffsetFetch
 and the transactional requests (each of which the broker tests drive end to end)."""
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -33,6 +35,36 @@ def test_retriable_errors_are_asked_again_until_an_answer():
     assert ask_until(deadline, "x not found in time", attempt, FAST) == "answer"
     assert len(given) == 3
     assert all(0 < remaining_s <= 10 for remaining_s in given)
+
+
+def test_a_retriable_error_keeps_none_of_the_callers_locals_alive():
+    # The last retriable error was kept in a local of ask_until, whose frame its
+    # traceback holds: a cycle, and through the frames' f_back every caller's locals
+    # stayed alive until a full collection -- send_batch()'s columns, when
+    # InitProducerId was asked again on its thread (COORDINATOR_LOAD_IN_PROGRESS from
+    # a broker just started).
+    class Columns:
+        pass
+
+    def attempt(remaining_s):
+        if not asked:
+            asked.append(remaining_s)
+            raise errors.CoordinatorLoadInProgressError("loading")
+        return "answer"
+
+    def caller(columns):
+        return ask_until(time.monotonic() + 10, "late", attempt, FAST)
+
+    asked = []
+    columns = Columns()
+    alive = weakref.ref(columns)
+    gc.disable()  # freed by reference counting, or not at all
+    try:
+        assert caller(columns) == "answer"
+        del columns
+        assert alive() is None
+    finally:
+        gc.enable()
 
 
 def test_an_error_that_is_not_retriable_is_raised_as_it_is_at_once():

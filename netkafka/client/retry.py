@@ -80,25 +80,30 @@ def ask_until(deadline, late, attempt, backoff, *, last_error_after=": ", stop=N
     """
     last_error = None
     retries = 0
-    while True:
-        remaining_s = deadline - time.monotonic()
-        stopped_now = stop is not None and stop.is_set()
-        if remaining_s <= 0 or stopped_now:
-            raise KafkaTimeoutError((stopped if stopped_now else late)
-                                    + (f"{last_error_after}last error {last_error}"
-                                       if last_error else ""))
-        try:
-            return attempt(remaining_s)
-        except errors.KafkaError as exc:
-            if not exc.retriable:
-                raise
-            last_error = exc
-        wait_s = (backoff_s_by_code or {}).get(getattr(last_error, "code", None))
-        if wait_s is None:
-            wait_s = backoff.ms(retries) / 1000
-        retries += 1
-        wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
-        if stop is not None:
-            stop.wait(wait_s)
-        else:
-            time.sleep(wait_s)
+    try:
+        while True:
+            remaining_s = deadline - time.monotonic()
+            stopped_now = stop is not None and stop.is_set()
+            if remaining_s <= 0 or stopped_now:
+                raise KafkaTimeoutError((stopped if stopped_now else late)
+                                        + (f"{last_error_after}last error {last_error}"
+                                           if last_error else ""))
+            try:
+                return attempt(remaining_s)
+            except errors.KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+            wait_s = (backoff_s_by_code or {}).get(getattr(last_error, "code", None))
+            if wait_s is None:
+                wait_s = backoff.ms(retries) / 1000
+            retries += 1
+            wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
+            if stop is not None:
+                stop.wait(wait_s)
+            else:
+                time.sleep(wait_s)
+    finally:
+        # Its traceback holds this frame, which holds it: a cycle that kept every
+        # caller's frame (f_back) and locals alive until a full collection.
+        last_error = None
