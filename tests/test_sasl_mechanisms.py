@@ -583,6 +583,23 @@ def test_a_form_encoded_token_answer_is_refused_without_quoting_the_token(endpoi
         f"JSON (RFC 6749)")
 
 
+@pytest.mark.parametrize("body", [
+    b"access_token=gho_s3cr3tT0ken&token_type=bearer&",  # a trailing &
+    b"access_token=gho_s3cr3tT0ken&scope",  # a field with no =
+    "access_token=gho_s3cr3tT0ken&scope=caf\u00e9".encode(),  # not ASCII
+    b'{"access_token": "gho_s3cr3tT0ken", "token_type": "bearer",}',  # JSON, but not quite
+])
+def test_an_answer_naming_access_token_is_never_quoted(endpoint, body):
+    """An answer that is not JSON and not strictly form-encoded, but carries a token all
+    the same, was quoted in the error: the live token with it."""
+    endpoint.answers.append((200, body))
+    provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s")
+    with pytest.raises(OAuthTokenError) as refused:
+        provider.token()
+    assert "s3cr3t" not in str(refused.value)
+    assert str(refused.value).startswith(f"token endpoint {endpoint.url}: answer is not JSON")
+
+
 def test_oidc_concurrent_callers_share_one_fetch(endpoint):
     endpoint.answers.append((200, {"access_token": "shared", "expires_in": 600}))
     provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s")

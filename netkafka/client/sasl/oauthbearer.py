@@ -441,17 +441,20 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
 
 def _not_json(body):
     """Why an answer that is not JSON was refused: its first bytes (an HTML error page
-    says what went wrong), unless it is a form-encoded token answer, whose token is a
-    secret that errors and logs must not carry: then its field names only."""
+    says what went wrong), unless it names access_token -- form-encoded, or JSON but not
+    quite --, whose token is a secret that errors and logs must not carry: then its
+    field names at most.  Asked of the bytes, not of a parse: one that failed (a
+    trailing &, a byte beyond ASCII) quoted the token."""
+    if b"access_token" not in body:
+        return f"answer is not JSON: {body[:100]!r}"
     try:
         fields = urllib.parse.parse_qsl(body.decode("ascii"), keep_blank_values=True,
                                         strict_parsing=True)
     except (UnicodeDecodeError, ValueError):
-        fields = []
-    names = [name for name, _ in fields]
-    if "access_token" not in names:
-        return f"answer is not JSON: {body[:100]!r}"
-    return (f"answer is not JSON but form-encoded (fields: {', '.join(names)}; their values "
+        return ("answer is not JSON, and names access_token (its bytes withheld): the "
+                "endpoint must answer JSON (RFC 6749)")
+    names = ", ".join(name for name, _ in fields)
+    return (f"answer is not JSON but form-encoded (fields: {names}; their values "
             f"withheld): the endpoint must answer JSON (RFC 6749)")
 
 
