@@ -8,6 +8,7 @@ reads them back with confluent-kafka; the exhaustion test freezes the broker so 
 growth and new batches meet a full pool under block, park and drop.
 """
 import array
+import gc
 import threading
 import time
 
@@ -284,6 +285,59 @@ def test_a_waiter_giving_up_leaves_the_place_of_an_older_one_of_the_same_size():
     assert older[0] is not None and time.monotonic() - started < 5
     for buf in held + older:
         buf.release()
+
+
+def test_a_buffer_the_collector_frees_inside_the_pools_lock_does_not_deadlock_it():
+    # A buffer forgotten in a reference cycle goes back when the cyclic collector runs,
+    # on whatever thread allocates then -- a park-mode send() polling its place in line,
+    # holding the pool's lock, say: the release, seeing a waiter asleep, took that lock
+    # again and hung the thread, and every waiter behind it, for good.  Each trial moves
+    # the collection one allocation on, through every allocation of the poll (which of
+    # them falls inside the lock is the interpreter's business).
+    threshold = 20
+    thresholds, enabled = gc.get_threshold(), gc.isenabled()
+    try:
+        for allocations in range(threshold + 5):
+            pool = BufferPool(KiB, 3 * KiB)
+            held = [pool.try_acquire(), pool.try_acquire()]
+            holder = [pool.try_acquire()]
+            sleeper = threading.Thread(target=pool.acquire, kwargs={"timeout_ms": 10_000},
+                                       daemon=True)
+            sleeper.start()  # asleep in line: a release notifies it
+            time.sleep(0.05)
+            place = pool.join_line(0)
+            polled, counts = [], []  # counts: the collector's, for the message
+
+            def poll():
+                gc.disable()
+                gc.set_threshold(threshold)
+                gc.collect()
+                cycle = [holder.pop()]  # the buffer's only holder from here on
+                cycle.append(cycle)
+                del cycle
+                garbage = [[] for _ in range(allocations)]
+                counts.append(gc.get_count())
+                gc.enable()
+                polled.append(pool.try_acquire(place=place))
+                gc.disable()
+                del garbage
+
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            poller.join(10)
+            assert not poller.is_alive(), f"deadlocked, the collector's counts at {counts}"
+            assert polled == [None]  # the sleeper is ahead in line
+            gc.collect()  # the cycle, if the poll did not: the sleeper's buffer
+            sleeper.join(10)
+            assert not sleeper.is_alive()
+            pool.leave_line(place)
+            for buf in held:
+                buf.release()
+            assert pool.in_use_bytes == 0
+    finally:
+        gc.set_threshold(*thresholds)
+        if enabled:
+            gc.enable()
 
 
 def test_a_first_record_larger_than_batch_size_gets_an_exact_buffer_and_the_batch_to_itself():

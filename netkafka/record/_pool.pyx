@@ -62,7 +62,7 @@ cdef class BufferPool:
     Thread safety: acquire/try_acquire run on user threads (the accumulator), release
     on I/O threads (or wherever a forgotten buffer is garbage-collected).  _mutex, a C
     lock held only around a few lines of C, guards the free lists and the counts.
-    Blocked acquires sleep on _lock, a threading.Condition that guards _line: a
+    Blocked acquires sleep on _lock, a threading.Condition (re-entrant) that guards _line: a
     release notifies it only when _waiters says someone sleeps there, so giving
     memory back never runs Python code otherwise (it may run from __dealloc__, even
     at interpreter exit).  Waiters are served in the order they came, as the Java
@@ -125,7 +125,10 @@ cdef class BufferPool:
             size *= 2
         self._class_bytes[self._class_count] = buffer_size_bytes
         self._class_count += 1
-        self._lock = threading.Condition(threading.Lock())
+        # Re-entrant: the cyclic collector may give a forgotten buffer back (_give_back,
+        # which notifies) on a thread that holds _lock -- one polling its place in
+        # line, say -- and a plain Lock hung that thread and every waiter for good.
+        self._lock = threading.Condition(threading.RLock())
         self._line = collections.deque()
         self._mutex = PyThread_allocate_lock()
         if self._mutex == NULL:
