@@ -1212,7 +1212,7 @@ class _PoolRoom:
     one buffer of size_bytes.  The first check that finds no room takes a place in
     the pool's line of waiters, which block sleeps in and park polls: waiters are
     served in the order they came whatever their strategy (a park-mode send()
-    polling has_room_for() took memory ahead of block-mode ones waiting longer).  A
+    polling took memory ahead of block-mode ones waiting longer).  A
     check that finds room takes the buffer, so that no other thread can take it
     before the caller's retry.  leave_line() once done, served or not.  Used by one
     thread."""

@@ -291,16 +291,6 @@ cdef class BufferPool:
         PyThread_release_lock(self._mutex)
         return 0
 
-    def has_room_for(self, Py_ssize_t size_bytes=0):
-        """Whether try_acquire(size_bytes) would find room now: free memory for it,
-        and for every waiter in line besides."""
-        cdef Py_ssize_t capacity = self.capacity_for(size_bytes)
-        cdef bint room
-        PyThread_acquire_lock(self._mutex, WAIT_LOCK)
-        room = self._in_use_bytes + capacity + self._line_bytes <= self.total_bytes
-        PyThread_release_lock(self._mutex)
-        return room
-
     cdef void _add_waiter(self, int change) noexcept:
         PyThread_acquire_lock(self._mutex, WAIT_LOCK)
         self._waiters += change
