@@ -823,6 +823,36 @@ def test_no_room_on_disk_for_a_segment_is_an_error_naming_it(tmp_path):
     assert segments(tmp_path) == []  # nothing half-made is left
 
 
+def test_a_segment_that_cannot_be_deleted_stays_in_the_log_ahead_of_the_live_ones(
+        tmp_path, monkeypatch, caplog):
+    # Recovery reads the log from the oldest segment file there is: a reclaimed one left
+    # behind while later ones went would start it, its ROLL naming a segment gone, and
+    # every live segment after it would be discarded.
+    real_unlink = os.unlink
+    refused = []
+
+    def unlink(path, *args, **kwargs):
+        if refused is not None and str(path).endswith(".wal"):
+            refused.append(path)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    wal = open_wal(tmp_path, fsync="interval")
+    stream_done_batches(wal, 64, reclaim=False)  # the housekeeping thread reclaims
+    deadline = time.monotonic() + 10
+    while not refused and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert refused, "no segment was deleted"
+    refused = None  # the disk takes deletions again
+    stream_done_batches(wal, 64)
+    live = fill_batch(wal, "t", 1, [b"kept"])
+    wal.close()
+    assert [(b.batch_id, [r.record for r in b.records]) for b in recover(tmp_path).batches] \
+        == [(live, [b"kept"])]
+    assert any("cannot delete WAL segment" in r.getMessage() for r in caplog.records)
+
+
 # -- fsync modes ------------------------------------------------------------------------------
 
 def test_never_syncs_only_when_asked(tmp_path):

@@ -620,24 +620,51 @@ class WriteAheadLog:
 
     def _reclaim_unpinned(self):
         appender = self._appender
-        with appender.sync_lock:
-            with appender.lock:
-                watermark = self._watermark_locked()
-                victims = [s for i, s in self._segments.items() if i < watermark]
-                for segment in victims:
-                    del self._segments[segment.segment_id]
-                    appender.forget_locked(segment.segment_id)
-                want_spare = self._spare is None
-            for segment in victims:
-                if want_spare and segment.size_bytes == self.segment_bytes:
-                    want_spare = not self._recycle(segment)
-                    if not want_spare:
-                        continue
-                self._delete(segment)
-        if victims:
-            appender.mark_directory_changed()
-            self._room_changed()
-        return len(victims)
+        gone = 0
+        try:
+            with appender.sync_lock:
+                with appender.lock:
+                    watermark = self._watermark_locked()
+                    victims = [s for i, s in self._segments.items() if i < watermark]
+                    for segment in victims:
+                        del self._segments[segment.segment_id]
+                        appender.forget_locked(segment.segment_id)
+                    want_spare = self._spare is None
+                try:
+                    for segment in victims:
+                        if want_spare and segment.size_bytes == self.segment_bytes:
+                            want_spare = not self._recycle(segment)
+                            if not want_spare:
+                                gone += 1
+                                continue
+                        self._delete(segment)
+                        gone += 1
+                except WalStorageError:
+                    # Oldest first, and none after one that stays: recovery reads the
+                    # log from the oldest segment file there is, and one left behind a
+                    # later one deleted would name a segment gone in its ROLL entry --
+                    # every live segment after it would be discarded.
+                    self._keep_unreclaimed(victims[gone:])
+                    raise
+        finally:
+            if gone:
+                appender.mark_directory_changed()
+                self._room_changed()
+        return gone
+
+    def _keep_unreclaimed(self, segments):
+        """With the appender's sync_lock held: segments (ascending) that reclaiming
+        could not remove stay in the log, to be reclaimed by a later round, and on
+        disk to their ROLL entries (forgotten by the appender's syncs, they are synced
+        here): the log still leads from them to the segments after them."""
+        with self._appender.lock:
+            for segment in reversed(segments):
+                self._segments[segment.segment_id] = segment
+                self._segments.move_to_end(segment.segment_id, last=False)
+        for segment in segments:
+            if segment.mapped is not None:
+                segment.mapped.sync(0, segment.mapped.written_bytes)
+            _os_call("cannot sync WAL segment", segment.path, os.fsync, segment.fd)
 
     def _recycle(self, segment):
         """segment becomes the spare; False if it cannot (then it is deleted)."""
@@ -721,12 +748,19 @@ class WriteAheadLog:
         segment.slot = slot
 
     def _remove_segment_file(self, segment):
-        """Unmaps, closes and deletes a segment that is no part of the log any more."""
-        self._close_segment_file(segment)
+        """Deletes a segment that is no part of the log any more, then unmaps and closes
+        it: one the OS refuses to delete is left as it was (its image, if staged, still
+        holding what its file may lack).
+
+        Raises:
+            WalStorageError: the file cannot be deleted (names it).
+        """
         try:
-            os.unlink(segment.path)
-        except FileNotFoundError:
-            pass
+            _os_call("cannot delete WAL segment", segment.path, os.unlink, segment.path)
+        except WalStorageError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+        self._close_segment_file(segment)
 
     def _close_segment_file(self, segment):
         """Unmaps and closes a segment file (once: its fd is -1 after)."""
