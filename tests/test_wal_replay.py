@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from netkafka import Producer, RecordMetadata
-from netkafka.errors import MessageTooLargeError
+from netkafka.errors import MessageTooLargeError, NoSuchPartitionError
 from netkafka.producer.replay import Replay, _appended
 from netkafka.producer.wal import Seal, WriteAheadLog
 from netkafka.protocol.describe_producers import PartitionProducers, ProducerState
@@ -275,6 +275,33 @@ def test_a_replay_under_a_new_stamp_killed_before_it_finished_is_replayed_again(
         producer.close()
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
     assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
+
+
+def test_batches_of_a_partition_the_topic_no_longer_has_fail_alone_and_leave_the_log(
+        kafka_broker, topic_name, tmp_path):
+    # The topic was deleted and made again with fewer partitions: a dead producer's
+    # batches for a partition gone can never be delivered.  Raised from the replay,
+    # they failed every producer opened on the directory, for good.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    values = [b"r%d" % i for i in range(5)]
+    with WriteAheadLog(tmp_path) as log:
+        for partition in (2, 0):
+            batch_id = log.open_batch()
+            for i, record in enumerate(encoded_records(values, 1_700_000_000_000)):
+                log.append_record(batch_id, i, topic_name, partition, 1_700_000_000_000 + i,
+                                  record, b"p%d-%d" % (partition, i))
+    heard = Heard()
+    producer, report = replay(kafka_broker, tmp_path, heard)
+    try:
+        assert (report.records, report.reencoded, report.failed, report.pending) == (
+            10, 5, 5, 0), report
+    finally:
+        producer.close()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
+    gone = [outcome for context, outcome in heard.outcomes.items() if context[:2] == b"p2"]
+    assert len(gone) == 5 and all(isinstance(o, NoSuchPartitionError) for o in gone), gone
+    with WriteAheadLog(tmp_path) as log:
+        assert log.recovery().batches == []
 
 
 def test_append_encoded_rebuilds_a_batch_byte_identical():

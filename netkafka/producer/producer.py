@@ -128,7 +128,8 @@ class Producer(ProducerCore):
         WalError: the write-ahead log cannot be opened (in use, another format
             version, the directory not writable).
         KafkaError: the replay of a WAL could not hand its batches over (the WAL keeps
-            them for the next try).
+            them for the next try); not for a partition the topic no longer has, whose
+            batches fail (on_replay hears NoSuchPartitionError).
     """
 
     def __init__(self, **configs):

@@ -28,6 +28,9 @@ constructor, partition by partition:
      encoded) are re-encoded into batches numbered after those, logged with a SEAL
      entry under their old ids (a crash now replays them byte-identical), and sent.
 
+A partition the topic no longer has (made again with fewer) fails its batches:
+on_replay gets NoSuchPartitionError, and their DONE entries take them out of the log.
+
 Replayed batches take their memory from the producer's buffer pool and are handed to
 the sender before the constructor returns, so a partition's new records queue behind
 them.  Their outcomes come back on I/O threads: each batch's DONE entry, then
@@ -166,10 +169,21 @@ class Replay:
             for batch in deduplicated:
                 self._deduplicated(batch)
             for batch in sealed[len(deduplicated):]:
-                self._send(batch, _RESENT if under_stamp else _AT_LEAST_ONCE)
+                self._hand_over(batch, _RESENT if under_stamp else _AT_LEAST_ONCE)
             for batch in unsealed:
-                self._send(batch, _REENCODED)
+                self._hand_over(batch, _REENCODED)
         return self
+
+    def _hand_over(self, batch, kind):
+        """The batch to the sender (_send); one for a partition its topic no longer has
+        (deleted and made again with fewer) fails alone, as a record sent to such a
+        partition does: it can never be delivered, and raised it would refuse every
+        producer opened on the directory, for good."""
+        try:
+            self._send(batch, kind)
+        except errors.NoSuchPartitionError as exc:
+            _, error = self._accumulator.log_wal_outcome(batch.batch_id, exc)
+            self._finish(batch, "failed", error=error)
 
     def _plan(self, topic, partition, sealed):
         """(the sealed batches the broker has, whether the rest go under their stamp),
