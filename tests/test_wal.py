@@ -1123,6 +1123,18 @@ def test_interval_segments_are_staged_while_images_are_free_and_mapped_from_file
         (batch_id, [payload + b"%d" % (10 * k)] * 5) for k, batch_id in enumerate(live)]
 
 
+def test_without_shared_memory_segments_are_mapped_from_files_and_a_warning_says_so(
+        tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(wal_staging, "SHM_DIR", str(tmp_path / "no-shm"))
+    with open_wal(tmp_path / "wal", fsync="interval") as wal:
+        fill_batch(wal, "t", 0, [b"x"])
+        assert wal.metrics()["staging_images"] == 0
+    assert any("no " + str(tmp_path / "no-shm") in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING"), caplog.records
+    assert [[r.record for r in b.records] for b in recover(tmp_path / "wal").batches] == [
+        [b"x"]]
+
+
 def test_a_file_system_refusing_o_direct_gets_the_images_through_its_page_cache(
         tmp_path, monkeypatch):
     real_fcntl = wal_staging.fcntl.fcntl

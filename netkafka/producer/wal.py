@@ -925,9 +925,14 @@ class WriteAheadLog:
             self._live[batch.batch_id] = batch.first_segment_id
             self._pins[batch.first_segment_id] += 1
         # Staging starts anew (fsync "interval" and "never": see wal_staging.py).
-        if (self.fsync != "always" and os.path.isdir(wal_staging.SHM_DIR)
-                and self.segment_bytes % _wal.STAGE_ALIGN_BYTES == 0):
-            self._staging = StagingArea(self.directory, self._dir_fd, self.segment_bytes)
+        if self.fsync != "always" and self.segment_bytes % _wal.STAGE_ALIGN_BYTES == 0:
+            if os.path.isdir(wal_staging.SHM_DIR):
+                self._staging = StagingArea(self.directory, self._dir_fd, self.segment_bytes)
+            else:
+                # As when shared memory has no room for an image (StagingArea.take).
+                _log.warning("WAL %s: no %s for shared-memory images; segments are mapped "
+                             "from their files, and appends cost more per record",
+                             self.directory, wal_staging.SHM_DIR)
         first = self._roll_locked(0, True)
         if chain:
             last, end, _ = chain[-1]
