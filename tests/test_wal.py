@@ -1135,6 +1135,37 @@ def test_without_shared_memory_segments_are_mapped_from_files_and_a_warning_says
         [b"x"]]
 
 
+def test_the_housekeeping_thread_goes_on_after_a_segment_it_could_not_unstage(
+        tmp_path, monkeypatch):
+    real_direct_writes = wal_module.direct_writes
+    refused = []
+
+    def direct_writes(fd, on):
+        if not on and not refused:
+            refused.append(fd)
+            raise WalStorageError("cannot set O_DIRECT on a WAL segment: Input/output "
+                                  "error", errno=errno.EIO)
+        return real_direct_writes(fd, on)
+
+    monkeypatch.setattr(wal_module, "direct_writes", direct_writes)
+    with open_wal(tmp_path, fsync="interval") as wal:
+        # A live batch keeps the first segment, rolled over (too new to be moved), until
+        # a round syncs it and unstages it.
+        fill_batch(wal, "t", 1, [b"pinned"])
+        stream_done_batches(wal, 20, reclaim=False)
+        deadline = time.monotonic() + 10
+        while not refused and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert refused
+        time.sleep(1.5)  # the thread's pause after an error, and a round after it
+        fill_batch(wal, "t", 1, [b"later"])
+        position = wal.appender.position
+        deadline = time.monotonic() + 5
+        while wal.appender.durable_position < position and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wal.appender.durable_position >= position, "interval syncs stopped"
+
+
 def test_a_file_system_refusing_o_direct_gets_the_images_through_its_page_cache(
         tmp_path, monkeypatch):
     real_fcntl = wal_staging.fcntl.fcntl

@@ -612,9 +612,11 @@ class WriteAheadLog:
                            if segment.slot is not None and segment_id != self._active_id
                            and segment.mapped.copied_bytes >= segment.mapped.written_bytes]
             for segment in written:
+                # First what may fail: a segment is unstaged whole or not at all (one
+                # left unmapped but holding its image stopped every later round).
+                direct_writes(segment.fd, False)
                 segment.mapped.unmap()
                 segment.mapped = None
-                direct_writes(segment.fd, False)
                 self._staging.give(segment.slot)
                 segment.slot = None
 
