@@ -19,7 +19,7 @@ from netkafka import Producer, RecordMetadata
 from netkafka.errors import (BackpressureTimeoutError, KafkaConfigurationError, KafkaError,
                              KafkaTimeoutError, NotEnoughReplicasError, ProducerClosedError,
                              RecordDroppedError, RecordKeptError, RecordSpooledError,
-                             WalLockedError, WalStorageError)
+                             UndeliveredRecordsError, WalLockedError, WalStorageError)
 from netkafka.producer import wal_staging
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.testing.admin import create_topic
@@ -220,18 +220,24 @@ def test_sync_wal_puts_what_was_logged_on_disk(kafka_broker, topic_name, tmp_pat
         assert appender.durable_position == appender.position
 
 
-def fail_the_next_sync(p, topic):
+def fail_the_next_sync(p, topic, produce=False):
     """Sends records until the WAL's sync fails under send() (fsync "always"): a pipe
     in the WAL directory's place makes the directory's fsync, which follows a roll
     over to a new segment, fail (EINVAL) as on a failing disk.  Returns (the error
-    send() raised, the records sent before it)."""
+    send() raised, the records sent before it).  produce: with produce() instead,
+    until a record fails (the error None)."""
     read_end, write_end = os.pipe()
     os.dup2(read_end, p._wal._dir_fd)
     os.close(read_end)
     os.close(write_end)
     for i in range(1000):  # enough to fill a segment and roll over
         try:
-            p.send(topic, b"%04d" % i + b"v" * 500)
+            if not produce:
+                p.send(topic, b"%04d" % i + b"v" * 500)
+            else:
+                p.produce(topic, b"%04d" % i + b"v" * 500)
+                if p.metrics()["netkafka"]["records_failed"]:
+                    return None, i
         except WalStorageError as exc:
             return exc, i
     raise AssertionError("no sync failed")
@@ -272,6 +278,27 @@ def test_a_failed_sync_under_always_says_the_record_is_not_sent_but_replayed(
     values = [r.value for r in read_topic(kafka_broker.bootstrap, topic_name,
                                           delivered + report.records)]
     assert values.count(b"%04d" % sent + b"v" * 500) == 1
+
+
+def test_a_produced_record_whose_sync_failed_counts_as_failed_once(
+        kafka_broker, topic_name, tmp_path):
+    # Logged, then the sync under produce() failed: the record is in its batch, which
+    # the failed log refuses to seal, and that failure counts it -- produce() counted
+    # it too, twice in records_failed and in what flush() raises.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    p = always_on_small_segments(kafka_broker, tmp_path, linger_ms=20)
+    try:
+        p.send(topic_name, b"first").get(30)
+        _, before = fail_the_next_sync(p, topic_name, produce=True)
+        with pytest.raises(UndeliveredRecordsError) as raised:
+            p.flush(30)
+        metrics = p.metrics()["netkafka"]
+        # Each record once: the first, those produced before, the one whose sync failed.
+        assert metrics["records_acknowledged"] + metrics["records_failed"] == (
+            1 + before + 1), metrics
+        assert raised.value.failed_count == metrics["records_failed"]
+    finally:
+        close_failed(p)
 
 
 def test_records_whose_batch_the_failed_wal_refused_are_told_they_are_replayed(

@@ -61,7 +61,7 @@ from netkafka.csrc cimport (
 import collections
 import time
 
-from netkafka.errors import WalFullError
+from netkafka.errors import WalFullError, WalStorageError
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
 
 
@@ -661,9 +661,15 @@ cdef class ProducerCore:
                                                                        headers)
             records._append(topic, partition, key, value, headers, timestamp_ms,
                             TRACK_COUNT, context)
-            if records.wal_always:
-                records.wal.sync_appended()
         except Exception as exc:
             if not (<object>self)._counts_as_undelivered(exc):
                 raise
             (<object>records).count_untracked_failure(exc)
+            return
+        if records.wal_always:
+            try:
+                records.wal.sync_appended()
+            except WalStorageError:
+                # The record is in its batch, which the failed log refuses to seal: that
+                # failure counts it, once, for flush() to raise.
+                pass
