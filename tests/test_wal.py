@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -851,6 +852,25 @@ def test_a_segment_that_cannot_be_deleted_stays_in_the_log_ahead_of_the_live_one
     assert [(b.batch_id, [r.record for r in b.records]) for b in recover(tmp_path).batches] \
         == [(live, [b"kept"])]
     assert any("cannot delete WAL segment" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("call, fails_on", [("fsync", "directory"), ("pread", "segment")])
+def test_what_the_disk_refuses_as_a_log_opens_is_a_storage_error_naming_the_file(
+        tmp_path, monkeypatch, call, fails_on):
+    open_wal(tmp_path, fsync="always").close()
+    [name] = segments(tmp_path)
+    real = getattr(os, call)
+
+    def refused(fd, *args):
+        if stat.S_ISDIR(os.fstat(fd).st_mode) == (fails_on == "directory"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, *args)
+
+    monkeypatch.setattr(os, call, refused)
+    what = (f"cannot sync the WAL directory {tmp_path}" if fails_on == "directory"
+            else f"cannot read WAL segment {tmp_path / name}")
+    with pytest.raises(WalStorageError, match=f"{what}: Input/output error"):
+        open_wal(tmp_path, fsync="always")
 
 
 # -- fsync modes ------------------------------------------------------------------------------

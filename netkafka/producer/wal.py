@@ -945,7 +945,7 @@ class WriteAheadLog:
             segment.mapped.unmap()
             segment.mapped = None
         first.sync(0, _wal.HEADER_BYTES)
-        os.fsync(self._dir_fd)
+        _os_call("cannot sync the WAL directory", self.directory, os.fsync, self._dir_fd)
         self._appender.start(first, 0)
         return Recovery(sealed, unsealed, torn, len(discarded), len(chain))
 
@@ -968,8 +968,10 @@ class WriteAheadLog:
                 if match is None:
                     continue
                 fd = _os_call("cannot open WAL segment", path, os.open, path, os.O_RDWR)
-                segment = _SegmentFile(int(match.group(1)), path, fd, os.fstat(fd).st_size)
-                found.append(segment)
+                segment = _SegmentFile(int(match.group(1)), path, fd, 0)
+                found.append(segment)  # closed below if what follows fails
+                segment.size_bytes = _os_call("cannot open WAL segment", path, os.fstat,
+                                              fd).st_size
                 segment.header_fault = self._header_fault(segment)
                 if segment.header_fault is None:
                     segment.mapped = segment.map_for_reading()
@@ -1016,7 +1018,8 @@ class WriteAheadLog:
         """
         if segment.size_bytes < _wal.HEADER_BYTES:
             return f"is {segment.size_bytes} bytes, too short for a header"
-        raw = os.pread(segment.fd, _wal.HEADER_BYTES, 0)
+        raw = _os_call("cannot read WAL segment", segment.path, os.pread, segment.fd,
+                       _wal.HEADER_BYTES, 0)
         magic, version, _, segment_id, _, _, size_bytes = _HEADER.unpack_from(raw)
         if magic != MAGIC:
             if raw.count(0) == len(raw):
