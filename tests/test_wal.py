@@ -1003,6 +1003,30 @@ def test_a_failed_write_out_fails_the_log_and_its_images_keep_every_record(tmp_p
     assert not [name for name in images() if token in name]
 
 
+def test_entries_on_disk_before_the_log_failed_are_still_reported_on_disk(tmp_path):
+    # Under "always", a caller whose entries another thread's sync put on disk asks after
+    # a later sync failed: told they are not on disk, send() says its record is not sent
+    # by this producer -- while its batch goes out, and twice if the caller resends it.
+    wal = open_never_wal_past_its_first_round(tmp_path)
+    batch_id = wal.open_batch()
+    on_disk = wal.append_record(batch_id, 0, "t", 0, 5, b"on disk")
+    wal.sync()
+    wal.append_record(batch_id, 1, "t", 0, 6, b"not yet")
+    active = wal._segments[wal._active_id]
+    readonly = os.open(active.path, os.O_RDONLY)  # the file now refuses writes
+    os.dup2(readonly, active.fd)
+    os.close(readonly)
+    with pytest.raises(WalStorageError, match=f"cannot write WAL segment {active.path}"):
+        wal.sync()
+    wal.sync_to(on_disk)  # returns: they are
+    with pytest.raises(WalStorageError, match="an earlier WAL sync or write failed"):
+        wal.sync_to(on_disk + 1)
+    with pytest.raises(WalStorageError):
+        wal.close()
+    [batch] = recover(tmp_path).unsealed  # the images kept what the file lacks
+    assert [r.record for r in batch.records] == [b"on disk", b"not yet"]
+
+
 def test_a_sync_after_never_closed_the_log_is_refused_not_run_on_a_stale_fd(tmp_path):
     wal = open_wal(tmp_path, fsync="never")
     assert wal._staging is not None  # the segment is staged: synced through its fd

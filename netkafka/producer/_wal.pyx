@@ -925,7 +925,8 @@ cdef class WalAppender:
         covered and return without a sync of their own.
 
         Raises:
-            WalStorageError: a sync failed (now or before: the WAL stays failed).
+            WalStorageError: a sync failed (now or before: the WAL stays failed), and
+                the log is not on disk up to position.
             WalError: the WAL is closed, and not on disk up to position.
         """
         cdef list rolled
@@ -938,10 +939,12 @@ cdef class WalAppender:
         try:
             self.lock.take()
             try:
-                self._raise_if_failed_locked()
                 target = self._start + <uint64_t>self._pos
                 if self._durable >= (position if position < target else target):
+                    # On disk before the log failed, if it did: a caller told otherwise
+                    # takes its records for unsent, while their batches go out.
                     return None
+                self._raise_if_failed_locked()
                 if self._closed:
                     # The owner closed the segments' fds (their numbers may be other
                     # files' by now): what close() did not sync (fsync "never") cannot
