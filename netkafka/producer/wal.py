@@ -305,6 +305,9 @@ class WriteAheadLog:
         self._housekeeping_cpu_ns = 0
 
         _makedirs(self.directory)
+        # The directory's lock file and the directory: set here, closed (-1) by close(),
+        # which runs once and after the housekeeping thread's last round, or (the lock
+        # file's only) by a forked child's hook on its only thread.
         self._lock_fd = _lock_directory(self.directory)
         self._dir_fd = -1
         self._staging = None  # immutable once set: StagingArea, or None
@@ -315,14 +318,16 @@ class WriteAheadLog:
             # is read (wal_staging.py).
             apply_left_over(self.directory, self._image_segment_path)
             self.max_record_entry_bytes = max_entry  # immutable
+            # Immutable (set once here); the appender is thread-safe (its own locks).
             self._appender = WalAppender(self._roll_locked, max_entry, max_context_bytes,
                                          self._dir_fd)
-            self._recovery = self._recover()
+            self._recovery = self._recover()  # immutable: what the directory held
         except BaseException:
             if self._staging is not None:
                 self._staging.close(remove=True)  # nothing was appended
             self._release_files()
             raise
+        # Immutable: interval syncs, prefaulting, reclaiming (joined by close()).
         self._housekeeper = threading.Thread(target=self._housekeep, name="netkafka-wal",
                                              daemon=True)
         self._housekeeper.start()
