@@ -255,14 +255,25 @@ def close_failed(p):
         pass  # its close() syncs: the log failed
 
 
+def first_delivered_on_small_segments(kafka_broker, topic_name, wal_dir):
+    """A topic of one partition, and a producer (always_on_small_segments, linger 20 ms)
+    whose first record to it is delivered."""
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    p = always_on_small_segments(kafka_broker, wal_dir, linger_ms=20)
+    try:
+        p.send(topic_name, b"first").get(30)
+    except BaseException:
+        close_failed(p)
+        raise
+    return p
+
+
 def test_a_failed_sync_under_always_says_the_record_is_not_sent_but_replayed(
         kafka_broker, topic_name, tmp_path):
     # The record is logged before its sync: told only "cannot sync", the caller takes
     # it for gone, and the next producer on the directory replays it.
-    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    p = always_on_small_segments(kafka_broker, tmp_path, linger_ms=20)
+    p = first_delivered_on_small_segments(kafka_broker, topic_name, tmp_path)
     try:
-        p.send(topic_name, b"first").get(30)
         caught, sent = fail_the_next_sync(p, topic_name)
         assert (f"cannot sync the WAL directory of {tmp_path}" in str(caught)
                 and "the records of this call are not sent by this producer (the failed "
@@ -285,10 +296,8 @@ def test_a_produced_record_whose_sync_failed_counts_as_failed_once(
     # Logged, then the sync under produce() failed: the record is in its batch, which
     # the failed log refuses to seal, and that failure counts it -- produce() counted
     # it too, twice in records_failed and in what flush() raises.
-    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    p = always_on_small_segments(kafka_broker, tmp_path, linger_ms=20)
+    p = first_delivered_on_small_segments(kafka_broker, topic_name, tmp_path)
     try:
-        p.send(topic_name, b"first").get(30)
         _, before = fail_the_next_sync(p, topic_name, produce=True)
         with pytest.raises(UndeliveredRecordsError) as raised:
             p.flush(30)
