@@ -37,7 +37,7 @@ from netkafka.client.tls import SSL_DEFAULTS, build_ssl_context
 from netkafka.errors import KafkaConfigurationError, SslConfigError
 from netkafka.protocol.framing import wire_string
 from netkafka.record._batch import SMALLEST_BATCH_BYTES
-from netkafka.record._compression import CODEC_NAMES, codec_id
+from netkafka.record._compression import CODEC_NAMES, checked_level, codec_id
 
 _MiB = 1024 * 1024
 _INT32_MAX = 2**31 - 1
@@ -183,7 +183,9 @@ class ProducerConfig(Mapping):
     # on_acknowledgement(metadata, exception); see netkafka/producer/interceptors.py.
     interceptors: object = ()
     # KIP-390: the codec's level; None its default.  The per-codec ones are the Java
-    # client's names; compression_level applies to whichever codec is chosen.
+    # client's names; compression_level applies to whichever codec is chosen.  Levels
+    # mean what they mean to Java: gzip -1 (zlib's default, 6) or 1-9; lz4 1-17,
+    # default 9 (fast; the others HC, above 12 as 12); zstd -131072 to 22, default 3.
     compression_level: object = None
     compression_gzip_level: object = None
     compression_lz4_level: object = None
@@ -446,17 +448,21 @@ class ProducerConfig(Mapping):
             raise KafkaConfigurationError(f"{needs} needs retries > 0, got 0")
 
     def _check_compression_levels(self):
-        # The codec's own range is checked by the Compressor (record/_compression).
         for name in ("compression_level", *CODEC_LEVEL_OPTIONS.values()):
             level = getattr(self, name)
             if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
                 raise ValueError(f"{name} must be an int or None, got {level!r}")
+        # Each codec's own level is checked whichever codec is chosen, as Java checks
+        # compression.<codec>.level: a bad one fails here, not when the codec changes.
+        for codec, name in CODEC_LEVEL_OPTIONS.items():
+            checked_level(codec_id(codec), getattr(self, name), name)
         if self.compression_level is None:
             return
         if self.compression_type not in CODEC_LEVEL_OPTIONS:
             raise KafkaConfigurationError(
                 f"compression_level={self.compression_level} needs compression_type gzip, "
                 f"lz4 or zstd (KIP-390), got {self.compression_type!r}")
+        checked_level(self.codec, self.compression_level, "compression_level")
         own = getattr(self, CODEC_LEVEL_OPTIONS[self.compression_type])
         if own is not None and own != self.compression_level:
             raise KafkaConfigurationError(

@@ -30,12 +30,12 @@ DECODERS = {
     "zstd": lambda data: zstandard.ZstdDecompressor().decompress(data),
 }
 
-# Every level each codec accepts, for hypothesis to draw from.
+# Every level each codec accepts (the Java client's ranges), for hypothesis to draw from.
 LEVELS = {
     "none": st.none(),
     "snappy": st.none(),
-    "gzip": st.integers(0, 9),
-    "lz4": st.integers(0, 12),
+    "gzip": st.one_of(st.just(-1), st.integers(1, 9)),
+    "lz4": st.integers(1, 17),
     "zstd": st.integers(_compression.ZSTD_MIN_LEVEL, _compression.ZSTD_MAX_LEVEL),
 }
 
@@ -109,8 +109,8 @@ def test_text_shrinks_and_random_bytes_stay_near_their_size(codec):
     assert MIB <= len(compressor.compress(EDGE_PAYLOADS["1MiB-incompressible"])) < MIB * 1.01
 
 
-@pytest.mark.parametrize("codec,level", [("gzip", 9), ("lz4", 12), ("zstd", 19),
-                                         ("zstd", _compression.ZSTD_MIN_LEVEL)])
+@pytest.mark.parametrize("codec,level", [("gzip", -1), ("gzip", 1), ("gzip", 9), ("lz4", 1),
+                                         ("lz4", 17), ("zstd", 22), ("zstd", -131072)])
 def test_extreme_levels_round_trip(codec, level):
     payload = text_like(200_000)
     assert DECODERS[codec](compress_checked(Compressor(codec, level), payload)) == payload
@@ -118,11 +118,11 @@ def test_extreme_levels_round_trip(codec, level):
 
 def test_higher_levels_compress_smaller():
     payload = text_like(MIB)
-    for codec, low, high in [("gzip", 1, 9), ("lz4", 0, 9), ("zstd", 1, 12)]:
+    for codec, low, high in [("gzip", 1, 9), ("lz4", 9, 10), ("zstd", 1, 12)]:
         assert len(Compressor(codec, high).compress(payload)) < len(Compressor(codec, low).compress(payload))
 
 
-@pytest.mark.parametrize("level", [0, 12])
+@pytest.mark.parametrize("level", [9, 12])
 def test_lz4_writes_the_frame_kafka_reads(level):
     # Java's reader refuses linked blocks; both Java and librdkafka write 64 KiB
     # independent blocks without checksums or content size.
@@ -211,14 +211,43 @@ def test_unknown_codec_raises_value_error_listing_the_codecs(codec):
         Compressor(codec)
 
 
+GZIP_RANGE = r"-1 \(zlib's default\) or 1 to 9"
+
+
 @pytest.mark.parametrize("codec,level,allowed", [
-    ("gzip", 10, "0 to 9"), ("gzip", -1, "0 to 9"), ("lz4", 13, "0 to 12"), ("lz4", -1, "0 to 12"),
-    ("zstd", _compression.ZSTD_MAX_LEVEL + 1, f"{_compression.ZSTD_MIN_LEVEL} to {_compression.ZSTD_MAX_LEVEL}"),
-    ("zstd", _compression.ZSTD_MIN_LEVEL - 1, f"{_compression.ZSTD_MIN_LEVEL} to"),
+    ("gzip", 10, GZIP_RANGE), ("gzip", 0, GZIP_RANGE), ("gzip", -2, GZIP_RANGE),
+    ("lz4", 18, "1 to 17"), ("lz4", 0, "1 to 17"), ("lz4", -1, "1 to 17"),
+    ("zstd", 23, "-131072 to 22"), ("zstd", -131073, "-131072 to 22"),
 ])
-def test_level_out_of_range_raises_value_error_naming_the_range(codec, level, allowed):
-    with pytest.raises(ValueError, match=rf"{codec} level {level} is out of range: expected {allowed}"):
+def test_level_out_of_range_raises_value_error_naming_the_java_range(codec, level, allowed):
+    # The Java client's KIP-390 ranges: a level Java refuses is refused here too.
+    expected = (rf"{codec} level {level} is out of range \(level={level}\): expected {allowed} "
+                rf"as the Java client's compression.{codec}.level")
+    with pytest.raises(ValueError, match=expected):
         Compressor(codec, level)
+
+
+def lz4_frame_at(payload, frame_level):
+    """The lz4 package's own frame of `payload` at liblz4's frame level, in Kafka's layout."""
+    return lz4.frame.compress(payload, compression_level=frame_level,
+                              block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                              store_size=False)
+
+
+@pytest.mark.parametrize("java_level,frame_level", [
+    (9, 0),                        # Java's default: lz4-java's fast compressor
+    (1, 3), (2, 3),                # HC below the frame API's lowest HC level
+    (3, 3), (8, 8), (10, 10), (12, 12),
+    (13, 12), (17, 12),            # HC above liblz4's maximum, which clamps them
+])
+def test_lz4_levels_run_as_the_java_client_runs_them(java_level, frame_level):
+    payload = text_like(200_000)
+    assert Compressor("lz4", java_level).compress(payload) == lz4_frame_at(payload, frame_level)
+
+
+def test_gzip_minus_one_is_zlibs_default_level():
+    payload = text_like(200_000)
+    assert Compressor("gzip", -1).compress(payload) == Compressor("gzip", 6).compress(payload)
 
 
 @pytest.mark.parametrize("codec", ["none", "snappy"])
@@ -234,7 +263,7 @@ def test_level_of_the_wrong_type_raises_type_error(level):
 
 
 def test_default_levels():
-    assert [Compressor(c).level for c in CODECS] == [0, 6, 0, 0, 3]
+    assert [Compressor(c).level for c in CODECS] == [0, -1, 0, 9, 3]
     assert repr(Compressor("zstd", 7)) == "Compressor('zstd', level=7)"
 
 

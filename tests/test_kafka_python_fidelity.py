@@ -18,6 +18,7 @@ from kafka.serializer import Serializer as KafkaPythonSerializer
 import netkafka
 from netkafka import KafkaProducer, ProducerRecord
 from netkafka import errors
+from netkafka.config import ProducerConfig
 from netkafka.partitioner import Partitioner
 from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
@@ -421,8 +422,9 @@ def test_producer_record_is_send_s_arguments():
 
 @pytest.mark.parametrize("codec, option, level", [
     ("gzip", "compression_level", 9), ("gzip", "compression_gzip_level", 1),
-    ("lz4", "compression_lz4_level", 12), ("zstd", "compression_level", 19),
-    ("zstd", "compression_zstd_level", -5)])
+    ("gzip", "compression_gzip_level", -1), ("lz4", "compression_lz4_level", 1),
+    ("lz4", "compression_lz4_level", 12), ("lz4", "compression_lz4_level", 17),
+    ("zstd", "compression_level", 19), ("zstd", "compression_zstd_level", -5)])
 def test_compression_levels_round_trip(kafka_broker, topic, codec, option, level):
     values = [b"record %d " % i * 20 for i in range(200)]
     with producer(kafka_broker, compression_type=codec, **{option: level}) as p:
@@ -433,9 +435,32 @@ def test_compression_levels_round_trip(kafka_broker, topic, codec, option, level
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic, 200)] == values
 
 
+@pytest.mark.parametrize("codec, option, levels", [
+    ("gzip", "compression_gzip_level", (-1, 1, 9)), ("lz4", "compression_lz4_level", (1, 17)),
+    ("zstd", "compression_zstd_level", (-131072, 22))])
+def test_compression_levels_take_the_java_clients_bounds(codec, option, levels):
+    # Each per-codec level is checked whichever codec is chosen, as Java checks them.
+    for level in levels:
+        for settings in ({option: level}, {"compression_type": codec, "compression_level": level}):
+            assert ProducerConfig(**settings).effective_compression_level in (None, level)
+
+
+@pytest.mark.parametrize("codec, option, level, allowed", [
+    ("gzip", "compression_gzip_level", 0, r"-1 \(zlib's default\) or 1 to 9"),
+    ("gzip", "compression_gzip_level", 10, r"-1 \(zlib's default\) or 1 to 9"),
+    ("lz4", "compression_lz4_level", 0, "1 to 17"), ("lz4", "compression_lz4_level", 18, "1 to 17"),
+    ("zstd", "compression_zstd_level", -131073, "-131072 to 22"),
+    ("zstd", "compression_zstd_level", 23, "-131072 to 22")])
+def test_compression_levels_outside_the_java_clients_bounds_are_refused(codec, option, level,
+                                                                        allowed):
+    expected = rf"{codec} level {level} is out of range \({{}}={level}\): expected {allowed}"
+    with pytest.raises(ValueError, match=expected.format(option)):
+        ProducerConfig(**{option: level})
+    with pytest.raises(ValueError, match=expected.format("compression_level")):
+        KafkaProducer(compression_type=codec, compression_level=level)
+
+
 def test_compression_level_checks():
-    with pytest.raises(ValueError, match="gzip level 10 is out of range"):
-        KafkaProducer(compression_type="gzip", compression_level=10)
     with pytest.raises(errors.KafkaConfigurationError, match="needs compression_type gzip"):
         KafkaProducer(compression_type="snappy", compression_level=1)
     with pytest.raises(errors.KafkaConfigurationError, match="disagree"):

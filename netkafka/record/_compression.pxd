@@ -19,7 +19,7 @@ cdef class Compressor:
     # Safe to share between threads: compressions through one Compressor take _lock
     # and so run one at a time; codec and level never change after construction.
     cdef readonly int codec             # CODEC_* of this compressor
-    cdef readonly int level             # codec level in use; 0 for none and snappy, which have none
+    cdef readonly int level             # Java-style codec level; 0 for none and snappy (no levels)
     cdef PyThread_type_lock _lock       # guards _context: one compression at a time
     cdef void *_context                 # reusable codec state (_lock): z_stream * for gzip,
                                         # ZSTD_CCtx * for zstd, NULL for the stateless codecs

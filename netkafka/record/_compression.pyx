@@ -7,16 +7,26 @@ here writes its output straight into a buffer the caller sized with
 max_compressed_size(n), with the GIL released while it works:
 
     gzip    RFC 1952 gzip stream (zlib's deflate, 32 KiB window, memLevel 8, as
-            the Java client's Deflater), through zlib.h; level 0-9, default 6
+            the Java client's Deflater), through zlib.h
     snappy  one raw snappy block, no xerial framing (the Java and librdkafka
             consumers read both), through cramjam, which releases the GIL itself
     lz4     one LZ4 frame as the Java client and librdkafka write it: 64 KiB
             independent blocks (Java's reader refuses linked ones), no block or
             content checksum, no content size; through liblz4's frame API, which
-            the lz4 package's extension exports; level 0-12: 0-2 are LZ4's fast
-            mode, 3-12 its HC mode; default 0
+            the lz4 package's extension exports
     zstd    one zstd frame with its content size, through libzstd's functions in
-            the zstandard package's cffi backend; libzstd's levels, default 3
+            the zstandard package's cffi backend
+
+Levels are the Java client's (KIP-390's compression.<codec>.level), so a level
+copied from a Java config means what it meant there:
+
+    gzip    -1 (the default: zlib's own, which is 6) or 1-9; Java refuses 0
+    lz4     1-17, default 9.  Java (Lz4BlockOutputStream) runs lz4-java's fast
+            compressor at 9 and its HC compressor at every other level, which
+            lz4-java hands to liblz4's LZ4_compress_HC, which clamps above 12.
+            Here 9 is the frame API's fast mode (level 0) and the others HC at
+            the same level, clamped to 3-12: the frame API has no HC level below 3
+    zstd    -131072 to 22 (libzstd's range, which is Java's), default 3
 
 Each route won a measurement on 1 MiB of records (16-byte keys, 100-byte values)
 against the other ways to write into a caller's buffer: zlib's C API ran about 1.6x
@@ -83,10 +93,17 @@ cdef enum:
     GZIP_WINDOW_BITS = 15 + 16
     # zlib's default memLevel, the one java.util.zip.Deflater uses.
     GZIP_MEM_LEVEL = 8
-    GZIP_DEFAULT_LEVEL = 6
+    # Z_DEFAULT_COMPRESSION, java.util.zip.Deflater's DEFAULT_COMPRESSION: zlib runs it as 6.
+    GZIP_DEFAULT_LEVEL = -1
+    GZIP_MIN_LEVEL = 1
     GZIP_MAX_LEVEL = 9
-    LZ4_DEFAULT_LEVEL = 0
-    LZ4_MAX_LEVEL = 12
+    # The Java client's lz4 levels; its default selects the fast compressor.
+    LZ4_DEFAULT_LEVEL = 9
+    LZ4_MIN_LEVEL = 1
+    LZ4_MAX_LEVEL = 17
+    # liblz4's HC levels as its frame API offers them (LZ4HC_CLEVEL_MIN, _MAX).
+    LZ4_HC_MIN_LEVEL = 3
+    LZ4_HC_MAX_LEVEL = 12
     ZSTD_DEFAULT_LEVEL = 3
     # liblz4's frame-API version (LZ4F_VERSION) whose structures are declared below.
     LZ4F_VERSION = 100
@@ -239,28 +256,55 @@ def codec_id(codec):
                      f"{', '.join(CODEC_NAMES)}, or a codec id 0-4")
 
 
-cdef int _checked_level(int codec, object level) except? -1:
-    """The level a Compressor of `codec` runs at, from the caller's `level` (None: the
-    codec's default)."""
+def checked_level(codec, level, setting=None):
+    """The level a Compressor of `codec` runs at, from a Java-style `level` (None: the
+    codec's default).
+
+    Args:
+        codec: a codec id 0-4.
+        level: an int in the codec's range (see the module's docstring), or None.
+        setting: the setting `level` came from, named in the errors.
+
+    Raises:
+        ValueError: a level out of the codec's range (naming it), or one for a codec
+            without levels.
+        TypeError: a level that is not an int.
+    """
     name = CODEC_NAMES[codec]
+    given = f"{setting}={level!r}" if setting else f"level={level!r}"
     if codec == CODEC_NONE or codec == CODEC_SNAPPY:
         if level is not None:
-            raise ValueError(f"codec {name} has no compression level; got level={level!r}, "
-                             f"pass None")
+            raise ValueError(f"codec {name} has no compression level; got {given}, pass None")
         return 0
     if codec == CODEC_GZIP:
-        lowest, highest, default = 0, GZIP_MAX_LEVEL, GZIP_DEFAULT_LEVEL
+        lowest, highest, default = GZIP_MIN_LEVEL, GZIP_MAX_LEVEL, GZIP_DEFAULT_LEVEL
+        allowed = f"-1 (zlib's default) or {lowest} to {highest}"
     elif codec == CODEC_LZ4:
-        lowest, highest, default = 0, LZ4_MAX_LEVEL, LZ4_DEFAULT_LEVEL
+        lowest, highest, default = LZ4_MIN_LEVEL, LZ4_MAX_LEVEL, LZ4_DEFAULT_LEVEL
+        allowed = f"{lowest} to {highest}"
     else:
         lowest, highest, default = ZSTD_MIN_LEVEL, ZSTD_MAX_LEVEL, ZSTD_DEFAULT_LEVEL
+        allowed = f"{lowest} to {highest}"
     if level is None:
         return default
     if not isinstance(level, int) or isinstance(level, bool):
-        raise TypeError(f"compression level must be an int or None, not {type(level).__name__}")
-    if not lowest <= level <= highest:
-        raise ValueError(f"{name} level {level} is out of range: expected {lowest} to "
-                         f"{highest}, or None for the default {default}")
+        raise TypeError(f"compression level must be an int or None, not {type(level).__name__} "
+                        f"({given})")
+    if not (lowest <= level <= highest or level == default):
+        raise ValueError(f"{name} level {level} is out of range ({given}): expected {allowed} "
+                         f"as the Java client's compression.{name}.level, or None for the "
+                         f"default {default}")
+    return level
+
+
+cdef inline int _lz4_frame_level(int level) noexcept nogil:
+    # The frame API's level for a Java lz4 level (see the module's docstring).
+    if level == LZ4_DEFAULT_LEVEL:
+        return 0
+    if level < LZ4_HC_MIN_LEVEL:
+        return LZ4_HC_MIN_LEVEL
+    if level > LZ4_HC_MAX_LEVEL:
+        return LZ4_HC_MAX_LEVEL
     return level
 
 
@@ -284,7 +328,7 @@ cdef void _lz4_preferences(LZ4FramePreferences *preferences, int level) noexcept
     memset(preferences, 0, sizeof(LZ4FramePreferences))
     preferences.frame_info.block_size_id = LZ4F_MAX64KB
     preferences.frame_info.block_mode = LZ4F_BLOCK_INDEPENDENT
-    preferences.compression_level = level
+    preferences.compression_level = _lz4_frame_level(level)
 
 
 cdef Py_ssize_t _gzip_into(z_stream *stream, const unsigned char *src, Py_ssize_t n,
@@ -365,11 +409,11 @@ cdef class Compressor:
 
     Args:
         codec: None, "none", "gzip", "snappy", "lz4", "zstd", or a codec id 0-4.
-        level: the codec's level, None for its default (gzip 6 as the Java client's
-            -1; lz4 0: fast mode, which Java's default level 9 also selects and
-            librdkafka's default is; zstd 3).  gzip takes 0-9, lz4 0-12 (3-12 are HC
-            modes, an order of magnitude slower), zstd libzstd's range
-            (ZSTD_MIN_LEVEL to ZSTD_MAX_LEVEL); none and snappy take None only.
+        level: the codec's level as the Java client's compression.<codec>.level takes
+            it, None for its default: gzip -1 (zlib's default, 6) or 1-9; lz4 1-17,
+            default 9 (fast mode; the others are HC modes, an order of magnitude
+            slower, above 12 as 12); zstd -131072 to 22 (ZSTD_MIN_LEVEL to
+            ZSTD_MAX_LEVEL), default 3; none and snappy take None only.
 
     Raises:
         ValueError: an unknown codec, or a level out of the codec's range.
@@ -381,7 +425,7 @@ cdef class Compressor:
 
     def __cinit__(self, codec, level=None):
         self.codec = codec_id(codec)
-        self.level = _checked_level(self.codec, level)
+        self.level = checked_level(self.codec, level)
         self._lock = PyThread_allocate_lock()
         if self._lock == NULL:
             raise MemoryError("cannot allocate a lock")
