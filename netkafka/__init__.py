@@ -7,9 +7,10 @@ _NATIVE = load_native_modules()
 from netkafka.errors import (BackpressureTimeoutError,  # noqa: E402 -- after the native check
                              KafkaConfigurationError, KafkaConnectionError, KafkaError,
                              KafkaTimeoutError, ProducerClosedError, ProducerFencedError,
-                             RecordDroppedError, RecordKeptError, RecordSpooledError,
-                             SentBeforeForkError, SerializationError, TransactionAbortedError,
-                             TransactionAbortRequiredError, TransactionStateError,
+                             RecordDroppedError, RecordInInvalidBatchError, RecordKeptError,
+                             RecordSpooledError, SentBeforeForkError, SerializationError,
+                             TransactionAbortedError, TransactionAbortRequiredError,
+                             TransactionStateError,
                              UndeliveredRecordsError, WalError)
 from netkafka.producer.batch_send import BatchSendResult  # noqa: E402
 from netkafka.producer._futures import (FutureRecordMetadata, RecordMetadata,  # noqa: E402
@@ -44,6 +45,7 @@ __all__ = [
     "ProducerFencedError",
     "ProducerRecord",
     "RecordDroppedError",
+    "RecordInInvalidBatchError",
     "RecordMetadata",
     "RecordKeptError",
     "RecordSpooledError",

@@ -17,6 +17,8 @@
     |   +-- BackpressureTimeoutError  memory or a connection stayed full for
     |                           max_block_ms
     +-- RecordDroppedError      the drop strategy refused a record
+    +-- RecordInInvalidBatchError  a good record the broker refused with its batch,
+    |                           whose other records it named invalid
     +-- IllegalStateError       a call the object's state does not allow
     |   +-- ProducerClosedError send() after close()
     |       +-- RecordKeptError close() came first; the write-ahead log keeps the
@@ -183,6 +185,15 @@ class RecordKeptError(ProducerClosedError):
     keeps it: the next producer that opens the directory replays it (its on_replay
     reports the record's fate).  Its future fails with this, not to be sent again by
     the application; the error that ended this producer's attempt is its __cause__."""
+
+
+class RecordInInvalidBatchError(KafkaError):
+    """The broker refused the record's batch because of other records of it, which it
+    named (KIP-467's record errors: an INVALID_TIMESTAMP or INVALID_RECORD for each);
+    this record itself was not found at fault.  The Java client's KafkaException
+    "Failed to append record because it was part of a batch which had one more more
+    invalid records".  Not retried, as Java does not: the batch would be refused
+    again; the application may send the record again on its own."""
 
 
 class _RecordsFailedError(KafkaError):

@@ -785,10 +785,10 @@ class RecordAccumulator(AccumulatorCore):
         builder = batch.builder
         record_count = builder.record_count
         failed_count = _failed_records(record_count, error, parts)
-        untracked_failed = 0
+        untracked_failed = ()  # (count, error) of its failed produce() records
         if failed_count and batch.untracked_records:
             untracked_failed = (_failed_untracked(batch, record_count, parts) if parts
-                                else batch.untracked_records)
+                                else ((batch.untracked_records, error),))
         if error is not None:
             # The error lives on in the records' futures; its traceback's frames must
             # not keep views of the batch (and so its memory) alive with it.
@@ -809,8 +809,8 @@ class RecordAccumulator(AccumulatorCore):
                 self._metrics["records_failed"] += failed_count
                 if self._stats is not None:
                     self._stats.batch_failed(batch.result.topic, failed_count)
-                if untracked_failed:
-                    self._count_untracked_locked(untracked_failed, error)
+                for count, part_error in untracked_failed:
+                    self._count_untracked_locked(count, part_error)
 
     # ------------------------------------------------------------------
     # The spool (on_delivery_timeout='spool').
@@ -1171,19 +1171,27 @@ def _failed_records(record_count, error, parts):
         return 0
     if not parts:
         return record_count
-    return sum(end - first for first, end in _failed_parts(record_count, parts))
+    return sum(end - first for first, end, _ in _failed_parts(record_count, parts))
 
 
 def _failed_untracked(batch, record_count, parts):
-    """How many of a split batch's produce() records are in its failed parts."""
-    return sum(batch.untracked_in(first, end)
-               for first, end in _failed_parts(record_count, parts))
+    """(count, error) of a split batch's produce() records in its failed parts, one
+    per kind of error: the first part's of each class stands for the others (a
+    record the broker named invalid keeps its own, the parts refused as too large
+    one between them)."""
+    by_kind = {}
+    for first, end, error in _failed_parts(record_count, parts):
+        count = batch.untracked_in(first, end)
+        if count:
+            kept_count, kept = by_kind.get(type(error), (0, error))
+            by_kind[type(error)] = (kept_count + count, kept)
+    return tuple(by_kind.values())
 
 
 def _failed_parts(record_count, parts):
-    """The (first, end) record indexes of a split batch's failed parts."""
+    """The (first, end, error) of a split batch's failed parts, by record index."""
     ends = [part[0] for part in parts[1:]] + [record_count]
-    return [(part[0], end) for part, end in zip(parts, ends) if part[3] is not None]
+    return [(part[0], end, part[3]) for part, end in zip(parts, ends) if part[3] is not None]
 
 
 def release_batch(builder, view, acknowledged):

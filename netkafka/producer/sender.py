@@ -94,7 +94,9 @@ class ProduceResult(NamedTuple):
     parts: () for a batch sent whole; for one a broker refused as too large and the
     sender split (split.py), each part's outcome, ((first record index, base offset,
     log-append time, error or None), ...) by index -- base_offset and
-    log_append_time_ms are then the first part's.  A split batch some of whose parts
+    log_append_time_ms are then the first part's.  A batch refused for records the
+    broker named (_record_outcomes) is told so too: a failed part per named record,
+    one per run of the others.  A split batch some of whose parts
     failed is told (its ProduceResult, the first part's error): on_done(result, error)
     with both."""
 
@@ -759,6 +761,12 @@ class Sender:
                     self._complete(item, error=error)
                 elif error.retriable or verdict is not None:  # WAIT or RESTART: resend
                     self._retry_or_fail(item, error)
+                elif part.record_errors:
+                    # Told as a split batch is: its ProduceResult, its first part's error.
+                    outcomes = _record_outcomes(item, part, conn, error)
+                    self._complete(item, _result((item.topic, item.partition, -1, -1,
+                                                  item.record_count, outcomes)),
+                                   outcomes[0][3])
                 else:
                     self._complete(item, error=error)
         if acknowledged:
@@ -1212,6 +1220,36 @@ def _saying_maybe_written(error):
     saying.args = (f"{error}; {_MAYBE_WRITTEN}",)
     saying.__cause__ = error.__cause__
     return saying
+
+
+def _record_outcomes(item, part, conn, error):
+    """A batch refused for records the broker named (KIP-467's record_errors) as a
+    split batch's parts, ((first record index, -1, -1, error), ...): as the Java
+    client's Sender fails them, each named record with the broker's words on it (the
+    partition's error class when one record is named, else InvalidRecordError: the
+    one code cannot say which fault each had), the others with a
+    RecordInInvalidBatchError.  Naming no record of the batch, it fails whole with
+    error."""
+    where = f"{item.topic}-{item.partition} from {conn.describe()}"
+    named = {}
+    for index, message in part.record_errors:
+        if 0 <= index < item.record_count:
+            words = message or part.error_message or errors.error_for_code(
+                part.error_code).name
+            code = (part.error_code if len(part.record_errors) == 1
+                    else errors.InvalidRecordError.code)
+            named[index] = errors.error_for_code(code, f"{where}: record {index}: {words}")
+    if not named:
+        return ((0, -1, -1, error),)
+    innocent = errors.RecordInInvalidBatchError(
+        f"{where}: failed to append record because it was part of a batch which had one "
+        f"or more invalid records (record {', '.join(map(str, sorted(named)))})")
+    outcomes = []
+    for index in range(item.record_count):  # a run of good records is one part
+        record_error = named.get(index, innocent)
+        if not outcomes or record_error is not innocent or outcomes[-1][3] is not innocent:
+            outcomes.append((index, -1, -1, record_error))
+    return tuple(outcomes)
 
 
 def _closed_before_delivery(item):
