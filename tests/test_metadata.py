@@ -282,6 +282,40 @@ def test_a_topic_with_a_leaderless_partition_takes_records_for_the_others(
         assert producer.send(topic_name, b"to-1", partition=1).get(30).partition == 1
 
 
+def test_a_record_for_a_leaderless_partition_waits_for_its_leader_and_holds_up_no_other(
+        failover_cluster, topic_name):
+    """A record sent to a partition that has lost its leader waits in the sender for a new
+    one, up to delivery_timeout_ms, as in the Java client, and the records of other
+    partitions go meanwhile.  Handing its batch over used to wait for the leader up to
+    max_block_ms, on the linger thread, so every other partition's batch waited too; then
+    it failed, though the leader came back well within its delivery timeout."""
+    cluster = failover_cluster
+    created = create_topic(cluster.bootstrap, topic_name, partitions=3, replication_factor=1)
+    leaders = {p: part.leader for p, part in created.topics[topic_name].partitions.items()}
+    lost = leaders[0]
+    other = next(p for p, leader in leaders.items() if leader != lost)
+    with Producer(bootstrap_servers=cluster.bootstrap, max_block_ms=5000,
+                  delivery_timeout_ms=120000, request_timeout_ms=10000) as producer:
+        for p in leaders:
+            producer.send(topic_name, b"before", partition=p).get(30)
+        cluster.node(lost).stop()
+        metadata = producer._metadata
+        deadline = time.monotonic() + 60
+        while metadata.leader_id(topic_name, 0) is not None:
+            assert time.monotonic() < deadline, "the producer still names partition 0's leader"
+            metadata.request_update()
+            time.sleep(0.2)
+        waiting = producer.send(topic_name, b"waits", partition=0)
+        producer.send(topic_name, b"goes", partition=other).get(30)
+        assert not waiting.is_done  # delivered while the leaderless one waits
+        time.sleep(6)  # beyond max_block_ms
+        assert not waiting.is_done
+        cluster.node(lost).restart()
+        assert waiting.get(90).partition == 0
+    read = read_topic(cluster.bootstrap, topic_name, expected_count=len(leaders) + 2)
+    assert [r.value for r in read if r.partition == 0] == [b"before", b"waits"]
+
+
 @pytest.mark.parametrize("closed_first", ["metadata", "pool"])
 def test_an_answer_arriving_during_close_is_dropped_quietly(kafka_broker, caplog,
                                                              closed_first):

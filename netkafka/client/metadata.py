@@ -421,10 +421,7 @@ class Metadata:
             if broker is not None:
                 return broker
             info = self.wait_for_topic(topic, max(0.0, deadline - time.monotonic()))
-            if partition not in info.partitions:
-                raise errors.NoSuchPartitionError(
-                    f"topic {topic!r} has no partition {partition} "
-                    f"(it has {len(info.partitions)})")
+            _check_partition(topic, partition, info)
             # The partition names a leader missing from the answer's broker
             # list (or the cache moved on meanwhile): wait for the next answer.
             self.request_update()
@@ -434,6 +431,27 @@ class Metadata:
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(
                     f"no leader for {topic}-{partition} after {timeout_s * 1000:.0f} ms")
+
+    def leader_if_any(self, topic, partition, timeout_s):
+        """BrokerInfo of the leader of topic/partition, or None while the partition has
+        none (its replicas down, an election under way).  Waits up to timeout_s for the
+        topic's partitions only, not for a leader.  The sender's look-up: its batch for
+        such a partition waits among the unrouted, up to its delivery timeout, as in the
+        Java client; this cache asks for the topic again meanwhile, as for any topic
+        whose answer is not usable (_incomplete).
+
+        Raises:
+            KafkaTimeoutError, InvalidTopicError, ...: as wait_for_topic.
+            NoSuchPartitionError: as leader_for.
+        """
+        with self._lock:
+            snapshot = self._snapshot
+        broker = None if snapshot is None else snapshot.leader(topic, partition)
+        if broker is not None:
+            return broker
+        info = self.wait_for_topic(topic, timeout_s)
+        _check_partition(topic, partition, info)
+        return self.snapshot().leader(topic, partition)
 
     @property
     def updates(self):
@@ -784,6 +802,13 @@ def check_topic_name(topic):
     raise errors.IllegalTopicNameError(
         f"topic {shown} is not a valid Kafka topic name: {why} (Kafka allows 1 to "
         f"{_TOPIC_NAME_MAX_CHARS} characters from a-z, A-Z, 0-9, '.', '_' and '-')")
+
+
+def _check_partition(topic, partition, info):
+    """Raises NoSuchPartitionError unless info (topic's TopicInfo) has partition."""
+    if partition not in info.partitions:
+        raise errors.NoSuchPartitionError(
+            f"topic {topic!r} has no partition {partition} (it has {len(info.partitions)})")
 
 
 def _snapshot_from(response, old, known):

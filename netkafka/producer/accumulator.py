@@ -1279,8 +1279,9 @@ class _WalRoom:
 class _Spool:
     """on_delivery_timeout='spool': batches whose delivery timed out, handed to the
     sender again one by one by the "netkafka-spool" thread; when the sender refuses one
-    (no leader within max_block_ms: the cluster is still away) the thread waits
-    retry_backoff_ms and tries again.  Their records stay in the WAL throughout: a
+    (its topic's partitions not known within max_block_ms: the cluster is still away; a
+    partition without a leader is no refusal, its batch waits in the sender) the thread
+    waits retry_backoff_ms and tries again.  Their records stay in the WAL throughout: a
     producer that stops meanwhile leaves them to the next one's replay."""
 
     def __init__(self, accumulator, retry_backoff_ms):

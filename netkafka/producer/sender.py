@@ -3,7 +3,8 @@
 A caller hands over a sealed batch for (topic, partition).  The sender looks up
 the partition's leader, applies the backoff strategy if that broker's
 connection is above its high watermark, and queues the batch for the broker;
-the batch's bytes count as the connection's outbound bytes from then on.
+the batch's bytes count as the connection's outbound bytes from then on.  A
+partition without a leader parks its batch until metadata names one.
 
 When the connection can take another request (fewer than max_in_flight
 outstanding, nothing left to write) its I/O thread asks the sender for one:
@@ -321,7 +322,8 @@ class Sender:
         per-batch object the accumulator does without).
 
         Raises (the batch is not queued; on_done is not called):
-            KafkaTimeoutError: no metadata for the partition within max_block_ms.
+            KafkaTimeoutError: the topic's partitions not known within max_block_ms
+                (one without a leader is queued: its batch waits for one).
             TransactionStateError, TransactionAbortRequiredError, or a fatal error:
                 a transactional producer's transaction does not take the batch.
             BackpressureTimeoutError: strategy block/park and the leader's
@@ -343,14 +345,21 @@ class Sender:
             future = Future()
             on_done = functools.partial(_resolve, future)
         start = time.monotonic()
-        broker = self._metadata.leader_for(topic, partition, self.max_block_ms / 1000)
-        conn = self._pool.open_connection(broker.node_id, broker.host, broker.port)
+        # A partition without a leader now: the batch waits for one among the unrouted,
+        # up to its delivery timeout, as the Java client's does.  Waiting here for the
+        # leader held up the thread handing batches over (the linger thread: every
+        # partition's) for max_block_ms, and then failed the batch.
+        broker = self._metadata.leader_if_any(topic, partition, self.max_block_ms / 1000)
+        node_id = conn = None
+        if broker is not None:
+            node_id = broker.node_id
+            conn = self._pool.open_connection(node_id, broker.host, broker.port)
         # On an I/O thread (a callback's send() filled the batch) the batch is queued
         # past the high watermark: waiting there waited for the thread that drains
         # the connection, max_block_ms per batch.  Its memory is still bounded by
         # buffer_memory, which such a send() does not wait for either (backoff.py).
         room = None
-        if not conn.has_room() and not self._pool.on_io_thread():
+        if conn is not None and not conn.has_room() and not self._pool.on_io_thread():
             room = _ConnectionRoom(conn)
         try:
             if room is not None:
@@ -376,15 +385,23 @@ class Sender:
                 # a re-stamp) runs the connection's pump, which asks for the next
                 # request while it can send one.  Under backpressure that is most
                 # batches: one wake byte (and a GIL hand-off) each saved.
-                partitions = self._queues.get(broker.node_id)
+                if conn is None:
+                    # Looked up again under _lock: a leader named since, by an answer whose
+                    # on_metadata() came before this batch was parked, would otherwise leave
+                    # it parked until the next answer (minutes: a topic with a leader for
+                    # every partition waits for metadata_max_age_ms).
+                    node_id = self._metadata.leader_id(topic, partition)
+                partitions = self._queues.get(node_id)
                 wake = not partitions or not partitions.get((topic, partition))
-                self._route_locked(item, broker.node_id, conn=conn)
+                self._route_locked(item, node_id, conn=conn)
+                if conn is None and item.node_id is not None:
+                    conn = self._pool.get(item.node_id)
         finally:
             if room is not None:
                 # Once the batch's bytes count as outbound: the next caller in line
                 # looks at the watermark with them.
                 room.leave_line()
-        if wake:
+        if wake and conn is not None:
             conn.wakeup()
         return future
 
