@@ -114,6 +114,36 @@ def test_a_record_that_expires_waiting_for_a_leader_names_its_last_refusal(
     assert type(failure.__cause__).__name__ in str(failure)
 
 
+def test_a_record_for_a_deleted_topic_holds_up_no_other_topic_and_goes_once_it_is_back(
+        kafka_broker, topic_name):
+    """A record sent to a topic the metadata already knows to be deleted waits in the
+    sender, up to delivery_timeout_ms, as in the Java client (its topic may come back:
+    here it is created again), and the records of other topics go meanwhile.  Handing
+    its batch over used to wait for the topic up to max_block_ms on the linger thread,
+    holding up every other topic's batches, and then failed it."""
+    bootstrap = kafka_broker.bootstrap
+    other = f"{topic_name}-other"
+    create_topic(bootstrap, topic_name)
+    create_topic(bootstrap, other)
+    with Producer(bootstrap_servers=bootstrap, allow_auto_create_topics=False,
+                  max_block_ms=5000, delivery_timeout_ms=120000,
+                  metadata_max_age_ms=600000) as producer:
+        producer.send(topic_name, b"before").get(WAIT_S)
+        producer.send(other, b"before").get(WAIT_S)
+        delete_topic(bootstrap, topic_name)
+        metadata = producer._metadata
+        wait_for(lambda: metadata.request_update() or metadata.snapshot().topics[
+            topic_name].error_code != 0, WAIT_S, "the producer's metadata of the deletion")
+        waiting = producer.send(topic_name, b"waits")
+        producer.send(other, b"goes").get(WAIT_S)
+        assert not waiting.is_done  # delivered while the other waits
+        time.sleep(6)  # beyond max_block_ms
+        assert not waiting.is_done
+        create_topic(bootstrap, topic_name)
+        assert waiting.get(WAIT_S).offset == 0
+    assert [r.value for r in read_topic(bootstrap, topic_name, 1)] == [b"waits"]
+
+
 @pytest.fixture
 def names_topic(topic_name, monkeypatch):
     """next_requests(count): whether each of the next count Metadata requests framed

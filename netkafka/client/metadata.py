@@ -433,12 +433,13 @@ class Metadata:
                     f"no leader for {topic}-{partition} after {timeout_s * 1000:.0f} ms")
 
     def leader_if_any(self, topic, partition, timeout_s):
-        """BrokerInfo of the leader of topic/partition, or None while the partition has
-        none (its replicas down, an election under way).  Waits up to timeout_s for the
-        topic's partitions only, not for a leader.  The sender's look-up: its batch for
-        such a partition waits among the unrouted, up to its delivery timeout, as in the
-        Java client; this cache asks for the topic again meanwhile, as for any topic
-        whose answer is not usable (_incomplete).
+        """BrokerInfo of the leader of topic/partition, or None while the cache knows of
+        none: the partition has no leader (its replicas down, an election under way),
+        or the topic is gone (deleted; perhaps being created again).  Waits up to
+        timeout_s only for a topic the cache has no answer about yet, not for a leader.
+        The sender's look-up: its batch for such a partition waits among the unrouted,
+        up to its delivery timeout, as in the Java client; this cache asks for the topic
+        again meanwhile, as for any topic whose answer is not usable (_incomplete).
 
         Raises:
             KafkaTimeoutError, InvalidTopicError, ...: as wait_for_topic.
@@ -449,6 +450,9 @@ class Metadata:
         broker = None if snapshot is None else snapshot.leader(topic, partition)
         if broker is not None:
             return broker
+        info = None if snapshot is None else snapshot.topics.get(topic)
+        if info is not None and _stale(info.error_code):
+            return None  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, ...
         info = self.wait_for_topic(topic, timeout_s)
         _check_partition(topic, partition, info)
         return self.snapshot().leader(topic, partition)

@@ -323,7 +323,8 @@ class Sender:
 
         Raises (the batch is not queued; on_done is not called):
             KafkaTimeoutError: the topic's partitions not known within max_block_ms
-                (one without a leader is queued: its batch waits for one).
+                (a partition without a leader, or a topic deleted since, is no reason:
+                its batch waits for a leader).
             TransactionStateError, TransactionAbortRequiredError, or a fatal error:
                 a transactional producer's transaction does not take the batch.
             BackpressureTimeoutError: strategy block/park and the leader's
@@ -345,10 +346,10 @@ class Sender:
             future = Future()
             on_done = functools.partial(_resolve, future)
         start = time.monotonic()
-        # A partition without a leader now: the batch waits for one among the unrouted,
-        # up to its delivery timeout, as the Java client's does.  Waiting here for the
-        # leader held up the thread handing batches over (the linger thread: every
-        # partition's) for max_block_ms, and then failed the batch.
+        # A partition without a leader now (or of a topic deleted since): the batch waits
+        # for one among the unrouted, up to its delivery timeout, as the Java client's
+        # does.  Waiting here held up the thread handing batches over (the linger thread:
+        # every partition's) for max_block_ms, and then failed the batch.
         broker = self._metadata.leader_if_any(topic, partition, self.max_block_ms / 1000)
         node_id = conn = None
         if broker is not None:
