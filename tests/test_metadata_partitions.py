@@ -24,7 +24,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from broker_proxy import MetadataProxy
 from netkafka import Producer
-from netkafka.errors import KafkaTimeoutError
+from netkafka.errors import KafkaTimeoutError, NoSuchPartitionError
 from netkafka.testing.admin import (
     admin_client, create_topic, wait_for_leaders, wait_for_serving_leaders,
 )
@@ -134,6 +134,27 @@ def test_partitions_added_while_send_waits_for_the_topic_are_used(
         placed.update(after)
     assert after == {b"after-" + k: java_partition(k, 4) for k in KEYS}
     check_read_back(bootstrap, topic_name, placed)
+
+
+def test_a_record_for_a_partition_added_since_the_last_refresh_is_delivered(
+        kafka_broker, topic_name):
+    """A record sent to a partition added after the producer's last metadata answer: the
+    producer asks again before refusing the partition, as the Java client's send() does,
+    and delivers it.  It used to be refused at once (NoSuchPartitionError) until the next
+    periodic refresh, metadata_max_age_ms later.  A partition the topic still does not
+    have is refused after that one answer, not after max_block_ms."""
+    bootstrap = kafka_broker.bootstrap
+    create_topic(bootstrap, topic_name, partitions=1)
+    with Producer(bootstrap_servers=bootstrap, acks=1, metadata_max_age_ms=600000,
+                  max_block_ms=30000) as producer:
+        producer.send(topic_name, b"first", partition=0).get(WAIT_S)
+        grow(bootstrap, topic_name, 2)
+        assert producer.send(topic_name, b"new", partition=1).get(WAIT_S).partition == 1
+        started = time.monotonic()
+        with pytest.raises(NoSuchPartitionError, match="has no partition 2"):
+            producer.send(topic_name, b"none", partition=2)
+        assert time.monotonic() - started < 10
+    check_read_back(bootstrap, topic_name, {b"first": 0, b"new": 1})
 
 
 @pytest.fixture(scope="module")

@@ -403,6 +403,34 @@ class Metadata:
             f"topic {topic!r} not available in metadata after {timeout_s * 1000:.0f} ms: "
             f"{reason}")
 
+    def wait_for_partition(self, topic, partition, timeout_s):
+        """The TopicInfo of topic once the cache knows it has partition, whether or not
+        that has a leader (wait_for_topic).  A partition beyond the cached answer's
+        count gets one fresh answer about the topic before it is refused: partitions may
+        have been added since (the Java client's send() asks again too).
+
+        Raises:
+            KafkaTimeoutError, InvalidTopicError, ...: as wait_for_topic; also no fresh
+                answer within timeout_s.
+            NoSuchPartitionError: the fresh answer has no such partition either.
+        """
+        deadline = time.monotonic() + timeout_s
+        info = self.wait_for_topic(topic, timeout_s)
+        if partition in info.partitions:
+            return info
+        self.request_update()
+        with self._changed:
+            answered = self._changed.wait_for(
+                lambda: self._closed or self._snapshot.topics.get(topic) is not info,
+                max(0.0, deadline - time.monotonic()))
+        if not answered:
+            raise KafkaTimeoutError(
+                f"topic {topic!r} had {len(info.partitions)} partitions, no {partition}, "
+                f"and no fresh metadata answer came within {timeout_s * 1000:.0f} ms")
+        info = self.wait_for_topic(topic, max(0.0, deadline - time.monotonic()))
+        _check_partition(topic, partition, info)
+        return info
+
     def leader_for(self, topic, partition, timeout_s):
         """BrokerInfo of the leader of topic/partition, waiting up to timeout_s
         for metadata.

@@ -481,11 +481,10 @@ class Producer(ProducerCore):
                 f"them, so it would wait for itself; send the topic a first record (or call "
                 f"partitions_for()) from another thread")
         try:
-            info = self._metadata.wait_for_topic(topic, self._max_block_s)
-            if partition is not None and partition not in info.partitions:
-                # Perhaps partitions were added since: the metadata knows, or says why not.
-                self._metadata.leader_for(topic, partition, self._max_block_s)
-                info = self._metadata.snapshot().topics[topic]
+            if partition is None:
+                info = self._metadata.wait_for_topic(topic, self._max_block_s)
+            else:
+                info = self._metadata.wait_for_partition(topic, partition, self._max_block_s)
         except KafkaTimeoutError:
             self._refuse_if_closed_waiting(topic)
             raise
