@@ -316,6 +316,47 @@ def test_a_record_for_a_leaderless_partition_waits_for_its_leader_and_holds_up_n
     assert [r.value for r in read if r.partition == 0] == [b"before", b"waits"]
 
 
+def test_one_request_in_flight_keeps_a_partitions_order_when_its_leader_moves(
+        failover_cluster, topic_name):
+    """max_in_flight_requests_per_connection=1 without idempotence: a partition's records
+    keep their order even when its leader moves while a batch of it awaits its answer
+    from the old leader (frozen here), as in the Java client, which mutes such a
+    partition.  The next batch used to go to the new leader at once, and the first one,
+    resent after its request timed out, landed behind it."""
+    cluster = failover_cluster
+    other = f"{topic_name}-other"
+    created = create_topic(cluster.bootstrap, topic_name, partitions=1, replication_factor=3)
+    old_leader = created.topics[topic_name].partitions[0].leader
+    # A partition led elsewhere: sent to first, its connection is the one metadata asks
+    # while the old leader is frozen (the first ready connection to a known broker).
+    others = create_topic(cluster.bootstrap, other, partitions=3).topics[other].partitions
+    elsewhere = next(p for p, part in others.items() if part.leader != old_leader)
+    alive = ",".join(node.bootstrap for node in cluster.nodes if node.node_id != old_leader)
+    admin = admin_client(alive)
+    with Producer(bootstrap_servers=cluster.bootstrap, enable_idempotence=False, acks="all",
+                  max_in_flight_requests_per_connection=1, request_timeout_ms=10000,
+                  delivery_timeout_ms=120000, metadata_max_age_ms=600000) as producer:
+        producer.send(other, b"warm-up", partition=elsewhere).get(30)
+        producer.send(topic_name, b"before").get(30)
+        cluster.node(old_leader).pause()
+        first = producer.send(topic_name, b"first")  # unanswered: the leader is frozen
+        deadline = time.monotonic() + 60
+        while admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions[
+                0].leader in (old_leader, -1):
+            assert time.monotonic() < deadline, "the frozen leader was never replaced"
+            time.sleep(0.2)
+        metadata = producer._metadata
+        while metadata.leader_id(topic_name, 0) in (old_leader, None):
+            assert time.monotonic() < deadline, "the producer never saw the new leader"
+            metadata.request_update()
+            time.sleep(0.2)
+        second = producer.send(topic_name, b"second")
+        first.get(60)
+        second.get(60)
+    read = read_topic(alive, topic_name, expected_count=3)
+    assert [r.value for r in read] == [b"before", b"first", b"second"]
+
+
 @pytest.mark.parametrize("closed_first", ["metadata", "pool"])
 def test_an_answer_arriving_during_close_is_dropped_quietly(kafka_broker, caplog,
                                                              closed_first):

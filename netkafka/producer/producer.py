@@ -245,7 +245,8 @@ class Producer(ProducerCore):
                             delivery_timeout_ms=config.delivery_timeout_ms,
                             max_request_size=config.max_request_size,
                             idempotence=idempotence, stats=stats, transaction=transaction,
-                            compressor=compressor)
+                            compressor=compressor, guarantee_order=(
+                                config.max_in_flight_requests_per_connection == 1))
             partitioner = make_partitioner(config.partitioner,
                                            leaders_for=functools.partial(_leaders_for, metadata))
             back = _WeakProducer(self)

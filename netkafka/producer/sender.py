@@ -228,13 +228,19 @@ class Sender:
         compressor: the Compressor the producer's batches are sealed with, or None:
             the parts of a batch of its codec split as too large are compressed with
             it, at its level (split.py).
+        guarantee_order: a partition with a batch in a request sends no other until
+            that one is answered, whatever connection the next would take (the
+            partition's leader moved meanwhile): the producer's with
+            max_in_flight_requests_per_connection=1, which orders a partition's
+            records without idempotence only so -- the Java client mutes such a
+            partition too.  Default False.
     """
 
     def __init__(self, pool, metadata, acks=1, max_block_ms=60000, backoff="block",
                  park_us=100, retries=2**31 - 1, retry_backoff_ms=100,
                  retry_backoff_max_ms=1000, delivery_timeout_ms=120000,
                  max_request_size=1048576, idempotence=None,
-                 stats=None, transaction=None, compressor=None):
+                 stats=None, transaction=None, compressor=None, guarantee_order=False):
         acks = acks_value(acks)
         check_int("max_block_ms", max_block_ms, 0)
         check_int("retries", retries, 0)
@@ -249,6 +255,7 @@ class Sender:
         self.retry_backoff = RetryBackoff(retry_backoff_ms, retry_backoff_max_ms)  # immutable
         self.delivery_timeout_ms = delivery_timeout_ms  # immutable
         self.max_request_size = max_request_size  # immutable
+        self.guarantee_order = bool(guarantee_order)  # immutable
         self._idempotence = idempotence  # immutable; thread-safe
         self._pool = pool  # immutable
         self._metadata = metadata  # immutable
@@ -275,12 +282,12 @@ class Sender:
         # the node's next request is built or the partition moves (hold_while_queued()).
         self._held_for_request = {}
         self._pending = 0  # guarded by _lock: batches handed over, not yet completed
-        # Guarded by _lock: (topic, partition) of each part of a split batch in a request:
-        # the partition's next batch waits for its answer.  Refused as too large again,
-        # the part is split, and a later batch sent meanwhile would have put its records
-        # before the part's (appended, with no idempotence; or refused out of sequence
-        # and sent again).
-        self._parts_in_flight = set()
+        # Guarded by _lock: (topic, partition) of each part of a split batch in a request,
+        # and with guarantee_order of every batch in one: the partition's next batch
+        # waits for its answer.  Refused as too large again, the part is split, and a
+        # later batch sent meanwhile would have put its records before the part's
+        # (appended, with no idempotence; or refused out of sequence and sent again).
+        self._muted = set()
         # Guarded by _topics_lock: topic -> its batches handed over, not yet completed
         # (_pending's, per topic): a topic idle in the accumulator is not forgotten by
         # the metadata while one is here -- a spooled or replayed batch, say --, or a
@@ -595,12 +602,12 @@ class Sender:
                 if (self._transaction is not None
                         and not self._transaction.may_send(*key)):
                     continue  # not in the transaction yet: wake_leaders() wakes us
-                if self._parts_in_flight and key in self._parts_in_flight:
+                if self._muted and key in self._muted:
                     continue  # _on_answer() wakes us
                 if head.sequenced is not None and not self._idempotence.take(head.sequenced):
                     continue  # its partition is starting over; _restamp() wakes us
-                if head.part:
-                    self._parts_in_flight.add(key)
+                if head.part or self.guarantee_order:
+                    self._muted.add(key)
                 queue.popleft()
                 chosen.append(head)
                 total += head.size_bytes
@@ -671,12 +678,14 @@ class Sender:
         try:
             self._on_outcome(conn, batches, topic_ids, requested_ns, response, error)
         finally:
-            parts = {(item.topic, item.partition) for item in batches if item.part}
-            if parts:
-                # Their halves, if split again, are queued by now: the next batches go.
+            muted = {(item.topic, item.partition) for item in batches
+                     if item.part or self.guarantee_order}
+            if muted:
+                # Retried, or a part's halves if split again, they are queued by now:
+                # the next batches go.
                 with self._lock:
-                    self._parts_in_flight.difference_update(parts)
-                self.wake_leaders(parts)
+                    self._muted.difference_update(muted)
+                self.wake_leaders(muted)
 
     def _on_outcome(self, conn, batches, topic_ids, requested_ns, response, error):
         """A request's outcome: its answer (response), or the error that ended it."""
