@@ -316,6 +316,38 @@ def test_a_record_for_a_leaderless_partition_waits_for_its_leader_and_holds_up_n
     assert [r.value for r in read if r.partition == 0] == [b"before", b"waits"]
 
 
+def test_records_for_a_leaderless_partition_fill_one_batch_while_they_wait(
+        failover_cluster, topic_name):
+    """Records for a partition without a leader gather in its open batch until it is full,
+    as in the Java client, rather than one small batch handed over per linger_ms: each
+    of those held a pooled buffer for a few records until the leader came back, and a
+    steady stream of them took all of buffer_memory within seconds."""
+    cluster = failover_cluster
+    created = create_topic(cluster.bootstrap, topic_name, partitions=1, replication_factor=1)
+    lost = created.topics[topic_name].partitions[0].leader
+    with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, max_block_ms=5000,
+                  delivery_timeout_ms=120000) as producer:
+        producer.send(topic_name, b"before").get(30)
+        cluster.node(lost).stop()
+        metadata = producer._metadata
+        deadline = time.monotonic() + 60
+        while metadata.leader_id(topic_name, 0) is not None:
+            assert time.monotonic() < deadline, "the producer still names the leader"
+            metadata.request_update()
+            time.sleep(0.2)
+        sent_before = producer.metrics()["netkafka"]["batches_sent"]
+        values = [b"waits-%d" % i for i in range(50)]
+        futures = []
+        for value in values:
+            futures.append(producer.send(topic_name, value))
+            time.sleep(0.02)  # linger_ms=0: each record's batch is due at once
+        assert producer.metrics()["netkafka"]["batches_sent"] - sent_before <= 1
+        cluster.node(lost).restart()
+        assert [f.get(90).offset for f in futures] == list(range(1, len(values) + 1))
+    assert [r.value for r in read_topic(cluster.bootstrap, topic_name, len(values) + 1)] == [
+        b"before"] + values
+
+
 def test_one_request_in_flight_keeps_a_partitions_order_when_its_leader_moves(
         failover_cluster, topic_name):
     """max_in_flight_requests_per_connection=1 without idempotence: a partition's records

@@ -336,6 +336,21 @@ class Metadata:
         broker = snapshot.leader(topic, partition)
         return None if broker is None else broker.node_id
 
+    def awaits_leader(self, topic, partition):
+        """Whether the cache knows topic/partition but no leader of it: the partition
+        has none, or the topic is gone (a retriable error: deleted, perhaps being
+        created again) -- what leader_if_any() answers None for without waiting.  Not a
+        partition the topic lacks, nor a topic the cache has no answer about."""
+        with self._lock:
+            snapshot = self._snapshot
+        info = None if snapshot is None else snapshot.topics.get(topic)
+        if info is None:
+            return False
+        if _stale(info.error_code):
+            return True
+        part = info.partitions.get(partition)
+        return part is not None and snapshot.leader(topic, partition) is None
+
     def wait_for_bootstrap(self, timeout_s):
         """Blocks until the first answer; raises KafkaTimeoutError naming every
         address tried and its error, or IncompatibleBrokerError (wait_for_topic)."""

@@ -1014,10 +1014,13 @@ class RecordAccumulator(AccumulatorCore):
             if queue.open is not batch:
                 return  # full, flushed or discarded already
         # Asked with no lock held: the Sender takes its own lock and the metadata's.  A
-        # record or a flush() may retire the batch meanwhile: checked again below.
-        if not batch.released and self._sender.hold_while_queued(
-                queue.topic, queue.partition,
-                functools.partial(self._release_held, queue, batch)):
+        # record or a flush() may retire the batch meanwhile: checked again below.  Not
+        # held past its delivery timeout: handed over, it fails then (_hand_over).
+        if (not batch.released
+                and time.monotonic_ns() - batch.created_ns < self._delivery_timeout_ns
+                and self._sender.hold_while_queued(
+                    queue.topic, queue.partition,
+                    functools.partial(self._release_held, queue, batch))):
             self._linger.schedule(time.monotonic_ns() + HELD_RECHECK_MS * 1_000_000,
                                   queue, batch)
             return

@@ -278,8 +278,9 @@ class Sender:
         # (hold_while_queued()).
         self._held = {}
         # Guarded by _lock: node_id -> {(topic, partition): release()}, held while other
-        # partitions' batches were queued for the node; released (no lock held) when
-        # the node's next request is built or the partition moves (hold_while_queued()).
+        # partitions' batches were queued for the node (node_id None: while the partition
+        # has no leader); released (no lock held) when the node's next request is built
+        # or the partition moves (hold_while_queued()).
         self._held_for_request = {}
         self._pending = 0  # guarded by _lock: batches handed over, not yet completed
         # Guarded by _lock: (topic, partition) of each part of a split batch in a request,
@@ -442,13 +443,22 @@ class Sender:
           wait in the queue for that request.  So the Java client drains a broker's
           batches only when it can send it a request.  With 10,000 keyed partitions
           and a broker that kept up with 7,000-11,000 records/s, batches grew from
-          2 records to 3-4.
+          2 records to 3-4;
+        - or, the partition having no leader (its replicas down, its topic deleted:
+          Metadata.awaits_leader), when an answer names one: handed over, the batch
+          would only wait among the unrouted (send()), a pooled buffer for a few
+          records per linger_ms, where the Java client's batch of such a partition
+          fills up.  (The accumulator holds no batch past its delivery timeout.)
 
         Returns whether it holds the batch (the accumulator looks at it again some time
         later if release() has not come: accumulator.HELD_RECHECK_MS)."""
         key = (topic, partition)
         leader = self._metadata.leader_id(topic, partition)
+        awaits_leader = leader is None and self._metadata.awaits_leader(topic, partition)
         with self._lock:
+            if awaits_leader:
+                self._held_for_request.setdefault(None, {})[key] = release
+                return True
             partitions = self._queues.get(leader)
             if not partitions:
                 return False
