@@ -282,6 +282,18 @@ def test_a_topic_with_a_leaderless_partition_takes_records_for_the_others(
         assert producer.send(topic_name, b"to-1", partition=1).get(30).partition == 1
 
 
+def stop_partition_0s_leader(cluster, lost, producer, topic):
+    """Stops node lost, partition 0's only replica, and waits (up to 60 s) until the
+    producer's metadata names no leader for it."""
+    cluster.node(lost).stop()
+    metadata = producer._metadata
+    deadline = time.monotonic() + 60
+    while metadata.leader_id(topic, 0) is not None:
+        assert time.monotonic() < deadline, "the producer still names partition 0's leader"
+        metadata.request_update()
+        time.sleep(0.2)
+
+
 def test_a_record_for_a_leaderless_partition_waits_for_its_leader_and_holds_up_no_other(
         failover_cluster, topic_name):
     """A record sent to a partition that has lost its leader waits in the sender for a new
@@ -298,13 +310,7 @@ def test_a_record_for_a_leaderless_partition_waits_for_its_leader_and_holds_up_n
                   delivery_timeout_ms=120000, request_timeout_ms=10000) as producer:
         for p in leaders:
             producer.send(topic_name, b"before", partition=p).get(30)
-        cluster.node(lost).stop()
-        metadata = producer._metadata
-        deadline = time.monotonic() + 60
-        while metadata.leader_id(topic_name, 0) is not None:
-            assert time.monotonic() < deadline, "the producer still names partition 0's leader"
-            metadata.request_update()
-            time.sleep(0.2)
+        stop_partition_0s_leader(cluster, lost, producer, topic_name)
         waiting = producer.send(topic_name, b"waits", partition=0)
         producer.send(topic_name, b"goes", partition=other).get(30)
         assert not waiting.is_done  # delivered while the leaderless one waits
@@ -328,13 +334,7 @@ def test_records_for_a_leaderless_partition_fill_one_batch_while_they_wait(
     with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=0, max_block_ms=5000,
                   delivery_timeout_ms=120000) as producer:
         producer.send(topic_name, b"before").get(30)
-        cluster.node(lost).stop()
-        metadata = producer._metadata
-        deadline = time.monotonic() + 60
-        while metadata.leader_id(topic_name, 0) is not None:
-            assert time.monotonic() < deadline, "the producer still names the leader"
-            metadata.request_update()
-            time.sleep(0.2)
+        stop_partition_0s_leader(cluster, lost, producer, topic_name)
         sent_before = producer.metrics()["netkafka"]["batches_sent"]
         values = [b"waits-%d" % i for i in range(50)]
         futures = []
