@@ -2,8 +2,10 @@
 
     python bench/copy_probe.py BOOTSTRAP RECORD_SIZE RECORDS [MEMMOVE_SYMBOL]
 
-Issue 18 asks that a large record be copied once in user space (into its pooled batch,
-where its CRC32C is taken) and once by the kernel (sendmsg into the socket), nothing more.
+Issue 18 asks for no extra copy between send() and the socket.  A value of type bytes of
+64 KiB or more is not copied in user space at all: its batch holds it, the CRC32C is taken
+where it is, and sendmsg reads it from there (accumulator.HOLD_VALUES_FROM_BYTES); the one
+copy is the kernel's, into the socket's buffers.
 The producer has the large-record settings of bench/test_bench_e2e_throughput.py (acks=1,
 batch 1 MiB, linger 5 ms, 2 MiB requests; send(), one thread).  After a warm-up run it
 sends RECORDS values of RECORD_SIZE bytes once more while `perf record` (Linux perf, run as

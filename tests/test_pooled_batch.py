@@ -5,6 +5,7 @@ The bytes are read back by kafka-python's MemoryRecords, which takes all three f
 (not netkafka's own decoder).
 """
 import os
+import sys
 import threading
 
 import kafka.record.memory_records as kafka_python_records
@@ -253,3 +254,114 @@ def test_a_python_subclass_of_the_base_fails_cleanly():
         memoryview(bare)
     bare.release()
     assert bare.state == "released"
+
+
+# -- values held, not copied (RecordBatchBuilder's hold_values_from_bytes) --------------
+
+HOLD_FROM = 1024
+
+
+def held_builder(pool, hold=HOLD_FROM, compression=None):
+    return RecordBatchBuilder(pool.try_acquire(), BUFFER_BYTES, 4 * BUFFER_BYTES, compression,
+                              hold_values_from_bytes=hold)
+
+
+def append_mixed(builder, values):
+    """A small first record (the batch starts in a small buffer and grows around the held
+    places), then values with keys and headers."""
+    builder.append(b"first", b"x", timestamp_ms=1000)
+    for i, value in enumerate(values):
+        builder.append(b"key-%d" % i, value, headers=[("n", b"%d" % i)], timestamp_ms=1001 + i)
+
+
+def decoded_and_checked(data):
+    records = kafka_python_records.MemoryRecords(bytes(data))
+    batch = records.next_batch()
+    assert batch.validate_crc()
+    return [(r.key, r.value, r.headers) for r in batch]
+
+
+def mixed_values():
+    return [os.urandom(5000), bytearray(os.urandom(5000)), b"small",
+            memoryview(os.urandom(3000)), os.urandom(HOLD_FROM), os.urandom(HOLD_FROM - 1)]
+
+
+def test_held_values_go_out_as_themselves_with_the_bytes_a_copy_would_have():
+    pool = BufferPool(BUFFER_BYTES, 16 * BUFFER_BYTES)
+    values = mixed_values()
+    copying, holding = held_builder(pool, hold=0), held_builder(pool)
+    append_mixed(copying, values)
+    append_mixed(holding, values)
+    expected = bytes(copying.seal())
+    raw = holding.seal(contiguous=False)
+    assert raw.nbytes == len(expected) == holding.size_bytes
+    segments = holding.segments()
+    # Only bytes of at least HOLD_FROM are held: mutable and smaller values are copied.
+    held = [part.obj for part in segments if part.obj is not holding]
+    assert len(held) == 2 and held[0] is values[0] and held[1] is values[4]
+    assert b"".join(segments) == expected
+    assert decoded_and_checked(b"".join(segments))[1:] == [
+        (b"key-%d" % i, bytes(v), [("n", b"%d" % i)]) for i, v in enumerate(values)]
+    # A contiguous export writes the held values into their places first.
+    assert bytes(holding) == expected
+    assert isinstance(holding.segments(), memoryview)
+
+
+def test_a_restamped_batch_checksums_its_held_values():
+    pool = BufferPool(BUFFER_BYTES, 16 * BUFFER_BYTES)
+    values = mixed_values()
+    copying, holding = held_builder(pool, hold=0), held_builder(pool)
+    for builder in (copying, holding):
+        append_mixed(builder, values)
+        builder.seal(contiguous=False)
+        builder.rewrite_producer_state(7, 2, 40)
+    assert b"".join(holding.segments()) == bytes(copying)
+    decoded_and_checked(b"".join(holding.segments()))
+
+
+def test_segments_keep_the_batch_and_release_lets_the_held_values_go():
+    pool = BufferPool(BUFFER_BYTES, 16 * BUFFER_BYTES)
+    value = os.urandom(4 * HOLD_FROM)
+    references = sys.getrefcount(value)
+    builder = held_builder(pool)
+    builder.append(b"k", value)
+    builder.seal(contiguous=False).release()
+    segments = builder.segments()
+    builder.mark_acknowledged()
+    with pytest.raises(BufferError, match="view"):
+        builder.release()
+    del segments
+    builder.release()
+    assert sys.getrefcount(value) == references
+
+
+def test_a_compressed_batch_holds_no_value():
+    pool = BufferPool(BUFFER_BYTES, 16 * BUFFER_BYTES)
+    builder = held_builder(pool, compression=Compressor(GZIP))
+    value = b"compressible " * 1000
+    builder.append(b"k", value)
+    builder.seal(contiguous=False)
+    segments = builder.segments()
+    assert isinstance(segments, memoryview) and segments.obj is builder
+    assert decoded_and_checked(segments) == [(b"k", value, [])]
+
+
+def test_a_negative_hold_size_is_refused():
+    pool = BufferPool(BUFFER_BYTES, 16 * BUFFER_BYTES)
+    with pytest.raises(ValueError, match="hold_values_from_bytes must be >= 0"):
+        held_builder(pool, hold=-1)
+
+
+def test_a_bulk_append_holds_the_large_bytes_of_a_list():
+    pool = BufferPool(BUFFER_BYTES, 16 * BUFFER_BYTES)
+    values = mixed_values()
+    copying, holding = held_builder(pool, hold=0), held_builder(pool)
+    for builder in (copying, holding):
+        assert builder.append_many(values, keys=[b"k"] * len(values),
+                                   timestamps_ms=[1000] * len(values)) == len(values)
+    expected = bytes(copying.seal())
+    holding.seal(contiguous=False)
+    segments = holding.segments()
+    assert [part.obj for part in segments if part.obj is not holding] == [values[0], values[4]]
+    assert b"".join(segments) == expected
+    decoded_and_checked(expected)

@@ -61,7 +61,9 @@ from netkafka.protocol.init_producer_id import (
     InitProducerIdResponse, decode_init_producer_id_response, encode_init_producer_id_request,
 )
 from netkafka.protocol.metadata import decode_metadata_response, encode_metadata_request
-from netkafka.protocol.produce import decode_produce_response, encode_produce_request
+from netkafka.protocol.produce import (
+    decode_produce_response, encode_produce_request, wire_bytes,
+)
 from netkafka.protocol.sasl_authenticate import (
     SaslAuthenticateResponse, decode_sasl_authenticate_response, encode_sasl_authenticate_request,
 )
@@ -333,6 +335,17 @@ def test_produce_request_takes_a_slice_of_a_larger_buffer_without_copying():
     assert buffers[1].obj is backing
     backing[4] = 0x7F  # what goes out is the batch memory itself
     assert bytes(buffers[1])[0] == 0x7F
+
+
+def test_produce_request_takes_a_batch_in_segments_without_copying_them():
+    batch = build_batch([(b"k", b"v" * 3000, []), (None, b"w" * 500, [("h", b"x")])], 1000)
+    head, value, tail = bytes(batch[:100]), bytes(batch[100:3100]), bytearray(batch[3100:])
+    segments = (memoryview(head), memoryview(value), memoryview(tail))
+    buffers = encode_produce_request(1, CLIENT_ID, 9, 1, 1000, {"t": [(0, segments)]})
+    assert joined(buffers) == joined(encode_produce_request(1, CLIENT_ID, 9, 1, 1000,
+                                                            {"t": [(0, batch)]}))
+    assert [b.obj for b in buffers if isinstance(b, memoryview)] == [head, value, tail]
+    assert wire_bytes(segments) == wire_bytes(batch) == len(batch)
 
 
 @pytest.mark.parametrize("kwargs, problem", [

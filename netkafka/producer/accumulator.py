@@ -90,6 +90,13 @@ _log = logging.getLogger("netkafka.producer.accumulator")
 # batches start as large as its recent ones (PartitionQueue.last_batch_bytes), so only
 # its first batch grows through the small classes.
 FIRST_BUFFER_BYTES = 2 * 1024
+# Values of type bytes from this size up are held by their batch, not copied into it
+# (RecordBatchBuilder's hold_values_from_bytes): the socket reads them where the caller
+# left them.  Copying a 1 MiB value from a cold cache took the caller about 200 us on
+# the 2-core Xeon (perf), half of its CPU per record.  The size is librdkafka's
+# (message.copy.max.bytes, 65535 by default, above which it references a payload);
+# not tuned here.
+HOLD_VALUES_FROM_BYTES = 64 * 1024
 # How soon a batch Sender.hold_while_queued() kept open is looked at again if its
 # release has not come.  Every way a held batch's wait can end releases it (a request
 # takes its partition's queued batches or is built for its broker, the batches expire
@@ -521,7 +528,8 @@ class RecordAccumulator(AccumulatorCore):
         if self._legacy_magic is None:
             builder = RecordBatchBuilder(buffer, self._batch_size, self._max_request_size,
                                          self._compressor,
-                                         transactional=self._transaction is not None)
+                                         transactional=self._transaction is not None,
+                                         hold_values_from_bytes=HOLD_VALUES_FROM_BYTES)
         else:
             builder = LegacyMessageSetBuilder(self._legacy_magic, buffer, self._batch_size,
                                               self._max_request_size, self._compressor)
@@ -672,8 +680,9 @@ class RecordAccumulator(AccumulatorCore):
     def _seal_and_log(self, batch, builder, topic, partition, record_count):
         """Seals the batch and returns its view; with a WAL, logs its SEAL entry before
         the sender has it: a batch that may be in the broker's log is never unknown to
-        the WAL (with fsync "always", on disk first)."""
-        view = builder.seal()
+        the WAL (with fsync "always", on disk first).  The view is for its size and
+        header only (the values the batch holds are not copied into it)."""
+        view = builder.seal(contiguous=False)
         if self._wal is not None:
             batch_crc, attributes = _CRC_AND_ATTRIBUTES.unpack_from(view, 17)
             self._wal.log_seal(batch.wal_id, topic, partition, builder.producer_id,

@@ -75,7 +75,10 @@ from netkafka.producer.accumulator import release_batch
 from netkafka.producer.idempotence import APPENDED, NOT_APPENDED, RESTART
 from netkafka.producer.split import split_in_halves
 from netkafka.protocol.framing import ApiKey
-from netkafka.protocol.produce import decode_produce_response, encode_produce_request
+from netkafka.protocol.produce import (
+    decode_produce_response, encode_produce_request, wire_bytes,
+)
+from netkafka.record._pool import PooledBatch
 
 _log = logging.getLogger("netkafka.producer.sender")
 
@@ -130,8 +133,8 @@ class _Batch:
         self.part = False  # a part of a split batch (_split)
         self.topic = topic
         self.partition = partition
-        self.view = view
-        self.size_bytes = view.nbytes
+        self.view = view  # a memoryview, or a tuple of them (PooledBatch.segments())
+        self.size_bytes = wire_bytes(view)
         self.record_count = record_count
         self.on_done = on_done  # on_done(result, error), called once by _complete
         self.attempts = 0
@@ -342,12 +345,16 @@ class Sender:
                 I/O thread either).
             KafkaError: the sender is closed, or the batch exceeds max_request_size.
         """
-        view = memoryview(batch)
-        if view.ndim != 1 or view.format != "B":
-            view = view.cast("B")
-        if view.nbytes > self.max_request_size:
+        if isinstance(batch, PooledBatch):
+            view = batch.segments()  # large values as the caller gave them: no copy
+        else:
+            view = memoryview(batch)
+            if view.ndim != 1 or view.format != "B":
+                view = view.cast("B")
+        size_bytes = wire_bytes(view)
+        if size_bytes > self.max_request_size:
             raise errors.KafkaError(
-                f"batch of {view.nbytes} bytes for {topic}-{partition} exceeds "
+                f"batch of {size_bytes} bytes for {topic}-{partition} exceeds "
                 f"max_request_size={self.max_request_size}")
         future = None
         if on_done is None:
@@ -823,10 +830,12 @@ class Sender:
         refusal would say its records were too large, which split they were not); if
         not (a legacy message set, which is not read back; a batch that may be in the
         log already; a transaction being aborted) it fails as refused."""
-        if item.view[_MAGIC_AT] != _MAGIC_V2:
+        # Splitting reads the records: a held value's copy is made here, where it is rare.
+        data = b"".join(item.view) if type(item.view) is tuple else item.view
+        if data[_MAGIC_AT] != _MAGIC_V2:
             return False
         try:
-            parts = split_in_halves(item.view, self.max_request_size, self._compressor)
+            parts = split_in_halves(data, self.max_request_size, self._compressor)
         except ValueError as exc:  # our own batch: never, unless a bug
             _log.warning("a batch of %s-%d refused as too large cannot be split: %s",
                          item.topic, item.partition, exc)

@@ -57,8 +57,11 @@ class ProduceResponse:
 def decode_produce_response(data: bytes | bytearray | memoryview,
                             version: int) -> ProduceResponse: ...
 
+def wire_bytes(batch: bytes | bytearray | memoryview | tuple[memoryview, ...]) -> int: ...
+
 def encode_produce_request(
         correlation_id: int, client_id: Optional[str], version: int, acks: int,
-        timeout_ms: int, topic_data: dict[str, Sequence[tuple[int, bytes | bytearray | memoryview]]],
+        timeout_ms: int, topic_data: dict[str, Sequence[tuple[int, bytes | bytearray | memoryview
+                                              | tuple[memoryview, ...]]]],
         transactional_id: Optional[str] = ...,
         topic_ids: Optional[dict[str, uuid.UUID]] = ...) -> list[bytearray | memoryview]: ...

@@ -314,6 +314,24 @@ cdef int _put_string_bytes(bytearray buf, const char *data, Py_ssize_t size,
     return 0
 
 
+cdef object _byte_view(object buffer, object topic, object partition):
+    cdef object view = PyMemoryView_FromObject(buffer)
+    if not view.contiguous:
+        raise ValueError(f"the batch for {topic!r} partition {partition} is not "
+                         "a contiguous buffer")
+    if view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+    return view
+
+
+def wire_bytes(batch):
+    """The bytes a batch as encode_produce_request takes it (a buffer, or a tuple
+    of them) puts on the wire."""
+    if type(batch) is tuple:
+        return sum([memoryview(part).nbytes for part in batch])
+    return memoryview(batch).nbytes
+
+
 def encode_produce_request(int32_t correlation_id, client_id, int version, int acks,
                            int32_t timeout_ms, dict topic_data, transactional_id=None,
                            dict topic_ids=None):
@@ -325,7 +343,9 @@ def encode_produce_request(int32_t correlation_id, client_id, int version, int a
         timeout_ms: how long the broker may wait for the replicas (acks=-1).
         topic_data: {topic name: [(partition, batch), ...]}; a batch is any
             contiguous buffer holding sealed RecordBatch bytes (one or more
-            batches of that partition) -- a legacy message set for v0..v2.
+            batches of that partition) -- a legacy message set for v0..v2 -- or
+            a tuple of such buffers, whose bytes in order are the batch's (a
+            batch whose large values were not copied: PooledBatch.segments()).
         transactional_id: the transactional id, or None (always before v3).
         topic_ids: {topic name: uuid.UUID}; required from v13, which names
             topics by id (the ids come from Metadata v10+).
@@ -350,8 +370,8 @@ def encode_produce_request(int32_t correlation_id, client_id, int version, int a
     cdef bint flexible = version >= _PRODUCE_FLEXIBLE_VERSION
     cdef bytearray w = bytearray()
     cdef list buffers = []
-    cdef Py_ssize_t total = 0, n_partitions
-    cdef object view
+    cdef Py_ssize_t total = 0, n_partitions, batch_bytes
+    cdef list views
     cdef bytes id_bytes
     _put_int32(w, 0)  # the frame size, filled in at the end
     _put_int16(w, _PRODUCE_API_KEY)
@@ -380,17 +400,14 @@ def encode_produce_request(int32_t correlation_id, client_id, int version, int a
         n_partitions = len(partitions)
         _put_length(w, flexible, n_partitions)
         for partition, batch in partitions:
-            view = PyMemoryView_FromObject(batch)
-            if not view.contiguous:
-                raise ValueError(f"the batch for {topic!r} partition {partition} is not "
-                                 "a contiguous buffer")
-            if view.ndim != 1 or view.format != "B":
-                view = view.cast("B")
+            views = [_byte_view(part, topic, partition) for part in batch] \
+                if type(batch) is tuple else [_byte_view(batch, topic, partition)]
+            batch_bytes = sum([view.nbytes for view in views])
             _put_int32(w, <int32_t>partition)
-            _put_length(w, flexible, view.nbytes)
+            _put_length(w, flexible, batch_bytes)
             buffers.append(w)
-            total += PyByteArray_GET_SIZE(w) + view.nbytes
-            buffers.append(view)
+            total += PyByteArray_GET_SIZE(w) + batch_bytes
+            buffers.extend(views)
             w = bytearray()
             if flexible:
                 _extend(w, 1)[0] = 0  # partition tagged fields

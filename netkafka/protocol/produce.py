@@ -6,7 +6,7 @@ answer's decoder needs the version numbers as C constants, which it also holds.
 """
 from netkafka.protocol._produce import (  # noqa: F401 -- the codec and types, for callers
     PRODUCE_FLEXIBLE_VERSION, PRODUCE_LEGACY_VERSIONS, PRODUCE_TOPIC_ID_VERSION, PRODUCE_VERSIONS,
-    ProduceResponse, decode_produce_response, encode_produce_request,
+    ProduceResponse, decode_produce_response, encode_produce_request, wire_bytes,
 )
 from netkafka.protocol.framing import ApiKey, ApiSpec
 

@@ -17,10 +17,13 @@ cdef class RecordBatchBuilder(PooledBatch):
     cdef int16_t _producer_epoch                # idempotence state, -1 when unused
     cdef int32_t _base_sequence                 # idempotence state, -1 when unused
     cdef nk_clock_cache _clock                  # "now" for records appended without a timestamp
+    cdef Py_ssize_t _hold_from_bytes            # bytes values this long or longer are held, not
+                                                # copied (PooledBatch._held); 0: none
 
     cdef Py_ssize_t _append_raw(self, const unsigned char *key, Py_ssize_t key_len,
                                 const unsigned char *value, Py_ssize_t value_len,
-                                object headers, int64_t timestamp_ms) except -2
+                                object headers, int64_t timestamp_ms,
+                                object held=*) except -2
     cdef Py_ssize_t _append_objects(self, object key, object value, object headers,
                                     int64_t timestamp_ms, Py_ssize_t index) except -2
     cdef Py_ssize_t _append_encoded(self, const unsigned char *record, Py_ssize_t length,
@@ -30,4 +33,5 @@ cdef class RecordBatchBuilder(PooledBatch):
     cdef int _make_room_for_first(self, Py_ssize_t record_bytes) except -1
     cdef int _compress(self) except -1
     cdef int _write_header(self, unsigned char *batch, Py_ssize_t size_bytes) except -1
+    cdef int _store_crc(self, unsigned char *batch, Py_ssize_t size_bytes) except -1
     cdef Py_ssize_t _append_rows(self, Rows rows, object row_ids, Py_ssize_t start) except -1

@@ -23,6 +23,7 @@ _pool.PooledBatch's, shared with _legacy's message sets.
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
@@ -40,8 +41,8 @@ from netkafka.record._batch_layout cimport (
     _RECORD_OVERHEAD_MAX, _body_size, _nullable_size, _write_nullable,
 )
 from netkafka.record._columns cimport (
-    _TS_NOW, BinarySource, Rows, _as_column, _borrow, _headers_size, _plain_bytes,
-    _read_fast, _write_headers, checked_timestamp_ms,
+    _SOURCE_SEQUENCE, _TS_NOW, BinarySource, Rows, _as_column, _borrow, _headers_size,
+    _plain_bytes, _read_fast, _write_headers, checked_timestamp_ms,
 )
 from netkafka.record._compression cimport CODEC_NONE, Compressor
 from netkafka.record._pool cimport (BATCH_OPEN, BATCH_SEALED, PooledBatch, PooledBuffer,
@@ -110,18 +111,11 @@ cdef Compressor _compressor_for(object compression):
     return None if compressor.codec == CODEC_NONE else compressor
 
 
-cdef void _store_crc(unsigned char *batch, Py_ssize_t size_bytes) noexcept:
-    # The batch's CRC32C field, over attributes .. end (the header fields before
-    # the attributes may change on the broker without breaking it).
-    cdef const unsigned char *start = batch + _ATTRIBUTES
-    cdef size_t length = size_bytes - _ATTRIBUTES
-    cdef uint32_t crc
+cdef uint32_t _crc_of(uint32_t crc, const unsigned char *data, size_t length) noexcept:
     if length >= _CRC_NOGIL_MIN_BYTES:
         with nogil:
-            crc = nk_crc32c(0, start, length)
-    else:
-        crc = nk_crc32c(0, start, length)
-    nk_store_be32(batch + _CRC, <int32_t>crc)
+            return nk_crc32c(crc, data, length)
+    return nk_crc32c(crc, data, length)
 
 
 # ----------------------------------------------------------------------------------
@@ -147,12 +141,20 @@ cdef class RecordBatchBuilder(PooledBatch):
         timestamp_type: TIMESTAMP_CREATE_TIME (default) or TIMESTAMP_LOG_APPEND_TIME.
         transactional: set the transactional attribute bit.
         control: set the control attribute bit (transaction markers).
+        hold_values_from_bytes: values of type bytes (immutable) this long or longer
+            are held by reference, not copied into the buffer (their places in it are
+            reserved, so memory is counted as for a copy): segments() gives them to
+            the socket as they are, the one copy being the kernel's, as librdkafka
+            does above message.copy.max.bytes.  A contiguous export (memoryview,
+            seal()) copies them into their places first, once.  0 (default): every
+            value is copied.  Ignored with compression: the codec reads the records
+            whole.
     """
 
     def __cinit__(self, PooledBuffer buffer not None, Py_ssize_t batch_size_bytes,
                   Py_ssize_t max_request_size_bytes, compression=None, *,
                   int timestamp_type=TIMESTAMP_CREATE_TIME, bint transactional=False,
-                  bint control=False):
+                  bint control=False, Py_ssize_t hold_values_from_bytes=0):
         if batch_size_bytes < SMALLEST_BATCH_BYTES:
             raise ValueError(f"batch_size_bytes={batch_size_bytes} cannot hold the "
                              f"{HEADER_SIZE_BYTES}-byte batch header and a record")
@@ -166,6 +168,9 @@ cdef class RecordBatchBuilder(PooledBatch):
         self.max_request_size_bytes = max_request_size_bytes
         self._compressor = _compressor_for(compression)
         self.codec = CODEC_NONE if self._compressor is None else self._compressor.codec
+        if hold_values_from_bytes < 0:
+            raise ValueError(f"hold_values_from_bytes must be >= 0, got {hold_values_from_bytes}")
+        self._hold_from_bytes = hold_values_from_bytes if self._compressor is None else 0
         self._attributes = ((_ATTR_LOG_APPEND_TIME if timestamp_type else 0)
                             | (_ATTR_TRANSACTIONAL if transactional else 0)
                             | (_ATTR_CONTROL if control else 0))
@@ -205,7 +210,7 @@ cdef class RecordBatchBuilder(PooledBatch):
             ts = nk_clock_now_ms(&self._clock)
         else:
             ts = checked_timestamp_ms(timestamp_ms, "timestamp_ms", -1)
-        if _plain_bytes(<PyObject *>key, &k, &k_len) and \
+        if not self._hold_from_bytes and _plain_bytes(<PyObject *>key, &k, &k_len) and \
                 _plain_bytes(<PyObject *>value, &v, &v_len):
             offset_delta = self._append_raw(k, k_len, v, v_len, headers, ts)
         else:
@@ -227,6 +232,9 @@ cdef class RecordBatchBuilder(PooledBatch):
         try:
             v_held = _borrow(value, &v, &v_len, &v_view, "value" if index < 0 else "values",
                              index)
+            if (self._hold_from_bytes and PyBytes_CheckExact(value)
+                    and v_len >= self._hold_from_bytes):
+                return self._append_raw(k, k_len, v, v_len, headers, timestamp_ms, value)
             return self._append_raw(k, k_len, v, v_len, headers, timestamp_ms)
         finally:
             if k_held:
@@ -297,8 +305,9 @@ cdef class RecordBatchBuilder(PooledBatch):
     cdef Py_ssize_t _append_rows(self, Rows rows, object row_ids, Py_ssize_t start) except -1:
         # The one bulk loop (lists, columns, any mix).  Keys and values are read in
         # place (_read_fast, else their BinarySource); a view is held only for a
-        # bytes-like item that is not bytes, and only across its own record.  What
-        # is the same for every row (timestamps, headers) is decided once.
+        # bytes-like item that is not bytes, and only across its own record; a large
+        # bytes value of a list or tuple is held by the batch (hold_values_from_bytes).
+        # What is the same for every row (timestamps, headers) is decided once.
         cdef const long long[::1] ids
         cdef bint by_id = row_ids is not None
         cdef bint stamped = rows._ts_kind != _TS_NOW
@@ -330,7 +339,12 @@ cdef class RecordBatchBuilder(PooledBatch):
             if keys is not None and not _read_fast(keys, i, &k, &k_len):
                 k_held = keys.get(i, &k, &k_len, &k_view)
             if _read_fast(values, i, &v, &v_len) and not k_held:
-                appended = self._append_raw(k, k_len, v, v_len, headers, ts)
+                if self._hold_from_bytes and v_len >= self._hold_from_bytes \
+                        and values._kind == _SOURCE_SEQUENCE:  # so the item is exact bytes
+                    appended = self._append_raw(k, k_len, v, v_len, headers, ts,
+                                                <object>PyTuple_GET_ITEM(values._sequence, i))
+                else:
+                    appended = self._append_raw(k, k_len, v, v_len, headers, ts)
             else:
                 try:
                     v_held = values.get(i, &v, &v_len, &v_view)
@@ -348,13 +362,15 @@ cdef class RecordBatchBuilder(PooledBatch):
 
     cdef Py_ssize_t _append_raw(self, const unsigned char *key, Py_ssize_t key_len,
                                 const unsigned char *value, Py_ssize_t value_len,
-                                object headers, int64_t timestamp_ms) except -2:
+                                object headers, int64_t timestamp_ms,
+                                object held=None) except -2:
         # The one encoder every append path ends in.  Sizes the record, checks room
         # once, then writes it with no further checks.  The offset delta and the
-        # lengths are never negative: they take the unsigned varint helpers.
+        # lengths are never negative: they take the unsigned varint helpers.  held:
+        # the value's bytes object, held instead of copied (its place left unwritten).
         cdef int32_t offset_delta = self._record_count
         cdef int64_t ts_delta = 0
-        cdef Py_ssize_t headers_bytes = 1, body_bytes, record_bytes
+        cdef Py_ssize_t headers_bytes = 1, body_bytes, record_bytes, held_at = 0
         cdef unsigned char *p
         cdef unsigned char *end
         if self._state != BATCH_OPEN:
@@ -377,7 +393,12 @@ cdef class RecordBatchBuilder(PooledBatch):
         p = nk_write_varlong(p + 1, ts_delta)
         p = nk_write_uvarint64(p, <uint64_t>offset_delta << 1)
         p = _write_nullable(p, key, key_len)
-        p = _write_nullable(p, value, value_len)
+        if held is None:
+            p = _write_nullable(p, value, value_len)
+        else:
+            p = nk_write_uvarint64(p, <uint64_t>value_len << 1)
+            held_at = p - self._data
+            p += value_len
         if headers is None:
             p[0] = 0  # zero headers
         else:
@@ -387,6 +408,11 @@ cdef class RecordBatchBuilder(PooledBatch):
             if p != end:
                 raise RuntimeError("headers changed during append")
         self._count_appended(record_bytes, offset_delta, timestamp_ms)
+        if held is not None:
+            if self._held is None:
+                self._held = []
+            self._held.append(held_at)
+            self._held.append(held)
         return offset_delta
 
     cdef void _count_appended(self, Py_ssize_t record_bytes, int32_t offset_delta,
@@ -504,7 +530,7 @@ cdef class RecordBatchBuilder(PooledBatch):
         nk_store_be64(batch + _PRODUCER_ID, producer_id)
         nk_store_be16(batch + _PRODUCER_EPOCH, producer_epoch)
         nk_store_be32(batch + _BASE_SEQUENCE, base_sequence)
-        _store_crc(batch, self._sealed_size_bytes)
+        self._store_crc(batch, self._sealed_size_bytes)
 
     # -- sealing and export -------------------------------------------------------------
 
@@ -556,7 +582,26 @@ cdef class RecordBatchBuilder(PooledBatch):
         nk_store_be16(batch + _PRODUCER_EPOCH, self._producer_epoch)
         nk_store_be32(batch + _BASE_SEQUENCE, self._base_sequence)
         nk_store_be32(batch + _RECORD_COUNT, self._record_count)
-        _store_crc(batch, size_bytes)
+        self._store_crc(batch, size_bytes)
+        return 0
+
+    cdef int _store_crc(self, unsigned char *batch, Py_ssize_t size_bytes) except -1:
+        # The batch's CRC32C field, over attributes .. end (the header fields before
+        # the attributes may change on the broker without breaking it); a held
+        # value is read where it is.
+        cdef Py_ssize_t pos = _ATTRIBUTES, at, i
+        cdef uint32_t crc = 0
+        cdef object value
+        if self._held is not None:
+            for i in range(0, len(self._held), 2):
+                at = self._held[i]
+                value = self._held[i + 1]
+                crc = _crc_of(crc, batch + pos, at - pos)
+                crc = _crc_of(crc, <const unsigned char *>PyBytes_AS_STRING(value),
+                              PyBytes_GET_SIZE(value))
+                pos = at + PyBytes_GET_SIZE(value)
+        crc = _crc_of(crc, batch + pos, size_bytes - pos)
+        nk_store_be32(batch + _CRC, <int32_t>crc)
         return 0
 
     # -- accessors --------------------------------------------------------------------

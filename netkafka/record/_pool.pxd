@@ -133,6 +133,14 @@ cdef class PooledBatch:
     cdef Py_ssize_t _sealed_size_bytes          # wire size of the sealed bytes
     cdef int _view_count                        # exported buffer views still alive
     cdef str _kind                              # "batch" or "set": the noun of error messages
+    cdef list _held                             # values appended without a copy, in order:
+                                                # [offset, bytes, ...], each one's place at that
+                                                # offset of _records_buf left unwritten until
+                                                # _fill_held(); None: none held (only
+                                                # RecordBatchBuilder holds, see its
+                                                # hold_values_from_bytes)
+    cdef bint _raw_export                       # the next __getbuffer__ leaves the held values'
+                                                # places unwritten (_raw_view)
 
     # Takes buffer (a subclass's __cinit__ calls this first); limit_bytes: _limit_bytes.
     cdef int _claim(self, PooledBuffer buffer, str kind, Py_ssize_t limit_bytes) except -1
@@ -143,6 +151,12 @@ cdef class PooledBatch:
     # first record (first=True), raises BufferPoolExhausted.
     cdef int _grow(self, Py_ssize_t needed_bytes, Py_ssize_t wanted_bytes,
                    bint first) except -1
+    # Copies the bytes written so far to dest, skipping the held values' places.
+    cdef int _copy_written(self, unsigned char *dest) except -1
+    # Writes the held values into their places, once: every contiguous export is whole.
+    cdef int _fill_held(self) except -1
+    # A read-only memoryview of the sealed bytes with the held values' places unwritten.
+    cdef object _raw_view(self)
     # The cold path of an append of record_bytes (not the first record) past _end_bytes:
     # 1 once there is room (grown), 0 when the batch is full (past _limit_bytes, or no
     # memory to grow into now: it is sent as it is, as Kafka's own full batches).

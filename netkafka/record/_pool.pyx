@@ -24,6 +24,8 @@ from netkafka.errors import BatchStateError, BufferPoolExhausted, RecordTooLarge
 
 cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.pythread cimport (
     WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_free_lock,
     PyThread_release_lock,
@@ -545,12 +547,43 @@ cdef class PooledBatch:
                     f"{pool.available_bytes} of {pool.total_bytes} bytes free")
             return 0
         larger.claimed = True
-        memcpy(larger.data, self._data, self._pos_bytes)
+        self._copy_written(larger.data)
         old._give_back()
         self._records_buf = larger
         self._data = larger.data
         self._end_bytes = min(self._limit_bytes, larger.capacity_bytes)
         return 1
+
+    cdef int _copy_written(self, unsigned char *dest) except -1:
+        # A held value's place holds nothing yet: copying it would be the copy
+        # holding the value saves.
+        cdef Py_ssize_t pos = 0, at, i
+        if self._held is not None:
+            for i in range(0, PyList_GET_SIZE(self._held), 2):
+                at = <object>PyList_GET_ITEM(self._held, i)
+                memcpy(dest + pos, self._data + pos, at - pos)
+                pos = at + PyBytes_GET_SIZE(<object>PyList_GET_ITEM(self._held, i + 1))
+        memcpy(dest + pos, self._data + pos, self._pos_bytes - pos)
+        return 0
+
+    cdef int _fill_held(self) except -1:
+        cdef Py_ssize_t i
+        cdef object value
+        if self._held is None:
+            return 0
+        for i in range(0, PyList_GET_SIZE(self._held), 2):
+            value = <object>PyList_GET_ITEM(self._held, i + 1)
+            memcpy(self._sealed_buf.data + <Py_ssize_t><object>PyList_GET_ITEM(self._held, i),
+                   PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value))
+        self._held = None
+        return 0
+
+    cdef object _raw_view(self):
+        self._raw_export = True
+        try:
+            return memoryview(self)
+        finally:
+            self._raw_export = False
 
     cdef int _make_room(self, Py_ssize_t record_bytes) except -1:
         # Room for two more records of this one's size too: a batch of large records
@@ -602,13 +635,18 @@ cdef class PooledBatch:
     cdef int _seal(self) except -1:
         raise NotImplementedError("PooledBatch is the base of the builders, not a builder")
 
-    def seal(self):
+    def seal(self, contiguous=True):
         """Make the bytes final (compress if a codec is set and it pays, header,
         checksums) and return a read-only memoryview of them.
 
         A sealed batch takes no more records; sealing again returns another view of
         the same bytes (for a retry).  When the pool has no room for the compressed
         copy the batch is sealed uncompressed (sealed_codec says so).
+
+        contiguous=False: the view leaves the places of the values the batch holds
+        without a copy unwritten (see segments()): its size and header are the
+        batch's, the rest is for no reader.  It keeps the bytes from release() as
+        any view does, without copying the values.
 
         Raises:
             ValueError: no record was appended (Kafka has no empty batches).
@@ -619,13 +657,36 @@ cdef class PooledBatch:
             self._state = BATCH_SEALED
         elif self._state != BATCH_SEALED:
             self._state_error("seal")
-        return memoryview(self)
+        return memoryview(self) if contiguous else self._raw_view()
+
+    def segments(self):
+        """The sealed bytes as a socket is to take them: a read-only memoryview, or
+        a tuple of them, in order, when the batch holds values it did not copy (the
+        values' own memoryviews among slices of its buffer) -- the copy the batch
+        saved is not made here either.  Like any view they keep the bytes from
+        release() until they go."""
+        cdef object raw = self._raw_view()
+        cdef list held = self._held
+        cdef list parts
+        cdef Py_ssize_t pos = 0, at, i
+        if held is None:
+            return raw
+        parts = []
+        for i in range(0, len(held), 2):
+            at = held[i]
+            parts.append(raw[pos:at])
+            parts.append(memoryview(held[i + 1]))
+            pos = at + len(held[i + 1])
+        parts.append(raw[pos:])
+        return tuple(parts)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         # DONE without bytes: failed before it was ever sealed.
         if self._state not in (BATCH_SEALED, BATCH_DONE) or self._sealed_buf is None:
             raise BufferError(f"a {_STATE_NAMES[self._state]} {self._kind} exports no bytes "
                               f"(seal it first)")
+        if not self._raw_export:
+            self._fill_held()
         PyBuffer_FillInfo(view, self, self._sealed_buf.data, self._sealed_size_bytes,
                           1, flags)
         self._view_count += 1
@@ -660,6 +721,7 @@ cdef class PooledBatch:
             raise BufferError(f"cannot release the {self._kind}: {self._view_count} view(s) "
                               f"of its bytes still alive")
         self._state = BATCH_RELEASED
+        self._held = None
         if self._records_buf is not None:  # None only in a Python subclass that never claimed one
             self._records_buf._give_back()
         if self._sealed_buf is not None:
