@@ -70,6 +70,25 @@ def test_a_batch_refused_as_too_large_is_split_until_its_parts_fit(
     assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
 
 
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_batch_of_held_large_values_refused_as_too_large_is_split(kafka_broker, topic_name,
+                                                                   idempotent):
+    # Values of 64 KiB and more are held by their batch, which goes out in segments; a
+    # split reads the records whole.  Six of 100 KiB fill one batch; the topic takes two.
+    create_topic(kafka_broker.bootstrap, topic_name,
+                 config={"max.message.bytes": str(250_000)})
+    sent = [bytes([65 + i]) * 100_000 for i in range(6)]
+    options = {} if idempotent else {"enable_idempotence": False, "acks": 1}
+    with producer(kafka_broker.bootstrap, linger_ms=60_000, batch_size=1 << 20,
+                  **options) as p:
+        futures = [p.send(topic_name, value, partition=0) for value in sent]
+        p.flush(60)
+        offsets = [future.get(0).offset for future in futures]
+        assert p.metrics()["netkafka"]["sender_batches_split"] >= 1
+    assert offsets == list(range(6))
+    assert_read_back(kafka_broker.bootstrap, topic_name, sent, offsets)
+
+
 def test_split_batches_keep_order_behind_several_in_flight(kafka_broker, topic_name):
     # Idempotent, acks=all, five requests in flight: batches behind a refused one are
     # refused too (too large, or out of sequence: the broker still expects the
