@@ -576,6 +576,32 @@ def test_a_record_with_neither_key_nor_value_is_a_value_error_as_in_kafka_python
         (None, None), (None, b"marker")]
 
 
+class _FillingValue:
+    """An interceptor whose on_send gives a record without a value one."""
+
+    def on_send(self, record):
+        return record if record.value is not None else record._replace(value=b"filled")
+
+    def on_acknowledgement(self, metadata, exception):
+        pass
+
+
+def test_the_empty_record_check_comes_after_the_closed_check_and_the_interceptors(
+        kafka_broker, topic):
+    # kafka-python's send() says it is closed before it looks at key and value; netkafka
+    # looked at them first, so a closed producer raised ValueError.  And the record
+    # checked is the one interceptors hand on (on_send may replace it): netkafka refused
+    # the caller's before on_send could give it a value.
+    with producer(kafka_broker, interceptors=[_FillingValue()]) as p:
+        assert p.send(topic, partition=0).get(30).partition == 0
+    for closed in (p, producer(kafka_broker)):
+        closed.close()
+        with pytest.raises(errors.ProducerClosedError):
+            closed.send(topic, partition=0)
+    records = read_topic(kafka_broker.bootstrap, topic, 1)
+    assert [(r.key, r.value) for r in records] == [(None, b"filled")]
+
+
 def test_an_illegal_topic_name_is_kafka_pythons_value_error(kafka_broker, topic):
     # kafka-python's send() raises ValueError for a name against Kafka's rule (its
     # docstring says so); netkafka's InvalidTopicError was no ValueError, so a caller

@@ -532,15 +532,6 @@ cdef int _headers_size(object headers) except -2:
     return size
 
 
-cdef int _refuse_empty_record(object key, object value) except -1:
-    # kafka-python's send() refuses a record with neither (a caller's slip, not a
-    # tombstone: a tombstone has a key), before its serializers see them.  produce()
-    # takes one, as confluent-kafka's produce() and the Java client do.
-    if key is None and value is None:
-        raise ValueError("a record needs a key or a value; both are None")
-    return 0
-
-
 cdef class ProducerCore:
     """netkafka.Producer's per-record entries, send() and produce(), in C: the
     caller's call is the only Python call a record costs on its way into a batch.
@@ -596,10 +587,11 @@ cdef class ProducerCore:
                 logged says so: the record is not sent, and the next producer on the
                 directory replays it.
         """
-        _refuse_empty_record(key, value)
         if self._interceptors is not None:
             return (<object>self)._send_intercepted(topic, value, key, headers, partition,
                                                     timestamp_ms, True, context)
+        if key is None and value is None:
+            self._refuse_empty_record()
         return self._append_record(topic, value, key, headers, partition, timestamp_ms,
                                    TRACK_FUTURE, context)
 
@@ -619,6 +611,19 @@ cdef class ProducerCore:
         if records.wal_always:
             records.wal.sync_appended()
         return future
+
+    def _refuse_empty_record(self):
+        """Cold: send() of a record with neither key nor value, which kafka-python's
+        send() refuses (a caller's slip, not a tombstone: a tombstone has a key) before
+        its serializers see them -- but after its closed check: a closed producer (or a
+        transactional one between transactions) says so first.  With interceptors, the
+        record on_send hands on is the one checked.  produce() takes such a record, as
+        confluent-kafka's produce() and the Java client do."""
+        cdef AccumulatorCore records = self._records
+        if records is None:
+            records = (<object>self)._restarted()
+        (<object>records).raise_if_refusing()
+        raise ValueError("a record needs a key or a value; both are None")
 
     def _send_record(self, topic, value, key, headers, partition, timestamp_ms, context=None):
         """send() past the interceptors: the intercepted path's way in."""

@@ -306,6 +306,8 @@ class Producer(ProducerCore):
         record = chain.on_send(ProducerRecord(topic, value, key, headers, partition,
                                               timestamp_ms))
         try:
+            if wants_future and record.key is None and record.value is None:
+                self._refuse_empty_record()
             future = self._send_record(*record, context=context)
         except Exception as exc:
             chain.on_acknowledgement(failed_metadata(record.topic, record.partition), exc)
