@@ -12,6 +12,8 @@ from netkafka.record import _batch, _pool
 from netkafka.client.connection import ConnectionConfig
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata
+from netkafka.client.retry import RetryBackoff
+from netkafka.producer.idempotence import ProducerIdManager
 from netkafka.producer.sender import Sender
 
 BATCH_SIZE_BYTES = 64 * 1024
@@ -49,9 +51,10 @@ def new_buffer_pool(total_bytes=64 * 1024 * 1024):
     return _pool.BufferPool(BATCH_SIZE_BYTES, total_bytes)
 
 
-def make_batch(pool, tag, count, value_bytes=100, with_headers=True):
+def make_batch(pool, tag, count, value_bytes=100, with_headers=True, stamp=None):
     """A sealed batch of `count` records; keys, values and headers name `tag` and the
-    record's index, so a lost, duplicated or reordered record shows in a comparison."""
+    record's index, so a lost, duplicated or reordered record shows in a comparison.
+    stamp: None, or (producer id, epoch, base sequence) for an idempotent sender."""
     builder = _batch.RecordBatchBuilder(pool.acquire(), BATCH_SIZE_BYTES, MAX_REQUEST_SIZE_BYTES)
     written = []
     now_ms = int(time.time() * 1000)
@@ -64,6 +67,8 @@ def make_batch(pool, tag, count, value_bytes=100, with_headers=True):
         if builder.append(key, value, headers, timestamp_ms) < 0:
             raise AssertionError(f"batch {tag} full after {i} records: lower the count")
         written.append(Written(key, value, headers, timestamp_ms))
+    if stamp is not None:
+        builder.set_producer_state(*stamp)
     return SealedBatch(builder, builder.seal(), written)
 
 
@@ -90,6 +95,19 @@ class IOStack(NamedTuple):
     pool: IOPool
     metadata: Metadata
     sender: Sender
+    idempotence: object = None  # the sender's ProducerIdManager, if idempotent
+
+    def stamped_batch(self, pool, topic, tag, count):
+        """make_batch() for partition 0 of topic, numbered there if idempotent."""
+        stamp = (None if self.idempotence is None
+                 else self.idempotence.next_sequence(topic, 0, count))
+        return make_batch(pool, tag, count, stamp=stamp)
+
+    def send(self, topic, batch, **options):
+        """sender.send() of a SealedBatch to partition 0: its builder if idempotent
+        (the sender may re-stamp it), else its view."""
+        return self.sender.send(topic, 0, batch.view if self.idempotence is None
+                                else batch.builder, batch.record_count, **options)
 
     def close(self, timeout_s=10.0):
         # Order matters: the sender fails what is left, then the threads stop.
@@ -99,15 +117,17 @@ class IOStack(NamedTuple):
 
 
 def io_stack(bootstrap, io_threads=1, metadata_max_age_ms=300000, sender_options=None,
-             **connection_options):
+             idempotent=False, **connection_options):
     pool = IOPool(ConnectionConfig(**connection_options), io_threads=io_threads)
     try:
         metadata = Metadata(pool, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
-        sender = Sender(pool, metadata, **(sender_options or {}))
+        idempotence = (ProducerIdManager(pool, metadata, retry_backoff=RetryBackoff(100, 1000),
+                                         max_block_ms=30000) if idempotent else None)
+        sender = Sender(pool, metadata, idempotence=idempotence, **(sender_options or {}))
     except BaseException:
         pool.close()
         raise
-    return IOStack(pool, metadata, sender)
+    return IOStack(pool, metadata, sender, idempotence)
 
 
 def rss_bytes():

@@ -28,44 +28,63 @@ def frozen_leader_stack(kafka_broker, topic_name, warm_count=2, warm_created_ns=
     buffers = new_buffer_pool()
     stack = io_stack(kafka_broker.bootstrap, max_in_flight_requests_per_connection=1,
                      **options)
-    warm = make_batch(buffers, "warm", count=warm_count)
     try:
-        stack.sender.send(topic_name, 0, warm.view, warm_count,
-                          created_ns=warm_created_ns).result(30)
+        warm = stack.stamped_batch(buffers, topic_name, "warm", warm_count)
+        stack.send(topic_name, warm, created_ns=warm_created_ns).result(30)
     except BaseException:
         stack.close()
         raise
     return nodes, buffers, stack, warm
 
 
-def test_queued_batch_fails_at_delivery_timeout_while_the_leader_is_frozen(kafka_broker,
-                                                                           topic_name):
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_batches_fail_at_delivery_timeout_while_the_leader_is_frozen_in_flight_too(
+        kafka_broker, topic_name, idempotent):
+    """The leader frozen: the batch queued and the one in a request both fail at their
+    delivery timeout, as the Java client's Sender fails in-flight batches
+    (getExpiredInflightBatches) -- the one in flight used to wait for its answer, up to
+    request_timeout_ms (here 30 s) more.  Its error says it may be in the log: the
+    broker appends it from its socket once it runs again.  That late answer is
+    ignored (counted once, failed), and the next batch goes out after it.  Idempotent,
+    the partition's sequence does not go on past the batch of unknown fate (its
+    sequences reused, the broker holding it or not): it starts over under the next
+    epoch once that answer is in, and the next batch is delivered once, after it."""
     nodes, buffers, stack, warm = frozen_leader_stack(
         kafka_broker, topic_name, warm_count=4, request_timeout_ms=30000,
-        sender_options={"delivery_timeout_ms": 1000})
-    first, second = (make_batch(buffers, tag, count=4) for tag in ("first", "second"))
+        idempotent=idempotent, sender_options={"delivery_timeout_ms": 1000})
     try:
+        first, second = (stack.stamped_batch(buffers, topic_name, tag, 4)
+                         for tag in ("first", "second"))
         nodes[0].pause()
         try:
-            in_flight = stack.sender.send(topic_name, 0, first.view, 4)
-            queued = stack.sender.send(topic_name, 0, second.view, 4)
+            in_flight = stack.send(topic_name, first)
+            queued = stack.send(topic_name, second)
             started = time.monotonic()
             with pytest.raises(KafkaTimeoutError,
                                match=rf"{topic_name}-0: batch of 4 records not delivered "
                                      r"within delivery_timeout_ms=1000 \(0 attempts\)"):
                 queued.result(10)
+            with pytest.raises(KafkaTimeoutError,
+                               match=r"within delivery_timeout_ms=1000 \(1 attempts; .*"
+                                     r"may be in the log"):
+                in_flight.result(10)
             waited_s = time.monotonic() - started
         finally:
             nodes[0].resume()
-        assert in_flight.result(30).base_offset == 4  # the one on the wire went through
+        # Sent once the late answer is in (one request in flight at a time).
+        third = stack.stamped_batch(buffers, topic_name, "third", 4)
+        assert stack.send(topic_name, third).result(30).base_offset == 8
         metrics = stack.sender.metrics()
+        if idempotent:
+            assert stack.idempotence.metrics()["partitions_restarted"] == 1
     finally:
         stack.close()
     assert 0.8 <= waited_s < 9
-    assert (metrics["batches_failed"], metrics["records_failed"]) == (1, 4)
-    assert as_read(read_topic(kafka_broker.bootstrap, topic_name, 8)) == [
-        tuple(w) for w in warm.records + first.records]
-    release_batches([warm, first, second])
+    assert (metrics["batches_failed"], metrics["records_failed"]) == (2, 8)
+    assert (metrics["batches_acknowledged"], metrics["batches_pending"]) == (2, 0)
+    assert as_read(read_topic(kafka_broker.bootstrap, topic_name, 12)) == [
+        tuple(w) for w in warm.records + first.records + third.records]
+    release_batches([warm, first, second, third])
 
 
 # A delivery timeout and a request timeout long enough for a loaded machine to keep to the

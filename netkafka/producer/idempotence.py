@@ -320,6 +320,14 @@ class ProducerIdManager:
             self._restarting.add(entry.key)
             return RESTART
 
+    def unresolved(self, entry):
+        """entry, in a request not answered yet, fails at its delivery timeout: its
+        attempt may be appended (the Java client's unresolved sequence), so the
+        partition does not start over before that attempt's fate is known (done()
+        follows; answered() when the answer comes)."""
+        with self._lock:
+            entry.maybe_appended = True
+
     def done(self, entry, ok, restart=True):
         """entry was acknowledged (ok) or failed for good: it leaves its partition's
         outstanding batches.  A failure starts the partition over, unless restart is

@@ -14,7 +14,10 @@ own memory.  Answers complete the batches (their on_done); retriable errors put 
 batch back at the front of its partition's queue after a backoff
 (retry_backoff_ms, doubling with each resend up to retry_backoff_max_ms) and
 ask for fresh metadata when the error says the leader moved, until retries
-or delivery_timeout_ms run out.
+or delivery_timeout_ms run out.  A batch in a request fails at its delivery
+timeout too, as the Java client's does, not when the request's answer or
+request_timeout_ms comes (its error says it may be in the log) -- unless it is
+a transaction's (_sweep).
 
 Idempotent batches (sealed with a producer id and sequence): idempotence.py's
 ProducerIdManager keeps each partition's batches not yet completed in send order
@@ -292,6 +295,11 @@ class Sender:
         # later batch sent meanwhile would have put its records before the part's
         # (appended, with no idempotence; or refused out of sequence and sent again).
         self._muted = set()
+        # Guarded by _lock: the batches in a request not answered yet.  One whose
+        # delivery_timeout_ms runs out fails then (_sweep), as the Java client's
+        # getExpiredInflightBatches fails it, not up to request_timeout_ms later; its
+        # answer, when it comes, finds it gone from here and is ignored (_on_outcome).
+        self._in_flight = set()
         # Guarded by _topics_lock: topic -> its batches handed over, not yet completed
         # (_pending's, per topic): a topic idle in the accumulator is not forgotten by
         # the metadata while one is here -- a spooled or replayed batch, say --, or a
@@ -637,6 +645,7 @@ class Sender:
                     self._release_held_locked(key, released)
             if not partitions:
                 del self._queues[node_id]
+            self._in_flight.update(chosen)
             if chosen and self._held_for_request:
                 released.extend(self._held_for_request.pop(node_id, {}).values())
             if earliest_retry_ns is not None:
@@ -707,6 +716,12 @@ class Sender:
     def _on_outcome(self, conn, batches, topic_ids, requested_ns, response, error):
         """A request's outcome: its answer (response), or the error that ended it."""
         idempotence = self._idempotence
+        requested = batches
+        with self._lock:
+            late = [item for item in batches if item not in self._in_flight]
+            self._in_flight.difference_update(batches)
+        if late:
+            batches = self._forget_late(batches, late)
         for item in batches:
             item.node_id = None  # its reservation was released as it was written
         if response is not None and self._stats is not None:
@@ -739,9 +754,21 @@ class Sender:
         else:
             self._on_response(conn, batches, topic_ids, response)
         if idempotence is not None:
-            # Answered, retried or failed: a partition starting over may be ready.
-            # (A generator: read only when some partition is starting over.)
-            self._restamp((item.topic, item.partition) for item in batches)
+            # Answered, retried or failed (or failed earlier, out of time): a partition
+            # starting over may be ready.  (A generator: read only when some partition
+            # is starting over.)
+            self._restamp((item.topic, item.partition) for item in requested)
+
+    def _forget_late(self, batches, late):
+        """Cold: late, of a request's batches, failed at their delivery timeout while
+        it was in flight (_sweep): the answer says nothing more to their owners.  An
+        idempotent one stops counting as in flight -- its partition may start over once
+        none is (idempotence.py) -- whatever the answer: the sweep counted it as maybe
+        appended, and nothing of it is sent again under its stamp.  Returns the others."""
+        if self._idempotence is not None:
+            for item in late:
+                self._idempotence.answered(item.sequenced, None)
+        return [item for item in batches if item not in late]
 
     def _on_response(self, conn, batches, topic_ids, response):
         answers = {}
@@ -1061,9 +1088,29 @@ class Sender:
             item.node_id = None
             expired.append(item)
 
+    def _expire_in_flight_locked(self, now_ns, expired):
+        """With _lock held: moves the batches in a request whose delivery_timeout_ms has
+        run out to expired (Java's Sender.getExpiredInflightBatches).  Their fate is
+        unknown: the broker may append them yet, so their errors say they may be in the
+        log, and an idempotent one counts as maybe appended -- its partition starts over
+        under a new epoch only once its answer is in and the partition's first
+        outstanding batch is known not to be in the log, as Java's unresolved sequence
+        waits (idempotence.py), never reusing its sequence blindly."""
+        limit_ns = self.delivery_timeout_ms * 1_000_000
+        out_of_time = [item for item in self._in_flight
+                       if now_ns - item.created_ns >= limit_ns]
+        self._in_flight.difference_update(out_of_time)
+        out_of_time.sort(key=lambda item: (item.seq, item.first))  # send order
+        for item in out_of_time:
+            item.maybe_written = True
+            if item.sequenced is not None:
+                self._idempotence.unresolved(item.sequenced)
+        expired += out_of_time
+
     def _fail_expired(self, expired):
-        """Without _lock: fails the batches _expire_locked() took out; their
-        idempotent partitions may start over then."""
+        """Without _lock: fails the batches _expire_locked() and
+        _expire_in_flight_locked() took out; their idempotent partitions may start
+        over then."""
         for item in expired:
             self._complete(item, error=_delivery_timeout(self, item, item.last_error))
         if expired and self._idempotence is not None:
@@ -1101,6 +1148,12 @@ class Sender:
             waiting = [queue[0].created_ns for partitions in self._queues.values()
                        for queue in partitions.values()]
             waiting += [item.created_ns for item in keep]
+            if self._in_flight and self._transaction is None:
+                # Not a transaction's: its abort waits for the batches in flight to be
+                # done (transaction_manager.py), and EndTxn must not overtake a
+                # Produce request the broker may still append.
+                self._expire_in_flight_locked(now_ns, expired)
+                waiting += [item.created_ns for item in self._in_flight]
             if waiting:
                 self._schedule_sweep_locked(min(waiting))
         for release in released:
