@@ -29,6 +29,7 @@ from netkafka.client import sasl
 from netkafka.client.sasl import jaas, msk_iam, oauthbearer, scram
 from netkafka.errors import (JaasConfigError, OAuthTokenError, SaslAuthenticationFailedError,
                              SaslConfigError, SaslLibraryMissingError, refuses_credentials)
+from netkafka.testing.oauth import OAuthServer
 from netkafka.testing.tls import make_tls_files
 
 PLAIN_SETTINGS = {"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
@@ -462,6 +463,21 @@ def test_oidc_provider_caches_and_refreshes_at_80_percent_of_expires_in(endpoint
     clock.now_s += 0.1
     assert provider.token() == "tok-2"
     assert len(endpoint.requests) == 2
+
+
+@pytest.mark.parametrize("lifetime_s", [1e300, 10 * 365 * 86400])
+def test_a_token_stated_to_live_beyond_a_day_is_refreshed_within_a_day(lifetime_s):
+    """The local OIDC server hands out tokens whose expires_in and exp claim both say
+    lifetime_s: an absurd one was cached, and trusted, practically for ever."""
+    clock = Clock(time.time())
+    with OAuthServer({"c": "s"}, "kafka", token_lifetime_s=lifetime_s) as server:
+        provider = oauthbearer.OidcClientCredentialsProvider(server.token_url, "c", "s",
+                                                             clock=clock)
+        first = provider.token()
+        clock.now_s += oauthbearer.MAX_TOKEN_LIFETIME_S * 0.8 - 1
+        assert provider.token() == first and server.token_requests("c") == 1
+        clock.now_s += 1
+        assert provider.token() != first and server.token_requests("c") == 2
 
 
 def test_oidc_provider_takes_the_earlier_of_expires_in_and_the_jwt_exp(endpoint):

@@ -54,6 +54,12 @@ _RESERVED_KEY = "auth"
 DEFAULT_REFRESH_WINDOW_FACTOR = 0.8
 # A token endpoint's answer is a small JSON object; more than this is refused unread.
 MAX_TOKEN_RESPONSE_BYTES = 1 << 20
+# The longest a token is cached, whatever lifetime its endpoint or its exp claim states:
+# the longest access-token lifetime the common identity providers allow by default is a
+# day.  A longer one (an opaque token with expires_in 1e300, or a typo) would be kept
+# and trusted practically for ever, never fetched again, never checked against its
+# endpoint; refreshed at least daily, it costs one request a day.
+MAX_TOKEN_LIFETIME_S = 24 * 3600
 
 
 def client_first_message(token, extensions=None, source="the token provider"):
@@ -307,6 +313,12 @@ class RefreshingTokenProvider(abc.ABC):
             if lifetime_s <= 0:
                 raise OAuthTokenError(f"{self._source} returned a token that has already "
                                       f"expired ({-lifetime_s:.0f} s ago)", url=self._url())
+            if lifetime_s > MAX_TOKEN_LIFETIME_S:
+                log.info("%s: the token's stated lifetime of %.0f s is beyond %d s; it is "
+                         "refreshed as if it ended then", self._source, lifetime_s,
+                         MAX_TOKEN_LIFETIME_S)
+                lifetime_s = MAX_TOKEN_LIFETIME_S
+                expires_at_s = now_s + lifetime_s
             error = None
         except Exception as exc:  # noqa: BLE001 -- raised to the callers waiting for it
             error = exc
@@ -349,7 +361,8 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
     the client id and secret in an HTTP Basic Authorization header, as Java's
     HttpAccessTokenRetriever sends it.  The token's lifetime is the answer's
     ``expires_in`` or the JWT's ``exp`` claim, the earlier if both are there (the
-    claim is read, not verified: verifying is the broker's job).  HTTP runs on a
+    claim is read, not verified: verifying is the broker's job), and a day at most
+    (MAX_TOKEN_LIFETIME_S).  HTTP runs on a
     fetch thread of its own, one at a time (see RefreshingTokenProvider).
     """
 
