@@ -148,16 +148,18 @@ def test_a_token_providers_passing_failure_is_waited_for_not_fatal(secured_broke
 
 
 class StalledProvider(FlakyProvider):
-    """A user's token provider whose token() hangs until `release` is set (its HTTP call
-    to an identity provider that does not answer, made without a timeout)."""
+    """A user's token provider whose token() hangs, from call number `first_stall` on,
+    until `release` is set (its HTTP call to an identity provider that does not answer,
+    made without a timeout)."""
 
-    def __init__(self, provider, release):
-        super().__init__(provider, 0)
+    def __init__(self, provider, release, first_stall=1):
+        super().__init__(provider, 0, first_stall)
         self.release = release
 
     def token(self):
         self.calls += 1
-        self.release.wait(WAIT_S)
+        if self.calls >= self.first_failure:
+            self.release.wait(WAIT_S)
         return self._provider.token()
 
 
@@ -496,6 +498,39 @@ def test_a_token_fetch_failing_at_reauthentication_keeps_the_connection(secured_
     assert stats["connections_ready"] == 1 and stats["reauthentications"] >= 1, stats
     assert any("re-authentication" in r.getMessage() and "identity provider unreachable"
                in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_token_provider_hanging_at_reauthentication_ends_the_connection_with_the_session(
+        secured_broker):
+    """The provider hangs from its second call, the REAUTH listener's first
+    re-authentication: the connection gave up on nothing, and stayed READY on a session
+    the broker had ended, until the broker closed it under the next request.  Now the
+    wait ends with the session, failing the connection with an error naming the
+    preparation."""
+    address = secured_broker.listeners[PLAINTEXT_REAUTH_LISTENER].bootstrap
+    host, _, port = address.rpartition(":")
+    release = threading.Event()
+    stalled = StalledProvider(OidcClientCredentialsProvider(
+        secured_broker.oauth.token_url, "alice", secured_broker.oauth.clients["alice"]),
+        release, first_stall=2)
+    pool = IOPool(ConnectionConfig(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_settings={"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": stalled}))
+    try:
+        conn = pool.connection(-1, host, int(port))
+        assert request_metadata(conn, []).result(WAIT_S).brokers
+        ready_s = time.monotonic()
+        while conn.state == "ready" and time.monotonic() < ready_s + 3 * REAUTH_MS / 1000:
+            time.sleep(0.02)
+        ended_after_s = time.monotonic() - ready_s
+        described = conn.describe()
+    finally:
+        release.set()
+        pool.close()
+    assert stalled.calls == 2, stalled.calls
+    assert ended_after_s < REAUTH_MS / 1000 + 1, (ended_after_s, described)
+    assert "re-authentication's OAUTHBEARER preparation (its token provider or KDC) did not " \
+           "finish" in described, described
 
 
 def _reauth_producer(secured_broker, topic_name, mechanism, user, password, **settings):

@@ -36,9 +36,11 @@ while READY: a new mechanism is prepared while requests keep flowing; from its
 SaslHandshake until the exchange ends no new request is framed (the broker must
 see the exchange uninterrupted), but requests already in flight stay in flight
 and are answered in order, before the SASL answers.  A re-authentication whose
-prepare() fails (a token endpoint down) leaves the connection and its session as they
-are while the session lasts: it is tried again, with a warning, within half the time
-the session has left; only a failure once the session has ended fails the connection.
+prepare() fails (a token endpoint down), or has not ended within request_timeout_ms
+(a provider that hangs), leaves the connection and its session as they are while the
+session lasts: it is tried again, with a warning, within half the time the session has
+left; only a failure once the session has ended fails the connection, and a prepare()
+still running then fails it at the session's end.
 
 Write path (modelled on uvloop's stream transport): requests are framed into a
 queue of memoryviews -- the request header bytes and, for Produce, the sealed
@@ -411,6 +413,9 @@ class BrokerConnection:
         self._io_sasl_exchanging = False
         self._io_reauth_at_ns = 0
         self._io_session_ends_ns = 0
+        # Owned by the I/O thread: while a re-authentication's prepare() runs, when it is
+        # given up on (request_timeout_ms, or the session's end if sooner), else 0.
+        self._io_prepare_deadline_ns = 0
         # Owned by the I/O thread: responses taken since the connection became READY
         # (none when the broker closes it at once: see _io_read).
         self._io_answers_since_ready = 0
@@ -677,9 +682,9 @@ class BrokerConnection:
             elif not self._write_queue and not self._io_has_work():
                 deadline = (self._last_activity_ns
                             + self.config.connections_max_idle_ms * 1_000_000)
-            if self._io_reauth_at_ns:
-                deadline = (self._io_reauth_at_ns if deadline is None
-                            else min(deadline, self._io_reauth_at_ns))
+            for at_ns in (self._io_reauth_at_ns, self._io_prepare_deadline_ns):
+                if at_ns:
+                    deadline = at_ns if deadline is None else min(deadline, at_ns)
         with self._lock:
             if self._submitted:
                 oldest = min(map(_DEADLINE_NS, self._submitted))
@@ -914,16 +919,27 @@ class BrokerConnection:
             # not answering): it is waited for again, rather than one more thread left
             # hanging in the provider per attempt.
             self._io_sasl = preparing[1]
+            self._io_bound_reauth_prepare(now_ns)
             return
         mechanism = create_mechanism(self.config.sasl_settings, host)
         self._io_sasl = mechanism
         if type(mechanism).prepare is SaslMechanism.prepare:
             self._io_sasl_handshake(mechanism, now_ns)
             return
+        self._io_bound_reauth_prepare(now_ns)
         self._sasl_prepared.start(mechanism)
         self._io_preparing = (host, mechanism)
         threading.Thread(target=self._prepare_sasl, args=(mechanism,),
                          name=f"netkafka-sasl-prepare-{self.node_id}", daemon=True).start()
+
+    def _io_bound_reauth_prepare(self, now_ns):
+        """A re-authentication's prepare() is waited for request_timeout_ms, as its SASL
+        requests would be, and not beyond the session's end (in setup the setup timeout
+        bounds it): one that hangs would otherwise keep the connection on until the
+        broker closed the expired session, under the next request sent."""
+        if self._state == READY:
+            self._io_prepare_deadline_ns = min(
+                now_ns + self.config.request_timeout_ms * 1_000_000, self._io_session_ends_ns)
 
     def _prepare_sasl(self, mechanism):
         """The prepare thread: runs the blocking part, hands the result over."""
@@ -937,7 +953,15 @@ class BrokerConnection:
     def _io_take_prepared(self, now_ns):
         prepared = self._sasl_prepared.take()
         if prepared is None:
+            if self._io_prepare_deadline_ns and now_ns >= self._io_prepare_deadline_ns:
+                # Given up on: its thread goes on, and the retry waits for it again.
+                self._sasl_prepared.cancel()
+                self._io_prepare_failed(KafkaTimeoutError(
+                    f"{self._who()}: re-authentication's {self._io_sasl.name} preparation "
+                    f"(its token provider or KDC) did not finish within request_timeout_ms="
+                    f"{self.config.request_timeout_ms} or by the end of the session"), now_ns)
             return
+        self._io_prepare_deadline_ns = 0
         mechanism, error = prepared
         if error is None:
             self._io_sasl_handshake(mechanism, now_ns)
@@ -950,6 +974,12 @@ class BrokerConnection:
             failure = errors.AuthenticationError(
                 f"{self._who()}: preparing {mechanism.name} failed: {error!r}")
             failure.__cause__ = error
+        self._io_prepare_failed(failure, now_ns)
+
+    def _io_prepare_failed(self, failure, now_ns):
+        """prepare() failed, or was given up on: a re-authentication is tried again while
+        the session lasts; otherwise failure fails the connection."""
+        self._io_prepare_deadline_ns = 0
         if self._state == READY and now_ns < self._io_session_ends_ns:
             self._io_retry_reauthentication(failure, now_ns)
             return
@@ -1348,7 +1378,7 @@ class BrokerConnection:
     def _io_close_transport(self):
         self._io_sasl = None
         self._io_sasl_exchanging = False
-        self._io_reauth_at_ns = self._io_session_ends_ns = 0
+        self._io_reauth_at_ns = self._io_session_ends_ns = self._io_prepare_deadline_ns = 0
         self._sasl_prepared.cancel()
         self._resolved.cancel()
         if self._transport is None:
