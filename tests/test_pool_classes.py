@@ -9,6 +9,7 @@ growth and new batches meet a full pool under block, park and drop.
 """
 import array
 import gc
+import sys
 import threading
 import time
 
@@ -338,6 +339,50 @@ def test_a_buffer_the_collector_frees_inside_the_pools_lock_does_not_deadlock_it
         gc.set_threshold(*thresholds)
         if enabled:
             gc.enable()
+
+
+def test_a_release_run_on_the_waiting_thread_before_it_sleeps_wakes_it():
+    # The collector freeing a forgotten buffer on the waiting thread, between its failed
+    # try and its sleep, notified a Condition nobody waited on yet: the waiter slept its
+    # whole timeout beside a free buffer, and those behind it in line with it.  Where a
+    # collection falls is the interpreter's business; a profile hook runs code on that
+    # thread at every point it can be seen, and each trial releases one point later,
+    # until the release comes only once acquire() timed out: every point was tried.
+    # (Condition.wait() was such a point; the compiled wait shows none, and registers
+    # its sleeper before it tries.)
+    timeout_s = 2.0
+    point = 0
+    while True:
+        pool = BufferPool(KiB, KiB)
+        held = [pool.try_acquire()]
+        events, started, released_after_s, got = [0], [time.monotonic()], [], []
+
+        def run_on_the_waiter(frame, event, arg):
+            events[0] += 1
+            if events[0] > point and held:
+                held.pop().release()
+                released_after_s.append(time.monotonic() - started[0])
+
+        def wait():
+            sys.setprofile(run_on_the_waiter)
+            try:
+                buf = pool.acquire(timeout_ms=int(timeout_s * 1000))
+            finally:
+                sys.setprofile(None)
+            got.append((buf, time.monotonic() - started[0]))
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        waiter.join(30)
+        [(buf, waited_s)] = got
+        if not released_after_s or released_after_s[0] >= timeout_s / 2:
+            for leftover in held + ([buf] if buf is not None else []):
+                leftover.release()
+            break
+        assert buf is not None and waited_s < timeout_s / 2, (point, waited_s)
+        buf.release()
+        assert pool.in_use_bytes == 0
+        point += 1
 
 
 def test_a_first_record_larger_than_batch_size_gets_an_exact_buffer_and_the_batch_to_itself():

@@ -40,8 +40,9 @@ cdef class BufferPool:
     cdef Py_ssize_t _line_bytes                 # capacity all of _line waits for, 0: none;
                                                 # written with _lock and _mutex held, read
                                                 # with either
-    cdef object _lock                           # threading.Condition blocked acquires sleep on;
-                                                # guards no field
+    cdef object _lock                           # threading.RLock guarding _line and _sleepers
+    cdef list _sleepers                         # the locks of acquire()s that may sleep, each
+                                                # held until _wake_locked releases it (_lock)
     cdef readonly bint has_compression_reserve  # a buffer is set aside for compressed copies
     cdef unsigned char *_reserve                # that buffer, counted in _in_use_bytes for good;
                                                 # NULL while lent (held with _reserve_lock)
@@ -64,6 +65,7 @@ cdef class BufferPool:
     cdef int _leave_line_locked(self, LinePlace place) except -1
     cdef PooledBuffer _try_acquire_in_line_locked(self, LinePlace place)
     cdef int _add_line_bytes_locked(self, Py_ssize_t change) except -1
+    cdef int _wake_locked(self) except -1
     # The compression reserve, waited for with the GIL released; give it back with
     # _return_reserve (a PooledBuffer marked reserve does so when given back).
     cdef PooledBuffer _take_reserve(self)

@@ -19,6 +19,7 @@ owned by one thread at a time (PooledBatch's, in _pool.pxd).
 import collections
 import threading
 import time
+from _thread import allocate_lock
 
 from netkafka.errors import BatchStateError, BufferPoolExhausted, RecordTooLargeError
 
@@ -64,8 +65,9 @@ cdef class BufferPool:
     Thread safety: acquire/try_acquire run on user threads (the accumulator), release
     on I/O threads (or wherever a forgotten buffer is garbage-collected).  _mutex, a C
     lock held only around a few lines of C, guards the free lists and the counts.
-    Blocked acquires sleep on _lock, a threading.Condition (re-entrant) that guards _line: a
-    release notifies it only when _waiters says someone sleeps there, so giving
+    _lock, a threading.RLock, guards _line and _sleepers, the locks blocked acquires
+    sleep on (one each, held until a wake releases it): a release wakes them only when
+    _waiters says someone waits, so giving
     memory back never runs Python code otherwise (it may run from __dealloc__, even
     at interpreter exit).  Waiters are served in the order they came, as the Java
     client's BufferPool serves its waiters: a waiter takes memory only if it leaves
@@ -128,9 +130,10 @@ cdef class BufferPool:
         self._class_bytes[self._class_count] = buffer_size_bytes
         self._class_count += 1
         # Re-entrant: the cyclic collector may give a forgotten buffer back (_give_back,
-        # which notifies) on a thread that holds _lock -- one polling its place in
-        # line, say -- and a plain Lock hung that thread and every waiter for good.
-        self._lock = threading.Condition(threading.RLock())
+        # which wakes the waiters) on a thread that holds _lock -- one polling its place
+        # in line, say -- and a plain Lock hung that thread and every waiter for good.
+        self._lock = threading.RLock()
+        self._sleepers = []
         self._line = collections.deque()
         self._mutex = PyThread_allocate_lock()
         if self._mutex == NULL:
@@ -210,13 +213,21 @@ cdef class BufferPool:
             if buf is not None:
                 return buf
         deadline = None if timeout_ms is None else time.monotonic() + max(timeout_ms, 0) / 1000.0
+        # acquire() never runs with _lock held, so one release() lets it go while asleep.
         with self._lock:
             if own_place:
                 place = self._join_line_locked(size_bytes)
             try:
-                # Registered as a waiter before each retry, so a release in between
-                # sees us and notifies once we sleep (it needs _lock, held till wait()).
                 while True:
+                    # A lock of its own, registered before each retry: a wake from then on
+                    # unlocks it, so the sleep returns at once even when the wake came
+                    # first.  On a Condition, the collector freeing a forgotten buffer on
+                    # this thread (which may take _lock again) between the retry and the
+                    # wait notified before the wait registered: the head of the line slept
+                    # its whole timeout, and those behind it with it.
+                    sleeper = allocate_lock()
+                    sleeper.acquire()
+                    self._sleepers.append(sleeper)
                     self._add_waiter(1)
                     try:
                         buf = self._try_acquire_in_line_locked(place)
@@ -225,9 +236,17 @@ cdef class BufferPool:
                         remaining_s = None if deadline is None else deadline - time.monotonic()
                         if remaining_s is not None and remaining_s <= 0:
                             return None
-                        self._lock.wait(remaining_s)
+                        self._lock.release()
+                        try:
+                            sleeper.acquire(True, -1 if remaining_s is None else remaining_s)
+                        finally:
+                            self._lock.acquire()
                     finally:
                         self._add_waiter(-1)
+                        try:
+                            self._sleepers.remove(sleeper)
+                        except ValueError:
+                            pass  # woken: the wake took it out
             finally:
                 if own_place:
                     self._leave_line_locked(place)
@@ -266,7 +285,16 @@ cdef class BufferPool:
             self._line.remove(place)
             self._add_line_bytes_locked(-place.capacity_bytes)
             # Those behind it may go now, and others may use what it does not need.
-            self._lock.notify_all()
+            self._wake_locked()
+        return 0
+
+    cdef int _wake_locked(self) except -1:
+        # With _lock held: wakes every sleeper registered so far.  The list is swapped
+        # out first: the collector may run a release (and this) from inside the loop.
+        cdef list sleepers = self._sleepers
+        self._sleepers = []
+        for sleeper in sleepers:
+            sleeper.release()
         return 0
 
     cdef PooledBuffer _try_acquire_in_line_locked(self, LinePlace place):
@@ -391,7 +419,7 @@ cdef class BufferPool:
         PyThread_release_lock(self._mutex)
         if waiters:
             with self._lock:
-                self._lock.notify_all()
+                self._wake_locked()
 
 
 cdef str _bound_text(BufferPool pool):
