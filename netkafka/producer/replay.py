@@ -17,13 +17,14 @@ constructor, partition by partition:
          _log_restamp_locked): the old stamp cannot keep them from being written
          twice, so they are re-encoded under this producer's own and their records
          counted as possibly duplicated (at-least-once, reported, never silent) --
-         except a partition whose first sealed batch starts at sequence 0, which
-         nothing can have written yet;
+         a partition whose first sealed batch starts at sequence 0 too: a broker
+         that wrote it and then expired the id takes sequence 0 as a new producer's;
        - it does not answer the question (the API is not offered or not allowed): the
          batches are sent under their old stamp and the broker's idempotence drops
          what it has among its last five batches; a batch it then refuses as out of
          sequence makes the sender start the partition over under a new stamp, and
-         that batch's records count as possibly duplicated.
+         that batch's records count as possibly duplicated.  Unless the first starts
+         at sequence 0, which an expired id would not refuse: re-encoded as above.
   2. The partition's batches never sealed: their records (kept as they were
      encoded) are re-encoded into batches numbered after those, logged with a SEAL
      entry under their old ids (a crash now replays them byte-identical), and sent.
@@ -194,11 +195,13 @@ class Replay:
         if self._idempotence is None or stamp[0] < 0 or not _consecutive(sealed):
             return [], False
         known = self._last_sequence(topic, partition, *stamp)
-        if known is None:  # no answer: the broker's idempotence decides
-            appended = []
-        elif known is _UNKNOWN_PRODUCER:
-            if sealed[0].seal.base_sequence != 0:
-                return [], False  # expired: nothing says what it has
+        if known is _UNKNOWN_PRODUCER:
+            return [], False  # expired (or never written): nothing says what it has
+        if known is None:  # no answer: the broker's idempotence decides...
+            if sealed[0].seal.base_sequence == 0:
+                # ... but a broker that expired the id takes sequence 0 as a new
+                # producer's, and would write the batch twice without a word.
+                return [], False
             appended = []
         else:
             appended = [b for b in sealed
