@@ -2,12 +2,17 @@
 record fails with the broker's words on it, the others of the batch with a
 RecordInInvalidBatchError, as the Java client's Sender fails them -- through send()'s
 futures, produce()'s failures (flush()) and send_batch()'s rows, against the real
-broker: one CreateTime too far ahead among good ones (INVALID_TIMESTAMP)."""
+broker (Kafka 4 and 3.9): one CreateTime too far ahead among good ones
+(INVALID_TIMESTAMP); and through a proxy, such an answer with a retriable error or an
+index outside the batch."""
+import struct
 import time
 
 import pytest
 
+from broker_proxy import ProduceAnswerProxy, one_partition_answer
 from netkafka import Producer, errors
+from netkafka.protocol.produce import decode_produce_response
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -17,8 +22,14 @@ BAD = 2  # the index of the record whose timestamp is a day ahead
 
 
 @pytest.fixture
+def kafka_broker(core_broker):
+    """Each test runs against Kafka 4 and 3.9 (both name the refused record)."""
+    return core_broker
+
+
+@pytest.fixture
 def topic(kafka_broker, topic_name):
-    # Kafka 4 refuses a CreateTime more than message.timestamp.after.max.ms ahead.
+    # Kafka 3.6+ refuses a CreateTime more than message.timestamp.after.max.ms ahead.
     create_topic(kafka_broker.bootstrap, topic_name,
                  config={"message.timestamp.after.max.ms": str(AHEAD_MAX_MS)})
     return topic_name
@@ -34,10 +45,10 @@ def producer(kafka_broker):
     return Producer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=60_000)
 
 
-def check_errors(failures):
+def check_errors(failures, named_class=errors.InvalidTimestampError):
     """failures: each record's error, by index in the batch."""
     bad = failures[BAD]
-    assert isinstance(bad, errors.InvalidTimestampError)  # the one named: its partition error
+    assert isinstance(bad, named_class)  # the one named: its partition error
     assert f"record {BAD}: " in str(bad) and "out of range" in str(bad)  # the broker's words
     for index, error in enumerate(failures):
         if index != BAD:
@@ -79,3 +90,48 @@ def test_send_batch_rows_tell_the_named_row_its_error_and_the_others_theirs(
     assert result.failed_count == RECORDS
     by_row = dict(result.errors)
     check_errors([by_row[i] for i in range(RECORDS)])
+
+
+def record_index_answer(index):
+    """A ProduceAnswerProxy rewrite_produce for a refusal naming record BAD: it names
+    record index instead (the message's place in the answer finds the index's)."""
+    def rewrite(data, version):
+        [part] = decode_produce_response(data, version).topics[0].partitions
+        [(named, message)] = part.record_errors
+        at = data.rfind(struct.pack(">i", named), 0, data.index(message.encode()))
+        return data[:at] + struct.pack(">i", index) + data[at + 4:]
+    return rewrite
+
+
+def futures_through_proxy(kafka_broker, topic, rewrite, **config):
+    """Each record's error, its batch's answer rewritten by rewrite."""
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    proxy = ProduceAnswerProxy((host, int(port)))
+    try:
+        with Producer(bootstrap_servers=proxy.bootstrap, linger_ms=60_000,
+                      **config) as p:
+            with proxy.lock:
+                proxy.rewrite_produce = rewrite
+            futures = [p.send(topic, b"v%d" % i, partition=0, timestamp_ms=ts)
+                       for i, ts in enumerate(timestamps_ms())]
+            p.flush()
+    finally:
+        proxy.close()
+    return [future.exception for future in futures]
+
+
+def test_a_retriable_refusal_out_of_retries_tells_each_record_its_error(kafka_broker, topic):
+    # The Java client's Sender fails a batch it may not retry with the answer's record
+    # errors: they were told only when the error was not retriable.
+    failures = futures_through_proxy(
+        kafka_broker, topic, retries=0, enable_idempotence=False,
+        rewrite=one_partition_answer(error_code=errors.NotEnoughReplicasError.code))
+    check_errors(failures, named_class=errors.NotEnoughReplicasError)
+
+
+def test_a_record_error_outside_the_batch_is_a_protocol_error(kafka_broker, topic):
+    # It was skipped: the batch's good records failed, none of them named.
+    failures = futures_through_proxy(kafka_broker, topic, rewrite=record_index_answer(RECORDS))
+    for error in failures:
+        assert isinstance(error, errors.ProtocolError), error
+        assert f"refused record {RECORDS} of a batch of {RECORDS}" in str(error)

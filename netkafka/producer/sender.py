@@ -829,17 +829,11 @@ class Sender:
                     # A hole in a transaction's sequence: the transaction fails now
                     # (its abort brings the next epoch) rather than the batch
                     # waiting for one until its delivery timeout.
-                    self._complete(item, error=error)
+                    self._refuse(item, error, part, conn)
                 elif error.retriable or verdict is not None:  # WAIT or RESTART: resend
-                    self._retry_or_fail(item, error)
-                elif part.record_errors:
-                    # Told as a split batch is: its ProduceResult, its first part's error.
-                    outcomes = _record_outcomes(item, part, conn, error)
-                    self._complete(item, _result((item.topic, item.partition, -1, -1,
-                                                  item.record_count, outcomes)),
-                                   outcomes[0][3])
+                    self._retry_or_fail(item, error, (part, conn))
                 else:
-                    self._complete(item, error=error)
+                    self._refuse(item, error, part, conn)
         if acknowledged:
             self._complete_all(acknowledged)
         if refresh:
@@ -909,7 +903,24 @@ class Sender:
             conn.wakeup()
         return True
 
-    def _retry_or_fail(self, item, error):
+    def _refuse(self, item, error, part, conn):
+        """Fails a batch the broker refused with error in its answer part (from conn):
+        as the Java client's Sender does on every path that fails such a batch, the
+        records part's record_errors names fail each with its own error
+        (_record_outcomes), told as a split batch is: its ProduceResult, its first
+        part's error."""
+        if not part.record_errors:
+            self._complete(item, error=error)
+            return
+        outcomes = _record_outcomes(item, part, conn, error)
+        self._complete(item, _result((item.topic, item.partition, -1, -1,
+                                      item.record_count, outcomes)),
+                       outcomes[0][3])
+
+    def _retry_or_fail(self, item, error, answer=None):
+        """Sends item again after its backoff, or fails it with error (as a delivery
+        timeout when out of time); answer: (part, conn) when a Produce answer's part
+        said error, whose named records fail as _refuse fails them."""
         now_ns = time.monotonic_ns()
         # The Java client's since KIP-580: a batch that keeps meeting retriable errors
         # (a partition without enough in-sync replicas, a leader moving) waits longer
@@ -932,9 +943,14 @@ class Sender:
                 item.last_error = error
                 leader = self._metadata.leader_id(item.topic, item.partition)
                 self._route_locked(item, leader)
+        if expired:
+            self._complete(item, error=_delivery_timeout(self, item, error))
+            return
         if give_up:
-            self._complete(item, error=_delivery_timeout(self, item, error) if expired
-                           else error)
+            if answer is None:
+                self._complete(item, error=error)
+            else:
+                self._refuse(item, error, *answer)
             return
         # The leader's connection looks at its queue now and sets a timer for
         # the end of the backoff (an unrouted batch waits for metadata).
@@ -1327,19 +1343,21 @@ def _record_outcomes(item, part, conn, error):
     client's Sender fails them, each named record with the broker's words on it (the
     partition's error class when one record is named, else InvalidRecordError: the
     one code cannot say which fault each had), the others with a
-    RecordInInvalidBatchError.  Naming no record of the batch, it fails whole with
-    error."""
+    RecordInInvalidBatchError.  An index outside the batch fails it whole with a
+    ProtocolError: Java's Sender never looks such an index up, which leaves a
+    broker's record error unsaid and its good records failed for no named reason."""
     where = f"{item.topic}-{item.partition} from {conn.describe()}"
     named = {}
     for index, message in part.record_errors:
-        if 0 <= index < item.record_count:
-            words = message or part.error_message or errors.error_for_code(
-                part.error_code).name
-            code = (part.error_code if len(part.record_errors) == 1
-                    else errors.InvalidRecordError.code)
-            named[index] = errors.error_for_code(code, f"{where}: record {index}: {words}")
-    if not named:
-        return ((0, -1, -1, error),)
+        if not 0 <= index < item.record_count:
+            return ((0, -1, -1, errors.ProtocolError(
+                f"{where} refused record {index} of a batch of {item.record_count} "
+                f"({error})")),)
+        words = message or part.error_message or errors.error_for_code(
+            part.error_code).name
+        code = (part.error_code if len(part.record_errors) == 1
+                else errors.InvalidRecordError.code)
+        named[index] = errors.error_for_code(code, f"{where}: record {index}: {words}")
     innocent = errors.RecordInInvalidBatchError(
         f"{where}: failed to append record because it was part of a batch which had one "
         f"or more invalid records (record {', '.join(map(str, sorted(named)))})")
