@@ -30,7 +30,8 @@ transaction_duration_ms}; spark {suite: "spark", sink, rows, rows_per_s, spark,
 spark_kafka_connector; since the data source also acks and executor_cpu_ns_per_row}.
 Benchmarks without a suite (the micro-benchmarks) are not part of it.  An optional key
 left out (older runs) or None (a broker that was not a local process, or a Java row's
-broker figure below zero, rounds.summary(); older runs' negative ones alike) shows as a dash.
+client or broker figure below zero, rounds.summary(); older runs' negative ones alike) shows
+as a dash.
 
 A script of bench/ rather than a module of netkafka: it is about this repository's
 benchmark runs, and matplotlib stays out of what users install.
@@ -68,10 +69,11 @@ def load(path):
         info = benchmark.get("extra_info", {})
         if "suite" in info:
             for row in info.get("clients", [info]):
-                if (row.get("broker_ns_per_record") or 0) < 0:
-                    # A Java row of a run before rounds.summary() left such a figure out:
-                    # noise below zero, not a cost (rounds.JavaContestant).
-                    row["broker_ns_per_record"] = None
+                for key in ("client_ns_per_record", "broker_ns_per_record"):
+                    if (row.get(key) or 0) < 0:
+                        # A Java row of a run before rounds.summary() left such a figure
+                        # out: noise below zero, not a cost (rounds.JavaContestant).
+                        row[key] = None
                 suites[row["suite"]].append(row)
         else:
             others += 1

@@ -216,8 +216,8 @@ class JavaContestant:
     reference machine, as much as 700,000 records of 100 B, and its first records pay for
     JIT compilation -- costs a long-lived producer does not pay per record.  That run's
     own CPU varies by about 0.1 s from one JVM to the next: rounds of less than a few
-    hundred thousand records give Java figures that mean little (even below zero: the
-    broker's per record is then left out, summary()).
+    hundred thousand records give Java figures that mean little (even below zero: such a
+    figure per record, the client's or the broker's, is then left out, summary()).
     """
 
     def __init__(self, java, topic: str, records: int, warmup_records: int,
@@ -274,18 +274,19 @@ def alternate(contestants: Mapping, rounds: int) -> dict:
 
 def summary(measured: Sequence[Round]) -> dict:
     """A client's rounds as extra_info keys: medians over the rounds (msgs/s from the median
-    round's time), and each round's own figures after them.  broker_ns_per_record is None
-    without a broker figure in every round, or when their median is below zero (a
-    JavaContestant's, a round's minus its warm-up run's: noise, not a cost)."""
+    round's time), and each round's own figures after them.  client_ns_per_record and
+    broker_ns_per_record are None when their median is below zero (a JavaContestant's, a
+    round's minus its warm-up run's: noise, not a cost), the broker's also without a broker
+    figure in every round."""
     broker = [r.broker_ns_per_record for r in measured]
     broker_ns = None if None in broker else statistics.median(broker)
+    client_ns = statistics.median(r.client_ns_per_record for r in measured)
     seconds = statistics.median(r.seconds for r in measured)
     records = measured[0].records
     return {
         "records": records, "seconds": round(seconds, 6),
         "msgs_per_s": round(records / seconds, 1),
-        "client_ns_per_record": round(statistics.median(
-            r.client_ns_per_record for r in measured), 1),
+        "client_ns_per_record": None if client_ns < 0 else round(client_ns, 1),
         "broker_ns_per_record": None if broker_ns is None or broker_ns < 0
         else round(broker_ns, 1),
         "load_1m": round(statistics.median(r.load_1m for r in measured), 2),

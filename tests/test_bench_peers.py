@@ -286,6 +286,18 @@ def test_a_broker_cpu_per_record_below_zero_is_left_out():
     assert rounds.summary(measured)["broker_ns_per_record"] == 10000.0
 
 
+def test_a_client_cpu_per_record_below_zero_is_left_out():
+    """As the broker's: a JavaContestant's client CPU is a JVM run's minus its warm-up
+    run's, and in short rounds was printed as a negative cost."""
+    measured = [rounds.Round(1000, 1.0, client, 0.01, 1.0, 0.0)
+                for client in (-0.02, -0.01, 0.03)]
+    summary = rounds.summary(measured)
+    assert summary["client_ns_per_record"] is None
+    assert summary["round_client_cpu_s"] == [-0.02, -0.01, 0.03]
+    measured[1] = rounds.Round(1000, 1.0, 0.01, 0.01, 1.0, 0.0)  # one above zero, median
+    assert rounds.summary(measured)["client_ns_per_record"] == 10000.0
+
+
 def _children_cpu_s():
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime

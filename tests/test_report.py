@@ -66,10 +66,10 @@ def times(value, baseline):
 
 
 def pace(info):
-    broker = info["broker_ns_per_record"]
-    if broker is None:  # a Java row's figure below zero (rounds.summary())
+    client, broker = info["client_ns_per_record"], info["broker_ns_per_record"]
+    if client is None or broker is None:  # a Java row's figure below zero (rounds.summary())
         return "–"
-    return "broker" if broker > info["client_ns_per_record"] else "client"
+    return "broker" if broker > client else "client"
 
 
 def tables(markdown):
@@ -176,20 +176,23 @@ def test_rows_of_older_runs_without_cpu_show_dashes(results, tmp_path):
     assert matplotlib.image.imread(out / "throughput.png").shape[:2] == (340, 1200)
 
 
-def test_a_broker_cpu_below_zero_of_an_older_run_shows_a_dash(results, tmp_path):
-    """A Java row's broker CPU per record, a round's minus its warm-up run's, could be
-    below zero (rounds.JavaContestant); runs from before rounds.summary() left it out have
-    it in their JSON, and the report printed a negative cost, its ratio and a pace."""
+@pytest.mark.parametrize("key, columns", [
+    ("client_ns_per_record", (8, 10, 12)), ("broker_ns_per_record", (9, 11, 12))])
+def test_a_cpu_below_zero_of_an_older_run_shows_a_dash(results, tmp_path, key, columns):
+    """A Java row's client or broker CPU per record, a round's minus its warm-up run's,
+    could be below zero (rounds.JavaContestant); runs from before rounds.summary() left it
+    out have it in their JSON, and the report printed a negative cost, its ratio and a
+    pace."""
     data = copy.deepcopy(results[0])
     (java,) = [row for row in suite(data, "throughput") if row["client"] == "java"]
-    java["broker_ns_per_record"] = -1234.5
+    java[key] = -1234.5
     done = run_report(write_json(data, tmp_path / "negative.json"), tmp_path / "docs")
     assert done.returncode == 0, done.stderr
     rows = tables((tmp_path / "docs" / "benchmarks.md").read_text())[
         f"### {java['record_size']} B, acks={java['acks']}, compression {java['compression']}"]
     (row,) = [row for row in rows if row[0] == "java"]
-    # broker ns/record, its ratio to confluent-kafka's, and the pace that needs it
-    assert (row[9], row[11], row[12]) == ("–", "–", "–")
+    # the ns/record, its ratio to confluent-kafka's, and the pace that needs it
+    assert tuple(row[column] for column in columns) == ("–", "–", "–")
 
 
 def test_ratios_compare_rows_of_equal_batching(results, tmp_path):
