@@ -599,3 +599,40 @@ def test_a_busy_partitions_next_batch_waits_for_its_size_rather_than_starting_sm
         producer.close()
     got = read_topic(kafka_broker.bootstrap, topic_name, len(futures))
     assert sorted(r.value for r in got) == sorted([b"warm"] + [bytes(1000)] * (len(futures) - 1))
+
+
+def test_a_first_record_just_within_the_pool_waits_for_memory_while_the_pool_is_busy(
+        kafka_broker, topic_name):
+    """A record whose batch is the whole pool, sent while a batch in flight holds some of
+    it, waits for memory as any other: the wait asked for the record's upper bound, up to
+    21 bytes more than it takes, which no pool of that size could serve (a ValueError)."""
+    nodes = getattr(kafka_broker, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    # 11 bytes of record overhead for a null key and this value, besides the header.
+    value = bytes(64 * KiB - BATCH_HEADER_BYTES - 11)
+    assert RecordBatchBuilder.size_upper_bound_bytes(None, value) > 64 * KiB
+    producer = Producer(bootstrap_servers=kafka_broker.bootstrap, batch_size=16 * KiB,
+                        buffer_memory=64 * KiB, max_block_ms=300,
+                        request_timeout_ms=30_000, delivery_timeout_ms=90_000)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # max_block_ms is short: the new topic's metadata may take longer
+            try:
+                producer.send(topic_name, b"warm").get(30)
+                break
+            except KafkaTimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+        nodes[0].pause()  # nothing is acknowledged: the batch in flight keeps its memory
+        try:
+            in_flight = producer.send(topic_name, bytes(10_000))
+            with pytest.raises(BackpressureTimeoutError):
+                producer.send(topic_name, value)
+        finally:
+            nodes[0].resume()
+        in_flight.get(60)
+        producer.send(topic_name, value).get(60)  # the pool idle: it fits
+    finally:
+        producer.close()

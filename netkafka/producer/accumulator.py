@@ -306,9 +306,12 @@ class RecordAccumulator(AccumulatorCore):
                             # The record alone is larger than a pooled buffer and the
                             # pool has no room for a larger one now: wait for one.
                             # (The v2 bound also covers a legacy v0/v1 set of that
-                            # record, whose per-record overhead is smaller.)
-                            size_bytes = RecordBatchBuilder.size_upper_bound_bytes(
-                                key, value, headers)
+                            # record, whose per-record overhead is smaller.)  At most
+                            # the pool's largest: the record's own size fits that (the
+                            # builder refuses it as too large otherwise), and the
+                            # bound's slack beyond it would fail the wait.
+                            size_bytes = min(RecordBatchBuilder.size_upper_bound_bytes(
+                                key, value, headers), self._pool.largest_bytes)
                             start_bytes = self._start_bytes_locked(queue, size_bytes)
                             self._discard_open_locked(queue)
                         except BaseException:
