@@ -273,29 +273,22 @@ def test_summary_takes_the_medians_of_the_rounds():
     assert no_broker["broker_ns_per_record"] is None
 
 
-def test_a_broker_cpu_per_record_below_zero_is_left_out():
+@pytest.mark.parametrize("side", ["client", "broker"])
+def test_a_cpu_per_record_below_zero_is_left_out(side):
     """A JavaContestant's round is a JVM run's minus its warm-up run's, whose CPU varies by
-    0.1 s: in short rounds the broker's difference can be below zero, and its figure was
-    then printed as a negative cost.  The rounds' own figures stay as measured."""
-    measured = [rounds.Round(1000, 1.0, 0.001, broker, 1.0, 0.0)
-                for broker in (-0.02, -0.01, 0.03)]
-    summary = rounds.summary(measured)
-    assert summary["broker_ns_per_record"] is None
-    assert summary["round_broker_cpu_s"] == [-0.02, -0.01, 0.03]
-    measured[1] = rounds.Round(1000, 1.0, 0.001, 0.01, 1.0, 0.0)  # one above zero, median
-    assert rounds.summary(measured)["broker_ns_per_record"] == 10000.0
+    0.1 s: in short rounds the client's or the broker's difference can be below zero, and
+    its figure was then printed as a negative cost.  The rounds' own figures stay as
+    measured."""
+    def round_with(cpu_s):
+        client, broker = (cpu_s, 0.01) if side == "client" else (0.001, cpu_s)
+        return rounds.Round(1000, 1.0, client, broker, 1.0, 0.0)
 
-
-def test_a_client_cpu_per_record_below_zero_is_left_out():
-    """As the broker's: a JavaContestant's client CPU is a JVM run's minus its warm-up
-    run's, and in short rounds was printed as a negative cost."""
-    measured = [rounds.Round(1000, 1.0, client, 0.01, 1.0, 0.0)
-                for client in (-0.02, -0.01, 0.03)]
+    measured = [round_with(cpu_s) for cpu_s in (-0.02, -0.01, 0.03)]
     summary = rounds.summary(measured)
-    assert summary["client_ns_per_record"] is None
-    assert summary["round_client_cpu_s"] == [-0.02, -0.01, 0.03]
-    measured[1] = rounds.Round(1000, 1.0, 0.01, 0.01, 1.0, 0.0)  # one above zero, median
-    assert rounds.summary(measured)["client_ns_per_record"] == 10000.0
+    assert summary[f"{side}_ns_per_record"] is None
+    assert summary[f"round_{side}_cpu_s"] == [-0.02, -0.01, 0.03]
+    measured[1] = round_with(0.01)  # one above zero, the median
+    assert rounds.summary(measured)[f"{side}_ns_per_record"] == 10000.0
 
 
 def _children_cpu_s():
