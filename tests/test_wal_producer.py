@@ -563,6 +563,35 @@ def test_records_whose_delivery_timed_out_are_spooled_and_sent_when_the_broker_i
     assert {b"frozen-%d" % i for i in range(5)} <= set(values)
 
 
+def test_a_spooled_resend_the_wal_fails_to_log_gives_its_sequences_back(
+        kafka_broker, topic_name, tmp_path, monkeypatch):
+    # The resend numbers the batch anew, then logs the new stamp: a log that fails
+    # there must not keep the sequences, or each retry leaves a hole in the partition's.
+    node = paused_node(kafka_broker)
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    with producer(kafka_broker, tmp_path, **SPOOL) as p:
+        p.send(topic_name, b"before").get(30)
+        wal = p._accumulator._wal
+        log_restamp, bases = wal.log_restamp, []
+
+        def fails_once(wal_id, producer_id, epoch, base_sequence, batch_crc):
+            bases.append(base_sequence)
+            if len(bases) == 1:
+                raise WalStorageError("the disk failed")
+            return log_restamp(wal_id, producer_id, epoch, base_sequence, batch_crc)
+
+        monkeypatch.setattr(wal, "log_restamp", fails_once)
+        node.pause()
+        try:
+            spool_five(p, topic_name)
+            wait_for(lambda: len(bases) >= 2, 30, "a resend after the failed one")
+        finally:
+            node.resume()
+        assert bases[1] == bases[0], bases
+        wait_for(lambda: p.metrics()["netkafka"]["records_spool_delivered"] >= 5, 60,
+                 "the spooled records' delivery")
+
+
 def test_records_close_cuts_short_are_told_the_wal_keeps_them(kafka_broker, topic_name,
                                                              tmp_path):
     """close() failed the batches the sender had with its error alone ("the sender

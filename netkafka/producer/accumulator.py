@@ -905,15 +905,18 @@ class RecordAccumulator(AccumulatorCore):
         if self._idempotence is not None:
             builder.rewrite_producer_state(*self._idempotence.next_sequence(
                 topic, partition, count))
-            (batch_crc,) = struct.unpack_from(">I", view, 17)
-            self._wal.sync_restamps(self._wal.log_restamp(
-                batch.wal_id, builder.producer_id, builder.producer_epoch,
-                builder.base_sequence, batch_crc))
         # Counted before the sender has it (as _hand_over counts): an I/O thread may
         # complete it before send() returns.  Each attempt counts: the bytes may be in
         # the broker's log already, and the sender counts none of this as a retry.
         self._count_spool_sent(count)
         try:
+            if self._idempotence is not None:
+                # In the try: a failed log gives the sequences back too, or each
+                # attempt would leave a hole in the partition's.
+                (batch_crc,) = struct.unpack_from(">I", view, 17)
+                self._wal.sync_restamps(self._wal.log_restamp(
+                    batch.wal_id, builder.producer_id, builder.producer_epoch,
+                    builder.base_sequence, batch_crc))
             self._sender.send(topic, partition, builder, count,
                               on_done=functools.partial(self._on_spool_delivered, batch,
                                                         view, on_final),
