@@ -325,15 +325,17 @@ def test_columns_in_a_garbage_cycle_give_the_callers_buffers_back():
     assert (list(timestamps), bytes(data), list(offsets)) == ([1, 2, 3], b"abc", [0, 1, 2, 3])
 
 
-# Rows over pyarrow timestamps made cyclic garbage by a caught exception: its frame, made
-# for the traceback after the Rows, is cleared after the Rows' timestamps buffer.
-_ARROW_TIMESTAMPS_CYCLE = """
+# Buffers held by a Rows or a column made cyclic garbage by a caught exception: the
+# frame, made for the traceback after them, is cleared after the buffers' owners.
+_HELD_BUFFERS_CYCLE = """
 import gc
+from array import array
 import pyarrow
+from netkafka import BinaryColumn
 from netkafka.record._columns import Rows
 
 def send():
-    rows = Rows([b"a", b"b"], timestamps_ms=pyarrow.array([1, 2], pyarrow.timestamp("us")))
+    held = {held}
     try:
         1 / 0
     except ZeroDivisionError as caught:
@@ -345,11 +347,21 @@ gc.collect()
 """
 
 
-def test_rows_over_arrow_timestamps_in_a_garbage_cycle_are_collected_silently():
-    # The timestamps were held through a memoryview, which the collector cleared first,
-    # while the Rows still held it: "Exception ignored in tp_clear of memoryview"
-    # (BufferError), then a crash.  In a process of its own: it crashed.
-    done = subprocess.run([sys.executable, "-c", _ARROW_TIMESTAMPS_CYCLE],
+@pytest.mark.parametrize("held", [
+    'Rows([b"a", b"b"], timestamps_ms=pyarrow.array([1, 2], pyarrow.timestamp("us")))',
+    'Rows([b"a", b"b"], timestamps_ms=memoryview(bytes(16)).cast("q"))',
+    'Rows([b"a", b"b"], timestamps_ms=memoryview(array("q", [1, 2])))',
+    'BinaryColumn(memoryview(b"abc"), memoryview(array("i", [0, 1, 2, 3])), '
+    'memoryview(b"\\x07"))',
+], ids=["arrow-timestamps", "cast-memoryview-timestamps", "memoryview-timestamps",
+        "memoryview-column"])
+def test_held_buffers_in_a_garbage_cycle_are_collected_silently(held):
+    # Held through a memoryview (pyarrow's timestamps cast by netkafka, or the caller's
+    # own), which the collector cleared first while the Rows or column still held it:
+    # "Exception ignored in tp_clear of memoryview" (BufferError), then a crash.  In a
+    # process of its own: it crashed.
+    script = _HELD_BUFFERS_CYCLE.replace("{held}", held)
+    done = subprocess.run([sys.executable, "-c", script],
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
 

@@ -302,11 +302,16 @@ cdef bint _is_native_signed_int(const char *fmt):
     return f in (b'b', b'h', b'i', b'l', b'q', b'n')
 
 
-# no_gc_clear: a cycle's tp_clear would drop the held buffers' owners without
-# releasing the buffers, leaving the caller's arrays locked (exports never given
-# back); __dealloc__ releases them.  Same for Rows.
+# no_gc: the collector neither traverses nor clears a column, so the buffers it holds
+# count as referenced from outside any cycle.  Traversed, a caller's memoryview in a
+# cycle with the column was garbage the collector cleared while exported: before
+# CPython 3.12.7 (gh-77894) that drops the memoryview's memory anyway ("Exception
+# ignored in tp_clear of memoryview", then a crash); and a cleared column dropped the
+# buffers' owners without releasing them, leaving the caller's arrays locked.  A
+# column references nothing that refers back to it; __dealloc__ releases the buffers.
+# Same for Rows.
 @cython.final
-@cython.no_gc_clear
+@cython.no_gc
 cdef class BinaryColumn:
     """A column of nullable binary values in Arrow's layout, over buffer-protocol
     objects: no copy, no per-element Python object.
@@ -653,7 +658,7 @@ cdef class _HeaderColumns:
 
 
 @cython.final
-@cython.no_gc_clear  # as BinaryColumn: its timestamps buffer
+@cython.no_gc  # as BinaryColumn: its timestamps buffer
 cdef class Rows:
     """The rows of a bulk append (Producer.send_batch(), append_many(),
     append_column()): each argument read in place, row by row, with no Python
