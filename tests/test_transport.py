@@ -2,6 +2,7 @@
 EAGAIN, IOV_MAX, reads, end of stream), connect_tcp, and a connection to the real
 broker driving a transport shaped like TLS over a memory BIO (a handshake of several
 steps, written bytes held back)."""
+import array
 import collections
 import errno
 import logging
@@ -19,7 +20,8 @@ from netkafka.client.connection import (AUTHENTICATING, CONNECTING, NEGOTIATING_
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import parse_bootstrap_servers, request_metadata
 from netkafka.client.resolver import resolve
-from netkafka.client.transport import IOV_MAX, PlainTransport, connect_tcp
+from netkafka.client.transport import (IOV_MAX, PlainTransport, connect_tcp, drop_written,
+                                      queue_buffers)
 
 
 def unwritten_views(pieces, written_bytes):
@@ -82,6 +84,24 @@ def test_plain_write_looks_at_no_more_than_iov_max_buffers(pair):
     views = [memoryview(payload)[i:i + 1] for i in range(IOV_MAX + 5)]
     assert PlainTransport(a).write(collections.deque(views)) == IOV_MAX
     assert drain(b) == payload[:IOV_MAX]
+
+
+def test_the_write_queue_holds_byte_views_and_drops_what_was_written():
+    # Any exporter goes in as a 1-D byte memoryview, empty ones left out; sendmsg and
+    # drop_written() count the queue in bytes, so a typed or 2-D view is cast.
+    ints = array.array("i", [1, 2])
+    square = memoryview(b"wxyz").cast("B", (2, 2))
+    queue = collections.deque()
+    total = queue_buffers(queue, [b"ab", bytearray(), ints, memoryview(b"cdef")[1:], square])
+    expected = b"ab" + ints.tobytes() + b"def" + b"wxyz"
+    assert total == len(expected) == 17
+    assert [(view.ndim, view.format) for view in queue] == [(1, "B")] * 4
+    assert b"".join(queue) == expected
+    for sent in (3, 7, 4, 3):  # inside a view, to a view's end, across two, the rest
+        drop_written(queue, sent)
+        expected = expected[sent:]
+        assert b"".join(queue) == expected
+    assert not queue
 
 
 def test_plain_read_into_counts_bytes_none_when_empty_zero_at_end(pair):

@@ -1,6 +1,7 @@
 # Types of netkafka/client/_transport.pyx (compiled): the plain TCP transport.
+import collections
 import socket
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from typing_extensions import disjoint_base
 
@@ -21,3 +22,8 @@ class PlainTransport:
     # None: nothing to read now (EAGAIN); 0: the peer closed the stream.
     def read_into(self, buffer: memoryview) -> Optional[int]: ...
     def close(self) -> None: ...
+
+# The connection's write queue: buffers appended as 1-D byte memoryviews (empty ones
+# left out; returns their bytes), and the first sent bytes taken off.
+def queue_buffers(queue: collections.deque[memoryview], buffers: Iterable[object]) -> int: ...
+def drop_written(queue: collections.deque[memoryview], sent: int) -> None: ...

@@ -83,7 +83,7 @@ from netkafka.client.resolver import (
     numeric_addresses, start_resolving,
 )
 from netkafka.client.retry import exponential_ms
-from netkafka.client.transport import connect_tcp
+from netkafka.client.transport import connect_tcp, drop_written, queue_buffers
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
 from netkafka.protocol.api_versions import (
     API_VERSIONS_VERSION, decode_api_versions_response, encode_api_versions_request,
@@ -1137,14 +1137,7 @@ class BrokerConnection:
             _complete(request, None, errors.KafkaError(
                 f"cannot encode {request.describe()}: {exc!r}"))
             return
-        total = 0
-        for buf in buffers:
-            view = memoryview(buf)
-            if view.ndim != 1 or view.format != "B":
-                view = view.cast("B")
-            if view.nbytes:
-                self._write_queue.append(view)
-                total += view.nbytes
+        total = queue_buffers(self._write_queue, buffers)
         self._queued_total += total
         self._unwritten.append((self._queued_total, request))
         if request.expects_response:
@@ -1167,14 +1160,7 @@ class BrokerConnection:
             self._last_activity_ns = now_ns
             self._written_total += sent
             self.release_outbound(sent)
-            while sent:
-                head = queue[0]
-                if sent >= head.nbytes:
-                    sent -= head.nbytes
-                    queue.popleft()
-                else:
-                    queue[0] = head[sent:]
-                    sent = 0
+            drop_written(queue, sent)
         unwritten = self._unwritten
         while unwritten and unwritten[0][0] <= self._written_total:
             request = unwritten.popleft()[1]

@@ -25,7 +25,8 @@ The contract, called only on the connection's I/O thread:
                       byte memoryviews, at most IOV_MAX of them looked at) and returns
                       its length; 0 when it takes nothing now (EAGAIN).  Accepted bytes
                       are the transport's: sent, or (TLS) encrypted and held back.  The
-                      caller drops the prefix from its queue.  Called with an empty
+                      caller drops the prefix from its queue (drop_written(); its
+                      queue_buffers() makes the 1-D byte memoryviews).  Called with an empty
                       sequence, it pushes held-back bytes and returns 0.
     output_pending    attribute: True while accepted bytes are held back.  The
                       connection then asks for EVENT_WRITE even with an empty queue,
@@ -42,9 +43,9 @@ The contract, called only on the connection's I/O thread:
 """
 import socket
 
-from netkafka.client._transport import IOV_MAX, PlainTransport
+from netkafka.client._transport import IOV_MAX, PlainTransport, drop_written, queue_buffers
 
-__all__ = ["IOV_MAX", "PlainTransport", "connect_tcp"]
+__all__ = ["IOV_MAX", "PlainTransport", "connect_tcp", "drop_written", "queue_buffers"]
 
 
 def connect_tcp(family, sockaddr, send_buffer_bytes, receive_buffer_bytes,
