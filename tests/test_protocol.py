@@ -106,6 +106,14 @@ def test_reader_reads_big_endian_fixed_width_types():
     r.expect_end()
 
 
+def test_reader_uuids_stay_right_past_the_cache_of_known_ones():
+    # Read UUIDs are cached by their bytes (a topic id in every answer), up to a bound:
+    # whatever was read before, each read gives the id of its own bytes.
+    ids = [uuid.UUID(int=n) for n in range(5000)] + [uuid.UUID(int=7), uuid.UUID(int=4999)]
+    r = Reader(b"".join(topic_id.bytes for topic_id in ids), False)
+    assert [r.uuid() for _ in ids] == ids
+
+
 @pytest.mark.parametrize("value, encoded", [
     (0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"), (300, b"\xac\x02"),
     (2 ** 32 - 1, b"\xff\xff\xff\xff\x0f"),

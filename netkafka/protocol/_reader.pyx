@@ -26,6 +26,12 @@ from netkafka.errors import ProtocolError
 
 _UUID = uuid.UUID
 
+# The UUIDs read, by their bytes: a topic id comes back in every Produce answer, and
+# uuid.UUID's constructor is Python (about 70 bytecodes on the I/O thread per answer).
+# A cache, so bounded: emptied when full.  Its dict operations are atomic under the GIL.
+cdef dict _uuids = {}
+cdef Py_ssize_t _UUIDS_MAX = 4096
+
 
 cdef enum:
     # An unsigned varint of Kafka's (32 bits) takes at most 5 bytes.
@@ -121,7 +127,12 @@ cdef class Reader:
         self._need(16)
         cdef bytes raw = PyBytes_FromStringAndSize(<const char *>self._data + self._pos, 16)
         self._pos += 16
-        return _UUID(bytes=raw)
+        known = _uuids.get(raw)
+        if known is None:
+            if len(_uuids) >= _UUIDS_MAX:
+                _uuids.clear()
+            known = _uuids[raw] = _UUID(bytes=raw)
+        return known
 
     cdef Py_ssize_t _string_length(self) except -2:
         # A string's byte length (int16 when not flexible), -1 for null.
