@@ -465,6 +465,21 @@ def test_oidc_provider_caches_and_refreshes_at_80_percent_of_expires_in(endpoint
     assert len(endpoint.requests) == 2
 
 
+@pytest.mark.parametrize("expires_in", ["100", "0100"])
+def test_oidc_provider_takes_expires_in_as_a_string_of_digits(endpoint, expires_in):
+    """Some identity providers (Azure AD's v1 endpoints) send expires_in as a JSON
+    string: the token was refused, and no record could be sent."""
+    endpoint.answers += [(200, {"access_token": "tok-1", "expires_in": expires_in}),
+                         (200, {"access_token": "tok-2", "expires_in": expires_in})]
+    clock = Clock()
+    provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s", clock=clock)
+    assert provider.token() == "tok-1"
+    clock.now_s += 79.9
+    assert provider.token() == "tok-1"
+    clock.now_s += 0.1
+    assert provider.token() == "tok-2"
+
+
 @pytest.mark.parametrize("lifetime_s", [1e300, 10 * 365 * 86400])
 def test_a_token_stated_to_live_beyond_a_day_is_refreshed_within_a_day(lifetime_s):
     """The local OIDC server hands out tokens whose expires_in and exp claim both say
@@ -574,6 +589,13 @@ def test_an_untrusted_token_endpoint_certificate_is_not_retried(tmp_path):
      r"expires_in inf is not a positive, finite number"),
     (b'{"access_token": "opaque", "expires_in": NaN}',
      r"expires_in nan is not a positive, finite number"),
+    # A string: only one of digits is a lifetime (Azure AD v1 sends "3600").
+    ({"access_token": "opaque", "expires_in": "-5"},
+     r"expires_in '-5' is not a positive, finite number nor a string of digits"),
+    ({"access_token": "opaque", "expires_in": "1h"}, r"expires_in '1h' is not a positive"),
+    ({"access_token": "opaque", "expires_in": "NaN"}, r"expires_in 'NaN' is not a positive"),
+    ({"access_token": "opaque", "expires_in": "0"}, r"expires_in '0' is not a positive"),
+    ({"access_token": "opaque", "expires_in": True}, r"expires_in True is not a positive"),
     ({"access_token": "opaque"}, r"lifetime is unknown: .*no expires_in"),
     ({"access_token": make_jwt({"exp": float("inf")})}, r"lifetime is unknown"),
     ({"access_token": make_jwt({"exp": 10 ** 400})}, r"lifetime is unknown"),

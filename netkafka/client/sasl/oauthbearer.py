@@ -48,6 +48,9 @@ _TOKEN = re.compile(r"[-_.A-Za-z0-9]+")
 _EXTENSION_KEY = re.compile(r"[A-Za-z]+")
 _EXTENSION_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+")
 _RESERVED_KEY = "auth"
+# A lifetime in a string: ASCII digits only (str.isdigit takes other scripts' too), few
+# enough for int() to read (beyond a day, the lifetime is cut to MAX_TOKEN_LIFETIME_S).
+_DIGITS = re.compile(r"[0-9]{1,30}")
 
 # Java's default sasl.login.refresh.window.factor: a token is replaced once this
 # fraction of its lifetime has passed.
@@ -437,11 +440,12 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
             raise self._fail(f"answer has no access_token (found: {keys})", status=200)
         token = answer["access_token"]
         expiries = []
-        expires_in = answer.get("expires_in")
-        if expires_in is not None:
+        stated = answer.get("expires_in")
+        if stated is not None:
+            expires_in = _digits_as_int(stated)
             if not _finite(expires_in) or expires_in <= 0:
-                raise self._fail(f"expires_in {expires_in!r} is not a positive, finite number",
-                                 status=200)
+                raise self._fail(f"expires_in {stated!r} is not a positive, finite number "
+                                 f"nor a string of digits", status=200)
             expiries.append(now_s + expires_in)
         exp = jwt_expiry_s(token)
         if exp is not None:
@@ -484,6 +488,15 @@ def jwt_expiry_s(token):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
     return float(exp) if _finite(exp) else None
+
+
+def _digits_as_int(value):
+    """``value`` as an int when it is a str of ASCII digits, else as it is: RFC 6749 has
+    expires_in a JSON number, but some identity providers (Azure AD's v1 endpoints)
+    send it as a string ("3600")."""
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    return value
 
 
 def _finite(value):
