@@ -460,9 +460,32 @@ def test_oidc_provider_caches_and_refreshes_at_80_percent_of_expires_in(endpoint
     clock.now_s += 79.9
     assert provider.token() == "tok-1"
     assert len(endpoint.requests) == 1
-    clock.now_s += 0.1
+    clock.now_s += 5.1  # 85%: the window's jitter spent
     assert provider.token() == "tok-2"
     assert len(endpoint.requests) == 2
+
+
+def test_oidc_refreshes_spread_over_80_to_85_percent_of_the_lifetime(endpoint):
+    """Java's refresh window jitter: clients started together used to refresh at the same
+    instant, all at 80% of the lifetime."""
+    clock = Clock()
+    provider = oauthbearer.OidcClientCredentialsProvider(endpoint.url, "c", "s", clock=clock)
+    refreshed_after_s = []
+    for fetch in range(30):
+        endpoint.answers.append((200, {"access_token": f"tok-{fetch}", "expires_in": 1000}))
+        fetched_s = clock.now_s
+        provider.token()
+        with provider._lock:
+            refreshed_after_s.append(provider._refresh_at_s - fetched_s)
+        clock.now_s = provider._refresh_at_s
+    assert all(800 <= after_s <= 850 for after_s in refreshed_after_s), refreshed_after_s
+    assert len(set(refreshed_after_s)) > 1, refreshed_after_s
+    at_expiry = oauthbearer.OidcClientCredentialsProvider(
+        endpoint.url, "c", "s", refresh_window_factor=1, clock=clock)
+    endpoint.answers.append((200, {"access_token": "last", "expires_in": 1000}))
+    fetched_s = clock.now_s
+    at_expiry.token()
+    assert at_expiry._refresh_at_s == fetched_s + 1000  # never after the expiry
 
 
 @pytest.mark.parametrize("expires_in", ["100", "0100"])
@@ -476,7 +499,7 @@ def test_oidc_provider_takes_expires_in_as_a_string_of_digits(endpoint, expires_
     assert provider.token() == "tok-1"
     clock.now_s += 79.9
     assert provider.token() == "tok-1"
-    clock.now_s += 0.1
+    clock.now_s += 5.1
     assert provider.token() == "tok-2"
 
 
@@ -491,7 +514,7 @@ def test_a_token_stated_to_live_beyond_a_day_is_refreshed_within_a_day(lifetime_
         first = provider.token()
         clock.now_s += oauthbearer.MAX_TOKEN_LIFETIME_S * 0.8 - 1
         assert provider.token() == first and server.token_requests("c") == 1
-        clock.now_s += 1
+        clock.now_s += oauthbearer.MAX_TOKEN_LIFETIME_S * 0.05 + 1
         assert provider.token() != first and server.token_requests("c") == 2
 
 
@@ -505,7 +528,7 @@ def test_oidc_provider_takes_the_earlier_of_expires_in_and_the_jwt_exp(endpoint)
     assert provider.token() == jwt
     clock.now_s += 24.9
     assert provider.token() == jwt
-    clock.now_s += 0.1
+    clock.now_s += 2.6  # 55% of 50 s: the window's jitter spent
     assert provider.token() != jwt
     assert len(endpoint.requests) == 2
 

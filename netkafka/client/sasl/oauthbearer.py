@@ -29,6 +29,7 @@ import http.client
 import json
 import logging
 import math
+import random
 import re
 import ssl
 import threading
@@ -55,6 +56,9 @@ _DIGITS = re.compile(r"[0-9]{1,30}")
 # Java's default sasl.login.refresh.window.factor: a token is replaced once this
 # fraction of its lifetime has passed.
 DEFAULT_REFRESH_WINDOW_FACTOR = 0.8
+# Java's sasl.login.refresh.window.jitter: up to this fraction of the lifetime is added at
+# random, so that clients started together do not all ask the endpoint at one instant.
+DEFAULT_REFRESH_WINDOW_JITTER = 0.05
 # A token endpoint's answer is a small JSON object; more than this is refused unread.
 MAX_TOKEN_RESPONSE_BYTES = 1 << 20
 # The longest a token is cached, whatever lifetime its endpoint or its exp claim states:
@@ -194,7 +198,8 @@ class OAuthBearerMechanism(SaslMechanism):
 
 class RefreshingTokenProvider(abc.ABC):
     """A token provider that caches its token and fetches a new one once
-    ``refresh_window_factor`` of the token's lifetime has passed.
+    ``refresh_window_factor`` of the token's lifetime, plus up to ``refresh_window_jitter``
+    of it at random (Java's 0.8 and 0.05), has passed.
 
     Subclasses implement ``_fetch_token`` and set ``_source`` (named in errors) and
     ``_wait_s`` (how long ``token()`` waits for a fetch by default).  ``token()`` is
@@ -213,11 +218,17 @@ class RefreshingTokenProvider(abc.ABC):
     _wait_s = 10.0
 
     def __init__(self, *, extensions=None, refresh_window_factor=DEFAULT_REFRESH_WINDOW_FACTOR,
-                 clock=time.time):
+                 refresh_window_jitter=DEFAULT_REFRESH_WINDOW_JITTER, clock=time.time):
         if not (isinstance(refresh_window_factor, (int, float))
                 and 0 < refresh_window_factor <= 1):
             raise SaslConfigError(
                 f"refresh_window_factor must be a number in (0, 1], not {refresh_window_factor!r}")
+        # Java's bounds for sasl.login.refresh.window.jitter.
+        if not (isinstance(refresh_window_jitter, (int, float))
+                and 0 <= refresh_window_jitter <= 0.25):
+            raise SaslConfigError(f"refresh_window_jitter must be a number in [0, 0.25], "
+                                  f"not {refresh_window_jitter!r}")
+        self._refresh_window_jitter = refresh_window_jitter
         self._extensions = dict(check_extensions(extensions or {}))
         self._refresh_window_factor = refresh_window_factor
         self._clock = clock  # wall-clock seconds: JWT exp claims are wall-clock times
@@ -331,7 +342,10 @@ class RefreshingTokenProvider(abc.ABC):
             if error is None:
                 self._token = token
                 self._expires_at_s = expires_at_s
-                self._refresh_at_s = now_s + lifetime_s * self._refresh_window_factor
+                # Never beyond the expiry, whatever factor and jitter add up to.
+                fraction = min(1.0, self._refresh_window_factor
+                               + self._refresh_window_jitter * random.random())
+                self._refresh_at_s = now_s + lifetime_s * fraction
             self._fetched.notify_all()
 
     def extensions(self):
@@ -354,6 +368,8 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
             ``logicalCluster`` and ``identityPoolId``).
         refresh_window_factor: fetch a new token once this fraction of the token's
             lifetime has passed (default 0.8, Java's).
+        refresh_window_jitter: plus up to this fraction of it at random, so that clients
+            started together refresh apart (default 0.05, Java's; 0 to 0.25).
         timeout_s: the HTTP request's timeout, in seconds, and how long ``token()``
             waits for a fetch unless its caller says otherwise.
         ssl_context: the TLS context for an https endpoint (default: the system's
@@ -371,9 +387,10 @@ class OidcClientCredentialsProvider(RefreshingTokenProvider):
 
     def __init__(self, token_endpoint_url, client_id, client_secret, scope=None, *,
                  extensions=None, refresh_window_factor=DEFAULT_REFRESH_WINDOW_FACTOR,
+                 refresh_window_jitter=DEFAULT_REFRESH_WINDOW_JITTER,
                  timeout_s=10.0, ssl_context=None, clock=time.time):
         super().__init__(extensions=extensions, refresh_window_factor=refresh_window_factor,
-                         clock=clock)
+                         refresh_window_jitter=refresh_window_jitter, clock=clock)
         scheme = urllib.parse.urlsplit(token_endpoint_url).scheme if isinstance(
             token_endpoint_url, str) else None
         if scheme not in ("http", "https"):
