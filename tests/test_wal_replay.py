@@ -12,11 +12,14 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from netkafka import Producer, RecordMetadata
-from netkafka.errors import MessageTooLargeError, NoSuchPartitionError
+from netkafka.errors import (
+    MessageTooLargeError, NoSuchPartitionError, UnknownTopicOrPartitionError,
+)
 from netkafka.producer.replay import Replay, _appended
 from netkafka.producer.wal import Seal, WriteAheadLog
 from netkafka.protocol.describe_producers import PartitionProducers, ProducerState
@@ -306,6 +309,41 @@ def test_batches_of_a_partition_the_topic_no_longer_has_fail_alone_and_leave_the
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
     gone = [outcome for context, outcome in heard.outcomes.items() if context[:2] == b"p2"]
     assert len(gone) == 5 and all(isinstance(o, NoSuchPartitionError) for o in gone), gone
+    with WriteAheadLog(tmp_path) as log:
+        assert log.recovery().batches == []
+
+
+def test_batches_of_a_topic_gone_fail_at_the_metadata_answer_not_a_timeout(
+        kafka_broker, topic_name, tmp_path):
+    # The topic was deleted (and the cluster creates none on demand): its batches, sealed
+    # or not, can never be delivered.  They held up the constructor for max_block_ms
+    # (DescribeProducers waiting for a leader, the sender for the topic's partitions),
+    # and then it raised: every producer opened on the directory failed, for good.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    gone = topic_name + "-gone"
+    values = [b"r%d" % i for i in range(5)]
+    log_a_forgotten_stamp(tmp_path, gone, values)
+    with WriteAheadLog(tmp_path) as log:
+        for topic in (gone, topic_name):
+            batch_id = log.open_batch()
+            for i, record in enumerate(encoded_records(values, 1_700_000_000_000)):
+                log.append_record(batch_id, i, topic, 0, 1_700_000_000_000 + i, record,
+                                  (b"k%d" if topic == topic_name else b"g%d") % i)
+    heard = Heard()
+    started = time.monotonic()
+    producer, report = replay(kafka_broker, tmp_path, heard, allow_auto_create_topics=False)
+    try:
+        assert time.monotonic() - started < 15
+        assert (report.records, report.reencoded, report.failed, report.pending) == (
+            15, 5, 10, 0), report
+    finally:
+        producer.close()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
+    failed = [outcome for context, outcome in heard.outcomes.items() if context[:1] != b"k"]
+    assert len(failed) == 10, heard.outcomes
+    for outcome in failed:
+        assert isinstance(outcome, UnknownTopicOrPartitionError), outcome
+        assert repr(gone) in str(outcome) and "UNKNOWN_TOPIC_OR_PARTITION" in str(outcome)
     with WriteAheadLog(tmp_path) as log:
         assert log.recovery().batches == []
 

@@ -418,6 +418,17 @@ class Metadata:
             f"topic {topic!r} not available in metadata after {timeout_s * 1000:.0f} ms: "
             f"{reason}")
 
+    def topic_answer(self, topic, timeout_s):
+        """The TopicInfo of the cache's answer about topic, whatever its error code
+        (wait_for_topic waits past UNKNOWN_TOPIC_OR_PARTITION, as for a topic being
+        created); None if none came within timeout_s."""
+        self.add_topic(topic)
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._closed or (self._snapshot is not None
+                                         and topic in self._snapshot.topics), timeout_s)
+            return None if self._snapshot is None else self._snapshot.topics.get(topic)
+
     def wait_for_partition(self, topic, partition, timeout_s):
         """The TopicInfo of topic once the cache knows it has partition, whether or not
         that has a leader (wait_for_topic).  A partition beyond the cached answer's

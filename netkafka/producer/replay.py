@@ -31,6 +31,8 @@ constructor, partition by partition:
 
 A partition the topic no longer has (made again with fewer) fails its batches:
 on_replay gets NoSuchPartitionError, and their DONE entries take them out of the log.
+So do a topic's batches when the metadata answer says it does not exist (deleted,
+and the cluster creates none on demand): UnknownTopicOrPartitionError.
 
 Replayed batches take their memory from the producer's buffer pool and are handed to
 the sender before the constructor returns, so a partition's new records queue behind
@@ -164,6 +166,11 @@ class Replay:
         for batch in self._recovery.sealed + self._recovery.unsealed:
             partitions.setdefault((batch.topic, batch.partition), []).append(batch)
         for (topic, partition), batches in partitions.items():
+            gone = self._gone(topic)
+            if gone is not None:
+                for batch in batches:
+                    self._fail(batch, gone)
+                continue
             sealed = [b for b in batches if b.seal is not None]
             unsealed = [b for b in batches if b.seal is None]
             deduplicated, under_stamp = self._plan(topic, partition, sealed)
@@ -183,8 +190,24 @@ class Replay:
         try:
             self._send(batch, kind)
         except errors.NoSuchPartitionError as exc:
-            _, error = self._accumulator.log_wal_outcome(batch.batch_id, exc)
-            self._finish(batch, "failed", error=error)
+            self._fail(batch, exc)
+
+    def _gone(self, topic):
+        """The UnknownTopicOrPartitionError the batches of topic fail with when the
+        cluster's answer says it has no such topic (deleted, and not created on demand),
+        else None.  Waiting for it to come back held up the constructor for
+        max_block_ms and then raised: every producer opened on the directory failed."""
+        info = self._metadata.topic_answer(topic, self._max_block_s)
+        if info is None or info.error_code != errors.UnknownTopicOrPartitionError.code:
+            return None  # no answer: the sender's own look-up says why
+        return errors.UnknownTopicOrPartitionError(
+            f"replay: topic {topic!r} does not exist (the metadata answer says "
+            f"UNKNOWN_TOPIC_OR_PARTITION): its batches in the WAL cannot be delivered")
+
+    def _fail(self, batch, exc):
+        """A batch that can never be delivered: done in the WAL, failed to on_replay."""
+        _, error = self._accumulator.log_wal_outcome(batch.batch_id, exc)
+        self._finish(batch, "failed", error=error)
 
     def _plan(self, topic, partition, sealed):
         """(the sealed batches the broker has, whether the rest go under their stamp),
