@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -255,11 +256,11 @@ def close_failed(p):
         pass  # its close() syncs: the log failed
 
 
-def first_delivered_on_small_segments(kafka_broker, topic_name, wal_dir):
-    """A topic of one partition, and a producer (always_on_small_segments, linger 20 ms)
-    whose first record to it is delivered."""
+def first_delivered_on_small_segments(kafka_broker, topic_name, wal_dir, **settings):
+    """A topic of one partition, and a producer (always_on_small_segments, linger 20 ms,
+    settings) whose first record to it is delivered."""
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    p = always_on_small_segments(kafka_broker, wal_dir, linger_ms=20)
+    p = always_on_small_segments(kafka_broker, wal_dir, linger_ms=20, **settings)
     try:
         p.send(topic_name, b"first").get(30)
     except BaseException:
@@ -291,12 +292,33 @@ def test_a_failed_sync_under_always_says_the_record_is_not_sent_but_replayed(
     assert values.count(b"%04d" % sent + b"v" * 500) == 1
 
 
+class Acknowledgements:
+    """An interceptor keeping the errors (None: acknowledged) on_acknowledgement hears."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.heard = []
+
+    def on_send(self, record):
+        return record
+
+    def on_acknowledgement(self, metadata, exception):
+        with self.lock:
+            self.heard.append(exception)
+
+
+# With interceptors too: produce() goes through send()'s path, where the record
+# whose sync failed was counted failed at once and again when its batch failed.
+@pytest.mark.parametrize("intercepted", [False, True])
 def test_a_produced_record_whose_sync_failed_counts_as_failed_once(
-        kafka_broker, topic_name, tmp_path):
+        kafka_broker, topic_name, tmp_path, intercepted):
     # Logged, then the sync under produce() failed: the record is in its batch, which
     # the failed log refuses to seal, and that failure counts it -- produce() counted
     # it too, twice in records_failed and in what flush() raises.
-    p = first_delivered_on_small_segments(kafka_broker, topic_name, tmp_path)
+    acknowledgements = Acknowledgements()
+    p = first_delivered_on_small_segments(
+        kafka_broker, topic_name, tmp_path,
+        interceptors=[acknowledgements] if intercepted else ())
     try:
         _, before = fail_the_next_sync(p, topic_name, produce=True)
         with pytest.raises(UndeliveredRecordsError) as raised:
@@ -306,6 +328,11 @@ def test_a_produced_record_whose_sync_failed_counts_as_failed_once(
         assert metrics["records_acknowledged"] + metrics["records_failed"] == (
             1 + before + 1), metrics
         assert raised.value.failed_count == metrics["records_failed"]
+        if intercepted:
+            with acknowledgements.lock:
+                heard = list(acknowledgements.heard)
+            assert len(heard) == 1 + before + 1, heard
+            assert sum(error is not None for error in heard) == metrics["records_failed"]
     finally:
         close_failed(p)
 

@@ -593,11 +593,11 @@ cdef class ProducerCore:
         if key is None and value is None:
             self._refuse_empty_record()
         return self._append_record(topic, value, key, headers, partition, timestamp_ms,
-                                   TRACK_FUTURE, context)
+                                   TRACK_FUTURE, context, True)
 
     @cython.final
     cdef object _append_record(self, topic, value, key, headers, partition, timestamp_ms,
-                               int track, object context):
+                               int track, object context, bint sync_wal):
         cdef AccumulatorCore records = self._records
         if self._key_serializer is not None or self._value_serializer is not None:
             key, value, headers = (<object>self)._serialize_record(topic, key, value, headers)
@@ -608,7 +608,7 @@ cdef class ProducerCore:
         # partitioner's on_new_batch() when a record would open a new batch.
         future = records._append(topic, partition, key, value, headers, timestamp_ms, track,
                                  context)
-        if records.wal_always:
+        if sync_wal and records.wal_always:
             records.wal.sync_appended()
         return future
 
@@ -626,9 +626,12 @@ cdef class ProducerCore:
         raise ValueError("a record needs a key or a value; both are None")
 
     def _send_record(self, topic, value, key, headers, partition, timestamp_ms, context=None):
-        """send() past the interceptors: the intercepted path's way in."""
+        """send() past the interceptors: the intercepted path's way in.  With wal_fsync
+        "always" the caller syncs (_sync_intercepted), once the future has its callbacks:
+        a sync failing here lost the future of a record in its batch, whose failure
+        then counted it a second time."""
         return self._append_record(topic, value, key, headers, partition, timestamp_ms,
-                                   TRACK_FUTURE, context)
+                                   TRACK_FUTURE, context, False)
 
     def produce(self, topic, value=None, key=None, headers=None, partition=None,
                 timestamp_ms=None, context=None):

@@ -316,10 +316,17 @@ class Producer(ProducerCore):
             self._accumulator.count_untracked_failure(exc)
             return None
         chain.acknowledge_future(future)
-        if wants_future:
-            return future
-        future.add_errback(self._accumulator.count_untracked_delivery_failure)
-        return None
+        if not wants_future:
+            future.add_errback(self._accumulator.count_untracked_delivery_failure)
+        if self._accumulator.wal_always:
+            try:
+                self._wal.appender.sync_appended_entries()
+            except errors.WalStorageError:
+                # The record is in its batch, which the failed log refuses to seal: that
+                # failure reaches the future, on_acknowledgement and produce()'s count.
+                if wants_future:
+                    raise
+        return future if wants_future else None
 
     def _restarted(self):
         """The accumulator of a forked child's own stack, started on first use."""
