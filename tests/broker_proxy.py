@@ -259,3 +259,16 @@ class ProduceDroppingProxy(MetadataProxy):
                 self._passing.wait()
                 raise OSError("a Produce request dropped: its connection ends")
         return super()._request(dst, body)
+
+
+class DescribeProducersRefusingProxy(MetadataProxy):
+    """A MetadataProxy (so every connection comes through it) that never passes a
+    DescribeProducers request on, and stops passing its connection's requests: the
+    client gets no answer to it (its request_timeout_ms ends the connection); other
+    connections' requests pass."""
+
+    def _request(self, dst, body):
+        (api_key,) = struct.unpack_from(">h", body)
+        if api_key == ApiKey.DESCRIBE_PRODUCERS:
+            raise OSError("a DescribeProducers request refused: its connection ends")
+        return super()._request(dst, body)

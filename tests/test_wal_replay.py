@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from broker_proxy import DescribeProducersRefusingProxy
 from netkafka import Producer, RecordMetadata
 from netkafka.errors import (
     MessageTooLargeError, NoSuchPartitionError, UnknownTopicOrPartitionError,
@@ -265,6 +266,34 @@ def test_a_producer_id_the_broker_forgot_falls_back_to_at_least_once_and_says_so
     finally:
         producer.close()
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
+    assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
+
+
+def test_a_batch_from_sequence_0_the_broker_was_not_asked_about_goes_at_least_once(
+        kafka_broker, topic_name, tmp_path):
+    # DescribeProducers gets no answer: the broker's idempotence would drop a batch it
+    # has -- but not one from sequence 0 under an id it expired, which it takes as a
+    # new producer's first.  Sent under its old stamp, it was counted resent (exactly
+    # once) while perhaps written twice.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = DescribeProducersRefusingProxy((host, int(port)))
+    values = [b"r%d" % i for i in range(5)]
+    log_a_forgotten_stamp(tmp_path, topic_name, values, base_sequence=0)
+    heard = Heard()
+    try:
+        # The connection the request went on is left without an answer until
+        # request_timeout_ms ends it.
+        producer, report = replay(proxy, tmp_path, heard, request_timeout_ms=5000)
+        try:
+            assert (report.records, report.possibly_duplicated, report.resent) == (5, 5, 0), \
+                report
+        finally:
+            producer.close()
+    finally:
+        proxy.close()
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
+    assert all(isinstance(o, RecordMetadata) for o in heard.outcomes.values()), heard.outcomes
     assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
 
 
