@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from broker_proxy import DescribeProducersRefusingProxy
+from broker_proxy import DescribeProducersRefusingProxy, MetadataProxy
 from netkafka import Producer, RecordMetadata
 from netkafka.errors import (
-    MessageTooLargeError, NoSuchPartitionError, UnknownTopicOrPartitionError,
+    KafkaTimeoutError, MessageTooLargeError, NoSuchPartitionError, UnknownTopicOrPartitionError,
 )
 from netkafka.producer.replay import Replay, _appended
 from netkafka.producer.wal import Seal, WriteAheadLog
@@ -377,6 +377,44 @@ def test_batches_of_a_topic_gone_fail_at_the_metadata_answer_not_a_timeout(
         assert log.recovery().batches == []
 
 
+def _leaderless(fields):
+    """A MetadataProxy rewrite: every topic's partition 0 without a leader."""
+    topics = []
+    for topic in fields["topics"]:
+        parts = list(topic.partitions)
+        part = parts[0]
+        parts[0] = type(part)(**{**{name: getattr(part, name) for name in part.fields},
+                                 "error_code": 5, "leader_id": -1})  # LEADER_NOT_AVAILABLE
+        topics.append(type(topic)(**{**{name: getattr(topic, name) for name in topic.fields},
+                                     "partitions": parts}))
+    return {**fields, "topics": topics}
+
+
+def test_batches_of_a_leaderless_partition_wait_for_the_delivery_timeout_not_the_constructor(
+        kafka_broker, topic_name, tmp_path):
+    # Asking the leader what it has of the batches' producer id waited max_block_ms for
+    # one, in the constructor, before the sender waited the delivery timeout.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = MetadataProxy((host, int(port)))
+    proxy.set_rewrite(_leaderless)
+    log_a_forgotten_stamp(tmp_path, topic_name, [b"r%d" % i for i in range(5)])
+    heard = Heard()
+    started = time.monotonic()
+    try:
+        producer, report = replay(proxy, tmp_path, heard, request_timeout_ms=2000,
+                                  delivery_timeout_ms=4000)
+        try:
+            assert time.monotonic() - started < 20
+            assert (report.records, report.failed, report.pending) == (5, 5, 0), report
+        finally:
+            producer.close()
+    finally:
+        proxy.close()
+    assert len(heard.outcomes) == 5
+    assert all(isinstance(o, KafkaTimeoutError) for o in heard.outcomes.values()), heard.outcomes
+
+
 def test_append_encoded_rebuilds_a_batch_byte_identical():
     values = [b"a", b"", None, b"d" * 300]
     records = encoded_records(values, 1_700_000_000_000)
@@ -429,7 +467,7 @@ class _Answering:
         self.answer = answer
         self.config = type("Config", (), {"client_id": "test"})()
 
-    def leader_for(self, topic, partition, timeout_s):
+    def leader_if_any(self, topic, partition, timeout_s):
         return type("Broker", (), {"node_id": 0, "host": "127.0.0.1", "port": 9092})()
 
     def connection(self, node_id, host, port):

@@ -242,7 +242,11 @@ class Replay:
         _UNKNOWN_PRODUCER if it has no state for it (or another epoch's); None if it
         did not answer."""
         try:
-            broker = self._metadata.leader_for(topic, partition, self._max_block_s)
+            # A partition without a leader now is not waited for here: the constructor
+            # waited max_block_ms, then the sender its delivery timeout all the same.
+            broker = self._metadata.leader_if_any(topic, partition, self._max_block_s)
+            if broker is None:
+                raise errors.KafkaTimeoutError(f"{topic}-{partition} has no leader now")
             conn = self._pool.connection(broker.node_id, broker.host, broker.port)
             client_id = conn.config.client_id
             future = conn.request(
