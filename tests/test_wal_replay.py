@@ -19,7 +19,8 @@ import pytest
 from broker_proxy import DescribeProducersRefusingProxy, MetadataProxy
 from netkafka import Producer, RecordMetadata
 from netkafka.errors import (
-    KafkaTimeoutError, MessageTooLargeError, NoSuchPartitionError, UnknownTopicOrPartitionError,
+    KafkaConnectionError, KafkaTimeoutError, MessageTooLargeError, NoSuchPartitionError,
+    NotLeaderOrFollowerError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError,
 )
 from netkafka.producer.replay import Replay, _appended
 from netkafka.producer.wal import Seal, WriteAheadLog
@@ -239,15 +240,17 @@ def encoded_records(values, first_timestamp_ms):
     return records
 
 
-def log_a_forgotten_stamp(wal_dir, topic, values, base_sequence=40):
+def log_a_forgotten_stamp(wal_dir, topic, values, base_sequence=40, partition=0):
     """A sealed batch of a producer id the broker never issued: the broker knows nothing
     of it, as of an id it expired, so the stamp is no use."""
     with WriteAheadLog(wal_dir) as log:
         batch_id = log.open_batch()
         for i, record in enumerate(encoded_records(values, 1_700_000_000_000)):
-            log.append_record(batch_id, i, topic, 0, 1_700_000_000_000 + i, record,
-                              b"c%d" % i)
-        log.log_seal(batch_id, topic, 0, (1 << 40) + 12345, 3, base_sequence, 5, 0, 0, 0)
+            # Contexts c0, c1, ... (partition 0's), p1c0, ... (another's).
+            log.append_record(batch_id, i, topic, partition, 1_700_000_000_000 + i, record,
+                              (b"p%d" % partition if partition else b"") + b"c%d" % i)
+        log.log_seal(batch_id, topic, partition, (1 << 40) + 12345, 3, base_sequence, 5, 0,
+                     0, 0)
 
 
 # From sequence 0 too: a broker that wrote the batch, then expired the id, would take
@@ -378,40 +381,47 @@ def test_batches_of_a_topic_gone_fail_at_the_metadata_answer_not_a_timeout(
 
 
 def _leaderless(fields):
-    """A MetadataProxy rewrite: every topic's partition 0 without a leader."""
+    """A MetadataProxy rewrite: every partition without a leader."""
     topics = []
     for topic in fields["topics"]:
-        parts = list(topic.partitions)
-        part = parts[0]
-        parts[0] = type(part)(**{**{name: getattr(part, name) for name in part.fields},
-                                 "error_code": 5, "leader_id": -1})  # LEADER_NOT_AVAILABLE
+        parts = [type(part)(**{**{name: getattr(part, name) for name in part.fields},
+                               "error_code": 5, "leader_id": -1})  # LEADER_NOT_AVAILABLE
+                 for part in topic.partitions]
         topics.append(type(topic)(**{**{name: getattr(topic, name) for name in topic.fields},
                                      "partitions": parts}))
     return {**fields, "topics": topics}
 
 
-def test_batches_of_a_leaderless_partition_wait_for_the_delivery_timeout_not_the_constructor(
+def test_leaderless_partitions_are_waited_for_max_block_ms_in_all_then_the_delivery_timeout(
         kafka_broker, topic_name, tmp_path):
-    # Asking the leader what it has of the batches' producer id waited max_block_ms for
-    # one, in the constructor, before the sender waited the delivery timeout.
-    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    # A leader is waited for to ask it what it has of the batches' producer id (without
+    # the answer, batches from sequence 0 go at-least-once): up to max_block_ms for all
+    # the partitions, not for each, then the sender waits its delivery timeout.
+    partitions = 3
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=partitions)
     host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
     proxy = MetadataProxy((host, int(port)))
     proxy.set_rewrite(_leaderless)
-    log_a_forgotten_stamp(tmp_path, topic_name, [b"r%d" % i for i in range(5)])
+    for partition in range(partitions):
+        log_a_forgotten_stamp(tmp_path, topic_name, [b"r%d" % i for i in range(5)],
+                              partition=partition)
     heard = Heard()
     started = time.monotonic()
     try:
-        producer, report = replay(proxy, tmp_path, heard, request_timeout_ms=2000,
-                                  delivery_timeout_ms=4000)
+        producer = Producer(bootstrap_servers=proxy.bootstrap, wal_dir=str(tmp_path),
+                            on_replay=heard, max_block_ms=3000, request_timeout_ms=2000,
+                            delivery_timeout_ms=4000)
         try:
-            assert time.monotonic() - started < 20
-            assert (report.records, report.failed, report.pending) == (5, 5, 0), report
+            constructed_s = time.monotonic() - started
+            report = producer.replay(timeout=60)
+            assert (report.records, report.failed, report.pending) == (15, 15, 0), report
         finally:
             producer.close()
     finally:
         proxy.close()
-    assert len(heard.outcomes) == 5
+    # max_block_ms for each of the three would be 9 s at least.
+    assert 3 <= constructed_s < 7.5, constructed_s
+    assert len(heard.outcomes) == 15
     assert all(isinstance(o, KafkaTimeoutError) for o in heard.outcomes.values()), heard.outcomes
 
 
@@ -460,15 +470,20 @@ def test_which_sealed_batches_the_broker_has_across_the_sequence_wrap():
 
 
 class _Answering:
-    """A metadata cache, pool and connection in one, whose DescribeProducers request
-    is answered with `answer` (decoded PartitionProducers)."""
+    """A metadata cache, pool and connection in one, whose DescribeProducers requests
+    are answered in turn with `answers`: decoded PartitionProducers, or an exception
+    the request fails with (the last answer repeats)."""
 
-    def __init__(self, answer):
-        self.answer = answer
+    def __init__(self, *answers):
+        self.answers = list(answers)
         self.config = type("Config", (), {"client_id": "test"})()
+        self.updates = 0  # metadata updates asked for
 
-    def leader_if_any(self, topic, partition, timeout_s):
+    def leader_for(self, topic, partition, timeout_s):
         return type("Broker", (), {"node_id": 0, "host": "127.0.0.1", "port": 9092})()
+
+    def request_update(self):
+        self.updates += 1
 
     def connection(self, node_id, host, port):
         return self
@@ -477,18 +492,23 @@ class _Answering:
         return "node 0"
 
     def request(self, api_key, encode, decode):
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         future = concurrent.futures.Future()
-        future.set_result(self.answer)
+        if isinstance(answer, Exception):
+            future.set_exception(answer)
+        else:
+            future.set_result(answer)
         return future
 
 
-def _last_sequence_answered(answer):
-    fake = _Answering(answer)
+def _last_sequence_answered(*answers, max_block_ms=1000):
+    fake = _Answering(*answers)
     recovery = type("Recovery", (), {"record_count": 0})()
     replayer = Replay(recovery, accumulator=None, sender=None, idempotence=None, metadata=fake,
-                      pool=fake, wal=None, on_replay=None, max_block_ms=1000,
-                      max_request_size=1 << 20)
-    return replayer._last_sequence("alpha", 0, 7, 0)
+                      pool=fake, wal=None, on_replay=None, max_block_ms=max_block_ms,
+                      retry_backoff_ms=10, max_request_size=1 << 20)
+    deadline = time.monotonic() + max_block_ms / 1000
+    return replayer._last_sequence("alpha", 0, 7, 0, deadline), fake.updates
 
 
 def test_describe_producers_answer_of_another_partition_is_not_taken_for_the_one_asked():
@@ -496,7 +516,31 @@ def test_describe_producers_answer_of_another_partition_is_not_taken_for_the_one
     # of partition 0 (taken for it, sealed batches never appended would be deduplicated,
     # their records lost).  Not answered: the broker's idempotence decides.
     producers = (ProducerState(7, 0, 117, 0, -1, -1),)
-    assert _last_sequence_answered([PartitionProducers("alpha", 0, 0, None, producers)]) == 117
-    assert _last_sequence_answered([PartitionProducers("alpha", 3, 0, None, producers)]) is None
-    assert _last_sequence_answered([PartitionProducers("beta", 0, 0, None, producers)]) is None
-    assert _last_sequence_answered([]) is None
+    assert _last_sequence_answered(
+        [PartitionProducers("alpha", 0, 0, None, producers)]) == (117, 0)
+    assert _last_sequence_answered(
+        [PartitionProducers("alpha", 3, 0, None, producers)]) == (None, 0)
+    assert _last_sequence_answered(
+        [PartitionProducers("beta", 0, 0, None, producers)]) == (None, 0)
+    assert _last_sequence_answered([]) == (None, 0)
+
+
+def test_describe_producers_is_asked_again_while_the_leader_restarts():
+    # The leader the metadata named was down (connection refused), then no longer the
+    # leader: taken for no answer, batches from sequence 0 went at-least-once and,
+    # appended already, were written twice (tests/test_wal_kill.py's broker restart).
+    producers = (ProducerState(7, 0, 117, 0, -1, -1),)
+    answers = [KafkaConnectionError("connection refused"),
+               [PartitionProducers("alpha", 0, NotLeaderOrFollowerError.code, None, ())],
+               [PartitionProducers("alpha", 0, 0, None, producers)]]
+    assert _last_sequence_answered(*answers) == (117, 2)
+
+
+def test_describe_producers_is_asked_again_only_within_max_block_ms_and_when_retriable():
+    started = time.monotonic()
+    known, updates = _last_sequence_answered(KafkaConnectionError("refused"), max_block_ms=300)
+    assert known is None and updates > 1
+    assert time.monotonic() - started < 5
+    # Refused for good (not offered, not allowed): asked once.
+    refused = [PartitionProducers("alpha", 0, TopicAuthorizationFailedError.code, None, ())]
+    assert _last_sequence_answered(refused) == (None, 0)

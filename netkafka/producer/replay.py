@@ -19,7 +19,10 @@ constructor, partition by partition:
          counted as possibly duplicated (at-least-once, reported, never silent) --
          a partition whose first sealed batch starts at sequence 0 too: a broker
          that wrote it and then expired the id takes sequence 0 as a new producer's;
-       - it does not answer the question (the API is not offered or not allowed): the
+       - it does not answer the question (the API is not offered or not allowed; or,
+         for max_block_ms shared by every partition, no leader took it: while a
+         broker restarts, the leader the metadata names is down, or says it is not
+         the leader any more, and the question is asked again of the next): the
          batches are sent under their old stamp and the broker's idempotence drops
          what it has among its last five batches; a batch it then refuses as out of
          sequence makes the sender start the partition over under a new stamp, and
@@ -130,7 +133,7 @@ class Replay:
     """
 
     def __init__(self, recovery, *, accumulator, sender, idempotence, metadata, pool, wal,
-                 on_replay, max_block_ms, max_request_size):
+                 on_replay, max_block_ms, retry_backoff_ms, max_request_size):
         self._recovery = recovery  # immutable
         self._accumulator = accumulator  # immutable
         self._sender = sender  # immutable
@@ -140,6 +143,7 @@ class Replay:
         self._wal = wal  # immutable
         self._on_replay = on_replay  # immutable
         self._max_block_s = max_block_ms / 1000  # immutable
+        self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
         self._max_request_size = max_request_size  # immutable
         self._compressors = {}  # the start() thread's: codec id -> Compressor
         self._lock = threading.Lock()
@@ -162,6 +166,9 @@ class Replay:
             # Before any partition adopts an old stamp: one that has to start over
             # takes this producer's id, which must be there to take.
             self._idempotence.fetch_producer_id()
+        # One budget for every partition's question to its leader (_last_sequence):
+        # bounded as any blocking call, not max_block_ms for each partition.
+        deadline = time.monotonic() + self._max_block_s
         partitions = collections.OrderedDict()
         for batch in self._recovery.sealed + self._recovery.unsealed:
             partitions.setdefault((batch.topic, batch.partition), []).append(batch)
@@ -173,7 +180,7 @@ class Replay:
                 continue
             sealed = [b for b in batches if b.seal is not None]
             unsealed = [b for b in batches if b.seal is None]
-            deduplicated, under_stamp = self._plan(topic, partition, sealed)
+            deduplicated, under_stamp = self._plan(topic, partition, sealed, deadline)
             for batch in deduplicated:
                 self._deduplicated(batch)
             for batch in sealed[len(deduplicated):]:
@@ -209,15 +216,15 @@ class Replay:
         _, error = self._accumulator.log_wal_outcome(batch.batch_id, exc)
         self._finish(batch, "failed", error=error)
 
-    def _plan(self, topic, partition, sealed):
+    def _plan(self, topic, partition, sealed, deadline):
         """(the sealed batches the broker has, whether the rest go under their stamp),
-        the partition's stamp adopted when they do."""
+        the partition's stamp adopted when they do; the leader asked until deadline."""
         if not sealed:
             return [], False
         stamp = (sealed[0].seal.producer_id, sealed[0].seal.producer_epoch)
         if self._idempotence is None or stamp[0] < 0 or not _consecutive(sealed):
             return [], False
-        known = self._last_sequence(topic, partition, *stamp)
+        known = self._last_sequence(topic, partition, *stamp, deadline)
         if known is _UNKNOWN_PRODUCER:
             return [], False  # expired (or never written): nothing says what it has
         if known is None:  # no answer: the broker's idempotence decides...
@@ -237,44 +244,65 @@ class Replay:
             else (last.base_sequence + last.record_count) % _SEQUENCE_LIMIT)
         return appended, True
 
-    def _last_sequence(self, topic, partition, producer_id, epoch):
+    def _last_sequence(self, topic, partition, producer_id, epoch, deadline):
         """The last sequence the leader appended from producer_id at epoch;
-        _UNKNOWN_PRODUCER if it has no state for it (or another epoch's); None if it
-        did not answer."""
-        try:
-            # A partition without a leader now is not waited for here: the constructor
-            # waited max_block_ms, then the sender its delivery timeout all the same.
-            broker = self._metadata.leader_if_any(topic, partition, self._max_block_s)
-            if broker is None:
-                raise errors.KafkaTimeoutError(f"{topic}-{partition} has no leader now")
-            conn = self._pool.connection(broker.node_id, broker.host, broker.port)
-            client_id = conn.config.client_id
-            future = conn.request(
-                DESCRIBE_PRODUCERS.key,
-                lambda cid, version: encode_describe_producers_request(
-                    cid, client_id, version, {topic: [partition]}),
-                decode_describe_producers_response)
-            [answer] = future.result(self._max_block_s)
-            if (answer.topic, answer.partition) != (topic, partition):
-                # Another partition's producers say nothing of this one's: taken for
-                # it, batches never appended would count as deduplicated, and be lost.
-                raise errors.ProtocolError(
-                    f"{conn.describe()} answered DescribeProducers for "
-                    f"{answer.topic}-{answer.partition}, not {topic}-{partition}")
-        except (errors.KafkaError, TimeoutError, ValueError) as exc:
-            _log.warning("replay: %s-%d: DescribeProducers not answered (%s); sending the "
-                         "sealed batches under their producer id for the broker to "
-                         "deduplicate", topic, partition, exc)
-            return None
-        if answer.error_code:
-            _log.warning("replay: %s-%d: DescribeProducers refused (%s)", topic, partition,
-                         errors.error_for_code(answer.error_code, answer.error_message))
-            return None
+        _UNKNOWN_PRODUCER if it has no state for it (or another epoch's); None if no
+        leader answered by deadline, or one refused for good.
+
+        A retriable failure is asked again, of the leader the next metadata answer
+        names: taken for no answer, a first batch at sequence 0 would go at-least-once
+        and, when a broker restarting was all that kept the answer, be written twice.
+        """
+        while True:
+            try:
+                answer = self._describe_producers(topic, partition, deadline)
+                break
+            except (errors.KafkaError, TimeoutError, ValueError) as exc:
+                wait_s = min(self._retry_backoff_s, deadline - time.monotonic())
+                if not getattr(exc, "retriable", False) or wait_s <= 0:
+                    _log.warning("replay: %s-%d: DescribeProducers not answered (%s); "
+                                 "sending the sealed batches under their producer id for "
+                                 "the broker to deduplicate", topic, partition, exc)
+                    return None
+                self._metadata.request_update()
+                time.sleep(wait_s)
         for state in answer.producers:
             if state.producer_id == producer_id:
                 return state.last_sequence if state.producer_epoch == epoch \
                     else _UNKNOWN_PRODUCER
         return _UNKNOWN_PRODUCER
+
+    def _describe_producers(self, topic, partition, deadline):
+        """The leader's DescribeProducers answer for topic-partition, waiting for a
+        leader until deadline.
+
+        Raises:
+            KafkaError: no leader by deadline, no connection, no answer; the
+                partition's error code (NOT_LEADER_OR_FOLLOWER, ...); an answer about
+                another partition (ProtocolError).
+        """
+        broker = self._metadata.leader_for(topic, partition,
+                                           max(0.0, deadline - time.monotonic()))
+        conn = self._pool.connection(broker.node_id, broker.host, broker.port)
+        client_id = conn.config.client_id
+        future = conn.request(
+            DESCRIBE_PRODUCERS.key,
+            lambda cid, version: encode_describe_producers_request(
+                cid, client_id, version, {topic: [partition]}),
+            decode_describe_producers_response)
+        # Once asked, the answer is waited for as any request's (request_timeout_ms
+        # fails it first): a budget spent on another partition's leader is no reason
+        # to give up on this one's.
+        [answer] = future.result(self._max_block_s)
+        if (answer.topic, answer.partition) != (topic, partition):
+            # Another partition's producers say nothing of this one's: taken for it,
+            # batches never appended would count as deduplicated, and be lost.
+            raise errors.ProtocolError(
+                f"{conn.describe()} answered DescribeProducers for "
+                f"{answer.topic}-{answer.partition}, not {topic}-{partition}")
+        if answer.error_code:
+            raise errors.error_for_code(answer.error_code, answer.error_message)
+        return answer
 
     def _deduplicated(self, batch):
         """A sealed batch the broker has appended: done, offsets unknown."""
