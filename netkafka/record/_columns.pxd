@@ -172,7 +172,6 @@ cdef class Rows:
     cdef int _ts_kind                         # _TS_*
     cdef object _ts_sequence                  # _TS_SEQUENCE: the list or tuple
     cdef Py_buffer _ts_view                   # _TS_INT64: the int64 buffer, held
-    cdef const int64_t *_ts_values            # _TS_INT64: row 0's timestamp, in _ts_view
 
     cdef int64_t _timestamp(self, Py_ssize_t i, int64_t now_ms) except -1
     cdef object _headers(self, Py_ssize_t i)

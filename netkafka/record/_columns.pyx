@@ -19,6 +19,7 @@ one thread at a time (the chunk last read, the header row being encoded).
 """
 import bisect
 import operator
+from array import array
 
 cimport cython
 from cpython.bool cimport PyBool_Check
@@ -235,21 +236,14 @@ cdef int _borrow_int64s(object obj, Py_buffer *view, Py_ssize_t count) except -1
     return 0
 
 
-cdef int _borrow_arrow_int64s(object column, Py_buffer *view, const int64_t **values,
-                              Py_ssize_t count) except -1:
+cdef object _arrow_timestamps_ms(object column):
     # A pyarrow timestamp (any unit; any time zone, the values being UTC) or integer
-    # (milliseconds) Array or ChunkedArray as count int64 milliseconds from *values:
-    # in place for an int64 or timestamp[ms] column of one chunk, else converted.
-    # view holds the pyarrow Buffer itself, not a memoryview cast of it: a memoryview
-    # is collectable, and one in a cycle with the Rows holding it was cleared first,
-    # refusing (BufferError, printed as "Exception ignored in tp_clear") while still
-    # exported; a pyarrow Buffer holds no object the collector could clear.
-    # Another pyarrow object (a Buffer) goes the buffer path.
+    # (milliseconds) Array or ChunkedArray as a buffer of int64 milliseconds: in
+    # place for an int64 or timestamp[ms] column of one chunk, else converted.
+    # Another pyarrow object (a Buffer) is returned as is, for the buffer path.
     import pyarrow
     if not isinstance(column, (pyarrow.Array, pyarrow.ChunkedArray)):
-        _borrow_int64s(column, view, count)
-        values[0] = <const int64_t *>view.buf
-        return 0
+        return column
     types = pyarrow.types
     kind = column.type
     if not (types.is_timestamp(kind) or types.is_integer(kind)):
@@ -276,20 +270,10 @@ cdef int _borrow_arrow_int64s(object column, Py_buffer *view, const int64_t **va
         column = (column.chunk(0) if column.num_chunks == 1
                   else pyarrow.concat_arrays(column.chunks) if column.num_chunks
                   else pyarrow.array([], pyarrow.int64()))
-    if len(column) != count:
-        raise ValueError(f"timestamps_ms has {len(column)} elements, values has {count}")
-    cdef Py_ssize_t first = column.offset
-    data = column.buffers()[1]
-    if data is None:
-        data = b""  # an empty array may have no buffers at all
-    _get_contiguous(data, view, PyBUF_SIMPLE, "timestamps_ms")
-    if view.len < (first + count) * 8:  # never from pyarrow: a broken array
-        PyBuffer_Release(view)
-        raise ValueError(f"timestamps_ms has {view.len} bytes of values, not the "
-                         f"{(first + count) * 8} its offset and length need")
-    # Arrow aligns its buffers to 64 bytes: an int64 at any element is aligned.
-    values[0] = <const int64_t *>view.buf + first
-    return 0
+    values = column.buffers()[1]
+    if values is None:
+        return array("q")  # an empty array may have no buffers at all
+    return memoryview(values)[column.offset * 8:(column.offset + len(column)) * 8].cast("q")
 
 
 cdef bint _is_native_signed_int(const char *fmt):
@@ -712,11 +696,8 @@ cdef class Rows:
             self._ts_sequence = timestamps_ms
         else:
             if _is_pyarrow(timestamps_ms):
-                _borrow_arrow_int64s(timestamps_ms, &self._ts_view, &self._ts_values,
-                                     self.length)
-            else:
-                _borrow_int64s(timestamps_ms, &self._ts_view, self.length)
-                self._ts_values = <const int64_t *>self._ts_view.buf
+                timestamps_ms = _arrow_timestamps_ms(timestamps_ms)
+            _borrow_int64s(timestamps_ms, &self._ts_view, self.length)
             self._ts_kind = _TS_INT64
 
     def __dealloc__(self):
@@ -731,7 +712,7 @@ cdef class Rows:
         if self._ts_kind == _TS_NOW:
             return now_ms
         if self._ts_kind == _TS_INT64:
-            ts = self._ts_values[i]
+            ts = (<const int64_t *>self._ts_view.buf)[i]
             if ts < 0:
                 raise ValueError(f"timestamps_ms[{i}]={ts} is negative; timestamps are "
                                  f"milliseconds since the epoch")
@@ -799,7 +780,7 @@ cdef class Rows:
         if self._ts_kind == _TS_NOW:
             timestamp = None
         elif self._ts_kind == _TS_INT64:
-            timestamp = self._ts_values[i]
+            timestamp = (<const int64_t *>self._ts_view.buf)[i]
         else:
             timestamp = _sequence_item(self._ts_sequence, i)
         return key, value, headers, timestamp
