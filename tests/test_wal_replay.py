@@ -27,7 +27,7 @@ from netkafka.producer.wal import Seal, WriteAheadLog
 from netkafka.protocol.describe_producers import PartitionProducers, ProducerState
 from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
 from netkafka.record._pool import BufferPool
-from netkafka.testing.admin import create_topic
+from netkafka.testing.admin import admin_client, create_topic
 from netkafka.testing.reader import read_topic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -128,6 +128,24 @@ def test_acknowledged_batches_are_deduplicated_and_the_rest_sent_after_them(
     finally:
         producer.close()
     assert_exactly_once_in_order(kafka_broker, topic_name)
+
+
+def test_acknowledged_batches_are_deduplicated_though_their_leader_was_killed_before_the_replay(
+        failover_cluster, topic_name, tmp_path):
+    # Until the controller fences it, the metadata names the killed leader: taken for no
+    # answer, the batches (from sequence 0) went at-least-once, and were written twice
+    # (tests/test_wal_kill.py's broker restart, once).  Asked again, a new leader answers.
+    cluster = failover_cluster
+    create_topic(cluster.bootstrap, topic_name, partitions=1, replication_factor=3)
+    crash("acked", cluster, topic_name, tmp_path)
+    topic = admin_client(cluster.bootstrap).list_topics(topic_name, timeout=30).topics
+    cluster.node(topic[topic_name].partitions[0].leader).kill()
+    producer, report = replay(cluster, tmp_path)
+    try:
+        assert (report.records, report.deduplicated) == (COUNT, COUNT), report
+    finally:
+        producer.close()
+    assert_exactly_once_in_order(cluster, topic_name)
 
 
 def test_a_split_batch_killed_after_a_part_was_acknowledged_is_replayed_exactly_once(
