@@ -398,6 +398,41 @@ def test_batches_of_a_topic_gone_fail_at_the_metadata_answer_not_a_timeout(
         assert log.recovery().batches == []
 
 
+def test_a_topic_one_answer_says_is_unknown_is_asked_again_before_its_batches_fail(
+        kafka_broker, topic_name, tmp_path):
+    # A broker not yet told of a topic created moments before the crash answers
+    # UNKNOWN_TOPIC_OR_PARTITION: taken at its word, the batches failed and left the log.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = MetadataProxy((host, int(port)))
+    lagging = []
+
+    def unknown_once(fields):
+        topics = []
+        for topic in fields["topics"]:
+            if topic.name == topic_name and not lagging:
+                lagging.append(topic)
+                topic = type(topic)(**{**{name: getattr(topic, name) for name in topic.fields},
+                                       "error_code": 3, "partitions": []})
+            topics.append(topic)
+        return {**fields, "topics": topics}
+
+    proxy.set_rewrite(unknown_once)
+    values = [b"r%d" % i for i in range(5)]
+    log_a_forgotten_stamp(tmp_path, topic_name, values)
+    try:
+        producer, report = replay(proxy, tmp_path, allow_auto_create_topics=False)
+        try:
+            assert (report.records, report.possibly_duplicated, report.failed) == (5, 5, 0), \
+                report
+        finally:
+            producer.close()
+    finally:
+        proxy.close()
+    assert lagging, "no answer was made to say the topic is unknown"
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
+
+
 def _leaderless(fields):
     """A MetadataProxy rewrite: every partition without a leader."""
     topics = []

@@ -429,6 +429,17 @@ class Metadata:
                                          and topic in self._snapshot.topics), timeout_s)
             return None if self._snapshot is None else self._snapshot.topics.get(topic)
 
+    def fresh_topic_answer(self, topic, info, timeout_s):
+        """The cache's next answer about topic after info (the TopicInfo it holds): a
+        Metadata request is asked for now.  None if none came within timeout_s."""
+        self.request_update()
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._closed or self._snapshot.topics.get(topic) is not info,
+                timeout_s)
+            fresh = self._snapshot.topics.get(topic)
+        return None if fresh is info else fresh
+
     def wait_for_partition(self, topic, partition, timeout_s):
         """The TopicInfo of topic once the cache knows it has partition, whether or not
         that has a leader (wait_for_topic).  A partition beyond the cached answer's

@@ -34,8 +34,9 @@ constructor, partition by partition:
 
 A partition the topic no longer has (made again with fewer) fails its batches:
 on_replay gets NoSuchPartitionError, and their DONE entries take them out of the log.
-So do a topic's batches when the metadata answer says it does not exist (deleted,
-and the cluster creates none on demand): UnknownTopicOrPartitionError.
+So do a topic's batches when the metadata answers say it does not exist (deleted,
+and the cluster creates none on demand): UnknownTopicOrPartitionError, once a second
+answer, asked for retry_backoff_ms after the first, says so too.
 
 Replayed batches take their memory from the producer's buffer pool and are handed to
 the sender before the constructor returns, so a partition's new records queue behind
@@ -200,15 +201,21 @@ class Replay:
             self._fail(batch, exc)
 
     def _gone(self, topic):
-        """The UnknownTopicOrPartitionError the batches of topic fail with when the
-        cluster's answer says it has no such topic (deleted, and not created on demand),
-        else None.  Waiting for it to come back held up the constructor for
+        """The UnknownTopicOrPartitionError the batches of topic fail with when two
+        answers of the cluster say it has no such topic (deleted, and not created on
+        demand), else None.  Waiting for it to come back held up the constructor for
         max_block_ms and then raised: every producer opened on the directory failed."""
+        unknown = errors.UnknownTopicOrPartitionError.code
         info = self._metadata.topic_answer(topic, self._max_block_s)
-        if info is None or info.error_code != errors.UnknownTopicOrPartitionError.code:
+        if info is not None and info.error_code == unknown:
+            # One answer may be a broker's that has not yet heard of a topic created
+            # moments before the crash: what fails batches for good is asked again.
+            time.sleep(self._retry_backoff_s)
+            info = self._metadata.fresh_topic_answer(topic, info, self._max_block_s)
+        if info is None or info.error_code != unknown:
             return None  # no answer: the sender's own look-up says why
         return errors.UnknownTopicOrPartitionError(
-            f"replay: topic {topic!r} does not exist (the metadata answer says "
+            f"replay: topic {topic!r} does not exist (two metadata answers say "
             f"UNKNOWN_TOPIC_OR_PARTITION): its batches in the WAL cannot be delivered")
 
     def _fail(self, batch, exc):
