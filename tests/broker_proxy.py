@@ -265,10 +265,14 @@ class DescribeProducersRefusingProxy(MetadataProxy):
     """A MetadataProxy (so every connection comes through it) that never passes a
     DescribeProducers request on, and stops passing its connection's requests: the
     client gets no answer to it (its request_timeout_ms ends the connection); other
-    connections' requests pass."""
+    connections' requests pass.  ``refused`` counts the requests (guarded by lock)."""
+
+    refused = 0
 
     def _request(self, dst, body):
         (api_key,) = struct.unpack_from(">h", body)
         if api_key == ApiKey.DESCRIBE_PRODUCERS:
+            with self.lock:
+                self.refused += 1
             raise OSError("a DescribeProducers request refused: its connection ends")
         return super()._request(dst, body)

@@ -304,8 +304,9 @@ def test_a_batch_from_sequence_0_the_broker_was_not_asked_about_goes_at_least_on
     heard = Heard()
     try:
         # The connection the request went on is left without an answer until
-        # request_timeout_ms ends it.
-        producer, report = replay(proxy, tmp_path, heard, request_timeout_ms=5000)
+        # request_timeout_ms ends it; the question is asked again until max_block_ms.
+        producer, report = replay(proxy, tmp_path, heard, request_timeout_ms=2000,
+                                  max_block_ms=6000)
         try:
             assert (report.records, report.possibly_duplicated, report.resent) == (5, 5, 0), \
                 report
@@ -313,6 +314,7 @@ def test_a_batch_from_sequence_0_the_broker_was_not_asked_about_goes_at_least_on
             producer.close()
     finally:
         proxy.close()
+    assert proxy.refused >= 2, proxy.refused
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
     assert all(isinstance(o, RecordMetadata) for o in heard.outcomes.values()), heard.outcomes
     assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
