@@ -18,6 +18,7 @@ import pytest
 
 from broker_proxy import DescribeProducersRefusingProxy, MetadataProxy
 from netkafka import Producer, RecordMetadata
+from netkafka.client.retry import RetryBackoff
 from netkafka.errors import (
     KafkaConnectionError, KafkaTimeoutError, MessageTooLargeError, NoSuchPartitionError,
     NotLeaderOrFollowerError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError,
@@ -556,13 +557,26 @@ class _Answering:
         return future
 
 
-def _last_sequence_answered(*answers, max_block_ms=1000):
+class _CountedBackoff(RetryBackoff):
+    """A RetryBackoff that keeps the retry numbers it was asked about."""
+
+    def __init__(self, initial_ms, max_ms):
+        super().__init__(initial_ms, max_ms)
+        object.__setattr__(self, "asked", [])
+
+    def ms(self, retries):
+        self.asked.append(retries)
+        return super().ms(retries)
+
+
+def _last_sequence_answered(*answers, max_block_ms=1000, backoff=None, spent=False):
     fake = _Answering(*answers)
     recovery = type("Recovery", (), {"record_count": 0})()
     replayer = Replay(recovery, accumulator=None, sender=None, idempotence=None, metadata=fake,
                       pool=fake, wal=None, on_replay=None, max_block_ms=max_block_ms,
-                      retry_backoff_ms=10, max_request_size=1 << 20)
-    deadline = time.monotonic() + max_block_ms / 1000
+                      retry_backoff=backoff or RetryBackoff(10, 10), max_request_size=1 << 20)
+    # spent: the replay's budget went on other partitions' leaders already.
+    deadline = time.monotonic() + (-1 if spent else max_block_ms / 1000)
     return replayer._last_sequence("alpha", 0, 7, 0, deadline), fake.updates
 
 
@@ -593,9 +607,19 @@ def test_describe_producers_is_asked_again_while_the_leader_restarts():
 
 def test_describe_producers_is_asked_again_only_within_max_block_ms_and_when_retriable():
     started = time.monotonic()
-    known, updates = _last_sequence_answered(KafkaConnectionError("refused"), max_block_ms=300)
+    backoff = _CountedBackoff(5, 80)  # retry_backoff_ms, retry_backoff_max_ms
+    known, updates = _last_sequence_answered(KafkaConnectionError("refused"), max_block_ms=300,
+                                             backoff=backoff)
     assert known is None and updates > 1
     assert time.monotonic() - started < 5
+    # The wait grows with each retry in a row (KIP-580), as every other request's.
+    assert backoff.asked == list(range(len(backoff.asked))) and len(backoff.asked) > 2
+    # The budget spent on other partitions: a leader the cache knows is still asked, once.
+    producers = (ProducerState(7, 0, 117, 0, -1, -1),)
+    answer = [PartitionProducers("alpha", 0, 0, None, producers)]
+    assert _last_sequence_answered(answer, spent=True) == (117, 0)
+    assert _last_sequence_answered(KafkaConnectionError("refused"), answer, spent=True) == (
+        None, 0)
     # Refused for good (not offered, not allowed): asked once.
     refused = [PartitionProducers("alpha", 0, TopicAuthorizationFailedError.code, None, ())]
     assert _last_sequence_answered(refused) == (None, 0)

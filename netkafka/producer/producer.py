@@ -173,7 +173,7 @@ class Producer(ProducerCore):
                       sender=self._sender, idempotence=self._idempotence,
                       metadata=self._metadata, pool=self._pool, wal=self._wal,
                       on_replay=config.on_replay, max_block_ms=config.max_block_ms,
-                      retry_backoff_ms=config.retry_backoff_ms,
+                      retry_backoff=config.retry_backoff(),
                       max_request_size=config.max_request_size).start()
 
     def replay(self, timeout=None):

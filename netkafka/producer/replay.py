@@ -134,7 +134,7 @@ class Replay:
     """
 
     def __init__(self, recovery, *, accumulator, sender, idempotence, metadata, pool, wal,
-                 on_replay, max_block_ms, retry_backoff_ms, max_request_size):
+                 on_replay, max_block_ms, retry_backoff, max_request_size):
         self._recovery = recovery  # immutable
         self._accumulator = accumulator  # immutable
         self._sender = sender  # immutable
@@ -144,7 +144,7 @@ class Replay:
         self._wal = wal  # immutable
         self._on_replay = on_replay  # immutable
         self._max_block_s = max_block_ms / 1000  # immutable
-        self._retry_backoff_s = retry_backoff_ms / 1000  # immutable
+        self._retry_backoff = retry_backoff  # immutable: a RetryBackoff (client/retry.py)
         self._max_request_size = max_request_size  # immutable
         self._compressors = {}  # the start() thread's: codec id -> Compressor
         self._lock = threading.Lock()
@@ -210,7 +210,7 @@ class Replay:
         if info is not None and info.error_code == unknown:
             # One answer may be a broker's that has not yet heard of a topic created
             # moments before the crash: what fails batches for good is asked again.
-            time.sleep(self._retry_backoff_s)
+            time.sleep(self._retry_backoff.ms(0) / 1000)
             info = self._metadata.fresh_topic_answer(topic, info, self._max_block_s)
         if info is None or info.error_code != unknown:
             return None  # no answer: the sender's own look-up says why
@@ -257,15 +257,20 @@ class Replay:
         leader answered by deadline, or one refused for good.
 
         A retriable failure is asked again, of the leader the next metadata answer
-        names: taken for no answer, a first batch at sequence 0 would go at-least-once
-        and, when a broker restarting was all that kept the answer, be written twice.
+        names, after the retry backoff (growing to retry_backoff_max_ms): taken for no
+        answer, a first batch at sequence 0 would go at-least-once and, when a broker
+        restarting was all that kept the answer, be written twice.  Not ask_until
+        (client/retry.py): the first question is asked even with the deadline passed,
+        of the leader the cache knows.
         """
+        retries = 0
         while True:
             try:
                 answer = self._describe_producers(topic, partition, deadline)
                 break
             except (errors.KafkaError, TimeoutError, ValueError) as exc:
-                wait_s = min(self._retry_backoff_s, deadline - time.monotonic())
+                wait_s = min(self._retry_backoff.ms(retries) / 1000,
+                             deadline - time.monotonic())
                 if not getattr(exc, "retriable", False) or wait_s <= 0:
                     _log.warning("replay: %s-%d: DescribeProducers not answered (%s); "
                                  "sending the sealed batches under their producer id for "
@@ -273,6 +278,7 @@ class Replay:
                     return None
                 self._metadata.request_update()
                 time.sleep(wait_s)
+                retries += 1
         for state in answer.producers:
             if state.producer_id == producer_id:
                 return state.last_sequence if state.producer_epoch == epoch \
