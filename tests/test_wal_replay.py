@@ -66,6 +66,21 @@ def replay(broker, wal_dir, heard=None, **settings):
     return producer, report
 
 
+def replay_through(proxy, wal_dir, heard=None, **settings):
+    """replay() with proxy as the broker: its report, the producer and proxy closed."""
+    try:
+        producer, report = replay(proxy, wal_dir, heard, **settings)
+        producer.close()
+    finally:
+        proxy.close()
+    return report
+
+
+def _with(fields, **changes):
+    """A copy of a decoded struct (a Metadata answer's topic or partition), changed."""
+    return type(fields)(**{**{name: getattr(fields, name) for name in fields.fields}, **changes})
+
+
 def assert_exactly_once_in_order(broker, topic, count=COUNT):
     records = read_topic(broker.bootstrap, topic, count)
     values = [r.value for r in records]
@@ -303,18 +318,10 @@ def test_a_batch_from_sequence_0_the_broker_was_not_asked_about_goes_at_least_on
     values = [b"r%d" % i for i in range(5)]
     log_a_forgotten_stamp(tmp_path, topic_name, values, base_sequence=0)
     heard = Heard()
-    try:
-        # The connection the request went on is left without an answer until
-        # request_timeout_ms ends it; the question is asked again until max_block_ms.
-        producer, report = replay(proxy, tmp_path, heard, request_timeout_ms=2000,
-                                  max_block_ms=6000)
-        try:
-            assert (report.records, report.possibly_duplicated, report.resent) == (5, 5, 0), \
-                report
-        finally:
-            producer.close()
-    finally:
-        proxy.close()
+    # The connection the request went on is left without an answer until
+    # request_timeout_ms ends it; the question is asked again until max_block_ms.
+    report = replay_through(proxy, tmp_path, heard, request_timeout_ms=2000, max_block_ms=6000)
+    assert (report.records, report.possibly_duplicated, report.resent) == (5, 5, 0), report
     assert proxy.refused >= 2, proxy.refused
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
     assert all(isinstance(o, RecordMetadata) for o in heard.outcomes.values()), heard.outcomes
@@ -415,23 +422,15 @@ def test_a_topic_one_answer_says_is_unknown_is_asked_again_before_its_batches_fa
         for topic in fields["topics"]:
             if topic.name == topic_name and not lagging:
                 lagging.append(topic)
-                topic = type(topic)(**{**{name: getattr(topic, name) for name in topic.fields},
-                                       "error_code": 3, "partitions": []})
+                topic = _with(topic, error_code=3, partitions=[])
             topics.append(topic)
         return {**fields, "topics": topics}
 
     proxy.set_rewrite(unknown_once)
     values = [b"r%d" % i for i in range(5)]
     log_a_forgotten_stamp(tmp_path, topic_name, values)
-    try:
-        producer, report = replay(proxy, tmp_path, allow_auto_create_topics=False)
-        try:
-            assert (report.records, report.possibly_duplicated, report.failed) == (5, 5, 0), \
-                report
-        finally:
-            producer.close()
-    finally:
-        proxy.close()
+    report = replay_through(proxy, tmp_path, allow_auto_create_topics=False)
+    assert (report.records, report.possibly_duplicated, report.failed) == (5, 5, 0), report
     assert lagging, "no answer was made to say the topic is unknown"
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
 
@@ -440,11 +439,9 @@ def _leaderless(fields):
     """A MetadataProxy rewrite: every partition without a leader."""
     topics = []
     for topic in fields["topics"]:
-        parts = [type(part)(**{**{name: getattr(part, name) for name in part.fields},
-                               "error_code": 5, "leader_id": -1})  # LEADER_NOT_AVAILABLE
+        parts = [_with(part, error_code=5, leader_id=-1)  # LEADER_NOT_AVAILABLE
                  for part in topic.partitions]
-        topics.append(type(topic)(**{**{name: getattr(topic, name) for name in topic.fields},
-                                     "partitions": parts}))
+        topics.append(_with(topic, partitions=parts))
     return {**fields, "topics": topics}
 
 
