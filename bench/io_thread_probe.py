@@ -3,8 +3,10 @@
     python bench/io_thread_probe.py calls|cpu BOOTSTRAP TOPIC RECORD_SIZE RECORDS [ROUNDS]
 
 The producer has the throughput settings (acks=1, batch 1 MiB, linger 5 ms; bench/peers.py's
-NetkafkaRunner, send(), one thread).  After a warm-up run it sends RECORDS values of
-RECORD_SIZE bytes ROUNDS times (default 3), each round flushed, and prints one JSON object.
+NetkafkaRunner, send(), one thread); from 1 MiB on, the benchmark's 1 MiB row's request
+limits, and TOPIC (which must not exist yet) is created with its max.message.bytes.  After a
+warm-up run it sends RECORDS values of RECORD_SIZE bytes ROUNDS times (default 3), each round
+flushed, and prints one JSON object.
 
 calls: a profile hook (threading.setprofile, so only the producer's threads carry it)
 counts on the I/O thread the Python functions entered ("call" events) and the C functions
@@ -28,9 +30,22 @@ import time
 
 import floor_probe
 import peers
+from netkafka.testing.admin import create_topic
+from test_bench_e2e_throughput import LARGE_MAX_REQUEST_BYTES
 
 TOP_FUNCTIONS = 40
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _runner(bootstrap: str, topic: str, record_size: int) -> peers.NetkafkaRunner:
+    """A producer with the throughput settings; from 1 MiB on, those of the benchmark's 1 MiB
+    row: request limits and the topic's max.message.bytes raised, as no 1 MiB record fits the
+    defaults once its headers are added."""
+    if record_size < peers.MiB:
+        return peers.NetkafkaRunner(bootstrap, peers.Settings(record_size), "send")
+    create_topic(bootstrap, topic, 3, config={"max.message.bytes": str(LARGE_MAX_REQUEST_BYTES)})
+    return peers.NetkafkaRunner(
+        bootstrap, peers.Settings(record_size, max_request_bytes=LARGE_MAX_REQUEST_BYTES), "send")
 
 
 def _requests_sent(producer) -> int:
@@ -60,7 +75,7 @@ def count_calls(bootstrap: str, topic: str, record_size: int, records: int,
             per_function[f"C {getattr(arg, '__qualname__', repr(arg))}"] += 1
 
     threading.setprofile(hook)
-    runner = peers.NetkafkaRunner(bootstrap, peers.Settings(record_size), "send")
+    runner = _runner(bootstrap, topic, record_size)
     try:
         values = peers.values_for(record_size, records)
         runner.run(topic, values)  # warm-up: connected, metadata known, the pool grown
@@ -94,7 +109,7 @@ def _io_thread_user_system_s() -> tuple:
 
 def measure_cpu(bootstrap: str, topic: str, record_size: int, records: int,
                 round_count: int) -> dict:
-    runner = peers.NetkafkaRunner(bootstrap, peers.Settings(record_size), "send")
+    runner = _runner(bootstrap, topic, record_size)
     try:
         values = peers.values_for(record_size, records)
         runner.run(topic, values)
