@@ -126,6 +126,28 @@ def test_wakeups_are_coalesced(kafka_broker):
     assert written <= 1
 
 
+def test_an_idle_connection_is_left_alone_while_another_works(kafka_broker):
+    """The thread services the connections that were woken, had socket events or are due,
+    not every connection it owns each time it wakes; a woken idle one is serviced."""
+    host, port = address(kafka_broker)
+    pool = IOPool(ConnectionConfig(), io_threads=1)
+    try:
+        busy, idle = pool.connection(0, host, port), pool.connection(1, host, port)
+        for conn in (busy, idle):
+            request_metadata(conn, []).result(10)
+        time.sleep(0.2)  # let the answers' aftermath settle
+        serviced = []
+        service = idle.io_service
+        idle.io_service = lambda now_ns: (serviced.append(now_ns), service(now_ns))
+        for _ in range(50):  # each one wakes the thread
+            assert request_metadata(busy, []).result(10).brokers
+        assert serviced == []
+        assert request_metadata(idle, []).result(10).brokers
+        assert serviced
+    finally:
+        pool.close()
+
+
 def test_timers_run_on_their_thread():
     pool = IOPool(io_threads=2)
     fired = []

@@ -565,7 +565,7 @@ class BrokerConnection:
             request.on_done(None, KafkaConnectionError(
                 f"{self.describe()} is closed: {request.describe()} not sent"))
             return
-        self._io_thread.wakeup()
+        self.wakeup()
 
     def request(self, api_key, encode, decode, api_version=None, expects_response=True,
                 max_api_version=None):
@@ -601,14 +601,16 @@ class BrokerConnection:
                                     f"in {timeout_s:.1f} s") from None
 
     def wakeup(self):
-        """Asks the owning I/O thread to look at this connection again."""
-        self._io_thread.wakeup()
+        """Asks the owning I/O thread to look at this connection again: what hands this
+        connection work must call it (the thread services only connections woken, with
+        socket events, or due)."""
+        self._io_thread.wakeup(self)
 
     def set_request_source(self, source):
         """The producer's sender, asked for Produce requests when there is room."""
         with self._lock:
             self._request_source = source
-        self._io_thread.wakeup()
+        self.wakeup()
 
     def update_address(self, host, port):
         """A broker moved (metadata says so): reconnect to the new address."""
@@ -617,7 +619,7 @@ class BrokerConnection:
                 return
             self._host, self._port = host, port
             self._address_changed = True
-        self._io_thread.wakeup()
+        self.wakeup()
 
     def abandon_after_fork(self):
         """In a forked child only: closes this process's copy of the socket.  The

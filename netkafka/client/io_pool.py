@@ -9,6 +9,16 @@ coalesced: one byte is written per batch of hand-overs, not one per request.
 An idle thread sleeps in select() with no timeout, or with the time to its next
 deadline (a request timeout, a reconnect backoff, an idle close, a timer), so
 an idle producer uses no CPU.
+
+A wake-up names the connection it is for (BrokerConnection.wakeup), and an
+iteration of the loop services only the connections that need it: those whose
+socket had events, those woken, and those whose deadline has come -- every
+one after a wake-up for the whole thread, a task or a timer (which may touch
+any).  An idle connection (to another broker, the bootstrap one) then costs
+nothing per request, not a lock-taking look at it every time the thread wakes.
+Sound because every hand-over to a connection wakes it (the thread would sleep
+through it otherwise), and everything else that changes what a connection must
+do happens in its own servicing, after which its deadline is asked again.
 """
 import heapq
 import itertools
@@ -50,6 +60,9 @@ class IOThread:
         self._wakeups_written = 0  # guarded by _lock: wake bytes written so far
         self._stopping = False  # guarded by _lock
         self._connections = []  # guarded by _lock (added from any thread; read by this one)
+        self._woken = set()  # guarded by _lock: connections woken since the loop took them
+        self._woken_all = False  # guarded by _lock: a wake-up for the whole thread came
+        self._due_ns = {}  # owned by this thread: {connection: io_next_deadline_ns() or None}
 
         self._timers = []  # owned by this thread: heap of (deadline_ns, seq, fn)
         self._timer_seq = itertools.count()  # owned by this thread
@@ -87,10 +100,14 @@ class IOThread:
         return self.call_soon(
             lambda: heapq.heappush(self._timers, (deadline_ns, next(self._timer_seq), fn)))
 
-    def wakeup(self):
-        """Any thread: makes select() return.  Coalesced: no byte is written
-        while one is still unread."""
+    def wakeup(self, conn=None):
+        """Any thread: makes select() return, and the loop then service conn (None:
+        every connection).  Coalesced: no byte is written while one is still unread."""
         with self._lock:
+            if conn is None:
+                self._woken_all = True
+            else:
+                self._woken.add(conn)
             if self._wake_pending:
                 return
             self._wake_pending = True
@@ -132,16 +149,20 @@ class IOThread:
         try:
             while True:
                 timeout_s = self._timeout_s()
+                evented = []
                 for key, mask in self.selector.select(timeout_s):
                     conn = key.data
                     if conn is None:
                         self._drain_wakeup()
                     else:
                         conn.io_on_events(mask, time.monotonic_ns())
+                        evented.append(conn)
                 with self._lock:
                     tasks, self._tasks = self._tasks, []
                     stopping = self._stopping
                     connections = list(self._connections)
+                    woken, self._woken = self._woken, set()
+                    everyone, self._woken_all = self._woken_all or bool(tasks), False
                 for fn in tasks:
                     self._run_callback(fn)
                 if stopping:
@@ -149,8 +170,14 @@ class IOThread:
                 now_ns = time.monotonic_ns()
                 while self._timers and self._timers[0][0] <= now_ns:
                     self._run_callback(heapq.heappop(self._timers)[2])
+                    everyone = True
+                woken.update(evented)
+                due_ns = self._due_ns
                 for conn in connections:
-                    conn.io_service(now_ns)
+                    due = due_ns.get(conn, 0)
+                    if everyone or conn in woken or (due is not None and due <= now_ns):
+                        conn.io_service(now_ns)
+                        due_ns[conn] = conn.io_next_deadline_ns()
         except BaseException:
             _log.exception("I/O thread %d failed", self.index)
             raise
@@ -162,9 +189,7 @@ class IOThread:
         with self._lock:
             if self._tasks or self._stopping:
                 return 0
-            connections = list(self._connections)
-        for conn in connections:
-            d = conn.io_next_deadline_ns()
+        for d in self._due_ns.values():  # as of each connection's last servicing
             if d is not None and (deadline is None or d < deadline):
                 deadline = d
         if deadline is None:
