@@ -32,8 +32,7 @@ import time
 
 import floor_probe
 import peers
-from netkafka.testing.admin import create_topic
-from test_bench_e2e_throughput import LARGE_MAX_REQUEST_BYTES
+from test_bench_e2e_throughput import large_row_runner
 
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 DEFAULT_MEMMOVE_SYMBOL = "__memmove_avx512_unaligned_erms"
@@ -51,9 +50,7 @@ def _field(line: str, name: str) -> int:
 
 def measure(bootstrap: str, record_size: int, records: int, symbol: str) -> dict:
     topic = f"copy-probe-{record_size}-{os.getpid()}"
-    create_topic(bootstrap, topic, 3, config={"max.message.bytes": str(LARGE_MAX_REQUEST_BYTES)})
-    runner = peers.NetkafkaRunner(
-        bootstrap, peers.Settings(record_size, max_request_bytes=LARGE_MAX_REQUEST_BYTES), "send")
+    runner = large_row_runner(bootstrap, topic, record_size)
     _perf("probe", "-q", "-x", LIBC, "-a", f"nk_copy={symbol} len=%dx:u64")
     try:
         values = peers.values_for(record_size, records)

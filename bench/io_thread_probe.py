@@ -30,8 +30,7 @@ import time
 
 import floor_probe
 import peers
-from netkafka.testing.admin import create_topic
-from test_bench_e2e_throughput import LARGE_MAX_REQUEST_BYTES
+from test_bench_e2e_throughput import large_row_runner
 
 TOP_FUNCTIONS = 40
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -43,9 +42,7 @@ def _runner(bootstrap: str, topic: str, record_size: int) -> peers.NetkafkaRunne
     defaults once its headers are added."""
     if record_size < peers.MiB:
         return peers.NetkafkaRunner(bootstrap, peers.Settings(record_size), "send")
-    create_topic(bootstrap, topic, 3, config={"max.message.bytes": str(LARGE_MAX_REQUEST_BYTES)})
-    return peers.NetkafkaRunner(
-        bootstrap, peers.Settings(record_size, max_request_bytes=LARGE_MAX_REQUEST_BYTES), "send")
+    return large_row_runner(bootstrap, topic, record_size)
 
 
 def _requests_sent(producer) -> int:

@@ -160,6 +160,14 @@ def test_throughput(benchmark, kafka_broker, broker_pids, topic_name, tmp_path, 
              data_dirs=[node.data_dir for node in getattr(kafka_broker, "nodes", ())])
 
 
+def large_row_runner(bootstrap: str, topic: str, record_size: int) -> peers.NetkafkaRunner:
+    """netkafka's send() with the 1 MiB row's request limits, on topic, created now (3
+    partitions) with the row's max.message.bytes: what the probes of large records run."""
+    create_topic(bootstrap, topic, 3, config={"max.message.bytes": str(LARGE_MAX_REQUEST_BYTES)})
+    return peers.NetkafkaRunner(
+        bootstrap, peers.Settings(record_size, max_request_bytes=LARGE_MAX_REQUEST_BYTES), "send")
+
+
 def run_cell(benchmark, settings, clients, bootstrap, admin_bootstrap, broker_pids, topic_name,
              payload_dir, security=None, suite="throughput", data_dirs=()):
     """One cell: a topic and a contestant per (client, mode) of clients, their rounds
