@@ -36,7 +36,7 @@ TOP_FUNCTIONS = 40
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
-def _runner(bootstrap: str, topic: str, record_size: int) -> peers.NetkafkaRunner:
+def runner_for(bootstrap: str, topic: str, record_size: int) -> peers.NetkafkaRunner:
     """A producer with the throughput settings; from 1 MiB on, those of the benchmark's 1 MiB
     row: request limits and the topic's max.message.bytes raised, as no 1 MiB record fits the
     defaults once its headers are added."""
@@ -72,7 +72,7 @@ def count_calls(bootstrap: str, topic: str, record_size: int, records: int,
             per_function[f"C {getattr(arg, '__qualname__', repr(arg))}"] += 1
 
     threading.setprofile(hook)
-    runner = _runner(bootstrap, topic, record_size)
+    runner = runner_for(bootstrap, topic, record_size)
     try:
         values = peers.values_for(record_size, records)
         runner.run(topic, values)  # warm-up: connected, metadata known, the pool grown
@@ -106,7 +106,7 @@ def _io_thread_user_system_s() -> tuple:
 
 def measure_cpu(bootstrap: str, topic: str, record_size: int, records: int,
                 round_count: int) -> dict:
-    runner = _runner(bootstrap, topic, record_size)
+    runner = runner_for(bootstrap, topic, record_size)
     try:
         values = peers.values_for(record_size, records)
         runner.run(topic, values)
