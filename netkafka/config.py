@@ -217,16 +217,20 @@ class ProducerConfig(Mapping):
         """The config for a Producer(**kwargs) call.
 
         Raises:
-            TypeError: an unknown keyword (named).
+            TypeError: an unknown keyword (named), or a setting given under both its
+                names (``linger.ms`` and ``linger_ms``) with different values.
             ValueError: a bad value (key and allowed values named); SslConfigError
                 and SaslConfigError for the security settings.
         """
         fields = cls.__dataclass_fields__
         settings = {}
         security = {}
-        for name, value in kwargs.items():
-            if "." in name:
-                name = producer_keyword(name)
+        given_as = {}  # keyword: the name it was given under first
+        for given, value in kwargs.items():
+            name = producer_keyword(given) if "." in given else given
+            first = given_as.setdefault(name, given)
+            if first != given:
+                _check_same_value(name, first, kwargs[first], given, value)
             if name in SECURITY_DEFAULTS:
                 security[name] = value
             elif name == "security":
@@ -631,6 +635,16 @@ def producer_setting(name, value, origin=None):
             raise ValueError(f"{origin or name}={value!r}: must be {allowed}{hint}")
         value = meanings[key]
     return {} if keyword is None else {keyword: value}
+
+
+def _check_same_value(keyword, first, first_value, second, second_value):
+    """A setting given under both its names ("linger.ms" and "linger_ms") must say the same
+    thing: one of two values taken silently (the later) dropped the other, a user's
+    explicit choice (idempotence off, one request in flight) among them."""
+    if first_value is not second_value and first_value != second_value:
+        raise TypeError(
+            f"Producer() got {keyword} twice, with different values: {first}={first_value!r} "
+            f"and {second}={second_value!r}")
 
 
 def producer_keyword(name, origin=None):

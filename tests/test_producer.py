@@ -756,6 +756,8 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
      r"max_in_flight_requests_per_connection must be an int >= 1, got '5'"),
     ({"enable_idempotence": True, "acks": 1}, ValueError,
      r"enable_idempotence=True needs acks='all'"),
+    ({"linger.ms": 5, "linger_ms": 100}, TypeError,
+     r"Producer\(\) got linger_ms twice, with different values: linger.ms=5 and linger_ms=100"),
     ({"delivery_timeout_ms": 1000}, ValueError,
      r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms"),
     ({"value_serializer": "json"}, ValueError, r"value_serializer must be a Serializer"),
@@ -801,6 +803,14 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
 def test_bad_options_are_refused_naming_them(options, error, message):
     with pytest.raises(error, match=message):
         Producer(bootstrap_servers="127.0.0.1:9", **options)
+
+
+def test_a_setting_under_both_its_names_with_one_value_is_taken():
+    p = Producer(bootstrap_servers="127.0.0.1:9", **{"linger.ms": 5, "linger_ms": 5})
+    try:
+        assert p.config.linger_ms == 5
+    finally:
+        p.close()
 
 
 def test_kafka_python_defaults_and_aliases():
