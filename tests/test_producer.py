@@ -728,6 +728,25 @@ def test_bad_arguments_to_send_are_named(kafka_broker, topic_name):
         assert p.send(topic_name, b"ok").get(30).offset == 0
 
 
+def test_bad_arguments_to_produce_are_raised_at_once_as_send_raises_them(kafka_broker,
+                                                                         topic_name):
+    """produce() counted a bad timestamp, partition or serializer failure for the next
+    flush() to raise (and in a transaction, failed the transaction with it): records that
+    can never be written are raised by the call, as send() raises them."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap, value_serializer=lambda v: v.upper()) as p:
+        with pytest.raises(ValueError, match="timestamp_ms=-5 is negative"):
+            p.produce(topic_name, b"v", timestamp_ms=-5)
+        with pytest.raises(ValueError, match="partition must be >= 0, got -1"):
+            p.produce(topic_name, b"v", partition=-1)
+        with pytest.raises(SerializationError, match="returned a str .*must return bytes"):
+            p.produce(topic_name, "not bytes")
+        p.produce(topic_name, b"ok")
+        p.flush()  # none of them counted: no UndeliveredRecordsError
+        assert p.metrics()["netkafka"]["records_untracked_failed"] == 0
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"OK"]
+
+
 @pytest.mark.parametrize("options, error, message", [
     ({"no_such_option": 1}, TypeError, "unexpected keyword argument 'no_such_option'"),
     ({"acks": 2}, ValueError, r"acks must be 0, 1, 'all' or -1, got 2"),

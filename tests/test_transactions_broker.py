@@ -518,6 +518,11 @@ def test_a_record_send_refuses_fails_the_transaction(kafka_broker, topic_name, p
         producer.begin_transaction()
         with pytest.raises(TypeError):
             producer.send(topic_name, 7)
+        # A bad argument to produce() too: raised, not counted against the transaction.
+        with pytest.raises(ValueError, match="timestamp_ms=-5 is negative"):
+            producer.produce(topic_name, b"x", timestamp_ms=-5)
+        with pytest.raises(ValueError, match="partition must be >= 0, got -1"):
+            producer.produce(topic_name, b"x", partition=-1)
         producer.send(topic_name, b"next")
         producer.commit_transaction()
     assert values(read_topic(kafka_broker.bootstrap, topic_name, 1,

@@ -338,14 +338,19 @@ class Producer(ProducerCore):
         return records
 
     def _counts_as_undelivered(self, error):
-        """produce()'s rule: a refusal of the record itself is counted (flush()
-        raises it later); what can never be written -- a wrong argument type, a
-        topic name Kafka refuses, a record larger than any request or buffer_memory
-        may hold (confluent-kafka's produce() raises MSG_SIZE_TOO_LARGE at once too)
-        -- and a refusal of every record (a closed producer, a transactional one
-        between transactions) are raised."""
-        return (isinstance(error, (errors.KafkaError, ValueError))
-                and not isinstance(error, (TypeError, errors.InvalidTopicError,
+        """produce()'s rule: a refusal of the record by the running producer (no
+        metadata or memory in time, a partition the topic does not have, the WAL) is
+        counted (flush() raises it later); what can never be written is raised, as
+        send() raises it, and leaves an open transaction as it was -- a bad argument
+        (its type, a negative partition or timestamp, a context too long), a
+        serializer's failure, a topic name Kafka refuses, a record larger than any
+        request or buffer_memory may hold (confluent-kafka's produce() raises
+        MSG_SIZE_TOO_LARGE at once too) -- and so is a refusal of every record (a
+        closed producer, a transactional one between transactions)."""
+        if isinstance(error, errors.IllegalArgumentError):
+            return isinstance(error, errors.NoSuchPartitionError)
+        return (isinstance(error, errors.KafkaError)
+                and not isinstance(error, (errors.SerializationError, errors.InvalidTopicError,
                                            errors.RecordTooLargeError))
                 and not self._accumulator.refuses_every_record(error))
 
