@@ -377,11 +377,15 @@ class ProducerConfig(Mapping):
                 f"wal_dir needs RecordBatch v2 (Kafka 0.11+): api_version={self.api_version} "
                 f"writes message format v{self.legacy_magic}, which the WAL cannot replay")
         if self.wal_dir is None:
-            for name, unset in (("on_replay", None), ("on_delivery_timeout", "fail")):
-                if getattr(self, name) != unset:
+            # Each asks for something only a WAL gives: wal_fsync="always" without
+            # wal_dir (left out, or misspelt) ran with no durability at all, silently.
+            fields = type(self).__dataclass_fields__
+            for name in ("on_replay", "on_delivery_timeout", "wal_fsync",
+                         "wal_fsync_interval_ms", "wal_max_bytes"):
+                if getattr(self, name) != fields[name].default:
                     raise KafkaConfigurationError(
-                        f"{name}={getattr(self, name)!r} needs wal_dir: the records it is "
-                        f"about are kept in the write-ahead log")
+                        f"{name}={getattr(self, name)!r} needs wal_dir: it is about the "
+                        f"write-ahead log, and without wal_dir there is none")
 
     def _check_security(self):
         security = dict(self.security or {})

@@ -53,9 +53,19 @@ def test_bad_wal_settings_are_named(tmp_path, settings, message):
         Producer(bootstrap_servers="127.0.0.1:1", wal_dir=str(tmp_path), **settings)
 
 
-def test_wal_settings_without_a_wal_dir_are_refused():
-    with pytest.raises(ValueError, match="on_delivery_timeout='spool' needs wal_dir"):
-        Producer(bootstrap_servers="127.0.0.1:1", on_delivery_timeout="spool")
+@pytest.mark.parametrize("settings, message", [
+    ({"on_delivery_timeout": "spool"}, "on_delivery_timeout='spool' needs wal_dir"),
+    # A durability asked for and never given: accepted, it ran with no WAL at all.
+    ({"wal_fsync": "always"}, "wal_fsync='always' needs wal_dir"),
+    ({"wal.fsync": "never"}, "wal_fsync='never' needs wal_dir"),
+    ({"wal_fsync_interval_ms": 5}, "wal_fsync_interval_ms=5 needs wal_dir"),
+    ({"wal_max_bytes": 1 << 20}, "wal_max_bytes=1048576 needs wal_dir"),
+])
+def test_wal_settings_without_a_wal_dir_are_refused(settings, message):
+    with pytest.raises(KafkaConfigurationError, match=message):
+        Producer(bootstrap_servers="127.0.0.1:1", **settings)
+    # At their defaults they say nothing, and are taken.
+    Producer(bootstrap_servers="127.0.0.1:1", wal_fsync="interval").close()
 
 
 @pytest.mark.parametrize("settings, message", [
