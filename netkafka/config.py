@@ -301,8 +301,9 @@ class ProducerConfig(Mapping):
         self._set_ms("delivery_timeout_ms", 1)
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             # The Java client's rule: a batch must be able to linger and then wait
-            # for one answer before its delivery time runs out.
-            raise ValueError(
+            # for one answer before its delivery time runs out.  Settings that cannot
+            # work together: KafkaConfigurationError, as kafka-python raises here.
+            raise KafkaConfigurationError(
                 f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
                 f"linger_ms + request_timeout_ms ({self.linger_ms} + "
                 f"{self.request_timeout_ms})")

@@ -21,8 +21,8 @@ from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, Kafka
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError, UndeliveredRecordsError)
 from netkafka.config import COMPRESSION_TYPES
-from netkafka.errors import (IllegalArgumentError, MessageTooLargeError, SaslConfigError,
-                             SslConfigError)
+from netkafka.errors import (IllegalArgumentError, KafkaConfigurationError,
+                             MessageTooLargeError, SaslConfigError, SslConfigError)
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 from netkafka.testing.segments import stored_batches
@@ -777,7 +777,7 @@ def test_bad_arguments_to_produce_are_raised_at_once_as_send_raises_them(kafka_b
      r"enable_idempotence=True needs acks='all'"),
     ({"linger.ms": 5, "linger_ms": 100}, TypeError,
      r"Producer\(\) got linger_ms twice, with different values: linger.ms=5 and linger_ms=100"),
-    ({"delivery_timeout_ms": 1000}, ValueError,
+    ({"delivery_timeout_ms": 1000}, KafkaConfigurationError,
      r"delivery_timeout_ms \(1000\) must be at least linger_ms \+ request_timeout_ms"),
     ({"value_serializer": "json"}, ValueError, r"value_serializer must be a Serializer"),
     ({"security_protocol": "TLS"}, SslConfigError, r"security_protocol='TLS' is not one of "
