@@ -111,6 +111,17 @@ def test_throughput_holds_the_rate(kafka_broker, topic, mode, rows):
     assert (max(stamps) - min(stamps)) / 1000 >= (count - rows) / per_s - 0.06  # ms resolution
 
 
+@pytest.mark.parametrize("throughput, rows", [("5", 1), ("400", 40), ("100000", 1000),
+                                              ("-1", 1000)])
+def test_throttled_send_batch_calls_hold_a_tenth_of_a_second(throughput, rows):
+    """A call's rows go at its last row's turn: the default 1000 rows a call at
+    --throughput 5 held the first call back 200 s, and a short run sent nothing."""
+    args = perf.parse_args(["--topic", "t", "--num-records", "10", "--record-size", "10",
+                            "--bootstrap-servers", "127.0.0.1:9", "--mode", "send_batch",
+                            "--throughput", throughput])
+    assert args.rows_per_call == rows
+
+
 def test_progress_bar_on_a_terminal(kafka_broker, topic):
     controller, terminal = pty.openpty()
     with open(terminal, "wb") as stderr:
@@ -202,6 +213,8 @@ def test_payload_file(kafka_broker, topic, tmp_path, content, delimiter, payload
     (["--producer-config", "transactional.id=perf"],
      "--producer-config transactional.id=perf: netkafka-perf sends without transactions"),
     (["--payload-file", "/nonexistent/payloads"], "--payload-file"),
+    # Refused before connecting: it connected and failed every record.
+    (["--topic", "bad topic"], "--topic: topic 'bad topic' is not a valid Kafka topic name"),
 ])
 def test_a_bad_argument_is_named(args, named):
     base = {"--topic": "t", "--num-records": "10", "--bootstrap-servers": "127.0.0.1:9"}

@@ -39,6 +39,7 @@ from array import array
 from jproperties import ParseError, Properties
 
 from netkafka import KafkaError, Producer, UndeliveredRecordsError
+from netkafka.client.metadata import check_topic_name
 from netkafka.config import JAVA_TLS_SETTINGS, ProducerConfig, producer_setting
 
 # At most about this many records per run carry a latency probe.
@@ -57,6 +58,9 @@ BAR_INTERVAL_S = 0.2
 THROTTLE_MIN_SLEEP_S = 0.001
 FIRST_ERRORS_KEPT = 3
 DEFAULT_ROWS_PER_CALL = 1000
+# A call's rows go out together, at its last row's turn: throttled, a call holds at most
+# this long's worth, so the default 1000 rows at --throughput 5 do not wait 200 s.
+THROTTLED_CALL_S = 0.1
 # The exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process it ended.
 EXIT_INTERRUPTED = 130
 # Settings whose values are secrets: never printed, in the summary or in an error.
@@ -102,7 +106,9 @@ def parse_args(argv=None):
                         help="send(): a future per record (default); produce(): fire and "
                              "forget; send_batch(): --rows-per-call rows per call")
     parser.add_argument("--rows-per-call", type=int, metavar="ROWS",
-                        help=f"rows per send_batch() call (default {DEFAULT_ROWS_PER_CALL})")
+                        help=f"rows per send_batch() call (default {DEFAULT_ROWS_PER_CALL}; "
+                             f"with --throughput, {THROTTLED_CALL_S:g} s of records, at "
+                             f"least 1 and at most {DEFAULT_ROWS_PER_CALL})")
     parser.add_argument("--reporting-interval-ms", type=int, default=5000, metavar="MS",
                         help="length of a progress window when stderr is not a terminal "
                              "(default 5000)")
@@ -121,8 +127,15 @@ def parse_args(argv=None):
         args.payload_delimiter = "\\n"
     elif args.payload_file is None:
         parser.error("--payload-delimiter applies to --payload-file only")
+    try:
+        check_topic_name(args.topic)
+    except (TypeError, ValueError) as exc:
+        parser.error(f"--topic: {getattr(exc, 'message', exc)}")  # without the error code
     if args.rows_per_call is None:
         args.rows_per_call = DEFAULT_ROWS_PER_CALL
+        if args.throughput > 0:
+            args.rows_per_call = max(1, min(DEFAULT_ROWS_PER_CALL,
+                                            int(args.throughput * THROTTLED_CALL_S)))
     elif args.mode != "send_batch":
         parser.error("--rows-per-call applies to --mode send_batch only")
     elif args.rows_per_call < 1:
