@@ -424,6 +424,92 @@ def test_flush_or_close_from_a_callback_is_refused_not_a_hang(kafka_broker, topi
         "the records, so it would wait for itself forever"]
 
 
+@pytest.mark.parametrize("stop", [SystemExit(1), KeyboardInterrupt()], ids=repr)
+def test_a_callback_raising_systemexit_does_not_stop_the_io_thread(kafka_broker, topic_name,
+                                                                   stop, caplog):
+    """It ended the I/O thread for good: records were taken but never delivered nor
+    failed, and close() waited forever."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+
+    def raise_it(meta):
+        raise stop
+
+    with producer(kafka_broker.bootstrap, request_timeout_ms=5000,
+                  delivery_timeout_ms=10_000) as p:
+        first = p.send(topic_name, b"first")
+        first.add_callback(raise_it)
+        first.add_callback(lambda meta: ran.append(meta.offset))  # the next still runs
+        ran = []
+        assert p.send(topic_name, b"after").get(30).offset == 1
+        p.flush(30)
+    assert ran == [0]
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [type(stop)]  # logged
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 2)] == [
+        b"first", b"after"]
+
+
+def test_get_of_a_pending_record_in_a_callback_is_refused_not_a_hang(kafka_broker,
+                                                                     topic_name):
+    """The I/O thread waited for itself: the record never completed, delivery_timeout_ms
+    never came, and flush() timed out."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    seen = []
+
+    def get_another(meta):
+        try:
+            p.send(topic_name, b"inner").get()
+            seen.append("returned")
+        except KafkaError as exc:
+            seen.append(str(exc))
+        try:  # a poll does not wait: allowed
+            p.send(topic_name, b"polled").get(0)
+            seen.append("done at once")
+        except KafkaTimeoutError:
+            seen.append("polled")
+
+    with producer(kafka_broker.bootstrap, request_timeout_ms=5000,
+                  delivery_timeout_ms=10_000) as p:
+        p.send(topic_name, b"outer").add_callback(get_another)
+        p.flush(30)
+        p.flush(30)  # the callback's records
+    assert seen == [f"get() on the pending record for {topic_name}-0 in a callback: "
+                    f"callbacks run on netkafka's own threads, which must not wait for a "
+                    f"record (the thread that delivers it may be this one); chain or add a "
+                    f"callback instead", "polled"]
+    assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 3)) == [
+        b"inner", b"outer", b"polled"]
+
+
+def test_flush_counts_a_batch_whose_callbacks_still_run(kafka_broker, topic_name):
+    # It said "0 batches still not delivered" while it waited for one's callbacks.
+    create_topic(kafka_broker.bootstrap, topic_name)
+    running, release = threading.Event(), threading.Event()
+
+    def slow(meta):
+        running.set()
+        release.wait(30)
+
+    with producer(kafka_broker.bootstrap) as p:
+        p.send(topic_name, b"a").add_callback(slow)
+        assert running.wait(30)
+        with pytest.raises(KafkaTimeoutError, match=r"^flush: 0 batches still not delivered "
+                                                    r"after 0.2 s, 1 with callbacks still "
+                                                    r"running$"):
+            p.flush(0.2)
+        release.set()
+        p.flush(30)
+
+
+def test_get_timeout_must_be_a_number(kafka_broker, topic_name):
+    create_topic(kafka_broker.bootstrap, topic_name)
+    with producer(kafka_broker.bootstrap) as p:
+        future = p.send(topic_name, b"a")
+        with pytest.raises(TypeError, match=r"timeout must be a number of seconds or None, "
+                                            r"got '1'"):
+            future.get("1")
+        assert future.get(30).offset == 0
+
+
 def test_a_send_from_a_callback_into_a_full_buffer_pool_is_refused_at_once(
         kafka_broker, topic_name):
     # It waited for memory on the I/O thread, the one that gives memory back: every
@@ -477,18 +563,22 @@ def test_a_send_from_a_callback_to_a_topic_not_known_yet_is_refused_at_once(
         kafka_broker, topic_name):
     # It waited for the topic's metadata on the I/O thread that had to fetch it:
     # every record of that thread stalled for max_block_ms, then it failed anyway.
+    # partitions_for() likewise.
     create_topic(kafka_broker.bootstrap, topic_name)
     other = f"{topic_name}-other"
     create_topic(kafka_broker.bootstrap, other)
     seen = []
 
     def send_from_callback(meta):
-        try:
-            p.send(other, b"from a callback")
-            seen.append("sent")
-        except KafkaError as exc:
-            seen.append(str(exc))
+        for attempt in (lambda: p.send(other, b"from a callback"),
+                        lambda: p.partitions_for(other)):
+            try:
+                attempt()
+                seen.append("answered")
+            except KafkaError as exc:
+                seen.append(str(exc))
         p.send(topic_name, b"known topic: taken")  # a topic known already still is
+        seen.append(p.partitions_for(topic_name))
 
     with producer(kafka_broker.bootstrap, max_block_ms=20_000) as p:
         started = time.monotonic()
@@ -499,7 +589,10 @@ def test_a_send_from_a_callback_to_a_topic_not_known_yet_is_refused_at_once(
     assert seen == [f"a record for topic {other!r} sent from a callback before the topic's "
                     f"partitions are known: callbacks run on the I/O thread that would fetch "
                     f"them, so it would wait for itself; send the topic a first record (or call "
-                    f"partitions_for()) from another thread"]
+                    f"partitions_for()) from another thread",
+                    f"partitions_for({other!r}) called from a callback before the topic's "
+                    f"partitions are known: callbacks run on the I/O thread that would fetch "
+                    f"them, so it would wait for itself; ask from another thread first", {0}]
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 3)] == [
         b"first", b"known topic: taken", b"after"]
 

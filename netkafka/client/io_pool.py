@@ -30,6 +30,7 @@ import time
 
 from netkafka._validate import check_int
 from netkafka.client.connection import BrokerConnection, ConnectionConfig
+from netkafka.client.own_threads import mark_own_thread
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.client.io_pool")
@@ -146,6 +147,7 @@ class IOThread:
     # This thread only.
 
     def _run(self):
+        mark_own_thread()
         try:
             while True:
                 timeout_s = self._timeout_s()

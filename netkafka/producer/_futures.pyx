@@ -23,10 +23,12 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from netkafka.producer._mutex cimport Mutex
 
 import logging
+import numbers
 import threading
 from collections import namedtuple
 
-from netkafka.errors import KafkaTimeoutError
+from netkafka.client.own_threads import callback_error_is_contained, on_own_thread
+from netkafka.errors import KafkaError, KafkaTimeoutError
 
 _log = logging.getLogger("netkafka.futures")
 # The longest wait threading.Event takes; a longer timeout waits without bound.
@@ -222,7 +224,11 @@ cdef _run_callback(FutureRecordMetadata record, fn, bint is_errback):
         return
     try:
         fn(error if failed else record._metadata())
-    except Exception:  # noqa: BLE001 -- a user's callback must not stop the completing thread
+    except BaseException as exc:  # noqa: BLE001 -- must not stop the completing thread
+        # A SystemExit or KeyboardInterrupt raised on an I/O thread ended it for good,
+        # and every record after it waited forever (close() too).
+        if not callback_error_is_contained(exc):
+            raise
         _log.exception("callback %r for a record of %s-%d raised", fn, batch.topic,
                        batch.partition)
 
@@ -257,8 +263,19 @@ cdef class FutureRecordMetadata:
             the error that failed the record's batch (a KafkaError).
         """
         cdef BatchResult batch = self._batch
+        if timeout is not None and not isinstance(timeout, numbers.Real):
+            raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
         # Not waiting for the batch's other callbacks once it is done, as kafka-python's
         # get(): a callback may get() its own record.
+        if not batch._is_done() and (timeout is None or timeout > 0) and on_own_thread():
+            # A callback waiting: the thread that would complete the record may be this
+            # one (it waited for itself, and delivery_timeout_ms never came), and
+            # netkafka's other threads stop their work for everyone while they wait.
+            raise KafkaError(
+                f"get() on the pending record for {batch.topic}-{batch.partition} in a "
+                f"callback: callbacks run on netkafka's own threads, which must not wait "
+                f"for a record (the thread that delivers it may be this one); chain or "
+                f"add a callback instead")
         if not batch._is_done() and not batch.wait(timeout):
             raise KafkaTimeoutError(
                 f"record for {batch.topic}-{batch.partition} not done after waiting "

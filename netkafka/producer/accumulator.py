@@ -76,6 +76,7 @@ from netkafka.record._pool import BufferPool
 from netkafka.errors import (BackpressureTimeoutError, BufferPoolExhausted, KafkaTimeoutError,
                              ProducerClosedError, RecordDroppedError, UndeliveredRecordsError)
 from netkafka.producer.wal import OUTCOME_ACKNOWLEDGED, OUTCOME_FAILED
+from netkafka.client.own_threads import mark_own_thread
 
 _log = logging.getLogger("netkafka.producer.accumulator")
 
@@ -1080,9 +1081,18 @@ class RecordAccumulator(AccumulatorCore):
         for result in waiting:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not result.wait(remaining):
+                # Done is not enough: a batch counts until its callbacks have returned
+                # (one still running counted as 0 "not delivered").
                 left = sum(1 for r in waiting if not r.done)
+                running = sum(1 for r in waiting if r.done and not r.wait(0))
                 raise KafkaTimeoutError(
-                    f"flush: {left} batches still not delivered after {timeout_s} s")
+                    f"flush: {left} batches still not delivered after {timeout_s} s"
+                    + (f", {running} with callbacks still running" if running else ""))
+        self._raise_untracked_failures()
+
+    def _raise_untracked_failures(self):
+        """Raises UndeliveredRecordsError for the fire-and-forget records (append_untracked)
+        that failed since it was last raised; the count starts again at 0."""
         with self._state_lock:
             failed, self._untracked_failed = self._untracked_failed, 0
             first_errors, self._untracked_errors = self._untracked_errors, []
@@ -1344,6 +1354,7 @@ class _Spool:
             self._accumulator.release_spooled(batch, view)
 
     def _run(self):
+        mark_own_thread()
         while True:
             with self._cond:
                 while not self._batches and not self._stopping:
@@ -1422,6 +1433,7 @@ class _LingerTimer:
         return dropped
 
     def _run(self):
+        mark_own_thread()
         while True:
             with self._cond:
                 while True:

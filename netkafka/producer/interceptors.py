@@ -30,6 +30,7 @@ them from) rather than skip them.
 import logging
 from collections import namedtuple
 
+from netkafka.client.own_threads import callback_error_is_contained
 from netkafka.producer._futures import RecordMetadata, TopicPartition
 
 _log = logging.getLogger("netkafka.producer.interceptors")
@@ -71,7 +72,9 @@ class InterceptorChain:
         for interceptor in self.interceptors:
             try:
                 interceptor.on_acknowledgement(metadata, exception)
-            except Exception:  # noqa: BLE001 -- on an I/O thread: must not stop it
+            except BaseException as exc:  # noqa: BLE001 -- on an I/O thread: must not stop it
+                if not callback_error_is_contained(exc):
+                    raise
                 _log.exception("interceptor %r on_acknowledgement raised", interceptor)
 
     def acknowledge_future(self, future):

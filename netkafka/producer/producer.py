@@ -819,6 +819,8 @@ class Producer(ProducerCore):
 
         Raises:
             KafkaTimeoutError: the topic is not known within max_block_ms.
+            KafkaError: called from a callback (an I/O thread) before the topic's
+                partitions are known, at once.
             ProducerClosedError: after close(), for a topic whose partitions were not
                 known by then (a known one's are still given, as kafka-python does).
             InvalidTopicError, TopicAuthorizationFailedError: the topic is refused.
@@ -826,10 +828,18 @@ class Producer(ProducerCore):
         self._start_if_forked()
         check_topic_name(topic)  # before the accumulator keeps the name
         self._accumulator.note_asked(topic)
+        on_io_thread = self._pool.on_io_thread()
         try:
-            info = self._metadata.wait_for_topic(topic, self._max_block_s)
+            # From a callback, only what the cache knows: waiting held up the thread
+            # that would fetch it, every record of it stalled for max_block_ms.
+            info = self._metadata.wait_for_topic(topic, 0 if on_io_thread else self._max_block_s)
         except KafkaTimeoutError:
             self._refuse_if_closed_waiting(topic)
+            if on_io_thread:
+                raise errors.KafkaError(
+                    f"partitions_for({topic!r}) called from a callback before the topic's "
+                    f"partitions are known: callbacks run on the I/O thread that would fetch "
+                    f"them, so it would wait for itself; ask from another thread first") from None
             raise
         return set(info.partitions)
 

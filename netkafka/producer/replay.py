@@ -61,6 +61,7 @@ import time
 from typing import NamedTuple
 
 from netkafka import errors
+from netkafka.client.own_threads import callback_error_is_contained
 from netkafka.producer._futures import RecordMetadata, TopicPartition, part_of
 from netkafka.producer.accumulator import release_batch
 from netkafka.protocol.describe_producers import (
@@ -457,7 +458,9 @@ class Replay:
                     batch, record, base_offset, log_append_time_ms)
                 try:
                     self._on_replay(record.context, outcome)
-                except Exception:  # noqa: BLE001 -- the other records still hear theirs
+                except BaseException as exc:  # noqa: BLE001 -- the others still hear theirs
+                    if not callback_error_is_contained(exc):
+                        raise
                     _log.exception("on_replay raised for a record of %s-%d", batch.topic,
                                    batch.partition)
 

@@ -60,6 +60,7 @@ from netkafka import errors
 from netkafka.errors import (KafkaTimeoutError, ProducerFencedError, TransactionAbortedError,
                              UndeliveredRecordsError)
 from netkafka.client.coordinator import Coordinators
+from netkafka.client.own_threads import mark_own_thread
 from netkafka.client.retry import ask_until
 from netkafka.producer.offsets import consumer_group_metadata, offsets_to_commit
 from netkafka.producer.transactions import TransactionState, TransactionStateMachine
@@ -501,6 +502,7 @@ class TransactionManager:
     # The transaction thread.
 
     def _run(self):
+        mark_own_thread()
         while True:
             with self._wake:
                 while not self._adds_wanted and not self._closing.is_set():

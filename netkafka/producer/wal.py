@@ -98,6 +98,7 @@ from netkafka.producer import wal_staging
 from netkafka.producer.wal_staging import StagingArea, apply_left_over, direct_writes
 from netkafka.producer.wal_staging import os_call as _os_call
 from netkafka.record._crc import crc32c
+from netkafka.client.own_threads import mark_own_thread
 
 _log = logging.getLogger("netkafka.producer.wal")
 
@@ -553,6 +554,7 @@ class WriteAheadLog:
             self._work.notify()
 
     def _housekeep(self):
+        mark_own_thread()
         # Every fsync_interval_ms in every mode (and when woken): a spare is prepared
         # when the active segment fills, whatever the fsync mode.
         first = True  # a round at once: what recovery left reclaimable
