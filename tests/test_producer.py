@@ -758,6 +758,21 @@ def test_a_record_the_broker_refuses_as_too_large_says_which_setting(
         alone.get(0)
 
 
+def test_close_with_zero_timeout_sends_nothing_more(kafka_broker, topic_name):
+    """close(0) handed lingering batches over with a flush of no time, then stopped the
+    I/O thread before their answers: records that had not gone out went, and were
+    reported failed ("may be in the log") though written.  As the Java client's close(0):
+    what had not gone out fails for certain, and is not written."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    p = producer(kafka_broker.bootstrap, linger_ms=60_000, batch_size=1_000_000)
+    p.send(topic_name, b"warm")
+    p.flush()
+    futures = [p.send(topic_name, b"v%d" % i) for i in range(100)]
+    p.close(timeout=0)
+    assert all(isinstance(f.exception, ProducerClosedError) for f in futures)
+    assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 1)] == [b"warm"]
+
+
 def test_close_with_zero_timeout_leaves_no_record_without_an_outcome(kafka_broker, topic_name):
     create_topic(kafka_broker.bootstrap, topic_name)
     p = producer(kafka_broker.bootstrap, linger_ms=60_000)

@@ -1102,12 +1102,18 @@ class RecordAccumulator(AccumulatorCore):
     def close(self, timeout_s=None):
         """Refuses further records, flushes for up to timeout_s (None: until done),
         stops the linger thread and the spool.  What is left is failed by
-        fail_incomplete()."""
+        fail_incomplete().  With no time (0), nothing more is handed over, as the
+        Java client's close(0) forces it: what had not gone out fails for certain,
+        where a flush of no time sent it and the close then cut its answer off
+        (failed, "may be in the log", and written)."""
         with self.lock:
             self.closed = True
             self.refusal = _closed_refusal
         try:
-            self.flush(timeout_s)
+            if timeout_s is None or timeout_s > 0:
+                self.flush(timeout_s)
+            else:
+                self._raise_untracked_failures()
         finally:
             self._linger.stop()
             if self._spool is not None:
