@@ -1195,7 +1195,7 @@ class RecordAccumulator(AccumulatorCore):
 
 
 def _closed_refusal():
-    return ProducerClosedError("send() after close(): the producer is closed")
+    return ProducerClosedError("the producer is closed: it takes no more records")
 
 
 def _failed_records(record_count, error, parts):

@@ -334,7 +334,7 @@ class Producer(ProducerCore):
         self._start_if_forked()
         records = self._records
         if records is None:  # closed in the child before it was used
-            raise ProducerClosedError("send() after close(): the producer is closed")
+            raise ProducerClosedError("the producer is closed: it takes no more records")
         return records
 
     def _counts_as_undelivered(self, error):
@@ -1052,15 +1052,17 @@ def _timeout_s(what, timeout):
 
     Raises:
         TypeError: timeout is not a real number or None.
-        ValueError: timeout is NaN.
+        ValueError: timeout is NaN or negative (kafka-python's close() refuses a
+            negative one too; it closed at once, as close(0)).
     """
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(f"{what} timeout must be a number of seconds or None, not "
                         f"{type(timeout).__name__}")
-    if math.isnan(timeout):
-        raise ValueError(f"{what} timeout must be a number of seconds or None, got nan")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"{what} timeout must be a number of seconds >= 0 or None, "
+                         f"got {timeout!r}")
     return None if timeout >= threading.TIMEOUT_MAX else timeout
 
 
