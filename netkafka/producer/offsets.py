@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 # kafka-python's TopicPartition (topic, partition): RecordMetadata's, the same name.
 from netkafka.producer._futures import TopicPartition  # noqa: F401 -- offsets' keys
+from netkafka.client.metadata import check_topic_name
 from netkafka.protocol.framing import wire_string
 
 OffsetAndMetadata = namedtuple("OffsetAndMetadata", ["offset", "metadata", "leader_epoch"],
@@ -120,10 +121,13 @@ def _topic_partition(key):
                             f"TopicPartition: it has no topic and partition") from None
     if not isinstance(topic, str) or not topic:
         raise ValueError(f"offsets key {key!r}: the topic must be a non-empty str")
-    wire_string(f"offsets key {key!r}: the topic", topic)
+    # Kafka's rule, as send() checks it: a name every broker refuses was asked about
+    # until max_block_ms ran out, and the transaction could not commit meanwhile.
+    check_topic_name(topic)
     if isinstance(partition, bool) or not isinstance(partition, int) \
             or not 0 <= partition <= _INT32_MAX:
-        raise ValueError(f"offsets key {key!r}: the partition must be an int >= 0")
+        raise ValueError(f"offsets key {key!r}: the partition must be an int from 0 to "
+                         f"{_INT32_MAX}")
     return topic, partition
 
 
@@ -144,8 +148,8 @@ def _offset_and_metadata(key, value):
     where = f"offsets[{key!r}]"
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= _INT64_MAX:
         # confluent-kafka's logical offsets (OFFSET_INVALID, OFFSET_END, ...) are negative.
-        raise ValueError(f"{where}: the offset must be an int >= 0 (the next offset to read), "
-                         f"got {offset!r}")
+        raise ValueError(f"{where}: the offset must be an int from 0 to {_INT64_MAX} (the "
+                         f"next offset to read), got {offset!r}")
     if metadata is not None and not isinstance(metadata, str):
         raise ValueError(f"{where}: the metadata must be a str or None, got {metadata!r}")
     if metadata is not None:
