@@ -16,7 +16,8 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from netkafka import BatchSendResult, Producer, Serializer, UndeliveredRecordsError
-from netkafka.errors import KafkaTimeoutError, ProducerClosedError, RecordTooLargeError
+from netkafka.errors import (KafkaTimeoutError, ProducerClosedError, RecordTooLargeError,
+                             SerializationError)
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -223,6 +224,12 @@ def test_send_batch_takes_numpy_integers_in_lists_as_ints(kafka_broker, topic_na
         assert list(single.partitions()) == [1] and single.failed_count == 0
         with pytest.raises(TypeError, match="partitions must be None, an int"):
             p.send_batch(topic_name, [b"x"], partitions=np.True_)
+        # The refusal names every form taken (it left out array('i') and pyarrow's).
+        with pytest.raises(TypeError, match=r"^partitions must be None, an int, a list or tuple "
+                                            r"of int or None, an array\('i'\) \(-1: the "
+                                            r"partitioner's choice\) or a pyarrow integer "
+                                            r"column, not ndarray$"):
+            p.send_batch(topic_name, [b"x"], partitions=np.array([1]))
         for bad in (np.True_, True, np.float64(1.0)):
             with pytest.raises(TypeError, match=r"partitions\[0\] must be an int or None"):
                 p.send_batch(topic_name, [b"x"], partitions=[bad])
@@ -517,6 +524,10 @@ def test_send_batch_applies_serializers(kafka_broker, topic_name):
         p.send_batch(topic_name, ["a", "b"], keys=["x", None]).get(30)
         with pytest.raises(TypeError, match="with a serializer set, values must be a list"):
             p.send_batch(topic_name, iter(["a"]))
+        # The failing row is named (nothing of the call is sent).
+        with pytest.raises(SerializationError, match=r"^send_batch\(\) row 1: value_serializer "
+                                                     r".* failed on a int "):
+            p.send_batch(topic_name, ["c", 2, "d"])
     records = read_topic(kafka_broker.bootstrap, topic_name, 2)
     assert [(r.key, r.value) for r in records] == [(b"Kx", b"a"), (None, b"b")]
 

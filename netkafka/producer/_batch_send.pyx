@@ -61,8 +61,8 @@ cdef object _partitions_array(object partitions):
                 raise ValueError(f"partitions[{i}]={partitions[i]} is negative")
         return partitions
     if not (type(partitions) is list or PyTuple_CheckExact(partitions)):
-        raise TypeError(f"partitions must be None, an int, or a list or tuple of int or "
-                        f"None, not {type(partitions).__name__}")
+        raise TypeError(f"partitions must be {_PARTITIONS_TAKEN}, not "
+                        f"{type(partitions).__name__}")
     result = array("i", bytes(4 * len(partitions)))
     cdef int[::1] out = result
     for i in range(len(partitions)):
@@ -78,14 +78,20 @@ cdef object _partitions_array(object partitions):
     return result
 
 
+# Every form partitions= takes, for the message refusing another (the array('i') and
+# pyarrow forms were left out of one of the two, as if refused).
+_PARTITIONS_TAKEN = ("None, an int, a list or tuple of int or None, an array('i') (-1: the "
+                     "partitioner's choice) or a pyarrow integer column")
+
+
 cdef object _arrow_partitions(object column):
     # A pyarrow integer Array or ChunkedArray of partition ids (null: the
     # partitioner's choice) as array('i'), checked as a list of them is.
     import pyarrow
     import pyarrow.compute
     if not isinstance(column, (pyarrow.Array, pyarrow.ChunkedArray)):
-        raise TypeError(f"partitions must be None, an int, a list or tuple of int or None, "
-                        f"or a pyarrow integer column, not {type(column).__name__}")
+        raise TypeError(f"partitions must be {_PARTITIONS_TAKEN}, not "
+                        f"{type(column).__name__}")
     if not pyarrow.types.is_integer(column.type):
         raise TypeError(f"partitions: a pyarrow array of {column.type} is not a partition "
                         f"column: expected an integer type")

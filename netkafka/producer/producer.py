@@ -405,6 +405,7 @@ class Producer(ProducerCore):
                 left fail with its error, in the result.
             TypeError, ValueError: an argument of the wrong kind or length (named);
                 nothing was sent.
+            SerializationError: a serializer failed on a row (named); nothing was sent.
             KafkaTimeoutError: no metadata for the topic within max_block_ms.
             InvalidTopicError: a topic name Kafka's rule or the broker refuses.
             NotImplementedError: api_version below (0, 11): the bulk path writes
@@ -452,14 +453,24 @@ class Producer(ProducerCore):
         else:
             row_headers = [[] if h is None else list(h) for h in headers]
         if self._value_serializer is not None:
-            values = [self._serialize(self._value_serializer, "value_serializer", topic,
-                                      h, v) for v, h in zip(values, row_headers)]
+            values = self._serialize_each(self._value_serializer, "value_serializer", topic,
+                                          values, row_headers)
         if self._key_serializer is not None:
-            keys = [self._serialize(self._key_serializer, "key_serializer", topic, h, k)
-                    for k, h in zip(keys, row_headers)]
+            keys = self._serialize_each(self._key_serializer, "key_serializer", topic, keys,
+                                        row_headers)
         if headers is None and not any(row_headers):
             return values, keys, None
         return values, keys, [h or None for h in row_headers]
+
+    def _serialize_each(self, serializer, name, topic, rows, row_headers):
+        """rows serialized; a failure names its row (nothing of the call is sent)."""
+        serialized = []
+        for row, (data, headers) in enumerate(zip(rows, row_headers)):
+            try:
+                serialized.append(self._serialize(serializer, name, topic, headers, data))
+            except SerializationError as exc:
+                raise SerializationError(f"send_batch() row {row}: {exc}") from exc.__cause__
+        return serialized
 
     def _serialize(self, serializer, name, topic, headers, data):
         # As kafka-python, the serializer sees None too: it decides what a null
