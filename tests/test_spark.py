@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 from netkafka import spark as nks
 from netkafka.client.sasl.oauthbearer import OidcClientCredentialsProvider
 from netkafka.errors import (IllegalArgumentError, InvalidTopicError, JaasConfigError,
-                             SslConfigError)
+                             KafkaTimeoutError, SslConfigError)
 from netkafka.testing.admin import create_topic
 from netkafka.testing.reader import read_topic
 
@@ -722,6 +722,28 @@ def test_undeliverable_rows_fail_the_sink_task_and_are_reported_by_the_emitter(
     reports = frame.mapInArrow(emit, emit.schema).collect()
     assert len(reports) == 10
     assert all(r.offset == -1 and "MESSAGE_TOO_LARGE" in r.error for r in reports)
+
+
+@pytest.mark.parametrize("report", ["batch", "row"])
+def test_arrow_emitter_reports_a_call_refused_as_a_whole(kafka_broker, topic_name, report):
+    """A topic with no metadata within max_block_ms: send_batch() raised for the whole
+    frame, and the emitter raised it past on_error="report", its default."""
+    missing = config(kafka_broker, max_block_ms=1000, allow_auto_create_topics=False)
+    batch = pa.record_batch({"value": [b"a", b"b", b"c"]})
+    emit = nks.arrow_emitter(topic_name, missing, report=report)
+    [reported] = list(emit(iter([batch])))
+    if report == "batch":
+        assert reported.column("failed")[0].as_py() == 3
+        assert reported.column("delivered")[0].as_py() == 0
+        errors = reported.column("error").to_pylist()
+    else:
+        assert reported.column("offset").to_pylist() == [-1, -1, -1]
+        assert reported.column("partition").to_pylist() == [-1, -1, -1]
+        errors = reported.column("error").to_pylist()
+        assert len(set(errors)) == 1
+    assert f"topic {topic_name!r} not available in metadata after 1000 ms" in errors[0]
+    with pytest.raises(KafkaTimeoutError, match="not available in metadata"):
+        list(nks.arrow_emitter(topic_name, missing, on_error="raise")(iter([batch])))
 
 
 def test_arrow_emitter_makes_no_python_object_per_row(kafka_broker, topic_name):

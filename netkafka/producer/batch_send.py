@@ -66,6 +66,16 @@ class BatchSendResult:
         self._refused = []  # (row indices, error)
         self._batches = None  # the distinct BatchResults of _runs, made on first wait
 
+    @classmethod
+    def every_row_refused(cls, topic: str, record_count: int,
+                          error: BaseException) -> "BatchSendResult":
+        """A result whose rows all failed with error: a call refused as a whole (no
+        metadata within max_block_ms, the topic refused), for a caller that reports
+        failures rather than raising them (the Spark emitters' report mode)."""
+        result = cls(topic, record_count)
+        result._refused.append((range(record_count), error.with_traceback(None)))
+        return result
+
     # -- filled by RecordAccumulator.append_rows ----------------------------------
 
     def appended(self, rows, batch_result, first_offset_delta, start, count):

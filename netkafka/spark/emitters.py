@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from netkafka import BatchSendResult, KafkaError
 from netkafka._validate import check_choice
 from netkafka.spark.sink import (ROW_HEADER, Emission, Pending, leased_producer,
                                  producer_label, raise_if_failed, with_provenance)
@@ -93,7 +94,16 @@ class _ArrowEmitter:
             columns = FrameColumns(pyarrow, frame, self.pandas, self.time_zone)
             count = columns.count
             if count:
-                pending.add(count, columns.send(producer, emission, task_headers, first_row))
+                try:
+                    result = columns.send(producer, emission, task_headers, first_row)
+                except KafkaError as exc:
+                    # Refused as a whole (no metadata within max_block_ms, the topic
+                    # refused): reported as a failure after the call would be, not raised
+                    # past on_error="report".
+                    if self.on_error == "raise":
+                        raise
+                    result = BatchSendResult.every_row_refused(emission.topic, count, exc)
+                pending.add(count, result)
                 first_row += count
             yield from self._reports(pyarrow, pending.done(), label)
         producer.flush()
