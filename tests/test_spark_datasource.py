@@ -24,6 +24,7 @@ from pyspark import TaskContext
 from pyspark.sql import functions as F
 
 from netkafka import spark as nks
+from netkafka.errors import KafkaConfigurationError
 from netkafka.spark.datasource import (NetkafkaArrowWriter, NetkafkaDataSource,
                                        NetkafkaStreamWriter, SinkPlan)
 from netkafka.testing.admin import create_topic
@@ -368,6 +369,10 @@ def test_a_null_header_in_the_headers_column_fails_the_task_naming_it(
     ({"kafka.buffer.memory": "1000"}, None,
      r"option 'kafka.buffer.memory': buffer_memory must be an int >= the largest batch \(1048576 "
      r"bytes: batch_size, at most max_request_size\)"),
+    # The write's batch.size, not the default the option alone was checked with.
+    ({"kafka.buffer.memory": "1000", "kafka.batch.size": "16384"}, None,
+     r"option 'kafka.buffer.memory': buffer_memory must be an int >= the largest batch \(16384 "
+     r"bytes: batch_size, at most max_request_size\)"),
     ({"kafka.delivery.timeout.ms": "40000", "kafka.request.timeout.ms": "39999",
       "kafka.acks": "1"}, None,
      r"options \['kafka.delivery.timeout.ms', 'kafka.request.timeout.ms'\]: "
@@ -494,6 +499,22 @@ def test_exactly_once_transactions_may_last_15_minutes_unless_set(
                     rows_frame(spark, 1, 1).schema)
     with plan.transactional_producer(0) as producer:
         assert producer.config.transaction_timeout_ms == timeout_ms
+
+
+def test_exactly_once_transaction_timeout_above_the_brokers_is_named_as_the_option(
+        spark, kafka_broker, topic_name):
+    """The broker's INVALID_TRANSACTION_TIMEOUT named nothing, in each task and again in
+    the driver's abort (fence_unfinished)."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    plan = SinkPlan({"kafka.bootstrap.servers": kafka_broker.bootstrap, "topic": topic_name,
+                     "exactlyonce": "true", "writeid": topic_name,
+                     "kafka.transaction.timeout.ms": "1000000"},
+                    rows_frame(spark, 1, 1).schema)
+    with pytest.raises(KafkaConfigurationError,
+                       match=r"^option kafka.transaction.timeout.ms: the broker refuses a "
+                             r"transaction timeout of 1000000 ms \(exactlyOnce's default is "
+                             r"900000\): it is above the broker's transaction.max.timeout.ms"):
+        plan.fence_unfinished([None])
 
 
 def test_exactly_once_transaction_open_past_its_timeout_fails_naming_the_option(

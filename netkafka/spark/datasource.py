@@ -68,8 +68,9 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from netkafka.client.io_pool import IOPool
 from netkafka.client.metadata import Metadata, check_topic_name
 from netkafka.config import ProducerConfig, producer_setting
-from netkafka.errors import (InvalidTopicError, KafkaConfigurationError, KafkaError,
-                             KafkaTimeoutError, UnknownTopicOrPartitionError)
+from netkafka.errors import (InvalidTopicError, InvalidTransactionTimeoutError,
+                             KafkaConfigurationError, KafkaError, KafkaTimeoutError,
+                             UnknownTopicOrPartitionError)
 from netkafka.producer.producer import Producer
 from netkafka.spark.emitters import FrameColumns
 from netkafka.spark.settings import producer_settings
@@ -297,7 +298,7 @@ class SinkPlan:
         try:
             # Fences an older attempt of this partition and ends what it left open:
             # only then does the marker say for good whether it committed.
-            producer.init_transactions()
+            _init_transactions(producer)
             group = marker_group(self.write_id, partition)
             marker = (self.marker_topic, 0)
             committed = producer.committed_offsets(group, [marker])[marker]
@@ -378,7 +379,7 @@ class SinkPlan:
             if message is not None:
                 continue
             with self.transactional_producer(partition) as fence:
-                fence.init_transactions()
+                _init_transactions(fence)
 
 
 def _check_marker_topic(settings, topic, option):
@@ -533,7 +534,11 @@ def _checked_settings(settings, origins):
         try:
             producer_settings({**bootstrap, keyword: settings[keyword]})
         except _REFUSALS as exc:
-            raise type(exc)(f"option {option!r}: {exc}") from exc
+            # The whole write's refusal when it is about this setting too: its message
+            # has the write's values (kafka.buffer.memory against the write's batch.size,
+            # not the default's, which the option alone was checked with).
+            shown = error if re.search(rf"\b{keyword}\b", str(error)) else exc
+            raise type(shown)(f"option {option!r}: {shown}") from shown
     # Options that clash: those whose keywords the message names.
     named = sorted(option for keyword, option in origins.items()
                    if re.search(rf"\b{keyword}\b", str(error))) or sorted(origins.values())
@@ -545,6 +550,19 @@ def _boolean(name, value):
     if text not in _BOOLEANS:
         raise ValueError(f"option {name!r} must be true or false, not {value!r}")
     return _BOOLEANS[text]
+
+
+def _init_transactions(producer):
+    """producer.init_transactions(); a transaction timeout the broker refuses is named as
+    the option that sets it (the broker's INVALID_TRANSACTION_TIMEOUT names nothing)."""
+    try:
+        producer.init_transactions()
+    except InvalidTransactionTimeoutError as exc:
+        raise KafkaConfigurationError(
+            f"option {KAFKA_PREFIX}transaction.timeout.ms: the broker refuses a transaction "
+            f"timeout of {producer.config.transaction_timeout_ms} ms (exactlyOnce's default "
+            f"is {EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS}): it is above the broker's "
+            f"transaction.max.timeout.ms; set the option at most that") from exc
 
 
 def _raise_if_timed_out(exc, producer, partition, open_s):
