@@ -332,6 +332,28 @@ def test_a_topic_column_sends_each_row_to_its_topic(spark, kafka_broker, topic_n
                 headers[nks.PARTITION_HEADER])
 
 
+def test_a_timestamp_column_stamps_records_only_when_the_option_names_it(
+        spark, kafka_broker, topic_name):
+    """Spark's sink reads no timestamp column: one (a frame read from Kafka has it, with
+    its source records' times) stamped netkafka's records, and one of another type failed
+    the write.  Now only netkafka.timestampColumn's column does."""
+    create_topic(kafka_broker.bootstrap, topic_name)
+    frame = rows_frame(spark, 20, 1).selectExpr(
+        "key", "value", "cast('2000-01-01 00:00:00 UTC' as timestamp) as timestamp",
+        "cast(946684800123 as bigint) as ms", "'not a time' as created")
+    started_ms = time.time() * 1000 - 1000
+    writer(frame, kafka_broker, topic_name).mode("append").save()
+    writer(frame, kafka_broker, topic_name,
+           **{"netkafka.timestampColumn": "timestamp"}).mode("append").save()
+    writer(frame, kafka_broker, topic_name,
+           **{"netkafka.timestampColumn": "MS"}).mode("append").save()
+    records = read_topic(kafka_broker.bootstrap, topic_name, 60)
+    assert len(records) == 60
+    assert all(r.timestamp_ms >= started_ms for r in records[:20])  # stamped when sent
+    assert {r.timestamp_ms for r in records[20:40]} == {946684800000}
+    assert {r.timestamp_ms for r in records[40:]} == {946684800123}
+
+
 def test_overwrite_mode_is_refused_as_by_spark_kafka_sink(spark, kafka_broker, topic_name):
     # A topic is only appended to: mode("overwrite") appended, the old records kept.
     create_topic(kafka_broker.bootstrap, topic_name)
@@ -401,6 +423,9 @@ def test_a_null_header_in_the_headers_column_fails_the_task_naming_it(
      "option 'netkafka.markerTopic': .*topic 'markers!' is not a valid Kafka topic name"),
     ({"exactlyOnce": "true", "writeId": "w", "kafka.acks": "1"}, None,
      "exactlyOnce=true: transactional_id needs acks='all'"),
+    ({"netkafka.timestampColumn": "when"}, None,
+     r"needs a 'when' column \(the option 'netkafka.timestampColumn'\)"),
+    ({"netkafka.timestampColumn": "key"}, None, "column 'key' is string, it must be timestamp"),
     ({}, "id as value", "column 'value' is bigint"),
     ({}, "value as v", "needs a 'value' column"),
     ({}, "value, array('x') as headers", "array<struct<key:string,value:binary>>"),

@@ -6,14 +6,16 @@ switching is one word.
     columns   value (binary or string, required), key (binary or string), topic
               (string: each row's topic, unless the `topic` option is set), headers
               (array<struct<key: string, value: binary>>), partition (int; null:
-              the partitioner's choice, as Spark's sink); netkafka's addition:
-              timestamp (timestamp, or long epoch ms).  Other columns are ignored,
-              as Spark's sink ignores them.
+              the partitioner's choice, as Spark's sink).  Other columns are ignored,
+              as Spark's sink ignores them (a `timestamp` column too: records are
+              stamped when sent), but the one netkafka.timestampColumn names.
     options   topic; kafka.<Java producer setting> (kafka.bootstrap.servers,
               kafka.acks, kafka.linger.ms, ...); netkafka's own under `netkafka.`:
               netkafka.producer.<Producer keyword> (netkafka.producer.io_threads),
               netkafka.provenance (true: the provenance headers of the package's
-              docstring); exactlyOnce, writeId, netkafka.markerTopic (below).  The
+              docstring), netkafka.timestampColumn (a timestamp, timestamp_ntz or
+              long epoch ms column whose values stamp the records); exactlyOnce,
+              writeId, netkafka.markerTopic (below).  The
               options are all: Spark hands a Python data source nothing of the
               session's conf, so the CONF_PREFIX keys of the sink and emitters
               do not apply here.
@@ -84,6 +86,10 @@ NETKAFKA_PREFIX = "netkafka."
 PRODUCER_OPTION_PREFIX = "netkafka.producer."
 PROVENANCE_OPTION = "netkafka.provenance"
 MARKER_TOPIC_OPTION = "netkafka.markerTopic"
+# Opt-in, as Spark's sink reads no timestamp column: a frame read from Kafka has one
+# (the source records' times), and records stamped with it may be past the topic's
+# retention as they land.
+TIMESTAMP_COLUMN_OPTION = "netkafka.timestampColumn"
 EXACTLY_ONCE_OPTION = "exactlyOnce"
 WRITE_ID_OPTION = "writeId"
 TOPIC_OPTION = "topic"
@@ -214,12 +220,13 @@ class SinkPlan:
             if name in (PROVENANCE_OPTION.lower(), EXACTLY_ONCE_OPTION.lower()):
                 flags[name] = _boolean(name, value)
             elif name not in (TOPIC_OPTION, WRITE_ID_OPTION.lower(), MARKER_TOPIC_OPTION.lower(),
-                              *_SPARK_OPTIONS):
+                              TIMESTAMP_COLUMN_OPTION.lower(), *_SPARK_OPTIONS):
                 raise ValueError(
                     f"unknown option {name!r} for format({SOURCE_NAME!r}): producer settings "
                     f"go as {KAFKA_PREFIX}<Java name> or {PRODUCER_OPTION_PREFIX}<keyword>; "
                     f"the others are {TOPIC_OPTION}, {EXACTLY_ONCE_OPTION}, "
-                    f"{WRITE_ID_OPTION}, {PROVENANCE_OPTION}, {MARKER_TOPIC_OPTION}")
+                    f"{WRITE_ID_OPTION}, {PROVENANCE_OPTION}, {MARKER_TOPIC_OPTION}, "
+                    f"{TIMESTAMP_COLUMN_OPTION}")
         if "bootstrap_servers" not in settings:
             raise ValueError(f"option '{KAFKA_PREFIX}bootstrap.servers' is required")
         self.settings = _checked_settings(settings, origins)
@@ -268,8 +275,14 @@ class SinkPlan:
         fields = {field.name.lower(): field for field in schema.fields}
         _check_column(fields, "value", _TEXT, required=True)
         present = {name: _check_column(fields, name, types) for name, types in (
-            ("key", _TEXT), ("partition", (IntegerType,)),
-            ("timestamp", (TimestampType, TimestampNTZType, LongType)))}
+            ("key", _TEXT), ("partition", (IntegerType,)))}
+        timestamp_column = options.get(TIMESTAMP_COLUMN_OPTION.lower())
+        if timestamp_column is not None:
+            present["timestamp"] = _check_column(
+                fields, timestamp_column.lower(), (TimestampType, TimestampNTZType, LongType),
+                required=True, hint=f" (the option {TIMESTAMP_COLUMN_OPTION!r})")
+        else:
+            present["timestamp"] = None
         self.topic_column = None
         if topic is None:
             self.topic_column = _check_column(fields, "topic", (StringType,), required=True,
