@@ -679,7 +679,8 @@ def setting_from_text(keyword, value, origin=None):
 
     Text is true/false for a setting whose default is a bool, a whole number for one
     whose default is an int (and for acks and the socket buffer sizes, where it may
-    be); security_protocol in any case, as Java reads it; anything else stays text.
+    be); security_protocol in any case, as Java reads it; empty text for a list
+    setting is the empty list; anything else stays text.
     The Producer checks the values it gets.
 
     Args:
@@ -696,6 +697,10 @@ def setting_from_text(keyword, value, origin=None):
         # As the Java client (SecurityProtocol.forName): 'sasl_ssl' is SASL_SSL.
         return value.strip().upper()
     default = _SETTING_DEFAULTS[keyword]
+    if isinstance(default, tuple) and not value.strip():
+        # A list setting (metric.reporters, interceptor.classes) left empty: Java's
+        # ConfigDef reads it as the empty list, the default -- not text to refuse.
+        return ()
     if isinstance(default, bool):
         if value.strip().lower() not in ("true", "false"):
             raise ValueError(f"{origin or keyword}={value!r}: must be true or false")

@@ -20,7 +20,7 @@ import netkafka
 from netkafka import (BackpressureTimeoutError, KafkaError, KafkaProducer, KafkaTimeoutError,
                       Producer, ProducerClosedError, RecordDroppedError, RecordMetadata,
                       SerializationError, UndeliveredRecordsError)
-from netkafka.config import COMPRESSION_TYPES
+from netkafka.config import COMPRESSION_TYPES, producer_setting
 from netkafka.errors import (IllegalArgumentError, KafkaConfigurationError,
                              MessageTooLargeError, SaslConfigError, SslConfigError)
 from netkafka.testing.admin import create_topic
@@ -940,6 +940,13 @@ def test_a_setting_under_both_its_names_with_one_value_is_taken():
         assert p.config.linger_ms == 5
     finally:
         p.close()
+
+
+def test_an_empty_list_setting_given_as_text_is_the_empty_list():
+    # Java's ConfigDef reads metric.reporters= as no reporter; as a Spark option or a
+    # properties line it was refused as text.
+    assert producer_setting("metric.reporters", "") == {"metric_reporters": ()}
+    Producer(bootstrap_servers="127.0.0.1:9", **producer_setting("metric.reporters", " ")).close()
 
 
 def test_kafka_python_defaults_and_aliases():
