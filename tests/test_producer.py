@@ -456,11 +456,13 @@ def test_get_of_a_pending_record_in_a_callback_is_refused_not_a_hang(kafka_broke
     seen = []
 
     def get_another(meta):
-        try:
-            p.send(topic_name, b"inner").get()
-            seen.append("returned")
-        except KafkaError as exc:
-            seen.append(str(exc))
+        for wait in (lambda: p.send(topic_name, b"inner").get(),
+                     lambda: p.send_batch(topic_name, [b"batch"]).get()):
+            try:
+                wait()
+                seen.append("returned")
+            except KafkaError as exc:
+                seen.append(str(exc))
         try:  # a poll does not wait: allowed
             p.send(topic_name, b"polled").get(0)
             seen.append("done at once")
@@ -475,9 +477,13 @@ def test_get_of_a_pending_record_in_a_callback_is_refused_not_a_hang(kafka_broke
     assert seen == [f"get() on the pending record for {topic_name}-0 in a callback: "
                     f"callbacks run on netkafka's own threads, which must not wait for a "
                     f"record (the thread that delivers it may be this one); chain or add a "
-                    f"callback instead", "polled"]
-    assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 3)) == [
-        b"inner", b"outer", b"polled"]
+                    f"callback instead",
+                    f"send_batch() result of 1 records to {topic_name!r} waited for in a "
+                    f"callback: callbacks run on netkafka's own threads, which must not wait "
+                    f"for records (the thread that delivers them may be this one); read it "
+                    f"from another thread", "polled"]
+    assert sorted(r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 4)) == [
+        b"batch", b"inner", b"outer", b"polled"]
 
 
 def test_flush_counts_a_batch_whose_callbacks_still_run(kafka_broker, topic_name):

@@ -42,6 +42,7 @@ from netkafka.producer._batch_send import (fill_rows, group_rows, keyed_partitio
 from netkafka.producer._partitioner import BrokerAwarePartitioner, DefaultPartitioner
 from netkafka.record._columns import Rows
 from netkafka.client.metadata import check_topic_name
+from netkafka.client.own_threads import on_own_thread
 from netkafka.errors import KafkaTimeoutError
 
 
@@ -96,9 +97,21 @@ class BatchSendResult:
     # -- the caller's ---------------------------------------------------------------
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """True once every row's batch is done; False if timeout seconds passed."""
+        """True once every row's batch is done; False if timeout seconds passed.
+
+        Raises:
+            KafkaError: a wait (not a poll, timeout 0) in a callback for batches not
+                done: the thread that would complete them may be this one.
+        """
         if self._batches is None:
             self._batches = list({id(run[0]): run[0] for run in self._runs}.values())
+        if ((timeout is None or timeout > 0) and on_own_thread()
+                and not all(batch.done for batch in self._batches)):
+            raise errors.KafkaError(
+                f"send_batch() result of {self.record_count} records to {self.topic!r} "
+                f"waited for in a callback: callbacks run on netkafka's own threads, which "
+                f"must not wait for records (the thread that delivers them may be this "
+                f"one); read it from another thread")
         if timeout is None:
             return all(batch.wait(None) for batch in self._batches)
         deadline = _now() + timeout
