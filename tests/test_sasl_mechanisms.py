@@ -255,6 +255,21 @@ def test_scram_refuses_a_password_saslprep_forbids_naming_the_setting():
         sasl.check_sasl_settings(scram_settings("SCRAM-SHA-256", password="bell\x07"), "SASL_SSL")
 
 
+@pytest.mark.parametrize("setting, value", [
+    ("password", "pass\xa0word"), ("password", "pass\uff11"), ("password", "x\xadx"),
+    ("password", "\ufb01sh"), ("username", "us\u2003er")])
+def test_scram_refuses_what_saslprep_would_change_naming_the_setting(setting, value):
+    """SASLprep mapped them before the key was derived (a no-break space to a space, a
+    full-width digit to a digit, a soft hyphen away): the broker, whose credential is of
+    the text as given (Java's client and kafka-configs use it so), answered "invalid
+    credentials" to a correct password."""
+    with pytest.raises(SaslConfigError, match=rf"^sasl_plain_{setting} cannot be used with "
+                                              rf"SCRAM-SHA-512: it has characters SASLprep"):
+        sasl.check_sasl_settings(scram_settings("SCRAM-SHA-512", **{setting: value}),
+                                 "SASL_SSL")
+    sasl.check_sasl_settings(scram_settings("SCRAM-SHA-512", **{setting: "plain"}), "SASL_SSL")
+
+
 # --- OAUTHBEARER
 
 # The broker's grammar for the client's message (Kafka's OAuthBearerClientInitialResponse),

@@ -14,11 +14,15 @@ key derivation runs -- a hostile broker could otherwise make every connection bu
 (scramp alone allows ten million).
 
 Deviation from the Java client: scramp applies SASLprep (RFC 4013) to the username and
-password, as the RFC says; Java uses them as given.  They differ only for passwords with
-characters SASLprep maps or forbids (non-ASCII spaces, control characters); such a
-password is refused at construction, naming the setting.
+password, as the RFC says; Java uses them as given (their UTF-8), and so do the brokers'
+stored credentials.  They differ only for text with characters SASLprep maps or forbids
+(non-ASCII spaces, control characters, compatibility forms such as a full-width digit, a
+soft hyphen): such a username or password is refused at construction, naming the
+setting -- taken, it was changed before the key was derived, and the broker answered
+"invalid credentials" to a correct password.
 """
 import scramp
+from scramp.core import saslprep  # 1.4 and 1.5 alike (1.5 moved it to scramp.utils)
 
 from netkafka.client.sasl import PasswordMechanism
 from netkafka.errors import SaslAuthenticationFailedError, SaslConfigError
@@ -45,15 +49,23 @@ class ScramMechanism(PasswordMechanism):
     def check_credentials(cls, username, password):
         # scramp refuses what SASLprep forbids when a client is made: made here with
         # one real value at a time, the error names the setting at fault.
-        cls._check_saslprep("sasl_plain_username", username, "x")
-        cls._check_saslprep("sasl_plain_password", "x", password)
+        cls._check_saslprep("sasl_plain_username", username, username, "x")
+        cls._check_saslprep("sasl_plain_password", password, "x", password)
 
     @classmethod
-    def _check_saslprep(cls, name, username, password):
+    def _check_saslprep(cls, name, value, username, password):
         try:
             scramp.ScramClient([cls.name], username, password)
         except scramp.ScramException as exc:
             raise SaslConfigError(f"{name} cannot be used with {cls.name}: {exc}") from None
+        if saslprep(value) != value:
+            # The value itself is not shown: it may be a password.
+            raise SaslConfigError(
+                f"{name} cannot be used with {cls.name}: it has characters SASLprep (RFC "
+                f"4013) maps (a non-ASCII space, a compatibility form such as a full-width "
+                f"digit or a ligature, a soft hyphen), which the SCRAM library applies "
+                f"before deriving the key, where Kafka's brokers stored the credential "
+                f"from the text as given: the broker would refuse it as invalid")
 
     def initial_response(self):
         return self._client_first
