@@ -225,12 +225,20 @@ class ProducerConfig(Mapping):
         fields = cls.__dataclass_fields__
         settings = {}
         security = {}
-        given_as = {}  # keyword: the name it was given under first
+        given_as = {}  # keyword: (the name it was given under first, the value read)
         for given, value in kwargs.items():
-            name = producer_keyword(given) if "." in given else given
-            first = given_as.setdefault(name, given)
+            if "." in given:
+                # The Java client's names as a properties file gives them: text read as
+                # the setting's type, its TLS stores as kafka-python's settings.
+                setting = producer_setting(given, value)
+                if not setting:
+                    continue  # ssl.truststore.type=PEM: what netkafka reads anyway
+                ((name, value),) = setting.items()
+            else:
+                name = given
+            first, first_value = given_as.setdefault(name, (given, value))
             if first != given:
-                _check_same_value(name, first, kwargs[first], given, value)
+                _check_same_value(name, first, first_value, given, value)
             if name in SECURITY_DEFAULTS:
                 security[name] = value
             elif name == "security":

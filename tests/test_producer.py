@@ -948,6 +948,23 @@ def test_a_setting_under_both_its_names_with_one_value_is_taken():
         p.close()
 
 
+def test_java_names_given_to_producer_take_javas_values_as_a_properties_file_does():
+    """Producer(**{"security.protocol": "ssl"}) was refused where the same dict through
+    netkafka.spark.producer_settings (and a properties file) was taken; the Java TLS
+    store names got no hint of what they stand for."""
+    p = Producer(**{"bootstrap.servers": "127.0.0.1:9", "security.protocol": "plaintext",
+                    "linger.ms": "5", "enable.idempotence": "false", "ssl.truststore.type": "PEM"})
+    try:
+        assert (p.config.linger_ms, p.config.enable_idempotence) == (5, False)
+    finally:
+        p.close()
+    with pytest.raises(SslConfigError, match="ssl_cafile is set but security_protocol="):
+        Producer(**{"bootstrap.servers": "127.0.0.1:9", "ssl.truststore.location": "/ca.pem"})
+    with pytest.raises(TypeError, match="got linger_ms twice, with different values: "
+                                        "linger.ms=5 and linger_ms=6"):
+        Producer(bootstrap_servers="127.0.0.1:9", **{"linger.ms": "5", "linger_ms": 6})
+
+
 def test_an_empty_list_setting_given_as_text_is_the_empty_list():
     # Java's ConfigDef reads metric.reporters= as no reporter; as a Spark option or a
     # properties line it was refused as text.
