@@ -116,6 +116,11 @@ def test_a_java_or_pkcs12_store_where_pem_is_read_says_so_and_how_to_convert(tls
     p12 = tmp_path / "keystore.p12"
     p12.write_bytes(pkcs12.serialize_key_and_certificates(
         b"alice", key, cert, None, serialization.NoEncryption()))
+    der_cert = tmp_path / "ca.der"
+    der_cert.write_bytes(x509.load_pem_x509_certificate(tls_files.ca_file.read_bytes())
+                         .public_bytes(serialization.Encoding.DER))
+    der_crl = tmp_path / "crl.der"
+    der_crl.write_bytes(b"\x30\x82\x01\x00" + bytes(256))  # DER's first bytes, as a CRL's
     hint = r"and netkafka reads PEM files; convert it \(keytool -exportcert -rfc"
     for settings, message in [
             ({"ssl_cafile": str(jks)}, rf"ssl_cafile=.*truststore.jks' does not load: .*: it "
@@ -124,7 +129,14 @@ def test_a_java_or_pkcs12_store_where_pem_is_read_says_so_and_how_to_convert(tls
                                          rf"a JKS key store, {hint}"),
             ({"ssl_certfile": str(p12)}, rf"ssl_certfile=.*keystore.p12' holds no PEM "
                                          rf"certificate: it is binary DER \(a PKCS12 store "
-                                         rf"or a DER certificate\), {hint}")]:
+                                         rf"or a DER certificate\), and netkafka reads PEM "
+                                         rf"files; convert it \(openssl pkcs12 -in FILE -nodes"),
+            # keytool converts no DER file, a CRL least of all: openssl does.
+            ({"ssl_cafile": str(der_cert)}, rf"ssl_cafile=.*ca.der' .*: it is binary DER .*"
+                                            rf"openssl x509 -inform DER -in FILE"),
+            ({"ssl_cafile": str(tls_files.ca_file), "ssl_crlfile": str(der_crl)},
+             rf"ssl_crlfile=.*crl.der' .*: it is binary DER, and netkafka reads PEM files; "
+             rf"convert it \(openssl crl -inform DER -in FILE -out crl.pem\)")]:
         with pytest.raises(SslConfigError, match=message):
             Producer(bootstrap_servers=NOWHERE, security_protocol="SSL", **settings)
 
@@ -142,8 +154,8 @@ def test_a_callable_ssl_password_is_asked_for_the_keys_password(tls_files):
 
     assert build_ssl_context({**key, "ssl_password": password}, "SSL") is not None
     assert asked == [True]
-    with pytest.raises(SslConfigError, match=r"^ssl_password\(\) returned a int, not a str "
-                                             r"or bytes$"):
+    with pytest.raises(SslConfigError, match=r"^ssl_password\(\) returned an object of type "
+                                             r"int, not a str or bytes$"):
         build_ssl_context({**key, "ssl_password": lambda: 1234}, "SSL")
     with pytest.raises(SslConfigError, match="ssl_password does not decrypt the key"):
         build_ssl_context({**key, "ssl_password": lambda: "wrong"}, "SSL")

@@ -182,7 +182,8 @@ def _password_bytes(password, source):
     if isinstance(password, str):
         return password.encode()
     if not isinstance(password, (bytes, bytearray)):
-        raise SslConfigError(f"{source} a {type(password).__name__}, not a str or bytes")
+        raise SslConfigError(f"{source} an object of type {type(password).__name__}, not a str "
+                             f"or bytes")
     return password
 
 
@@ -201,7 +202,8 @@ def _check_pem(name, path, marker, what):
     PEM header of what it must hold."""
     data = _file_bytes(name, path)
     if marker not in data:
-        raise SslConfigError(f"{name}={str(path)!r} holds no PEM {what}{_not_pem_hint(data)}")
+        raise SslConfigError(f"{name}={str(path)!r} holds no PEM {what}"
+                             f"{_not_pem_hint(name, data)}")
 
 
 # The first bytes of the stores Java clients keep keys and certificates in: users
@@ -210,17 +212,23 @@ _JAVA_STORE_MAGIC = {b"\xfe\xed\xfe\xed": "a JKS key store",
                      b"\xce\xce\xce\xce": "a JCEKS key store"}
 
 
-def _not_pem_hint(data):
-    """What a file that is not PEM is, when it looks like a Java, PKCS12 or DER store,
-    and how to convert it; else ''."""
+def _not_pem_hint(name, data):
+    """What setting name's file that is not PEM is, when it looks like a Java, PKCS12 or
+    DER store, and how to convert it; else ''.  keytool converts only Java's stores: a
+    DER file is openssl's to convert (a CRL with openssl crl, not keytool)."""
     kind = _JAVA_STORE_MAGIC.get(data[:4])
-    if kind is None and data[:1] == b"\x30":  # an ASN.1 SEQUENCE: DER, not text
-        kind = "binary DER (a PKCS12 store or a DER certificate)"
-    if kind is None:
+    if kind is not None:
+        return (f": it is {kind}, and netkafka reads PEM files; convert it (keytool "
+                f"-exportcert -rfc for a trust store's certificates, keytool -importkeystore "
+                f"-deststoretype PKCS12 then openssl pkcs12 -nodes for a key and its chain)")
+    if data[:1] != b"\x30":  # an ASN.1 SEQUENCE: DER, not text
         return ""
-    return (f": it is {kind}, and netkafka reads PEM files; convert it (keytool "
-            f"-exportcert -rfc for a trust store's certificates, keytool -importkeystore "
-            f"-deststoretype PKCS12 then openssl pkcs12 -nodes for a key and its chain)")
+    if name == "ssl_crlfile":
+        return (": it is binary DER, and netkafka reads PEM files; convert it (openssl crl "
+                "-inform DER -in FILE -out crl.pem)")
+    return (": it is binary DER (a PKCS12 store or a DER certificate), and netkafka reads PEM "
+            "files; convert it (openssl pkcs12 -in FILE -nodes -out store.pem for a PKCS12 "
+            "store, openssl x509 -inform DER -in FILE -out cert.pem for a certificate)")
 
 
 def _load(name, path, load, key_setting=None, key_setting_path=None):
@@ -242,7 +250,7 @@ def _load(name, path, load, key_setting=None, key_setting_path=None):
                 raise SslConfigError(f"{key_setting}: ssl_password does not decrypt the key "
                                      f"(or none was given): {reason}") from None
         raise SslConfigError(f"{name}={str(path)!r} does not load: {reason}"
-                             f"{_not_pem_hint(data)}") from None
+                             f"{_not_pem_hint(name, data)}") from None
 
 
 def _is_encrypted_key(path):
