@@ -267,7 +267,8 @@ cdef class FutureRecordMetadata:
             raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
         # Not waiting for the batch's other callbacks once it is done, as kafka-python's
         # get(): a callback may get() its own record.
-        if not batch._is_done() and (timeout is None or timeout > 0) and on_own_thread():
+        cdef bint done = batch._is_done()  # one lock round, as before the check below
+        if not done and (timeout is None or timeout > 0) and on_own_thread():
             # A callback waiting: the thread that would complete the record may be this
             # one (it waited for itself, and delivery_timeout_ms never came), and
             # netkafka's other threads stop their work for everyone while they wait.
@@ -276,7 +277,7 @@ cdef class FutureRecordMetadata:
                 f"callback: callbacks run on netkafka's own threads, which must not wait "
                 f"for a record (the thread that delivers it may be this one); chain or "
                 f"add a callback instead")
-        if not batch._is_done() and not batch.wait(timeout):
+        if not done and not batch.wait(timeout):
             raise KafkaTimeoutError(
                 f"record for {batch.topic}-{batch.partition} not done after waiting "
                 f"{timeout} s")
