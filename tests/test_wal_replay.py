@@ -25,7 +25,12 @@ from netkafka.errors import (
 )
 from netkafka.producer.replay import Replay, _appended
 from netkafka.producer.wal import Seal, WriteAheadLog
-from netkafka.protocol.describe_producers import PartitionProducers, ProducerState
+from netkafka.protocol.describe_producers import (
+    API as DESCRIBE_PRODUCERS, PartitionProducers, ProducerState,
+    decode_describe_producers_response, encode_describe_producers_request,
+)
+from netkafka.protocol.framing import ApiKey
+from netkafka.protocol.metadata import MetadataResponse, PartitionMetadata, TopicMetadata
 from netkafka.record._batch import BATCH_HEADER_BYTES, RecordBatchBuilder
 from netkafka.record._pool import BufferPool
 from netkafka.testing.admin import admin_client, create_topic
@@ -525,15 +530,23 @@ def test_which_sealed_batches_the_broker_has_across_the_sequence_wrap():
 class _Answering:
     """A metadata cache, pool and connection in one, whose DescribeProducers requests
     are answered in turn with `answers`: decoded PartitionProducers, or an exception
-    the request fails with (the last answer repeats)."""
+    the request fails with (the last answer repeats).  Its Metadata requests for
+    partition alpha-0 are answered in turn with `leaders`, (leader, leader epoch)
+    pairs (the last repeats); the cache knows epoch `known_epoch`."""
 
-    def __init__(self, *answers):
+    def __init__(self, *answers, leaders=((0, 5),), known_epoch=5, topic_error=0):
         self.answers = list(answers)
+        self.leaders = list(leaders)
+        self.known_epoch = known_epoch
+        self.topic_error = topic_error
         self.config = type("Config", (), {"client_id": "test"})()
         self.updates = 0  # metadata updates asked for
 
     def leader_for(self, topic, partition, timeout_s):
         return type("Broker", (), {"node_id": 0, "host": "127.0.0.1", "port": 9092})()
+
+    def leader_epoch(self, topic, partition):
+        return self.known_epoch
 
     def request_update(self):
         self.updates += 1
@@ -545,7 +558,14 @@ class _Answering:
         return "node 0"
 
     def request(self, api_key, encode, decode):
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if api_key == ApiKey.METADATA:
+            leader, epoch = self.leaders.pop(0) if len(self.leaders) > 1 else self.leaders[0]
+            partitions = [] if self.topic_error else [
+                PartitionMetadata(0, 0, leader, epoch, (0, 1), (0, 1), ())]
+            answer = MetadataResponse(0, [], None, -1, [TopicMetadata(
+                self.topic_error, "alpha", None, False, partitions)], 0)
+        else:
+            answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         future = concurrent.futures.Future()
         if isinstance(answer, Exception):
             future.set_exception(answer)
@@ -566,8 +586,9 @@ class _CountedBackoff(RetryBackoff):
         return super().ms(retries)
 
 
-def _last_sequence_answered(*answers, max_block_ms=1000, backoff=None, spent=False):
-    fake = _Answering(*answers)
+def _last_sequence_answered(*answers, max_block_ms=1000, backoff=None, spent=False,
+                            **metadata):
+    fake = _Answering(*answers, **metadata)
     recovery = type("Recovery", (), {"record_count": 0})()
     replayer = Replay(recovery, accumulator=None, sender=None, idempotence=None, metadata=fake,
                       pool=fake, wal=None, on_replay=None, max_block_ms=max_block_ms,
@@ -600,6 +621,65 @@ def test_describe_producers_is_asked_again_while_the_leader_restarts():
                [PartitionProducers("alpha", 0, NotLeaderOrFollowerError.code, None, ())],
                [PartitionProducers("alpha", 0, 0, None, producers)]]
     assert _last_sequence_answered(*answers) == (117, 2)
+
+
+def test_describe_producers_is_taken_only_from_the_leader_throughout():
+    # A broker answers DescribeProducers from its own replica, follower or not: a
+    # restarted leader, a follower now, answered with batches its new leader never had
+    # and it was about to cut (tests/test_wal_kill.py's broker restart lost one).  Its
+    # Metadata answers around the question must name it the leader, at one epoch, no
+    # older than the cache's; else it is asked again (the metadata updated first).
+    producers = (ProducerState(7, 0, 117, 0, -1, -1),)
+    answer = [PartitionProducers("alpha", 0, 0, None, producers)]
+    assert _last_sequence_answered(answer, leaders=[(0, 5)]) == (117, 0)
+    assert _last_sequence_answered(answer, leaders=[(0, 6)]) == (117, 0)
+    # Another broker is the leader, then this one is: its second answer is taken.
+    assert _last_sequence_answered(answer, leaders=[(1, 6), (1, 6), (0, 6)]) == (117, 1)
+    # An election during the question; an epoch older than the one the cache knows
+    # (the broker has not heard of an election yet); no leader at all.
+    assert _last_sequence_answered(answer, leaders=[(0, 5), (0, 6), (0, 6)]) == (117, 1)
+    assert _last_sequence_answered(answer, leaders=[(0, 4), (0, 4), (0, 5)]) == (117, 1)
+    assert _last_sequence_answered(answer, leaders=[(-1, 6), (-1, 6), (0, 6)]) == (117, 1)
+    # Never the leader within max_block_ms: no answer, the broker's idempotence decides.
+    assert _last_sequence_answered(answer, leaders=[(1, 6)], max_block_ms=200)[0] is None
+    # Not allowed to describe the topic: asked once (no metadata update for a retry).
+    assert _last_sequence_answered(answer, topic_error=TopicAuthorizationFailedError.code,
+                                   max_block_ms=5000) == (None, 0)
+
+
+def test_a_real_follower_answers_describe_producers_and_replay_does_not_take_it(
+        kafka_cluster, topic_name):
+    # Kafka answers DescribeProducers from any replica: a follower's answer is no
+    # error.  Asked of the follower the metadata wrongly names (stale after a restart),
+    # replay refuses it; asked of the leader, it takes it.
+    create_topic(kafka_cluster.bootstrap, topic_name, partitions=1, replication_factor=3)
+    with Producer(bootstrap_servers=kafka_cluster.bootstrap, acks="all") as producer:
+        producer.send(topic_name, b"v", partition=0).get(30)
+        metadata, pool = producer._metadata, producer._pool
+        leader = metadata.leader_for(topic_name, 0, 10)
+        follower = next(b for b in metadata.snapshot().brokers.values()
+                        if b.node_id != leader.node_id)
+        conn = pool.connection(follower.node_id, follower.host, follower.port)
+        [asked] = conn.request(
+            DESCRIBE_PRODUCERS.key,
+            lambda cid, version: encode_describe_producers_request(
+                cid, "test", version, {topic_name: [0]}),
+            decode_describe_producers_response).result(10)
+        assert asked.error_code == 0 and len(asked.producers) == 1
+        recovery = type("Recovery", (), {"record_count": 0})()
+        replayer = Replay(recovery, accumulator=None, sender=None, idempotence=None,
+                          metadata=metadata, pool=pool, wal=None, on_replay=None,
+                          max_block_ms=10000, retry_backoff=RetryBackoff(10, 10),
+                          max_request_size=1 << 20)
+        deadline = time.monotonic() + 10
+        assert replayer._describe_producers(topic_name, 0, deadline).producers == asked.producers
+        real_leader_for = metadata.leader_for
+        metadata.leader_for = lambda *args: follower
+        try:
+            with pytest.raises(NotLeaderOrFollowerError, match=f"names broker {leader.node_id}"):
+                replayer._describe_producers(topic_name, 0, deadline)
+        finally:
+            metadata.leader_for = real_leader_for
 
 
 def test_describe_producers_is_asked_again_only_within_max_block_ms_and_when_retriable():

@@ -336,6 +336,15 @@ class Metadata:
         broker = snapshot.leader(topic, partition)
         return None if broker is None else broker.node_id
 
+    def leader_epoch(self, topic, partition):
+        """The leader epoch of topic/partition in the cache; -1 if it knows none (or
+        the broker's Metadata answers are older than v7, which carry none)."""
+        with self._lock:
+            snapshot = self._snapshot
+        info = None if snapshot is None else snapshot.topics.get(topic)
+        part = None if info is None else info.partitions.get(partition)
+        return -1 if part is None else part.leader_epoch
+
     def awaits_leader(self, topic, partition):
         """Whether the cache knows topic/partition but no leader of it: the partition
         has none, or the topic is gone (a retriable error: deleted, perhaps being

@@ -5,7 +5,9 @@ constructor, partition by partition:
 
   1. The partition's sealed batches (perhaps sent, perhaps in the topic already), in
      the order they were sealed.  The partition's leader is asked what it has of
-     their producer id (DescribeProducers):
+     their producer id (DescribeProducers; the answer is taken only from a broker
+     that names itself the leader, at one epoch, just before and just after it,
+     since a follower answers too, from a log it may yet cut):
        - it knows the id, at the same epoch: the batches whose sequences it has
          appended are in the topic (deduplicated: nothing is sent, their offsets are
          unknown); the others are rebuilt from their records -- byte-identical, checked
@@ -61,6 +63,7 @@ import time
 from typing import NamedTuple
 
 from netkafka import errors
+from netkafka.client.metadata import request_metadata
 from netkafka.client.own_threads import callback_error_is_contained
 from netkafka.producer._futures import RecordMetadata, TopicPartition, part_of
 from netkafka.producer.accumulator import release_batch
@@ -245,6 +248,11 @@ class Replay:
             appended = [b for b in sealed
                         if _appended(b.seal, known, sealed[0].seal.base_sequence)]
         after = sealed[len(appended):]
+        _log.debug("replay: %s-%d: producer %d epoch %d, sealed sequences %d-%d, the "
+                   "leader's last %s: %d batches in the topic, %d sent again", topic,
+                   partition, stamp[0], stamp[1], sealed[0].seal.base_sequence,
+                   sealed[-1].seal.base_sequence + sealed[-1].seal.record_count - 1,
+                   "unknown" if known is None else known, len(appended), len(after))
         last = sealed[-1].seal
         self._idempotence.adopt(
             topic, partition, *stamp,
@@ -277,6 +285,8 @@ class Replay:
                                  "sending the sealed batches under their producer id for "
                                  "the broker to deduplicate", topic, partition, exc)
                     return None
+                _log.debug("replay: %s-%d: DescribeProducers asked again in %.3f s: %s",
+                           topic, partition, wait_s, exc)
                 self._metadata.request_update()
                 time.sleep(wait_s)
                 retries += 1
@@ -290,23 +300,40 @@ class Replay:
         """The leader's DescribeProducers answer for topic-partition, waiting for a
         leader until deadline.
 
+        A broker answers DescribeProducers from its own replica of the partition,
+        leader or follower, appended or committed alike: a restarted leader that is a
+        follower now answers with batches its new leader never had, which it is about
+        to cut from its log (taken as in the topic, they were lost: seen in a test's
+        broker restart).  So the question goes between two Metadata requests on the
+        same connection, which a broker answers in order: both must name the broker
+        the partition's leader at one leader epoch, no older than the one this
+        producer's metadata knows -- a leader keeps its log through its epoch.  What
+        the leader appended but no follower has fetched yet counts as in the topic too:
+        it is lost only if the leader fails before they fetch it and one of them is
+        elected, a second fault within moments of the question.
+
         Raises:
             KafkaError: no leader by deadline, no connection, no answer; the
-                partition's error code (NOT_LEADER_OR_FOLLOWER, ...); an answer about
-                another partition (ProtocolError).
+                partition's error code (NOT_LEADER_OR_FOLLOWER, ...); a broker that
+                is not the partition's leader throughout (NotLeaderOrFollowerError,
+                asked again); an answer about another partition (ProtocolError).
         """
         broker = self._metadata.leader_for(topic, partition,
                                            max(0.0, deadline - time.monotonic()))
         conn = self._pool.connection(broker.node_id, broker.host, broker.port)
         client_id = conn.config.client_id
+        before = request_metadata(conn, [topic], allow_auto_topic_creation=False)
         future = conn.request(
             DESCRIBE_PRODUCERS.key,
             lambda cid, version: encode_describe_producers_request(
                 cid, client_id, version, {topic: [partition]}),
             decode_describe_producers_response)
-        # Once asked, the answer is waited for as any request's (request_timeout_ms
-        # fails it first): a budget spent on another partition's leader is no reason
-        # to give up on this one's.
+        after = request_metadata(conn, [topic], allow_auto_topic_creation=False)
+        # Once asked, the answers are waited for as any request's (request_timeout_ms
+        # fails them first): a budget spent on another partition's leader is no
+        # reason to give up on this one's.
+        epoch = self._leader_epoch(conn, broker.node_id, topic, partition,
+                                   before.result(self._max_block_s))
         [answer] = future.result(self._max_block_s)
         if (answer.topic, answer.partition) != (topic, partition):
             # Another partition's producers say nothing of this one's: taken for it,
@@ -316,7 +343,45 @@ class Replay:
                 f"{answer.topic}-{answer.partition}, not {topic}-{partition}")
         if answer.error_code:
             raise errors.error_for_code(answer.error_code, answer.error_message)
+        if self._leader_epoch(conn, broker.node_id, topic, partition,
+                              after.result(self._max_block_s)) != epoch:
+            raise errors.NotLeaderOrFollowerError(
+                f"{conn.describe()} changed leader epoch of {topic}-{partition} while "
+                f"it answered DescribeProducers: its answer may not be its log's as "
+                f"leader")
+        _log.debug("replay: %s-%d: %s, its leader at epoch %d, knows %d producers", topic,
+                   partition, conn.describe(), epoch, len(answer.producers))
         return answer
+
+    def _leader_epoch(self, conn, node_id, topic, partition, response):
+        """The leader epoch of topic-partition in conn's Metadata answer, which must
+        name node_id its leader at an epoch no older than the metadata cache's.
+
+        Raises:
+            NotLeaderOrFollowerError: the broker names another leader, none, or an
+                older epoch than the cache's (it has not heard of an election yet).
+            KafkaError: the topic's error in the answer (not allowed to describe it:
+                asked no more).
+        """
+        for info in response.topics:
+            if info.name != topic:
+                continue
+            if info.error_code:
+                raise errors.error_for_code(
+                    info.error_code, f"{conn.describe()}'s metadata for {topic!r}")
+            for part in info.partitions:
+                if part.partition != partition:
+                    continue
+                known = self._metadata.leader_epoch(topic, partition)
+                if part.leader == node_id and part.leader_epoch >= known:
+                    return part.leader_epoch
+                raise errors.NotLeaderOrFollowerError(
+                    f"{conn.describe()} names broker {part.leader} the leader of "
+                    f"{topic}-{partition} at epoch {part.leader_epoch} (this producer "
+                    f"knows epoch {known}): its DescribeProducers answer is a "
+                    f"follower's, whose log may be cut")
+        raise errors.NotLeaderOrFollowerError(
+            f"{conn.describe()} said nothing of {topic}-{partition} in its metadata")
 
     def _deduplicated(self, batch):
         """A sealed batch the broker has appended: done, offsets unknown."""
@@ -432,6 +497,10 @@ class Replay:
                 parts=()):
         """parts: a split batch's (ProduceResult.parts): its records that failed count
         as failed, the others as kind."""
+        _log.debug("replay: batch %d of %s-%d, %d records, sequence %s: %s%s",
+                   batch.batch_id, batch.topic, batch.partition, len(batch.records),
+                   "-" if batch.seal is None else batch.seal.base_sequence, kind,
+                   "" if error is None else f" ({error!r})")
         self._tell(batch, base_offset, log_append_time_ms, error, parts)
         failed = 0
         if parts:
