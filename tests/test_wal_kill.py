@@ -83,6 +83,19 @@ class Runs:
         assert child.returncode == 0, stderr.decode()
         self.returned[run] = LAST_RUN_RECORDS
 
+    def logged_about(self, records):
+        """The runs' log lines that are not about one replayed record, and those about
+        records (wal_loader.py's logs)."""
+        named = tuple(f"replayed {run}:{i}:" for run, i in records)
+        lines = []
+        for run in self.returned:
+            path = f"{self.progress}.{run}.log"
+            if os.path.exists(path):
+                with open(path) as log:
+                    lines += [line for line in log if " root INFO replayed " not in line
+                              or any(name in line for name in named)]
+        return "".join(lines[-400:])
+
     def read_progress(self):
         return kill_progress.read(self.progress)
 
@@ -97,7 +110,8 @@ class Runs:
         present = set(sent)
         lost = [(int(run), i) for run, count in self.returned.items() for i in range(count)
                 if (int(run), i) not in present]
-        assert not lost, f"{len(lost)} returned sends missing, e.g. {lost[:5]}"
+        assert not lost, (f"{len(lost)} returned sends missing, e.g. {lost[:5]}; what the "
+                          f"runs logged of them:\n{self.logged_about(lost[:5])}")
         by_partition = collections.defaultdict(list)
         for record, key in sorted(zip(records, sent), key=lambda p: (p[0].partition,
                                                                       p[0].offset)):
