@@ -19,9 +19,11 @@ from netkafka import KafkaTimeoutError, Producer
 from netkafka.client.retry import RetryBackoff
 from netkafka.record._batch import RecordBatchBuilder
 from netkafka.record._pool import BufferPool
-from netkafka.errors import (NO_ERROR, MessageTooLargeError, OutOfOrderSequenceNumberError,
-                             ProtocolError, UnknownProducerIdError)
-from netkafka.producer.idempotence import APPENDED, RESTART, WAIT, ProducerIdManager
+from netkafka.errors import (NO_ERROR, MessageTooLargeError, NotLeaderOrFollowerError,
+                             OutOfOrderSequenceNumberError, ProtocolError,
+                             UnknownProducerIdError)
+from netkafka.producer.idempotence import (APPENDED, PASSED_OVER, RESTART, WAIT,
+                                           ProducerIdManager)
 from netkafka.producer.wal import WriteAheadLog
 from netkafka.protocol.init_producer_id import InitProducerIdResponse
 from netkafka.testing.admin import create_topic
@@ -347,6 +349,20 @@ def test_a_first_batch_refused_after_a_later_one_was_acknowledged_is_in_the_log(
     manager.done(b, ok=True)
     assert manager.take(a)
     assert manager.answered(a, OutOfOrderSequenceNumberError.code) == APPENDED
+
+
+def test_a_first_batch_no_attempt_of_which_was_written_is_passed_over_not_in_the_log(
+        manager, sealed):
+    # a refused before the append (its leader moved), b acknowledged by a broker that
+    # held no state of the producer id (which takes any sequence): a is not in the log,
+    # though b is.  Taken for appended, it was acknowledged and its records lost.
+    a, b = sealed(manager, 1), sealed(manager, 1)
+    assert manager.take(a) and manager.take(b)
+    assert manager.answered(a, NotLeaderOrFollowerError.code) is None
+    assert manager.answered(b, NO_ERROR) is None
+    manager.done(b, ok=True)
+    assert manager.take(a)
+    assert manager.answered(a, OutOfOrderSequenceNumberError.code) == PASSED_OVER
 
 
 def test_sequences_of_a_batch_that_never_reached_the_sender_are_given_back(manager, sealed):

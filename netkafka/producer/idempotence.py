@@ -101,6 +101,7 @@ NOT_APPENDED = frozenset(error.code for error in (
 WAIT = "wait"  # an earlier batch is outstanding: resend once it is through
 RESTART = "restart"  # a hole before this first batch: resend it after the restart
 APPENDED = "appended"  # a later batch was acknowledged, so this one is in the log
+PASSED_OVER = "passed over"  # a later one was appended without it: it is not in the log
 
 
 class SequencedBatch:
@@ -300,7 +301,8 @@ class ProducerIdManager:
     def answered(self, entry, error_code):
         """entry's request came back: error_code NO_ERROR, the partition's error code, or
         None (no answer: the request or its connection failed).  Returns what a
-        refusal of its sequence means (WAIT, RESTART or APPENDED), else None."""
+        refusal of its sequence means (WAIT, RESTART, APPENDED or PASSED_OVER), else
+        None."""
         with self._lock:
             state = self._partitions[entry.key]
             entry.in_flight = False
@@ -313,7 +315,13 @@ class ProducerIdManager:
             if state.outstanding[0] is not entry:
                 return WAIT
             if entry.appended:
-                return APPENDED
+                if entry.maybe_appended:
+                    return APPENDED
+                # No attempt of it can be in the log (each was refused before the
+                # append), yet a later batch was acknowledged: a broker holding no
+                # state of the producer id (expired, as it is a day after the records'
+                # timestamps) takes any sequence.  Taken for appended, it was lost.
+                return PASSED_OVER
             # Nothing before it is outstanding and the broker refused it: the hole
             # is before it, and it is not in the log.
             entry.maybe_appended = False

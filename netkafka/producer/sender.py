@@ -24,8 +24,10 @@ ProducerIdManager keeps each partition's batches not yet completed in send order
 and says which may go out.  A batch refused with OUT_OF_ORDER_SEQUENCE_NUMBER or
 UNKNOWN_PRODUCER_ID is resent: after the earlier batch it waits for, or, first of
 its partition, after the partition starts over under a new epoch -- as the batches
-behind one that failed for good do (re-stamped in place, see idempotence.py).
-DUPLICATE_SEQUENCE_NUMBER means the broker has the batch already: acknowledged,
+behind one that failed for good do (re-stamped in place, see idempotence.py).  Refused
+so once a later batch of its partition was acknowledged, it is in the log (acknowledged,
+offset unknown) if an attempt of it may have been written, else it fails: the broker
+passed over it.  DUPLICATE_SEQUENCE_NUMBER means the broker has the batch already: acknowledged,
 offset unknown (-1).
 
 A batch of two records or more refused as MESSAGE_TOO_LARGE is split in halves
@@ -75,7 +77,7 @@ from netkafka.client.connection import Request
 from netkafka.client.retry import RetryBackoff
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 from netkafka.producer.accumulator import release_batch
-from netkafka.producer.idempotence import APPENDED, NOT_APPENDED, RESTART
+from netkafka.producer.idempotence import APPENDED, NOT_APPENDED, PASSED_OVER, RESTART
 from netkafka.producer.split import split_in_halves
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.produce import (
@@ -815,6 +817,15 @@ class Sender:
             elif (code == errors.MessageTooLargeError.code and item.record_count > 1
                   and self._split(item)):
                 pass  # its records go again, in two batches
+            elif verdict == PASSED_OVER:
+                # Sent again it would land behind the later batch: it fails, as the
+                # Java client's does on a hole, and the partition starts over.
+                self._refuse(item, errors.OutOfOrderSequenceNumberError(
+                    f"{item.topic}-{item.partition} from {conn.describe()}: the broker "
+                    f"appended a later batch of the partition without this one (it held "
+                    f"no state of the producer id: expired, or lost with its leader) and "
+                    f"refuses this one out of sequence; no attempt of it was written"),
+                    part, conn)
             else:
                 error = errors.error_for_code(
                     code,
