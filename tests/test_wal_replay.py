@@ -113,26 +113,32 @@ def test_a_dead_producers_records_are_replayed_exactly_once(kafka_broker, topic_
     producer, report = replay(kafka_broker, tmp_path, heard)
     try:
         assert report.records == COUNT and report.pending == 0
-        assert getattr(report, counted) == COUNT, report
+        # Appended already: the last five batches of each partition go again, and the
+        # broker answers with their offsets once they are committed.
+        resent = report.resent if counted == "deduplicated" else 0
+        assert getattr(report, counted) + resent == COUNT, report
         assert report.failed == 0 and report.batches_not_byte_identical == 0
         # New records go behind the replayed ones.
         producer.send(topic_name, b"r%d" % COUNT, key=b"k0").get(60)
         wal = producer.metrics()["netkafka-wal"]
-        assert wal[f"replay_{counted}"] == COUNT
+        assert wal[f"replay_{counted}"] + resent == COUNT
     finally:
         producer.close()
     records = assert_exactly_once_in_order(kafka_broker, topic_name, COUNT + 1)
     # on_replay: every record's context, with where it landed (a deduplicated batch's
-    # offsets are the broker's secret).
+    # offsets are the broker's secret; a resent one's come back in its answer).
     assert set(heard.outcomes) == {b"c%d" % i for i in range(COUNT)}
     where = {r.value: (r.partition, r.offset) for r in records}
+    unknown = 0
     for context, outcome in heard.outcomes.items():
         assert isinstance(outcome, RecordMetadata)
         i = int(context[1:])
         assert (outcome.topic, outcome.partition) == (topic_name, where[b"r%d" % i][0])
-        assert outcome.offset == (-1 if counted == "deduplicated" else where[b"r%d" % i][1])
+        assert outcome.offset in (-1, where[b"r%d" % i][1])
+        unknown += outcome.offset == -1
         assert (outcome.serialized_key_size, outcome.serialized_value_size) == (
             len(b"k%d" % (i % 7)), len(b"r%d" % i))
+    assert unknown == (report.deduplicated if counted == "deduplicated" else 0)
     # Replayed and acknowledged: the next producer finds nothing.
     with WriteAheadLog(tmp_path) as log:
         assert log.recovery().batches == []
@@ -144,11 +150,41 @@ def test_acknowledged_batches_are_deduplicated_and_the_rest_sent_after_them(
     crash("mixed", kafka_broker, topic_name, tmp_path)
     producer, report = replay(kafka_broker, tmp_path)
     try:
-        assert (report.deduplicated, report.resent) == (COUNT // 2, COUNT - COUNT // 2), report
+        # The acknowledged half's last five batches per partition go again.
+        assert report.deduplicated + report.resent == COUNT, report
+        assert report.resent >= COUNT - COUNT // 2, report
         assert report.possibly_duplicated == report.failed == report.pending == 0
     finally:
         producer.close()
     assert_exactly_once_in_order(kafka_broker, topic_name)
+
+
+def test_of_many_acknowledged_batches_the_last_five_go_again_the_others_not(
+        kafka_broker, topic_name, tmp_path):
+    # The leader's DescribeProducers answer counts batches no follower has yet, and a
+    # leader cut off from the controllers answers for a log its successor may lack:
+    # the last five it has (which it keeps the offsets of) are resent, and answered
+    # with their offsets once committed; those before them cannot be resent.
+    count = 1000
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
+    crash("acked", kafka_broker, topic_name, tmp_path, count)
+    with WriteAheadLog(tmp_path) as log:
+        batches = log.recovery().batches
+    assert len(batches) > 5
+    last_five = sum(len(b.records) for b in batches[-5:])
+    heard = Heard()
+    producer, report = replay(kafka_broker, tmp_path, heard)
+    try:
+        assert (report.deduplicated, report.resent) == (count - last_five, last_five), report
+        assert report.possibly_duplicated == report.failed == report.pending == 0
+    finally:
+        producer.close()
+    records = assert_exactly_once_in_order(kafka_broker, topic_name, count)
+    where = {r.value: r.offset for r in records}
+    known = {context: outcome.offset for context, outcome in heard.outcomes.items()
+             if outcome.offset >= 0}
+    assert len(known) == last_five
+    assert all(where[b"r" + context[1:]] == offset for context, offset in known.items())
 
 
 def test_acknowledged_batches_are_deduplicated_though_their_leader_was_killed_before_the_replay(
@@ -163,7 +199,7 @@ def test_acknowledged_batches_are_deduplicated_though_their_leader_was_killed_be
     cluster.node(topic[topic_name].partitions[0].leader).kill()
     producer, report = replay(cluster, tmp_path)
     try:
-        assert (report.records, report.deduplicated) == (COUNT, COUNT), report
+        assert report.records == report.deduplicated + report.resent == COUNT, report
     finally:
         producer.close()
     assert_exactly_once_in_order(cluster, topic_name)
@@ -311,17 +347,19 @@ def test_a_producer_id_the_broker_forgot_falls_back_to_at_least_once_and_says_so
     assert sorted(heard.outcomes) == sorted(b"c%d" % i for i in range(5))
 
 
-def test_a_batch_from_sequence_0_the_broker_was_not_asked_about_goes_at_least_once(
-        kafka_broker, topic_name, tmp_path):
+@pytest.mark.parametrize("base_sequence", [0, 40])
+def test_a_batch_the_broker_was_not_asked_about_goes_under_its_stamp_at_least_once(
+        kafka_broker, topic_name, tmp_path, base_sequence):
     # DescribeProducers gets no answer: the broker's idempotence would drop a batch it
-    # has -- but not one from sequence 0 under an id it expired, which it takes as a
-    # new producer's first.  Sent under its old stamp, it was counted resent (exactly
-    # once) while perhaps written twice.
+    # has -- but not one under an id it expired, which takes any sequence.  Sent under
+    # its old stamp, it was counted resent (exactly once) while perhaps written twice;
+    # it still goes under that stamp (the broker drops it if it knows the id), counted
+    # possibly duplicated.
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
     host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
     proxy = DescribeProducersRefusingProxy((host, int(port)))
     values = [b"r%d" % i for i in range(5)]
-    log_a_forgotten_stamp(tmp_path, topic_name, values, base_sequence=0)
+    log_a_forgotten_stamp(tmp_path, topic_name, values, base_sequence)
     heard = Heard()
     # The connection the request went on is left without an answer until
     # request_timeout_ms ends it; the question is asked again until max_block_ms.
@@ -525,6 +563,31 @@ def test_which_sealed_batches_the_broker_has_across_the_sequence_wrap():
     seals = [Seal(7, 0, limit - 3, 5, 0, 0, 0), Seal(7, 0, 2, 4, 0, 0, 0)]
     assert [_appended(s, 1, limit - 3) for s in seals] == [True, False]
     assert [_appended(s, limit - 4, limit - 3) for s in seals] == [False, False]
+
+
+@pytest.mark.parametrize("known, skipped, adopted_at, kind", [
+    (69, 2, 20, "resent"),  # all seven appended: the last five go again
+    (39, 0, 0, "resent"),  # four appended: all go again, the broker keeps them
+    (-1, 0, 0, "resent"),  # none appended
+    # Batches done in the log came after these: the broker's last five are not
+    # these, which it would refuse as out of sequence.
+    (89, 7, 70, "resent"),
+    (64, 6, 60, "resent"),  # the last one's first part appended (split): not its five
+    (None, 0, 0, "resent unasked"),  # no answer: under the stamp, at-least-once
+])
+def test_which_appended_batches_go_again(known, skipped, adopted_at, kind):
+    sealed = [type("Batch", (), {"seal": Seal(7, 0, 10 * i, 10, 0, 0, 0)})()
+              for i in range(7)]
+    adopted = []
+    idempotence = type("Idempotence", (), {"adopt": lambda self, *args: adopted.append(args)})()
+    recovery = type("Recovery", (), {"record_count": 70})()
+    replayer = Replay(recovery, accumulator=None, sender=None, idempotence=idempotence,
+                      metadata=None, pool=None, wal=None, on_replay=None, max_block_ms=1000,
+                      retry_backoff=RetryBackoff(10, 10), max_request_size=1 << 20)
+    replayer._last_sequence = lambda *args: known
+    plan = replayer._plan("alpha", 0, sealed, time.monotonic() + 1)
+    assert (plan[0], plan[1]) == (sealed[:skipped], kind)
+    assert adopted == [("alpha", 0, 7, 0, adopted_at)]
 
 
 class _Answering:

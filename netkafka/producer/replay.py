@@ -9,27 +9,30 @@ constructor, partition by partition:
      that names itself the leader, at one epoch, just before and just after it,
      since a follower answers too, from a log it may yet cut):
        - it knows the id, at the same epoch: the batches whose sequences it has
-         appended are in the topic (deduplicated: nothing is sent, their offsets are
-         unknown); the others are rebuilt from their records -- byte-identical, checked
-         against the CRC32C their SEAL entry kept -- and sent under their old producer
-         id, epoch and sequences, which the partition adopts
-         (ProducerIdManager.adopt) so that its next batches follow them;
+         appended are in the topic, and those before the last five of them are
+         deduplicated (nothing is sent, their offsets are unknown); the others are
+         rebuilt from their records -- byte-identical, checked against the CRC32C
+         their SEAL entry kept -- and sent under their old producer id, epoch and
+         sequences, which the partition adopts (ProducerIdManager.adopt) so that its
+         next batches follow them.  The broker drops those of its last five batches
+         it has, answering with their offsets once they are committed: its
+         DescribeProducers answer counts batches no follower has fetched yet, and a
+         leader cut off from the controllers answers for a log its successor may
+         lack; resent, they are acknowledged only once they are safe;
        - it does not know the id (expired) or the batches carry none (idempotence was
          off, or a part of a split batch was re-stamped: idempotence.py's
          _log_restamp_locked): the old stamp cannot keep them from being written
          twice, so they are re-encoded under this producer's own and their records
-         counted as possibly duplicated (at-least-once, reported, never silent) --
-         a partition whose first sealed batch starts at sequence 0 too: a broker
-         that wrote it and then expired the id takes sequence 0 as a new producer's;
-       - it does not answer the question (the API is not offered or not allowed; or,
-         for max_block_ms shared by every partition, no leader took it: while a
-         broker restarts, the leader the metadata names is down, or says it is not
-         the leader any more, and the question is asked again of the next): the
-         batches are sent under their old stamp and the broker's idempotence drops
-         what it has among its last five batches; a batch it then refuses as out of
-         sequence makes the sender start the partition over under a new stamp, and
-         that batch's records count as possibly duplicated.  Unless the first starts
-         at sequence 0, which an expired id would not refuse: re-encoded as above.
+         counted as possibly duplicated (at-least-once, reported, never silent);
+       - it does not answer the question (the API is not offered, or not allowed: it
+         needs READ on the topic; or, for max_block_ms shared by every partition, no
+         leader took it: while a broker restarts, the leader the metadata names is
+         down, or says it is not the leader any more, and the question is asked
+         again of the next): the batches are sent under their old stamp and the
+         broker's idempotence drops what it has among its last five batches -- if it
+         still knows the id: one that expired it appends any sequence, so their
+         records count as possibly duplicated.  A batch it refuses as out of
+         sequence makes the sender start the partition over under a new stamp.
   2. The partition's batches never sealed: their records (kept as they were
      encoded) are re-encoded into batches numbered after those, logged with a SEAL
      entry under their old ids (a crash now replays them byte-identical), and sent.
@@ -87,13 +90,14 @@ class ReplayReport(NamedTuple):
 
     records: live in the WAL when the producer started.
     deduplicated: in the topic already (their batch's sequences appended by the
-        broker): not written again.
-    resent: sealed batches' records sent again under their old stamp and
-        acknowledged -- exactly once: appended now, or (when the broker could not be
-        asked) dropped by its idempotence if it had them.
+        broker, before its last five): not written again.
+    resent: sealed batches' records sent again under their old stamp, the leader
+        having said it knows it, and acknowledged -- exactly once: appended now, or
+        dropped by its idempotence, which had them.
     reencoded: never sealed, re-encoded and acknowledged.
     possibly_duplicated: acknowledged under a new stamp after the old one could not
-        be used: at-least-once.
+        be used, or under the old one with no word from the broker that it still
+        knew it: at-least-once.
     failed: failed for good (on_replay got the error).
     pending: not done yet.
     batches_not_byte_identical: sealed batches whose rebuilt bytes did not match the
@@ -120,6 +124,13 @@ class ReplayReport(NamedTuple):
 _RESENT = "resent"
 _REENCODED = "reencoded"
 _AT_LEAST_ONCE = "possibly_duplicated"
+# Sent under its old stamp with no word from the leader that it still knows the id: a
+# broker that expired it appends any sequence, so this counts as at-least-once.
+_RESENT_UNASKED = "resent unasked"
+_UNDER_OLD_STAMP = (_RESENT, _RESENT_UNASKED)
+# The broker keeps the offsets of a producer id's last five batches in a partition,
+# and answers a resend of one of them with those (Kafka's ProducerStateEntry).
+_BATCHES_A_BROKER_KEEPS = 5
 
 
 class Replay:
@@ -185,11 +196,11 @@ class Replay:
                 continue
             sealed = [b for b in batches if b.seal is not None]
             unsealed = [b for b in batches if b.seal is None]
-            deduplicated, under_stamp = self._plan(topic, partition, sealed, deadline)
+            deduplicated, kind = self._plan(topic, partition, sealed, deadline)
             for batch in deduplicated:
                 self._deduplicated(batch)
             for batch in sealed[len(deduplicated):]:
-                self._hand_over(batch, _RESENT if under_stamp else _AT_LEAST_ONCE)
+                self._hand_over(batch, kind)
             for batch in unsealed:
                 self._hand_over(batch, _REENCODED)
         return self
@@ -228,37 +239,53 @@ class Replay:
         self._finish(batch, "failed", error=error)
 
     def _plan(self, topic, partition, sealed, deadline):
-        """(the sealed batches the broker has, whether the rest go under their stamp),
-        the partition's stamp adopted when they do; the leader asked until deadline."""
+        """(the sealed batches not to send again, how the rest go: _RESENT,
+        _RESENT_UNASKED or _AT_LEAST_ONCE), the partition's stamp adopted when they go
+        under it; the leader asked until deadline.
+
+        Of the batches the leader has appended, the last five are sent again all the
+        same when they are its last five: the broker answers a resend of one of its
+        last five batches with its offsets, and only once the batch is committed
+        (acks=all), which the leader's word alone does not say -- a leader cut off
+        from the controllers answers for a log its successor may not have.  Those
+        before them cannot be resent (the broker refuses their sequences), and count
+        as deduplicated."""
         if not sealed:
-            return [], False
+            return [], _AT_LEAST_ONCE
         stamp = (sealed[0].seal.producer_id, sealed[0].seal.producer_epoch)
         if self._idempotence is None or stamp[0] < 0 or not _consecutive(sealed):
-            return [], False
+            return [], _AT_LEAST_ONCE
         known = self._last_sequence(topic, partition, *stamp, deadline)
         if known is _UNKNOWN_PRODUCER:
-            return [], False  # expired (or never written): nothing says what it has
-        if known is None:  # no answer: the broker's idempotence decides...
-            if sealed[0].seal.base_sequence == 0:
-                # ... but a broker that expired the id takes sequence 0 as a new
-                # producer's, and would write the batch twice without a word.
-                return [], False
-            appended = []
+            return [], _AT_LEAST_ONCE  # expired (or never written): nothing says what it has
+        if known is None:
+            # No answer: the broker's idempotence drops what it has among its last
+            # five batches -- if it still knows the id.  One that expired it appends
+            # any sequence, so what is acknowledged counts as possibly duplicated.
+            skipped, kind = [], _RESENT_UNASKED
         else:
             appended = [b for b in sealed
                         if _appended(b.seal, known, sealed[0].seal.base_sequence)]
-        after = sealed[len(appended):]
+            # Its last five are these only if its last sequence ends the last of them
+            # (not when batches done in the log, or a part of a split one, came after).
+            keeps = _BATCHES_A_BROKER_KEEPS if appended and known == (
+                appended[-1].seal.base_sequence + appended[-1].seal.record_count
+                - 1) % _SEQUENCE_LIMIT else 0
+            skipped = appended[:max(0, len(appended) - keeps)]
+            kind = _RESENT
         _log.debug("replay: %s-%d: producer %d epoch %d, sealed sequences %d-%d, the "
-                   "leader's last %s: %d batches in the topic, %d sent again", topic,
+                   "leader's last %s: %d batches not sent again, %d sent again", topic,
                    partition, stamp[0], stamp[1], sealed[0].seal.base_sequence,
                    sealed[-1].seal.base_sequence + sealed[-1].seal.record_count - 1,
-                   "unknown" if known is None else known, len(appended), len(after))
+                   "unknown" if known is None else known, len(skipped),
+                   len(sealed) - len(skipped))
+        after = sealed[len(skipped):]
         last = sealed[-1].seal
         self._idempotence.adopt(
             topic, partition, *stamp,
             after[0].seal.base_sequence if after
             else (last.base_sequence + last.record_count) % _SEQUENCE_LIMIT)
-        return appended, True
+        return skipped, kind
 
     def _last_sequence(self, topic, partition, producer_id, epoch, deadline):
         """The last sequence the leader appended from producer_id at epoch;
@@ -308,9 +335,8 @@ class Replay:
         same connection, which a broker answers in order: both must name the broker
         the partition's leader at one leader epoch, no older than the one this
         producer's metadata knows -- a leader keeps its log through its epoch.  What
-        the leader appended but no follower has fetched yet counts as in the topic too:
-        it is lost only if the leader fails before they fetch it and one of them is
-        elected, a second fault within moments of the question.
+        it appended but no follower has fetched yet counts too: _plan sends its last
+        five batches again, which the broker answers once they are committed.
 
         Raises:
             KafkaError: no leader by deadline, no connection, no answer; the
@@ -391,7 +417,7 @@ class Replay:
     def _send(self, batch, kind):
         builder = self._rebuild(batch, kind)
         record_count = len(batch.records)
-        if kind == _RESENT:
+        if kind in _UNDER_OLD_STAMP:
             stamp = self._idempotence.next_sequence(batch.topic, batch.partition, record_count)
             if stamp != (batch.seal.producer_id, batch.seal.producer_epoch,
                          batch.seal.base_sequence):
@@ -404,10 +430,10 @@ class Replay:
                 batch.topic, batch.partition, record_count))
         view = builder.seal()
         (batch_crc,) = _CRC.unpack_from(view, 17)
-        if kind == _RESENT and batch_crc != batch.seal.batch_crc:
+        if kind in _UNDER_OLD_STAMP and batch_crc != batch.seal.batch_crc:
             with self._lock:
                 self._counts["batches_not_byte_identical"] += 1
-        if kind != _RESENT:
+        if kind not in _UNDER_OLD_STAMP:
             # The new bytes, logged under the batch's old id: replayed again, they go
             # out byte-identical.
             (attributes,) = struct.unpack_from(">h", view, 21)
@@ -429,7 +455,7 @@ class Replay:
         SEAL entry says (resent), else the producer's."""
         size = BATCH_HEADER_BYTES + sum(len(r.record) for r in batch.records)
         compressor = self._accumulator.compressor
-        if kind == _RESENT:
+        if kind in _UNDER_OLD_STAMP:
             # The codec the batch was sealed with: at the producer's level when it is
             # the producer's codec (a level changed since shows in the CRC check).
             codec = batch.seal.attributes & _CODEC_MASK
@@ -454,9 +480,11 @@ class Replay:
     # Outcomes: I/O threads.
 
     def _on_delivered(self, batch, builder, view, kind, stamp, result, error):
-        if kind == _RESENT and (builder.producer_id, builder.producer_epoch) != stamp:
-            # The broker refused the old stamp and the sender started the partition
-            # over: the batch was written under a new one, perhaps a second time.
+        if kind == _RESENT_UNASKED or (
+                kind == _RESENT and (builder.producer_id, builder.producer_epoch) != stamp):
+            # Unasked; or the broker refused the old stamp and the sender started the
+            # partition over: the batch was written under a new one, perhaps a second
+            # time.
             kind = _AT_LEAST_ONCE
         parts = () if result is None else result.parts
         if error is not None and not self._accumulator.wal_keeps_failures:
