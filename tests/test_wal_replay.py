@@ -478,6 +478,35 @@ def test_a_topic_one_answer_says_is_unknown_is_asked_again_before_its_batches_fa
     assert [r.value for r in read_topic(kafka_broker.bootstrap, topic_name, 5)] == values
 
 
+def test_a_partition_one_answer_lacks_is_asked_again_before_its_batches_fail(
+        kafka_broker, topic_name, tmp_path):
+    # A broker not yet told of partitions added moments before the crash answers with
+    # the old count: taken at its word, partition 1's batches failed and left the log.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
+    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = MetadataProxy((host, int(port)))
+    lagging = []
+
+    def one_partition_once(fields):
+        topics = []
+        for topic in fields["topics"]:
+            if topic.name == topic_name and not lagging:
+                topic = _with(topic, partitions=[p for p in topic.partitions
+                                                 if p.partition_index == 0])
+                lagging.append(topic)
+            topics.append(topic)
+        return {**fields, "topics": topics}
+
+    proxy.set_rewrite(one_partition_once)
+    values = [b"r%d" % i for i in range(5)]
+    log_a_forgotten_stamp(tmp_path, topic_name, values, partition=1)
+    report = replay_through(proxy, tmp_path)
+    assert (report.records, report.possibly_duplicated, report.failed) == (5, 5, 0), report
+    assert lagging, "no answer was made to lack the partition"
+    assert [(r.partition, r.value) for r in read_topic(kafka_broker.bootstrap, topic_name,
+                                                        5)] == [(1, v) for v in values]
+
+
 def _leaderless(fields):
     """A MetadataProxy rewrite: every partition without a leader."""
     topics = []

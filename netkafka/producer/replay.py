@@ -37,8 +37,9 @@ constructor, partition by partition:
      encoded) are re-encoded into batches numbered after those, logged with a SEAL
      entry under their old ids (a crash now replays them byte-identical), and sent.
 
-A partition the topic no longer has (made again with fewer) fails its batches:
-on_replay gets NoSuchPartitionError, and their DONE entries take them out of the log.
+A partition the topic no longer has (made again with fewer) fails its batches once a
+second metadata answer says so too: on_replay gets NoSuchPartitionError, and their DONE
+entries take them out of the log.
 So do a topic's batches when the metadata answers say it does not exist (deleted,
 and the cluster creates none on demand): UnknownTopicOrPartitionError, once a second
 answer, asked for retry_backoff_ms after the first, says so too.
@@ -189,7 +190,7 @@ class Replay:
         for batch in self._recovery.sealed + self._recovery.unsealed:
             partitions.setdefault((batch.topic, batch.partition), []).append(batch)
         for (topic, partition), batches in partitions.items():
-            gone = self._gone(topic)
+            gone = self._gone(topic) or self._missing(topic, partition)
             if gone is not None:
                 for batch in batches:
                     self._fail(batch, gone)
@@ -232,6 +233,22 @@ class Replay:
         return errors.UnknownTopicOrPartitionError(
             f"replay: topic {topic!r} does not exist (two metadata answers say "
             f"UNKNOWN_TOPIC_OR_PARTITION): its batches in the WAL cannot be delivered")
+
+    def _missing(self, topic, partition):
+        """The NoSuchPartitionError the batches of topic-partition fail with when two
+        answers say the topic has no such partition (made again with fewer), else
+        None.  One answer may be a broker's not yet told of partitions added moments
+        before the crash: taken at its word, their batches failed for good."""
+        info = self._metadata.topic_answer(topic, self._max_block_s)
+        if info is None or info.error_code or partition in info.partitions:
+            return None  # the sender's look-up says what there is to say
+        try:
+            self._metadata.wait_for_partition(topic, partition, self._max_block_s)
+        except errors.NoSuchPartitionError as exc:
+            return exc
+        except errors.KafkaError:
+            return None  # no fresh answer: as above
+        return None
 
     def _fail(self, batch, exc):
         """A batch that can never be delivered: done in the WAL, failed to on_replay."""
