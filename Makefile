@@ -200,10 +200,14 @@ big-topic: build kafka
 # The write-ahead log's kill harness at length (tests/test_wal_kill.py): a producer at
 # steady load SIGKILLed 200 times with wal_fsync='always' (and 50 with 'interval'),
 # restarted on its WAL each time; then every returned send must be in the topic
-# exactly once, in per-partition order.  `make test` runs it with 20 (and 5).
+# exactly once, in per-partition order.  `make test` runs it with 20 (and 5).  Then, on
+# the three-node cluster, 20 replays each during a broker's kill and restart (2 in `make
+# test`).
 WAL_KILLS ?= 200
+WAL_RESTARTS ?= 20
 wal-kill: build kafka
-	NETKAFKA_WAL_KILLS=$(WAL_KILLS) $(PY) -m pytest tests/test_wal_kill.py -k killed_again
+	NETKAFKA_WAL_KILLS=$(WAL_KILLS) NETKAFKA_WAL_RESTARTS=$(WAL_RESTARTS) $(PY) -m pytest \
+		tests/test_wal_kill.py -k "killed_again or broker_restart"
 
 # The benchmarks, each against its peers and the session's broker.  Results: tables on the
 # terminal, and pytest-benchmark's JSON numbered under .benchmarks/ (make report reads the

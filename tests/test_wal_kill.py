@@ -9,7 +9,8 @@ flushes and closes.  Then every record whose send() returned must be in the topi
 exactly once, and each partition must hold its records in send order; records sent
 but not yet returned when the kill came may be there too, once.
 
-NETKAFKA_WAL_KILLS sets the kills per fsync mode (`make wal-kill` runs 200).  A
+NETKAFKA_WAL_KILLS sets the kills per fsync mode (`make wal-kill` runs 200), and
+NETKAFKA_WAL_RESTARTS the broker restarts during a replay (`make wal-kill` runs 20).  A
 SIGKILL kills the process, not the machine: the page cache keeps what was written
 to the mappings, and shared memory the images "interval" stages its segments in, so
 "never" and "interval" must lose nothing here either (what they may lose to a power
@@ -34,6 +35,7 @@ REPO = os.path.dirname(HERE)
 CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
     [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
 KILLS = int(os.environ.get("NETKAFKA_WAL_KILLS", "20"))
+RESTARTS = int(os.environ.get("NETKAFKA_WAL_RESTARTS", "2"))
 PARTITIONS = 4
 LAST_RUN_RECORDS = 100
 
@@ -138,7 +140,8 @@ def test_a_broker_restart_during_replay_loses_and_duplicates_nothing(
     create_topic(failover_cluster.bootstrap, topic_name, partitions=PARTITIONS,
                  replication_factor=3)
     runs = Runs(failover_cluster.bootstrap, topic_name, tmp_path, "always", random.Random(7))
-    for node in failover_cluster.nodes[:2]:
+    for restart in range(RESTARTS):
+        node = failover_cluster.nodes[restart % len(failover_cluster.nodes)]
         runs.run_and_kill()
         # The next run replays while a broker goes down and comes back.
         run, child = runs.start(stop=LAST_RUN_RECORDS)
