@@ -451,25 +451,33 @@ def test_batches_of_a_topic_gone_fail_at_the_metadata_answer_not_a_timeout(
         assert log.recovery().batches == []
 
 
+def _lagging_once(broker, topic_name, lag):
+    """A MetadataProxy before broker whose first answer about topic_name is lag(its
+    topic fields), and the list it appends that rewritten topic to."""
+    host, port = broker.bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = MetadataProxy((host, int(port)))
+    lagging = []
+
+    def once(fields):
+        topics = []
+        for topic in fields["topics"]:
+            if topic.name == topic_name and not lagging:
+                topic = lag(topic)
+                lagging.append(topic)
+            topics.append(topic)
+        return {**fields, "topics": topics}
+
+    proxy.set_rewrite(once)
+    return proxy, lagging
+
+
 def test_a_topic_one_answer_says_is_unknown_is_asked_again_before_its_batches_fail(
         kafka_broker, topic_name, tmp_path):
     # A broker not yet told of a topic created moments before the crash answers
     # UNKNOWN_TOPIC_OR_PARTITION: taken at its word, the batches failed and left the log.
     create_topic(kafka_broker.bootstrap, topic_name, partitions=1)
-    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
-    proxy = MetadataProxy((host, int(port)))
-    lagging = []
-
-    def unknown_once(fields):
-        topics = []
-        for topic in fields["topics"]:
-            if topic.name == topic_name and not lagging:
-                lagging.append(topic)
-                topic = _with(topic, error_code=3, partitions=[])
-            topics.append(topic)
-        return {**fields, "topics": topics}
-
-    proxy.set_rewrite(unknown_once)
+    proxy, lagging = _lagging_once(kafka_broker, topic_name,
+                                   lambda topic: _with(topic, error_code=3, partitions=[]))
     values = [b"r%d" % i for i in range(5)]
     log_a_forgotten_stamp(tmp_path, topic_name, values)
     report = replay_through(proxy, tmp_path, allow_auto_create_topics=False)
@@ -483,21 +491,8 @@ def test_a_partition_one_answer_lacks_is_asked_again_before_its_batches_fail(
     # A broker not yet told of partitions added moments before the crash answers with
     # the old count: taken at its word, partition 1's batches failed and left the log.
     create_topic(kafka_broker.bootstrap, topic_name, partitions=2)
-    host, port = kafka_broker.bootstrap.split(",")[0].rsplit(":", 1)
-    proxy = MetadataProxy((host, int(port)))
-    lagging = []
-
-    def one_partition_once(fields):
-        topics = []
-        for topic in fields["topics"]:
-            if topic.name == topic_name and not lagging:
-                topic = _with(topic, partitions=[p for p in topic.partitions
-                                                 if p.partition_index == 0])
-                lagging.append(topic)
-            topics.append(topic)
-        return {**fields, "topics": topics}
-
-    proxy.set_rewrite(one_partition_once)
+    proxy, lagging = _lagging_once(kafka_broker, topic_name, lambda topic: _with(
+        topic, partitions=[p for p in topic.partitions if p.partition_index == 0]))
     values = [b"r%d" % i for i in range(5)]
     log_a_forgotten_stamp(tmp_path, topic_name, values, partition=1)
     report = replay_through(proxy, tmp_path)
@@ -613,8 +608,7 @@ def test_which_appended_batches_go_again(known, skipped, adopted_at, kind):
     replayer = Replay(recovery, accumulator=None, sender=None, idempotence=idempotence,
                       metadata=None, pool=None, wal=None, on_replay=None, max_block_ms=1000,
                       retry_backoff=RetryBackoff(10, 10), max_request_size=1 << 20)
-    replayer._last_sequence = lambda *args: known
-    plan = replayer._plan("alpha", 0, sealed, time.monotonic() + 1)
+    plan = replayer._plan(("alpha", 0), sealed, (7, 0), known)
     assert (plan[0], plan[1]) == (sealed[:skipped], kind)
     assert adopted == [("alpha", 0, 7, 0, adopted_at)]
 
@@ -687,7 +681,7 @@ def _last_sequence_answered(*answers, max_block_ms=1000, backoff=None, spent=Fal
                       retry_backoff=backoff or RetryBackoff(10, 10), max_request_size=1 << 20)
     # spent: the replay's budget went on other partitions' leaders already.
     deadline = time.monotonic() + (-1 if spent else max_block_ms / 1000)
-    return replayer._last_sequence("alpha", 0, 7, 0, deadline), fake.updates
+    return replayer._last_sequences({("alpha", 0): (7, 0)}, deadline)[("alpha", 0)], fake.updates
 
 
 def test_describe_producers_answer_of_another_partition_is_not_taken_for_the_one_asked():
@@ -763,15 +757,41 @@ def test_a_real_follower_answers_describe_producers_and_replay_does_not_take_it(
                           metadata=metadata, pool=pool, wal=None, on_replay=None,
                           max_block_ms=10000, retry_backoff=RetryBackoff(10, 10),
                           max_request_size=1 << 20)
+        key = (topic_name, 0)
         deadline = time.monotonic() + 10
-        assert replayer._describe_producers(topic_name, 0, deadline).producers == asked.producers
-        real_leader_for = metadata.leader_for
-        metadata.leader_for = lambda *args: follower
-        try:
-            with pytest.raises(NotLeaderOrFollowerError, match=f"names broker {leader.node_id}"):
-                replayer._describe_producers(topic_name, 0, deadline)
-        finally:
-            metadata.leader_for = real_leader_for
+        answer = replayer._describe_producers(leader, [key], deadline)[key]
+        assert answer.producers == asked.producers
+        refused = replayer._describe_producers(follower, [key], deadline)[key]
+        assert isinstance(refused, NotLeaderOrFollowerError)
+        assert f"names broker {leader.node_id}" in str(refused)
+
+
+def test_describe_producers_asks_each_leader_once_for_all_its_partitions(kafka_broker,
+                                                                        topic_name):
+    # One question per partition, each between two Metadata answers of the whole topic,
+    # cost a replay over thousands of partitions millions of partitions decoded.
+    create_topic(kafka_broker.bootstrap, topic_name, partitions=3)
+    with Producer(bootstrap_servers=kafka_broker.bootstrap, acks="all") as producer:
+        for partition in range(3):
+            for i in range(partition + 1):
+                producer.send(topic_name, b"v", partition=partition).get(30)
+        recovery = type("Recovery", (), {"record_count": 0})()
+        replayer = Replay(recovery, accumulator=None, sender=None, idempotence=None,
+                          metadata=producer._metadata, pool=producer._pool, wal=None,
+                          on_replay=None, max_block_ms=10000,
+                          retry_backoff=RetryBackoff(10, 10), max_request_size=1 << 20)
+        asked = []
+        describe = replayer._describe_producers
+        replayer._describe_producers = lambda broker, keys, deadline: (
+            asked.append(keys) or describe(broker, keys, deadline))
+        leader = producer._metadata.leader_for(topic_name, 0, 10)
+        [state] = describe(leader, [(topic_name, 0)], time.monotonic() + 10)[
+            (topic_name, 0)].producers
+        stamp = (state.producer_id, state.producer_epoch)
+        known = replayer._last_sequences({(topic_name, p): stamp for p in range(3)},
+                                         time.monotonic() + 10)
+    assert known == {(topic_name, p): p for p in range(3)}
+    assert asked == [[(topic_name, p) for p in range(3)]]
 
 
 def test_describe_producers_is_asked_again_only_within_max_block_ms_and_when_retriable():

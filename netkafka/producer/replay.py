@@ -183,27 +183,34 @@ class Replay:
             # Before any partition adopts an old stamp: one that has to start over
             # takes this producer's id, which must be there to take.
             self._idempotence.fetch_producer_id()
-        # One budget for every partition's question to its leader (_last_sequence):
-        # bounded as any blocking call, not max_block_ms for each partition.
-        deadline = time.monotonic() + self._max_block_s
         partitions = collections.OrderedDict()
         for batch in self._recovery.sealed + self._recovery.unsealed:
             partitions.setdefault((batch.topic, batch.partition), []).append(batch)
-        for (topic, partition), batches in partitions.items():
-            gone = self._gone(topic) or self._missing(topic, partition)
+        for key, batches in list(partitions.items()):
+            gone = self._gone(key[0]) or self._missing(*key)
             if gone is not None:
                 for batch in batches:
                     self._fail(batch, gone)
-                continue
-            sealed = [b for b in batches if b.seal is not None]
-            unsealed = [b for b in batches if b.seal is None]
-            deduplicated, kind = self._plan(topic, partition, sealed, deadline)
+                del partitions[key]
+        sealed = {key: [b for b in batches if b.seal is not None]
+                  for key, batches in partitions.items()}
+        stamps = {key: (batches[0].seal.producer_id, batches[0].seal.producer_epoch)
+                  for key, batches in sealed.items()
+                  if self._idempotence is not None and batches
+                  and batches[0].seal.producer_id >= 0 and _consecutive(batches)}
+        # One budget for every partition's question to its leader: bounded as any
+        # blocking call, not max_block_ms for each partition.
+        known = self._last_sequences(stamps, time.monotonic() + self._max_block_s)
+        for key, batches in partitions.items():
+            deduplicated, kind = self._plan(key, sealed[key], stamps.get(key),
+                                            known.get(key, _UNKNOWN_PRODUCER))
             for batch in deduplicated:
                 self._deduplicated(batch)
-            for batch in sealed[len(deduplicated):]:
+            for batch in sealed[key][len(deduplicated):]:
                 self._hand_over(batch, kind)
-            for batch in unsealed:
-                self._hand_over(batch, _REENCODED)
+            for batch in batches:
+                if batch.seal is None:
+                    self._hand_over(batch, _REENCODED)
         return self
 
     def _hand_over(self, batch, kind):
@@ -255,10 +262,11 @@ class Replay:
         _, error = self._accumulator.log_wal_outcome(batch.batch_id, exc)
         self._finish(batch, "failed", error=error)
 
-    def _plan(self, topic, partition, sealed, deadline):
+    def _plan(self, key, sealed, stamp, known):
         """(the sealed batches not to send again, how the rest go: _RESENT,
         _RESENT_UNASKED or _AT_LEAST_ONCE), the partition's stamp adopted when they go
-        under it; the leader asked until deadline.
+        under it.  stamp: the batches' (producer id, epoch), None when they share
+        none; known: what the leader said of it (_last_sequences).
 
         Of the batches the leader has appended, the last five are sent again all the
         same when they are its last five: the broker answers a resend of one of its
@@ -267,14 +275,10 @@ class Replay:
         from the controllers answers for a log its successor may not have.  Those
         before them cannot be resent (the broker refuses their sequences), and count
         as deduplicated."""
-        if not sealed:
+        if stamp is None or known is _UNKNOWN_PRODUCER:
+            # None, or an id the broker does not know (expired, never written):
+            # nothing says what it has.
             return [], _AT_LEAST_ONCE
-        stamp = (sealed[0].seal.producer_id, sealed[0].seal.producer_epoch)
-        if self._idempotence is None or stamp[0] < 0 or not _consecutive(sealed):
-            return [], _AT_LEAST_ONCE
-        known = self._last_sequence(topic, partition, *stamp, deadline)
-        if known is _UNKNOWN_PRODUCER:
-            return [], _AT_LEAST_ONCE  # expired (or never written): nothing says what it has
         if known is None:
             # No answer: the broker's idempotence drops what it has among its last
             # five batches -- if it still knows the id.  One that expired it appends
@@ -291,58 +295,83 @@ class Replay:
             skipped = appended[:max(0, len(appended) - keeps)]
             kind = _RESENT
         _log.debug("replay: %s-%d: producer %d epoch %d, sealed sequences %d-%d, the "
-                   "leader's last %s: %d batches not sent again, %d sent again", topic,
-                   partition, stamp[0], stamp[1], sealed[0].seal.base_sequence,
+                   "leader's last %s: %d batches not sent again, %d sent again", *key,
+                   *stamp, sealed[0].seal.base_sequence,
                    sealed[-1].seal.base_sequence + sealed[-1].seal.record_count - 1,
                    "unknown" if known is None else known, len(skipped),
                    len(sealed) - len(skipped))
         after = sealed[len(skipped):]
         last = sealed[-1].seal
         self._idempotence.adopt(
-            topic, partition, *stamp,
+            *key, *stamp,
             after[0].seal.base_sequence if after
             else (last.base_sequence + last.record_count) % _SEQUENCE_LIMIT)
         return skipped, kind
 
-    def _last_sequence(self, topic, partition, producer_id, epoch, deadline):
-        """The last sequence the leader appended from producer_id at epoch;
-        _UNKNOWN_PRODUCER if it has no state for it (or another epoch's); None if no
-        leader answered by deadline, or one refused for good.
+    def _last_sequences(self, stamps, deadline):
+        """{(topic, partition): the last sequence its leader appended from the
+        (producer id, epoch) stamps names; _UNKNOWN_PRODUCER if it has no state for it
+        (or another epoch's); None if no leader answered by deadline, or one refused
+        for good}.  One DescribeProducers request per leader, for all its partitions.
 
         A retriable failure is asked again, of the leader the next metadata answer
         names, after the retry backoff (growing to retry_backoff_max_ms): taken for no
-        answer, a first batch at sequence 0 would go at-least-once and, when a broker
-        restarting was all that kept the answer, be written twice.  Not ask_until
-        (client/retry.py): the first question is asked even with the deadline passed,
-        of the leader the cache knows.
+        answer, the batches would count as possibly duplicated when a broker
+        restarting was all that kept the answer.  Not ask_until (client/retry.py):
+        the first question is asked even with the deadline passed, of the leader the
+        cache knows.
         """
-        retries = 0
-        while True:
-            try:
-                answer = self._describe_producers(topic, partition, deadline)
-                break
-            except (errors.KafkaError, TimeoutError, ValueError) as exc:
-                wait_s = min(self._retry_backoff.ms(retries) / 1000,
-                             deadline - time.monotonic())
+        pending, answers, retries = set(stamps), {}, 0
+        while pending:
+            failed = {}
+            for broker, keys in self._by_leader(pending, deadline, failed).items():
+                try:
+                    answered = self._describe_producers(broker, keys, deadline)
+                except (errors.KafkaError, TimeoutError, ValueError) as exc:
+                    answered = dict.fromkeys(keys, exc)
+                for key, answer in answered.items():
+                    if isinstance(answer, Exception):
+                        failed[key] = answer
+                    else:
+                        answers[key] = answer
+            pending = set(failed)
+            wait_s = min(self._retry_backoff.ms(retries) / 1000, deadline - time.monotonic())
+            for key, exc in failed.items():
                 if not getattr(exc, "retriable", False) or wait_s <= 0:
                     _log.warning("replay: %s-%d: DescribeProducers not answered (%s); "
-                                 "sending the sealed batches under their producer id for "
-                                 "the broker to deduplicate", topic, partition, exc)
-                    return None
-                _log.debug("replay: %s-%d: DescribeProducers asked again in %.3f s: %s",
-                           topic, partition, wait_s, exc)
+                                 "the sealed batches go under their producer id for the "
+                                 "broker to deduplicate, counted as possibly duplicated",
+                                 *key, exc)
+                    pending.discard(key)
+                    answers[key] = None
+                else:
+                    _log.debug("replay: %s-%d: DescribeProducers asked again in %.3f s: "
+                               "%s", *key, wait_s, exc)
+            if pending:
                 self._metadata.request_update()
                 time.sleep(wait_s)
                 retries += 1
-        for state in answer.producers:
-            if state.producer_id == producer_id:
-                return state.last_sequence if state.producer_epoch == epoch \
-                    else _UNKNOWN_PRODUCER
-        return _UNKNOWN_PRODUCER
+        return {key: None if answer is None else _last_sequence(answer, *stamps[key])
+                for key, answer in answers.items()}
 
-    def _describe_producers(self, topic, partition, deadline):
-        """The leader's DescribeProducers answer for topic-partition, waiting for a
-        leader until deadline.
+    def _by_leader(self, keys, deadline, failed):
+        """{leader's BrokerInfo: [its keys (topic, partition)]}, waiting for leaders
+        until deadline; a key with none gets its error in failed."""
+        leaders, by_node = {}, {}
+        for key in sorted(keys):
+            try:
+                broker = self._metadata.leader_for(*key, max(0.0, deadline - time.monotonic()))
+            except (errors.KafkaError, TimeoutError, ValueError) as exc:
+                failed[key] = exc
+                continue
+            by_node.setdefault(broker.node_id, []).append(key)
+            leaders[broker.node_id] = broker
+        return {leaders[node_id]: node_keys for node_id, node_keys in by_node.items()}
+
+    def _describe_producers(self, broker, keys, deadline):
+        """{key: broker's DescribeProducers answer (PartitionProducers) for the
+        partition, or the error it failed with} for keys (topic, partition) the
+        metadata names broker the leader of.
 
         A broker answers DescribeProducers from its own replica of the partition,
         leader or follower, appended or committed alike: a restarted leader that is a
@@ -355,76 +384,88 @@ class Replay:
         it appended but no follower has fetched yet counts too: _plan sends its last
         five batches again, which the broker answers once they are committed.
 
+        Errors: a partition's error code (NOT_LEADER_OR_FOLLOWER, ...); a broker that
+        is not the partition's leader throughout (NotLeaderOrFollowerError, asked
+        again); no answer about the partition (ProtocolError).
+
         Raises:
-            KafkaError: no leader by deadline, no connection, no answer; the
-                partition's error code (NOT_LEADER_OR_FOLLOWER, ...); a broker that
-                is not the partition's leader throughout (NotLeaderOrFollowerError,
-                asked again); an answer about another partition (ProtocolError).
+            KafkaError: no connection, no answer.
         """
-        broker = self._metadata.leader_for(topic, partition,
-                                           max(0.0, deadline - time.monotonic()))
         conn = self._pool.connection(broker.node_id, broker.host, broker.port)
         client_id = conn.config.client_id
-        before = request_metadata(conn, [topic], allow_auto_topic_creation=False)
+        partitions = {}
+        for topic, partition in keys:
+            partitions.setdefault(topic, []).append(partition)
+        topics = list(partitions)
+        before = request_metadata(conn, topics, allow_auto_topic_creation=False)
         future = conn.request(
             DESCRIBE_PRODUCERS.key,
             lambda cid, version: encode_describe_producers_request(
-                cid, client_id, version, {topic: [partition]}),
+                cid, client_id, version, partitions),
             decode_describe_producers_response)
-        after = request_metadata(conn, [topic], allow_auto_topic_creation=False)
+        after = request_metadata(conn, topics, allow_auto_topic_creation=False)
         # Once asked, the answers are waited for as any request's (request_timeout_ms
-        # fails them first): a budget spent on another partition's leader is no
-        # reason to give up on this one's.
-        epoch = self._leader_epoch(conn, broker.node_id, topic, partition,
-                                   before.result(self._max_block_s))
-        [answer] = future.result(self._max_block_s)
-        if (answer.topic, answer.partition) != (topic, partition):
-            # Another partition's producers say nothing of this one's: taken for it,
-            # batches never appended would count as deduplicated, and be lost.
-            raise errors.ProtocolError(
-                f"{conn.describe()} answered DescribeProducers for "
-                f"{answer.topic}-{answer.partition}, not {topic}-{partition}")
-        if answer.error_code:
-            raise errors.error_for_code(answer.error_code, answer.error_message)
-        if self._leader_epoch(conn, broker.node_id, topic, partition,
-                              after.result(self._max_block_s)) != epoch:
-            raise errors.NotLeaderOrFollowerError(
-                f"{conn.describe()} changed leader epoch of {topic}-{partition} while "
-                f"it answered DescribeProducers: its answer may not be its log's as "
-                f"leader")
-        _log.debug("replay: %s-%d: %s, its leader at epoch %d, knows %d producers", topic,
-                   partition, conn.describe(), epoch, len(answer.producers))
-        return answer
+        # fails them first): a budget spent on another leader is no reason to give up
+        # on this one's.
+        epochs = self._leader_epochs(conn, broker.node_id, keys,
+                                     before.result(self._max_block_s))
+        answers = {(a.topic, a.partition): a for a in future.result(self._max_block_s)}
+        epochs_after = self._leader_epochs(conn, broker.node_id, keys,
+                                           after.result(self._max_block_s))
+        result = {}
+        for key in keys:
+            answer = answers.get(key)
+            if isinstance(epochs[key], Exception):
+                result[key] = epochs[key]
+            elif answer is None:
+                # Another partition's producers say nothing of this one's: taken for
+                # it, batches never appended would count as deduplicated, and be lost.
+                result[key] = errors.ProtocolError(
+                    f"{conn.describe()} answered DescribeProducers without {key[0]}-"
+                    f"{key[1]} (for {sorted(answers)})")
+            elif answer.error_code:
+                result[key] = errors.error_for_code(answer.error_code, answer.error_message)
+            elif epochs_after[key] != epochs[key]:
+                result[key] = errors.NotLeaderOrFollowerError(
+                    f"{conn.describe()} changed leader epoch of {key[0]}-{key[1]} while "
+                    f"it answered DescribeProducers: its answer may not be its log's as "
+                    f"leader")
+            else:
+                _log.debug("replay: %s-%d: %s, its leader at epoch %d, knows %d "
+                           "producers", *key, conn.describe(), epochs[key],
+                           len(answer.producers))
+                result[key] = answer
+        return result
 
-    def _leader_epoch(self, conn, node_id, topic, partition, response):
-        """The leader epoch of topic-partition in conn's Metadata answer, which must
-        name node_id its leader at an epoch no older than the metadata cache's.
-
-        Raises:
-            NotLeaderOrFollowerError: the broker names another leader, none, or an
-                older epoch than the cache's (it has not heard of an election yet).
-            KafkaError: the topic's error in the answer (not allowed to describe it:
-                asked no more).
-        """
-        for info in response.topics:
-            if info.name != topic:
-                continue
-            if info.error_code:
-                raise errors.error_for_code(
+    def _leader_epochs(self, conn, node_id, keys, response):
+        """{key: the leader epoch of the partition in conn's Metadata answer, which
+        must name node_id its leader at an epoch no older than the metadata cache's;
+        else the error: NotLeaderOrFollowerError (another leader, none, or an older
+        epoch: the broker has not heard of an election yet), or the topic's error in
+        the answer (not allowed to describe it: asked no more)}."""
+        topics = {info.name: info for info in response.topics}
+        epochs = {}
+        for topic, partition in keys:
+            info = topics.get(topic)
+            part = None if info is None else next(
+                (p for p in info.partitions if p.partition == partition), None)
+            known = self._metadata.leader_epoch(topic, partition)
+            if info is not None and info.error_code:
+                epochs[topic, partition] = errors.error_for_code(
                     info.error_code, f"{conn.describe()}'s metadata for {topic!r}")
-            for part in info.partitions:
-                if part.partition != partition:
-                    continue
-                known = self._metadata.leader_epoch(topic, partition)
-                if part.leader == node_id and part.leader_epoch >= known:
-                    return part.leader_epoch
-                raise errors.NotLeaderOrFollowerError(
+            elif part is None:
+                epochs[topic, partition] = errors.NotLeaderOrFollowerError(
+                    f"{conn.describe()} said nothing of {topic}-{partition} in its "
+                    f"metadata")
+            elif part.leader == node_id and part.leader_epoch >= known:
+                epochs[topic, partition] = part.leader_epoch
+            else:
+                epochs[topic, partition] = errors.NotLeaderOrFollowerError(
                     f"{conn.describe()} names broker {part.leader} the leader of "
                     f"{topic}-{partition} at epoch {part.leader_epoch} (this producer "
                     f"knows epoch {known}): its DescribeProducers answer is a "
                     f"follower's, whose log may be cut")
-        raise errors.NotLeaderOrFollowerError(
-            f"{conn.describe()} said nothing of {topic}-{partition} in its metadata")
+        return epochs
 
     def _deduplicated(self, batch):
         """A sealed batch the broker has appended: done, offsets unknown."""
@@ -605,6 +646,16 @@ class Replay:
 
 
 _UNKNOWN_PRODUCER = object()  # the leader keeps no state for the producer id (epoch)
+
+
+def _last_sequence(answer, producer_id, epoch):
+    """The last sequence of producer_id at epoch in a DescribeProducers answer, or
+    _UNKNOWN_PRODUCER."""
+    for state in answer.producers:
+        if state.producer_id == producer_id:
+            return state.last_sequence if state.producer_epoch == epoch \
+                else _UNKNOWN_PRODUCER
+    return _UNKNOWN_PRODUCER
 
 
 def _consecutive(sealed):
