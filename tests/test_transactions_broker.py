@@ -25,8 +25,8 @@ from netkafka import (OffsetAndMetadata, Producer, ProducerFencedError, TopicPar
 from netkafka.config import producer_keyword, setting_from_text
 from netkafka.errors import (IllegalArgumentError, IllegalGenerationError,
                              InvalidProducerEpochError, InvalidTransactionTimeoutError,
-                             InvalidTxnStateError, KafkaTimeoutError, MessageTooLargeError,
-                             RecordTooLargeError)
+                             InvalidTxnStateError, KafkaError, KafkaTimeoutError,
+                             MessageTooLargeError, RecordTooLargeError)
 from netkafka.producer.transactions import TransactionState
 from netkafka.protocol.find_coordinator import TRANSACTION
 from netkafka.testing.admin import create_topic
@@ -771,6 +771,46 @@ def test_v1_an_abort_ends_what_an_unanswered_add_offsets_opened(kafka_broker_3_9
             producer.abort_transaction()
             assert transaction_state(admin, transactional_id) in ("PrepareAbort",
                                                                   "CompleteAbort")
+            producer.begin_transaction()
+            producer.send(topic_name, b"next")
+            producer.commit_transaction()
+    finally:
+        admin.close()
+    assert values(read_topic(bootstrap, topic_name, 1,
+                             isolation_level="read_committed")) == [b"next"]
+
+
+def test_v1_an_abort_ends_what_an_unanswered_add_partitions_opened(kafka_broker_3_9,
+                                                                   topic_name):
+    """An AddPartitionsToTxn given up at delivery_timeout_ms (the broker frozen), but
+    that the coordinator took once it ran again, holds the transaction open there.
+    Without EndTxn, the abort's InitProducerId found it ongoing: the coordinator
+    fenced the epoch, and the producer was fenced for good (ProducerFencedError)."""
+    nodes = getattr(kafka_broker_3_9, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a broker this session started (SIGSTOP)")
+    bootstrap = kafka_broker_3_9.bootstrap
+    create_topic(bootstrap, topic_name)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        with transactional(bootstrap, "v1", max_block_ms=3000, request_timeout_ms=1000,
+                           delivery_timeout_ms=2500, linger_ms=0,
+                           transaction_timeout_ms=600_000) as producer:
+            transactional_id = producer.config.transactional_id
+            producer.partitions_for(topic_name)  # known before the freeze
+            producer.begin_transaction()
+            nodes[0].pause()
+            try:
+                future = producer.send(topic_name, b"aborted")
+                with pytest.raises(KafkaError):
+                    future.get(30)  # failed with the AddPartitionsToTxn given up
+            finally:
+                nodes[0].resume()
+            deadline = time.monotonic() + 30
+            while transaction_state(admin, transactional_id) != "Ongoing":
+                assert time.monotonic() < deadline, "the coordinator never took the add"
+                time.sleep(0.1)
+            producer.abort_transaction()
             producer.begin_transaction()
             producer.send(topic_name, b"next")
             producer.commit_transaction()

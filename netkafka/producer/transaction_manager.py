@@ -393,6 +393,19 @@ class TransactionManager:
                 except errors.BrokerError as exc:
                     if exc.code not in ABORTABLE_ADD_OFFSETS:
                         raise  # fatal: the state machine was told
+            unanswered = states.adds_unanswered
+            if unanswered:
+                # So may an AddPartitionsToTxn have: without EndTxn, the InitProducerId
+                # below found the transaction ongoing, the coordinator fenced the epoch
+                # and this producer was fenced for good (Kafka 3.9, V1).  Asked again,
+                # as the Java client never stops asking: added for sure (or refused).
+                try:
+                    self._ask_add_partitions(unanswered, deadline)
+                except errors.BrokerError as exc:
+                    if exc.code not in ABORTABLE_ADD_PARTITIONS:
+                        raise  # fatal: the state machine was told
+                else:
+                    states.partitions_added(unanswered)
             error = states.error
             ended = False
             # EndTxn is refused for a producer id the coordinator no longer maps to
@@ -515,24 +528,13 @@ class TransactionManager:
                 self._add_partitions(keys)
 
     def _add_partitions(self, keys):
-        by_topic = {}
-        for topic, partition in keys:
-            by_topic.setdefault(topic, []).append(partition)
-        producer_id, epoch = self._producer_ids.stamp()
-        txn_id = self.transactional_id
         try:
-            self._call(
-                "AddPartitionsToTxn", find_coordinator.TRANSACTION, txn_id,
-                ApiKey.ADD_PARTITIONS_TO_TXN,
-                lambda cid, client_id, version: encode_add_partitions_to_txn_request(
-                    cid, client_id, version, txn_id, producer_id, epoch, by_topic),
-                decode_add_partitions_to_txn_response,
-                functools.partial(_partition_error, set(keys)),
-                ABORTABLE_ADD_PARTITIONS, time.monotonic() + self._delivery_timeout_s)
+            self._ask_add_partitions(keys, time.monotonic() + self._delivery_timeout_s)
         except KafkaTimeoutError as exc:
             # Asked for as long as the partitions' batches may wait: the transaction
-            # fails with them.
-            self.states.partitions_not_added(keys)
+            # fails with them.  The coordinator may have added them all the same:
+            # the abort asks again.
+            self.states.partitions_not_added(keys, unanswered=True)
             if self.states.abortable(exc):
                 self._discard_unsent()
             return
@@ -542,9 +544,25 @@ class TransactionManager:
             self.states.partitions_not_added(keys)
             return
         self.states.partitions_added(keys)
+        self._sender.wake_leaders(keys)
+
+    def _ask_add_partitions(self, keys, deadline):
+        """AddPartitionsToTxn of keys (topic, partition), answered by deadline."""
+        by_topic = {}
+        for topic, partition in keys:
+            by_topic.setdefault(topic, []).append(partition)
+        producer_id, epoch = self._producer_ids.stamp()
+        txn_id = self.transactional_id
+        self._call(
+            "AddPartitionsToTxn", find_coordinator.TRANSACTION, txn_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            lambda cid, client_id, version: encode_add_partitions_to_txn_request(
+                cid, client_id, version, txn_id, producer_id, epoch, by_topic),
+            decode_add_partitions_to_txn_response,
+            functools.partial(_partition_error, set(keys)),
+            ABORTABLE_ADD_PARTITIONS, deadline)
         self._count(transaction_partitions_added=len(keys),
                     transaction_add_partitions_requests=1)
-        self._sender.wake_leaders(keys)
 
     # ------------------------------------------------------------------
     # Coordinator requests (a caller's thread or the transaction thread).

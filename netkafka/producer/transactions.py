@@ -126,6 +126,10 @@ class TransactionStateMachine:
         self._pending = set()
         self._new = set()
         self._not_added = set()
+        # Guarded by _lock: of _not_added, those whose AddPartitionsToTxn (V1) got no
+        # answer in time -- the coordinator may have added them, and so opened the
+        # transaction.
+        self._add_unanswered = set()
         self._offsets_added = False  # guarded by _lock: group offsets are in the transaction
         # Guarded by _lock: a send_offsets_to_transaction() began and has not gone
         # through (it ran out of max_block_ms): the transaction cannot commit yet.
@@ -311,6 +315,12 @@ class TransactionStateMachine:
             self._offsets_unanswered = group_id
 
     @property
+    def adds_unanswered(self):
+        """The partitions, sorted, whose AddPartitionsToTxn (V1) got no answer in time."""
+        with self._lock:
+            return sorted(self._add_unanswered)
+
+    @property
     def offsets_unanswered(self):
         """The group of an AddOffsetsToTxn with no answer (it may have been applied),
         or None."""
@@ -412,22 +422,28 @@ class TransactionStateMachine:
             return taken
 
     def partitions_added(self, keys):
-        """The coordinator added keys to the transaction: their batches may go."""
+        """The coordinator added keys to the transaction: their batches may go (those
+        its earlier answer did not come for: the abort ends them with EndTxn)."""
         with self._lock:
             for key in keys:
-                if key in self._pending:
+                if key in self._pending or key in self._add_unanswered:
                     self._pending.discard(key)
+                    self._add_unanswered.discard(key)
+                    self._not_added.discard(key)
                     self._added.add(key)
             if not self._pending:
                 self._adds_done.notify_all()
 
-    def partitions_not_added(self, keys):
-        """The coordinator did not add keys: the caller has failed the transaction (or
-        the producer) with the reason; their batches fail when it is aborted.  They
-        still count as enrolled: their batches took sequence numbers."""
+    def partitions_not_added(self, keys, unanswered=False):
+        """The coordinator did not add keys (unanswered: no answer came in time, it
+        may have): the caller has failed the transaction (or the producer) with the
+        reason; their batches fail when it is aborted.  They still count as enrolled:
+        their batches took sequence numbers."""
         with self._lock:
             self._pending.difference_update(keys)
             self._not_added.update(keys)
+            if unanswered:
+                self._add_unanswered.update(keys)
             if not self._pending:
                 self._adds_done.notify_all()
 
@@ -488,6 +504,7 @@ class TransactionStateMachine:
         self._pending.clear()
         self._new.clear()
         self._not_added.clear()
+        self._add_unanswered.clear()
         self._offsets_added = False
         self._offsets_unfinished = False
         self._offsets_unanswered = None
