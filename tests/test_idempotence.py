@@ -365,6 +365,42 @@ def test_a_first_batch_no_attempt_of_which_was_written_is_passed_over_not_in_the
     assert manager.answered(a, OutOfOrderSequenceNumberError.code) == PASSED_OVER
 
 
+def test_a_refusal_that_carries_the_appends_offset_may_be_in_the_log(manager, sealed):
+    # A leader that steps down while an acks=all append waits for its replicas answers
+    # NOT_LEADER_OR_FOLLOWER with the append's offset (Kafka's DelayedProduce): taken
+    # for not appended, a failing at its delivery timeout let the partition start over
+    # and b, in the log too, was written again under the new stamp.
+    a, b = sealed(manager, 1), sealed(manager, 1)
+    assert manager.take(a) and manager.take(b)
+    assert manager.answered(a, NotLeaderOrFollowerError.code, written=True) is None
+    assert manager.answered(b, NotLeaderOrFollowerError.code, written=True) is None
+    assert a.maybe_appended and b.maybe_appended
+    manager.done(a, ok=False)
+    assert b.maybe_appended
+    assert manager.restamp([KEY]) == []  # not before b's fate is known
+
+
+def test_a_batch_does_not_overtake_an_earlier_one_waiting_to_be_sent(manager, sealed):
+    # a..e refused by a leader that moved, queued again; f, queued for the new leader
+    # while the metadata moved them, went first: wherever the broker held no state of
+    # the id it was appended ahead of them.
+    entries = [sealed(manager, 1) for _ in range(6)]
+    for entry in entries[:5]:
+        assert manager.take(entry)
+    for entry in entries[:5]:
+        assert manager.answered(entry, NotLeaderOrFollowerError.code) is None
+    assert manager.take(entries[5]) is False
+    for entry in entries[:5]:
+        assert manager.take(entry)
+    assert manager.take(entries[5])
+    # Acknowledged and not yet done, a batch holds none back.
+    assert manager.answered(entries[0], NO_ERROR) is None
+    later = sealed(manager, 1)
+    for entry in entries[1:]:
+        assert manager.answered(entry, NO_ERROR) is None
+    assert manager.take(later)
+
+
 def test_sequences_of_a_batch_that_never_reached_the_sender_are_given_back(manager, sealed):
     sealed(manager, 3)
     producer_id, epoch, base = manager.next_sequence(*KEY, 4)

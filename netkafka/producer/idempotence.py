@@ -40,7 +40,9 @@ batch of a partition has been acknowledged under its producer id, one batch of i
 in flight at a time: else a batch refused for itself (MESSAGE_TOO_LARGE, then split)
 could be overtaken by the one behind it, appended at its later sequence, and the
 partition would start over with its records out of send order.  The first answer
-lets the rest go (done() says so; the Sender wakes the partition's leader).
+lets the rest go (done() says so; the Sender wakes the partition's leader).  And a
+batch goes only once every batch before it is in a request: queued for another broker
+(the leader moved while they waited), those would reach the new leader after it.
 
 Threads: next_sequence() and release_sequence() run on the thread draining the
 partition; the others on the Sender's (callers' threads in send(), I/O threads,
@@ -77,9 +79,12 @@ _EPOCH_MAX = 2**15 - 1  # Short.MAX_VALUE: past it, a new producer id
 _SEQUENCE_ERRORS = frozenset((errors.OutOfOrderSequenceNumberError.code,
                               errors.UnknownProducerIdError.code))
 # Partition error codes that say this attempt was not appended: the broker refused
-# the batch before writing it.  Any other answer but success may hide an append
-# (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND come after one).  The
-# Sender's too, for what it tells of a batch that failed.
+# the batch before writing it -- unless the answer carries the append's base offset: a
+# leader that steps down while an acks=all append waits for its replicas answers
+# NOT_LEADER_OR_FOLLOWER then, the offset kept (Kafka's DelayedProduce).  Any other
+# answer but success may hide an append (REQUEST_TIMED_OUT and
+# NOT_ENOUGH_REPLICAS_AFTER_APPEND come after one).  The Sender's too, for what it
+# tells of a batch that failed.
 NOT_APPENDED = frozenset(error.code for error in (
     errors.CorruptMessageError,
     errors.UnknownTopicOrPartitionError,
@@ -119,7 +124,7 @@ class SequencedBatch:
         self.part = part  # a part of a split batch (split()); wal_id is the batch's
         self.in_flight = False  # in a request not answered yet
         self.maybe_appended = False  # an attempt may have been appended (above)
-        self.appended = False  # a later batch under its stamp was acknowledged
+        self.appended = False  # it, or a later batch under its stamp, was acknowledged
 
 
 class _PartitionSequence:
@@ -266,6 +271,15 @@ class ProducerIdManager:
                 return False  # only a first batch whose fate is unknown goes out
             if state.in_flight and self._acknowledged_under.get(entry.key) != state.producer_id:
                 return False  # one at a time until the broker holds the id's state
+            for ahead in state.outstanding:
+                if ahead is entry:
+                    break
+                if not (ahead.in_flight or ahead.appended):
+                    # To be sent (again), queued for another broker (its leader moved)
+                    # or waiting for its backoff: sent first, this one would reach the
+                    # new leader ahead of it -- out of order wherever the broker holds
+                    # no state of the id.  At most max_in_flight ahead: a short look.
+                    return False
             entry.in_flight = True
             state.in_flight += 1
             return True
@@ -298,17 +312,19 @@ class ProducerIdManager:
             entry.batch = None  # its memory is its owner's to release now
             return entries
 
-    def answered(self, entry, error_code):
+    def answered(self, entry, error_code, written=False):
         """entry's request came back: error_code NO_ERROR, the partition's error code, or
-        None (no answer: the request or its connection failed).  Returns what a
-        refusal of its sequence means (WAIT, RESTART, APPENDED or PASSED_OVER), else
-        None."""
+        None (no answer: the request or its connection failed); written: the answer
+        carries the append's base offset (its error came after the append).  Returns
+        what a refusal of its sequence means (WAIT, RESTART, APPENDED or PASSED_OVER),
+        else None."""
         with self._lock:
             state = self._partitions[entry.key]
             entry.in_flight = False
             state.in_flight -= 1
-            if error_code is None or (error_code != errors.NO_ERROR
-                                      and error_code not in NOT_APPENDED):
+            if error_code == errors.NO_ERROR:
+                entry.appended = True  # acknowledged: done() follows
+            elif written or error_code is None or error_code not in NOT_APPENDED:
                 entry.maybe_appended = True
             if error_code not in _SEQUENCE_ERRORS:
                 return None

@@ -791,15 +791,19 @@ class Sender:
             part = answers.get((item.topic, item.partition))
             code = None if part is None else part.error_code
             verdict = None
+            # An error with the append's offset came after the append (NOT_LEADER_OR_
+            # FOLLOWER from a leader that stepped down while waiting for acks=all).
+            written = part is not None and code != errors.NO_ERROR and part.base_offset >= 0
             if item.sequenced is not None:
                 # A duplicate: appended by an earlier attempt whose answer was lost,
                 # and too long ago for the broker to have kept its offset.
                 if code == errors.DuplicateSequenceNumberError.code:
                     code = errors.NO_ERROR
-                verdict = self._idempotence.answered(item.sequenced, code)
+                verdict = self._idempotence.answered(item.sequenced, code, written)
             if verdict == RESTART:
                 item.maybe_written = False  # the first of its partition the broker lacks
-            elif code is None or (code != errors.NO_ERROR and code not in NOT_APPENDED):
+            elif written or code is None or (code != errors.NO_ERROR
+                                             and code not in NOT_APPENDED):
                 item.maybe_written = True
             if part is None:
                 self._complete(item, error=errors.ProtocolError(
