@@ -195,14 +195,14 @@ def sealed():
     pool = BufferPool(4096, 64 * 4096)
     builders = []
 
-    def make(manager, record_count):
+    def make(manager, record_count, appended_on=None):
         builder = RecordBatchBuilder(pool.try_acquire(), 4096, 4096)
         for i in range(record_count):
             builder.append(None, b"value-%d" % i, None, 1_700_000_000_000)
         builder.set_producer_state(*manager.next_sequence(*KEY, record_count))
         builder.seal().release()
         builders.append(builder)
-        return manager.track(*KEY, builder, record_count)
+        return manager.track(*KEY, builder, record_count, appended_on=appended_on)
 
     yield make
     for builder in builders:
@@ -363,6 +363,38 @@ def test_a_first_batch_no_attempt_of_which_was_written_is_passed_over_not_in_the
     manager.done(b, ok=True)
     assert manager.take(a)
     assert manager.answered(a, OutOfOrderSequenceNumberError.code) == PASSED_OVER
+
+
+def test_a_passed_over_batch_leaves_the_batches_behind_it_maybe_in_the_log(manager,
+                                                                         sealed):
+    # b appended without a by a broker holding no state of the id, c's answer lost (in
+    # the log after b, most likely): a fails, and clearing c's flag on the rule that
+    # nothing behind a batch the broker lacks can be in the log re-stamped c and wrote
+    # it a second time.
+    a, b, c = sealed(manager, 1), sealed(manager, 1), sealed(manager, 1)
+    assert manager.take(a) and manager.take(b) and manager.take(c)
+    assert manager.answered(a, NotLeaderOrFollowerError.code) is None
+    assert manager.answered(b, NO_ERROR) is None
+    manager.done(b, ok=True)
+    assert manager.answered(c, None) is None
+    assert manager.take(a)
+    assert manager.answered(a, OutOfOrderSequenceNumberError.code) == PASSED_OVER
+    manager.done(a, ok=False)
+    assert c.maybe_appended
+    assert manager.restamp([KEY]) == []  # c goes again under its stamp first
+
+
+@pytest.mark.parametrize("node_id, verdict", [(3, APPENDED), (4, RESTART)])
+def test_a_replayed_batch_its_leader_said_it_has_is_in_the_log_though_refused(
+        manager, sealed, node_id, verdict):
+    # Replay resends the last batches the leader said it has; after loading a snapshot
+    # (a clean restart) a broker keeps the offsets of only the last one, and refuses
+    # the others' sequences.  From that leader, the refusal means in the log; taken for
+    # a hole, they were written again under a new stamp.  From another broker (the
+    # leader moved), it may be a hole.
+    entry = sealed(manager, 1, appended_on=3)
+    assert manager.take(entry)
+    assert manager.answered(entry, OutOfOrderSequenceNumberError.code, node_id=node_id) == verdict
 
 
 def test_a_refusal_that_carries_the_appends_offset_may_be_in_the_log(manager, sealed):

@@ -187,6 +187,27 @@ def test_of_many_acknowledged_batches_the_last_five_go_again_the_others_not(
     assert all(where[b"r" + context[1:]] == offset for context, offset in known.items())
 
 
+def test_resent_batches_a_restarted_leader_has_are_in_the_log_though_it_refuses_them(
+        failover_cluster, topic_name, tmp_path):
+    # A leader that loaded its producer state from a snapshot (a clean restart) keeps
+    # the offsets of the producer's last batch only, and refuses the sequences of the
+    # four resent before it: taken for a hole, the partition started over and wrote
+    # them again (counted possibly duplicated).  From the leader that said it has them,
+    # the refusal means they are in the log.
+    cluster, count = failover_cluster, 1000
+    create_topic(cluster.bootstrap, topic_name, partitions=1, replication_factor=1)
+    crash("acked", cluster, topic_name, tmp_path, count)
+    topic = admin_client(cluster.bootstrap).list_topics(topic_name, timeout=30).topics
+    cluster.node(topic[topic_name].partitions[0].leader).restart()
+    producer, report = replay(cluster, tmp_path)
+    try:
+        assert report.records == report.deduplicated + report.resent == count, report
+        assert report.possibly_duplicated == report.failed == report.pending == 0, report
+    finally:
+        producer.close()
+    assert_exactly_once_in_order(cluster, topic_name, count)
+
+
 def test_acknowledged_batches_are_deduplicated_though_their_leader_was_killed_before_the_replay(
         failover_cluster, topic_name, tmp_path):
     # Until the controller fences it, the metadata names the killed leader: taken for no

@@ -41,8 +41,9 @@ in flight at a time: else a batch refused for itself (MESSAGE_TOO_LARGE, then sp
 could be overtaken by the one behind it, appended at its later sequence, and the
 partition would start over with its records out of send order.  The first answer
 lets the rest go (done() says so; the Sender wakes the partition's leader).  And a
-batch goes only once every batch before it is in a request: queued for another broker
-(the leader moved while they waited), those would reach the new leader after it.
+batch goes only once every batch before it is in a request or acknowledged: queued for
+another broker (the leader moved while they waited), those would reach the new leader
+after it.
 
 Threads: next_sequence() and release_sequence() run on the thread draining the
 partition; the others on the Sender's (callers' threads in send(), I/O threads,
@@ -114,9 +115,9 @@ class SequencedBatch:
     is acknowledged or fails.  Fields guarded by ProducerIdManager._lock."""
 
     __slots__ = ("key", "batch", "record_count", "wal_id", "part", "in_flight",
-                 "maybe_appended", "appended")
+                 "maybe_appended", "appended", "appended_on")
 
-    def __init__(self, key, batch, record_count, wal_id, part=False):
+    def __init__(self, key, batch, record_count, wal_id, part=False, appended_on=None):
         self.key = key  # (topic, partition)
         self.batch = batch  # the sealed RecordBatchBuilder, re-stamped in place
         self.record_count = record_count
@@ -125,6 +126,9 @@ class SequencedBatch:
         self.in_flight = False  # in a request not answered yet
         self.maybe_appended = False  # an attempt may have been appended (above)
         self.appended = False  # it, or a later batch under its stamp, was acknowledged
+        # Replayed (replay.py): the node whose DescribeProducers answer, as the
+        # partition's leader, said it has the batch; else None.
+        self.appended_on = appended_on
 
 
 class _PartitionSequence:
@@ -247,12 +251,13 @@ class ProducerIdManager:
         with self._lock:
             self._on_new_producer_id = listener
 
-    def track(self, topic, partition, batch, record_count, wal_id=0):
+    def track(self, topic, partition, batch, record_count, wal_id=0, appended_on=None):
         """The Sender takes a sealed batch (a RecordBatchBuilder numbered by
         next_sequence()): it joins its partition's outstanding batches, last.  One
-        numbered before its partition was re-stamped is re-stamped now."""
+        numbered before its partition was re-stamped is re-stamped now.  appended_on:
+        SequencedBatch's."""
         key = (topic, partition)
-        entry = SequencedBatch(key, batch, record_count, wal_id)
+        entry = SequencedBatch(key, batch, record_count, wal_id, appended_on=appended_on)
         with self._lock:
             state = self._partitions[key]
             if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.epoch):
@@ -312,12 +317,12 @@ class ProducerIdManager:
             entry.batch = None  # its memory is its owner's to release now
             return entries
 
-    def answered(self, entry, error_code, written=False):
-        """entry's request came back: error_code NO_ERROR, the partition's error code, or
-        None (no answer: the request or its connection failed); written: the answer
-        carries the append's base offset (its error came after the append).  Returns
-        what a refusal of its sequence means (WAIT, RESTART, APPENDED or PASSED_OVER),
-        else None."""
+    def answered(self, entry, error_code, written=False, node_id=None):
+        """entry's request came back from node_id: error_code NO_ERROR, the partition's
+        error code, or None (no answer: the request or its connection failed);
+        written: the answer carries the append's base offset (its error came after
+        the append).  Returns what a refusal of its sequence means (WAIT, RESTART,
+        APPENDED or PASSED_OVER), else None."""
         with self._lock:
             state = self._partitions[entry.key]
             entry.in_flight = False
@@ -330,6 +335,11 @@ class ProducerIdManager:
                 return None
             if state.outstanding[0] is not entry:
                 return WAIT
+            if entry.appended_on is not None and entry.appended_on == node_id:
+                # The leader that said it has the batch refuses its sequence: older
+                # than the batches it keeps offsets of (five, one after loading a
+                # snapshot: a clean restart), not a hole.
+                return APPENDED
             if entry.appended:
                 if entry.maybe_appended:
                     return APPENDED
@@ -378,7 +388,10 @@ class ProducerIdManager:
                     released = bool(outstanding)
             elif restart:
                 self._restarting.add(entry.key)
-                if not entry.maybe_appended:
+                if not (entry.maybe_appended or entry.appended):
+                    # Not in the log: nothing behind it can be -- unless a later batch
+                    # was acknowledged (a broker holding no state of the id passed
+                    # over it), and the others behind may be in too.
                     for later in itertools.islice(outstanding, index, None):
                         later.maybe_appended = False
             return released

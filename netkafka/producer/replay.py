@@ -163,6 +163,9 @@ class Replay:
         self._retry_backoff = retry_backoff  # immutable: a RetryBackoff (client/retry.py)
         self._max_request_size = max_request_size  # immutable
         self._compressors = {}  # the start() thread's: codec id -> Compressor
+        # The start() thread's: (topic, partition) -> the node id of the leader whose
+        # DescribeProducers answer was taken.
+        self._answered_by = {}
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)  # notified as _pending drops
         self._counts = collections.Counter()  # guarded by _lock
@@ -202,24 +205,26 @@ class Replay:
         # blocking call, not max_block_ms for each partition.
         known = self._last_sequences(stamps, time.monotonic() + self._max_block_s)
         for key, batches in partitions.items():
-            deduplicated, kind = self._plan(key, sealed[key], stamps.get(key),
-                                            known.get(key, _UNKNOWN_PRODUCER))
+            deduplicated, kind, held = self._plan(key, sealed[key], stamps.get(key),
+                                                  known.get(key, _UNKNOWN_PRODUCER))
             for batch in deduplicated:
                 self._deduplicated(batch)
-            for batch in sealed[key][len(deduplicated):]:
-                self._hand_over(batch, kind)
+            for i, batch in enumerate(sealed[key][len(deduplicated):]):
+                # The leader has the first `held` of them: refused by it for a sequence
+                # it keeps no offsets of any more, they are in the log all the same.
+                self._hand_over(batch, kind, self._answered_by[key] if i < held else None)
             for batch in batches:
                 if batch.seal is None:
                     self._hand_over(batch, _REENCODED)
         return self
 
-    def _hand_over(self, batch, kind):
+    def _hand_over(self, batch, kind, appended_on=None):
         """The batch to the sender (_send); one for a partition its topic no longer has
         (deleted and made again with fewer) fails alone, as a record sent to such a
         partition does: it can never be delivered, and raised it would refuse every
         producer opened on the directory, for good."""
         try:
-            self._send(batch, kind)
+            self._send(batch, kind, appended_on)
         except errors.NoSuchPartitionError as exc:
             self._fail(batch, exc)
 
@@ -264,26 +269,29 @@ class Replay:
 
     def _plan(self, key, sealed, stamp, known):
         """(the sealed batches not to send again, how the rest go: _RESENT,
-        _RESENT_UNASKED or _AT_LEAST_ONCE), the partition's stamp adopted when they go
-        under it.  stamp: the batches' (producer id, epoch), None when they share
-        none; known: what the leader said of it (_last_sequences).
+        _RESENT_UNASKED or _AT_LEAST_ONCE, how many of the rest the leader said it
+        has), the partition's stamp adopted when they go under it.  stamp: the
+        batches' (producer id, epoch), None when they share none; known: what the
+        leader said of it (_last_sequences).
 
         Of the batches the leader has appended, the last five are sent again all the
         same when they are its last five: the broker answers a resend of one of its
-        last five batches with its offsets, and only once the batch is committed
+        last batches with its offsets, and only once the batch is committed
         (acks=all), which the leader's word alone does not say -- a leader cut off
-        from the controllers answers for a log its successor may not have.  Those
-        before them cannot be resent (the broker refuses their sequences), and count
-        as deduplicated."""
+        from the controllers answers for a log its successor may not have.  (It
+        keeps five; one, after loading a snapshot: that leader refusing the sequence
+        of one it said it has means it is in the log, SequencedBatch.appended_on.)
+        The batches before them, and all it has when batches done in the log came
+        after them, are not sent again, and count as deduplicated."""
         if stamp is None or known is _UNKNOWN_PRODUCER:
             # None, or an id the broker does not know (expired, never written):
             # nothing says what it has.
-            return [], _AT_LEAST_ONCE
+            return [], _AT_LEAST_ONCE, 0
         if known is None:
             # No answer: the broker's idempotence drops what it has among its last
             # five batches -- if it still knows the id.  One that expired it appends
             # any sequence, so what is acknowledged counts as possibly duplicated.
-            skipped, kind = [], _RESENT_UNASKED
+            skipped, kind, appended = [], _RESENT_UNASKED, []
         else:
             appended = [b for b in sealed
                         if _appended(b.seal, known, sealed[0].seal.base_sequence)]
@@ -306,7 +314,7 @@ class Replay:
             *key, *stamp,
             after[0].seal.base_sequence if after
             else (last.base_sequence + last.record_count) % _SEQUENCE_LIMIT)
-        return skipped, kind
+        return skipped, kind, len(appended) - len(skipped)
 
     def _last_sequences(self, stamps, deadline):
         """{(topic, partition): the last sequence its leader appended from the
@@ -334,6 +342,7 @@ class Replay:
                         failed[key] = answer
                     else:
                         answers[key] = answer
+                        self._answered_by[key] = broker.node_id
             pending = set(failed)
             wait_s = min(self._retry_backoff.ms(retries) / 1000, deadline - time.monotonic())
             for key, exc in failed.items():
@@ -425,6 +434,8 @@ class Replay:
                     f"{key[1]} (for {sorted(answers)})")
             elif answer.error_code:
                 result[key] = errors.error_for_code(answer.error_code, answer.error_message)
+            elif isinstance(epochs_after[key], Exception):
+                result[key] = epochs_after[key]
             elif epochs_after[key] != epochs[key]:
                 result[key] = errors.NotLeaderOrFollowerError(
                     f"{conn.describe()} changed leader epoch of {key[0]}-{key[1]} while "
@@ -442,7 +453,8 @@ class Replay:
         must name node_id its leader at an epoch no older than the metadata cache's;
         else the error: NotLeaderOrFollowerError (another leader, none, or an older
         epoch: the broker has not heard of an election yet), or the topic's error in
-        the answer (not allowed to describe it: asked no more)}."""
+        the answer (asked again if retriable; not allowed to describe it: asked no
+        more)}."""
         topics = {info.name: info for info in response.topics}
         epochs = {}
         for topic, partition in keys:
@@ -472,7 +484,7 @@ class Replay:
         self._accumulator.log_wal_outcome(batch.batch_id, None)
         self._finish(batch, "deduplicated", base_offset=-1, log_append_time_ms=-1)
 
-    def _send(self, batch, kind):
+    def _send(self, batch, kind, appended_on=None):
         builder = self._rebuild(batch, kind)
         record_count = len(batch.records)
         if kind in _UNDER_OLD_STAMP:
@@ -503,7 +515,8 @@ class Replay:
         on_done = functools.partial(self._on_delivered, batch, builder, view, kind, stamp)
         try:
             self._sender.send(batch.topic, batch.partition, builder, record_count,
-                              on_done=on_done, wal_id=batch.batch_id)
+                              on_done=on_done, wal_id=batch.batch_id,
+                              appended_on=appended_on)
         except BaseException:
             release_batch(builder, view, False)
             raise

@@ -327,14 +327,15 @@ class Sender:
     # Callers' threads.
 
     def send(self, topic, partition, batch, record_count, created_ns=None, on_done=None,
-             wal_id=0):
+             wal_id=0, appended_on=None):
         """Queues a sealed batch (any buffer; its memory is sent as is and must
         not change until the batch is done -- with idempotence, a sealed
         RecordBatchBuilder numbered by the ProducerIdManager, whose producer
         state the sender may rewrite).  created_ns: time.monotonic_ns() when
         the batch was opened, where delivery_timeout_ms starts (default: now).
         wal_id: the batch's id in the write-ahead log, where a re-stamp of it is
-        logged (0: none).
+        logged (0: none).  appended_on: a replayed batch's node whose
+        DescribeProducers answer said it has it (SequencedBatch).
 
         on_done(result, error) hears the outcome, once: a ProduceResult and
         None, or None and the exception; on the thread that learns it (an I/O
@@ -405,7 +406,8 @@ class Sender:
                 self._hold_topic(topic, 1)
                 if self._idempotence is not None:
                     item.sequenced = self._idempotence.track(topic, partition, batch,
-                                                             record_count, wal_id)
+                                                             record_count, wal_id,
+                                                             appended_on)
                 # Behind a batch of its own partition, a batch needs no wake-up: what
                 # takes that one out (its wake-up, an answer, a write, a retry timer,
                 # a re-stamp) runs the connection's pump, which asks for the next
@@ -632,7 +634,10 @@ class Sender:
                 if self._muted and key in self._muted:
                     continue  # _on_answer() wakes us
                 if head.sequenced is not None and not self._idempotence.take(head.sequenced):
-                    continue  # its partition is starting over; _restamp() wakes us
+                    # Its partition is starting over (_restamp() wakes us), holds back
+                    # until the broker has its producer id's state, or has an earlier
+                    # batch to send first (done() or the routing of it wakes us).
+                    continue
                 if head.part or self.guarantee_order:
                     self._muted.add(key)
                 queue.popleft()
@@ -799,7 +804,8 @@ class Sender:
                 # and too long ago for the broker to have kept its offset.
                 if code == errors.DuplicateSequenceNumberError.code:
                     code = errors.NO_ERROR
-                verdict = self._idempotence.answered(item.sequenced, code, written)
+                verdict = self._idempotence.answered(item.sequenced, code, written,
+                                                     conn.node_id)
             if verdict == RESTART:
                 item.maybe_written = False  # the first of its partition the broker lacks
             elif written or code is None or (code != errors.NO_ERROR
