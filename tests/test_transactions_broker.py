@@ -741,76 +741,52 @@ def transaction_state(admin, transactional_id):
     return admin.describe_transactions([transactional_id])[transactional_id].state
 
 
-def test_v1_an_abort_ends_what_an_unanswered_add_offsets_opened(kafka_broker_3_9, topic_name):
-    """An AddOffsetsToTxn that got no answer within max_block_ms (the broker frozen), but
-    that the coordinator took once it ran again, holds the transaction open there with
-    nothing else in it.  The abort must end it with EndTxn: skipped, the transaction
-    stayed open until transaction_timeout_ms, and the next one joined it."""
+@pytest.mark.parametrize("unanswered", ["AddOffsetsToTxn", "AddPartitionsToTxn"])
+def test_v1_an_abort_ends_what_an_unanswered_add_opened(kafka_broker_3_9, topic_name,
+                                                         unanswered):
+    """An AddOffsetsToTxn that got no answer within max_block_ms, or an
+    AddPartitionsToTxn given up at delivery_timeout_ms (the broker frozen), that the
+    coordinator took once it ran again, holds the transaction open there.  The abort
+    must end it with EndTxn: skipped, a transaction the offsets opened stayed open until
+    transaction_timeout_ms and the next one joined it; for partitions, the abort's
+    InitProducerId found it ongoing, and the coordinator fenced the producer for good
+    (ProducerFencedError, Kafka 3.9)."""
     nodes = getattr(kafka_broker_3_9, "nodes", None)
     if not nodes:
         pytest.skip("needs a broker this session started (SIGSTOP)")
     bootstrap = kafka_broker_3_9.bootstrap
     create_topic(bootstrap, topic_name)
+    offsets = unanswered == "AddOffsetsToTxn"
+    settings = {"max_block_ms": 2000} if offsets else {
+        "max_block_ms": 3000, "request_timeout_ms": 1000, "delivery_timeout_ms": 2500,
+        "linger_ms": 0}
     admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        with transactional(bootstrap, "v1", max_block_ms=2000,
-                           transaction_timeout_ms=600_000) as producer:
-            transactional_id = producer.config.transactional_id
-            producer.begin_transaction()
-            nodes[0].pause()
-            try:
-                with pytest.raises(KafkaTimeoutError, match="AddOffsetsToTxn"):
-                    producer.send_offsets_to_transaction({(topic_name, 0): 1},
-                                                         f"group-{uuid.uuid4().hex[:8]}")
-            finally:
-                nodes[0].resume()
-            deadline = time.monotonic() + 30
-            while transaction_state(admin, transactional_id) != "Ongoing":
-                assert time.monotonic() < deadline, "the coordinator never took AddOffsetsToTxn"
-                time.sleep(0.1)
-            producer.abort_transaction()
-            assert transaction_state(admin, transactional_id) in ("PrepareAbort",
-                                                                  "CompleteAbort")
-            producer.begin_transaction()
-            producer.send(topic_name, b"next")
-            producer.commit_transaction()
-    finally:
-        admin.close()
-    assert values(read_topic(bootstrap, topic_name, 1,
-                             isolation_level="read_committed")) == [b"next"]
-
-
-def test_v1_an_abort_ends_what_an_unanswered_add_partitions_opened(kafka_broker_3_9,
-                                                                   topic_name):
-    """An AddPartitionsToTxn given up at delivery_timeout_ms (the broker frozen), but
-    that the coordinator took once it ran again, holds the transaction open there.
-    Without EndTxn, the abort's InitProducerId found it ongoing: the coordinator
-    fenced the epoch, and the producer was fenced for good (ProducerFencedError)."""
-    nodes = getattr(kafka_broker_3_9, "nodes", None)
-    if not nodes:
-        pytest.skip("needs a broker this session started (SIGSTOP)")
-    bootstrap = kafka_broker_3_9.bootstrap
-    create_topic(bootstrap, topic_name)
-    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        with transactional(bootstrap, "v1", max_block_ms=3000, request_timeout_ms=1000,
-                           delivery_timeout_ms=2500, linger_ms=0,
-                           transaction_timeout_ms=600_000) as producer:
+        with transactional(bootstrap, "v1", transaction_timeout_ms=600_000,
+                           **settings) as producer:
             transactional_id = producer.config.transactional_id
             producer.partitions_for(topic_name)  # known before the freeze
             producer.begin_transaction()
             nodes[0].pause()
             try:
-                future = producer.send(topic_name, b"aborted")
-                with pytest.raises(KafkaError):
-                    future.get(30)  # failed with the AddPartitionsToTxn given up
+                if offsets:
+                    with pytest.raises(KafkaTimeoutError, match="AddOffsetsToTxn"):
+                        producer.send_offsets_to_transaction(
+                            {(topic_name, 0): 1}, f"group-{uuid.uuid4().hex[:8]}")
+                else:
+                    future = producer.send(topic_name, b"aborted")
+                    with pytest.raises(KafkaError):
+                        future.get(30)  # failed with the AddPartitionsToTxn given up
             finally:
                 nodes[0].resume()
             deadline = time.monotonic() + 30
             while transaction_state(admin, transactional_id) != "Ongoing":
-                assert time.monotonic() < deadline, "the coordinator never took the add"
+                assert time.monotonic() < deadline, f"the coordinator never took {unanswered}"
                 time.sleep(0.1)
             producer.abort_transaction()
+            # Ended (Empty once the abort's InitProducerId bumped the epoch after it).
+            assert transaction_state(admin, transactional_id) in ("PrepareAbort",
+                                                                  "CompleteAbort", "Empty")
             producer.begin_transaction()
             producer.send(topic_name, b"next")
             producer.commit_transaction()
