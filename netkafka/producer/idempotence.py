@@ -103,6 +103,15 @@ NOT_APPENDED = frozenset(error.code for error in (
     errors.InvalidRecordError,
 ))
 
+
+def may_be_appended(error_code, written):
+    """Whether an answer leaves its batch perhaps in the log: error_code None (no
+    answer) or one not in NOT_APPENDED, or written (the answer carries the append's
+    base offset, its error came after the append)."""
+    return written or error_code is None or (error_code != errors.NO_ERROR
+                                             and error_code not in NOT_APPENDED)
+
+
 # What a sequence refusal means, from answered().
 WAIT = "wait"  # an earlier batch is outstanding: resend once it is through
 RESTART = "restart"  # a hole before this first batch: resend it after the restart
@@ -329,7 +338,7 @@ class ProducerIdManager:
             state.in_flight -= 1
             if error_code == errors.NO_ERROR:
                 entry.appended = True  # acknowledged: done() follows
-            elif written or error_code is None or error_code not in NOT_APPENDED:
+            elif may_be_appended(error_code, written):
                 entry.maybe_appended = True
             if error_code not in _SEQUENCE_ERRORS:
                 return None

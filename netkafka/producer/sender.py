@@ -24,11 +24,11 @@ ProducerIdManager keeps each partition's batches not yet completed in send order
 and says which may go out.  A batch refused with OUT_OF_ORDER_SEQUENCE_NUMBER or
 UNKNOWN_PRODUCER_ID is resent: after the earlier batch it waits for, or, first of
 its partition, after the partition starts over under a new epoch -- as the batches
-behind one that failed for good do (re-stamped in place, see idempotence.py).  Refused
-so once a later batch of its partition was acknowledged, it is in the log (acknowledged,
-offset unknown) if an attempt of it may have been written, else it fails: the broker
-passed over it.  DUPLICATE_SEQUENCE_NUMBER means the broker has the batch already: acknowledged,
-offset unknown (-1).
+behind one that failed for good do (re-stamped in place, see idempotence.py).
+Refused so once a later batch of its partition was acknowledged, it is in the log
+(acknowledged, offset unknown) if an attempt of it may have been written, else it
+fails: the broker passed over it.  DUPLICATE_SEQUENCE_NUMBER means the broker has the
+batch already: acknowledged, offset unknown (-1).
 
 A batch of two records or more refused as MESSAGE_TOO_LARGE is split in halves
 (split.py), which take its place in its partition's queue -- and, idempotent, its
@@ -77,7 +77,7 @@ from netkafka.client.connection import Request
 from netkafka.client.retry import RetryBackoff
 from netkafka.errors import KafkaConnectionError, KafkaTimeoutError, RecordDroppedError
 from netkafka.producer.accumulator import release_batch
-from netkafka.producer.idempotence import APPENDED, NOT_APPENDED, PASSED_OVER, RESTART
+from netkafka.producer.idempotence import APPENDED, PASSED_OVER, RESTART, may_be_appended
 from netkafka.producer.split import split_in_halves
 from netkafka.protocol.framing import ApiKey
 from netkafka.protocol.produce import (
@@ -148,7 +148,7 @@ class _Batch:
         self.node_id = None  # the connection holding its outbound reservation
         self.sequenced = None  # idempotent: its SequencedBatch (the ProducerIdManager's lock)
         # An attempt ended with no answer or an error that may follow an append
-        # (idempotence.NOT_APPENDED): its records may be in the log, which its failure
+        # (idempotence.may_be_appended): its records may be in the log, which its failure
         # at its delivery timeout or by close() says.  Cleared when the broker proves
         # otherwise (a RESTART verdict).
         self.maybe_written = False
@@ -808,8 +808,7 @@ class Sender:
                                                      conn.node_id)
             if verdict == RESTART:
                 item.maybe_written = False  # the first of its partition the broker lacks
-            elif written or code is None or (code != errors.NO_ERROR
-                                             and code not in NOT_APPENDED):
+            elif may_be_appended(code, written):
                 item.maybe_written = True
             if part is None:
                 self._complete(item, error=errors.ProtocolError(
